@@ -1,0 +1,36 @@
+"""Attacks, one registry. `create_attack(name, **hyperparameters)` builds a configured attack."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leakbench.attacks.base import Attack, Reconstruction, Requirements, build_config
+from leakbench.registry import Registry
+
+ATTACKS: Registry[type[Attack]] = Registry("attack")
+
+
+def register_attack(cls: type[Attack]) -> type[Attack]:
+    """Class decorator: register `cls` under `cls.name` (a duplicate name raises)."""
+    ATTACKS.register(cls.name, lambda: cls, cls.description)
+    return cls
+
+
+def attack_class(name: str) -> type[Attack]:
+    return ATTACKS.create(name)
+
+
+def create_attack(name: str, **hyperparameters: Any) -> Attack:
+    """Build attack `name` with its Config defaults overridden by `hyperparameters`."""
+    cls = attack_class(name)
+    return cls(build_config(cls.Config, hyperparameters))
+
+
+def list_attacks() -> list[tuple[str, str]]:
+    return [(e.name, e.description) for e in ATTACKS.entries()]
+
+
+from leakbench.attacks import spear as _spear  # noqa: E402,F401  (registers on import)
+
+__all__ = ["ATTACKS", "Attack", "Reconstruction", "Requirements", "attack_class", "create_attack",
+           "list_attacks", "register_attack"]

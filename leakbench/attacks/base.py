@@ -1,0 +1,87 @@
+"""The attack contract: every attack receives a `ClientUpdate` and returns a `Reconstruction`."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Literal
+
+import torch
+
+from leakbench.errors import ConfigError
+from leakbench.fl.update import ClientUpdate
+
+Status = Literal["ok", "failed"]
+Space = Literal["image", "feature"]
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What an attack needs from the threat model; the harness refuses cases that lack it."""
+
+    linear_relu_layer: bool = False
+    batch_size: bool = False
+    labels: bool = False
+
+
+@dataclass
+class Reconstruction:
+    """An attack's answer for one batch.
+
+    `images` (b, C, H, W) in [0, 1] when the attack reconstructs images; `features` (b, n) when it
+    reconstructs the inputs of an inner layer (`layer`). On failure both may be None and `reason`
+    says why. `stats` holds the attack's own counters (draws, candidates, seconds, …).
+    """
+
+    status: Status
+    space: Space
+    images: torch.Tensor | None = None
+    features: torch.Tensor | None = None
+    layer: int | None = None
+    reason: str = ""
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def failed(cls, reason: str, *, space: Space = "image", layer: int | None = None,
+               stats: dict[str, Any] | None = None) -> "Reconstruction":
+        return cls(status="failed", space=space, layer=layer, reason=reason, stats=stats or {})
+
+
+class Attack(ABC):
+    """Base class: a frozen-dataclass `Config` with defaults, a name, a description."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Config: ClassVar[type]
+    requires: ClassVar[Requirements] = Requirements()
+
+    def __init__(self, config: Any | None = None) -> None:
+        self.config = config if config is not None else self.Config()
+
+    @abstractmethod
+    def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
+        """Reconstruct the client's batch from `update` alone, drawing randomness from `seed`."""
+
+    def check_update(self, update: ClientUpdate) -> None:
+        """Raise ConfigError when `update` does not give what this attack requires."""
+        if self.requires.batch_size and update.batch_size is None:
+            raise ConfigError(f"attack {self.name!r} needs the batch size, which the threat model withholds")
+        if self.requires.labels and update.labels is None:
+            raise ConfigError(f"attack {self.name!r} needs the labels, which the threat model withholds")
+
+    def hyperparameters(self) -> dict[str, Any]:
+        return asdict(self.config)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
+        return f"{self.name}({args})"
+
+
+def build_config(config_cls: type, overrides: dict[str, Any]) -> Any:
+    """Instantiate `config_cls` with `overrides`, rejecting unknown keys with a clear message."""
+    known = set(config_cls.__dataclass_fields__)
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ConfigError(f"unknown hyperparameter(s) {', '.join(unknown)} for {config_cls.__name__} "
+                          f"(known: {', '.join(sorted(known))})")
+    return config_cls(**overrides)

@@ -1,0 +1,135 @@
+"""SPEAR (Dimitrov et al., NeurIPS 2024): exact batch reconstruction from a linear+ReLU layer's gradient."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from leakbench.attacks.base import Attack, Reconstruction, Requirements
+from leakbench.attacks.spear.factors import LayerProblem, factorize
+from leakbench.attacks.spear.search import SearchSettings, search_columns, zero_tolerance
+from leakbench.attacks.spear.deflation import search_samples
+from leakbench.attacks.spear.solve import solve_batch, solve_from_samples
+from leakbench.errors import ConfigError
+from leakbench.fl.update import ClientUpdate
+
+
+@dataclass(frozen=True)
+class SpearConfig:
+    """SPEAR's hyperparameters.
+
+    layer: which linear layer (1-based) of the victim to attack; it must be followed by a ReLU.
+    max_draws / max_seconds: budget of the sampling search; past it the attack reports failure.
+    chunk: submatrices drawn per vectorised step (0 = choose from the layer size).
+    min_extra_zeros / min_zero_fraction: a candidate needs b−1 zeros plus the larger of these
+        (a count, and a fraction of the live neurons) before it is examined.
+    zero_tol: relative floor under which |Ln_r·q| counts as zero (rounding of the gradient).
+    noise_factor: multiple of the estimated gradient noise added to the zero tolerance.
+    sample_tol_factor: looser tolerance for raw sampled directions, before refinement.
+    unique_gap: a column's zero set must have a 1-D kernel: σ_{b−1} > unique_gap·σ_1 there.
+    max_new_per_chunk: at most this many new zero patterns are refined per chunk.
+    last_column: find the last column in closed form along the null line (notes, pitfall 7).
+    next_layer_check: fit each candidate pattern to a sample through the next layer's gradient
+        and deflate the search after every sample found (used when that gradient has rank ≥ b).
+    residual_tol: largest relative residual of that fit for a pattern to count as a sample.
+    device: torch device for the linear algebra ("cpu" or "cuda").
+    """
+
+    layer: int = 1
+    max_draws: int = 200_000_000
+    max_seconds: float = 900.0
+    chunk: int = 0
+    min_extra_zeros: int = 3
+    min_zero_fraction: float = 0.0
+    zero_tol: float = 1e-5
+    noise_factor: float = 10.0
+    sample_tol_factor: float = 10.0
+    unique_gap: float = 1e-5
+    max_new_per_chunk: int = 256
+    last_column: bool = True
+    next_layer_check: bool = True
+    residual_tol: float = 1e-4
+    device: str = "cpu"
+
+
+class SpearAttack(Attack):
+    name = "spear"
+    description = "SPEAR: exact reconstruction from a linear+ReLU layer's gradient (low rank, ReLU zeros, sampling)"
+    Config = SpearConfig
+    requires = Requirements(linear_relu_layer=True, batch_size=True)
+
+    def check_update(self, update: ClientUpdate) -> None:
+        super().check_update(update)
+        model = update.model
+        model.check_attackable(self.config.layer)
+        weight, _ = model.layer_param_names(self.config.layer)
+        m, n = update.gradients[weight].shape
+        b = update.batch_size
+        if b >= m or b > n:
+            raise ConfigError(f"spear needs batch size < layer width and ≤ input size; got b={b}, "
+                              f"width {m}, input size {n} at layer {self.config.layer}")
+
+    def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
+        self.check_update(update)
+        start = time.perf_counter()
+        layer = self.config.layer
+        problem_or_reason, X, stats = self._run(update, seed)
+        stats["seconds"] = time.perf_counter() - start
+        space = "image" if layer == 1 else "feature"
+        if X is None:
+            return Reconstruction.failed(problem_or_reason, space=space, layer=layer, stats=stats)
+        X = X.to(torch.float32).cpu()
+        images = update.model.denormalize(X).clamp(0, 1) if layer == 1 else None
+        return Reconstruction(status="ok", space=space, images=images, features=X, layer=layer, stats=stats)
+
+    def _run(self, update: ClientUpdate, seed: int) -> tuple[str, torch.Tensor | None, dict]:
+        cfg = self.config
+        model = update.model
+        wname, bname = model.layer_param_names(cfg.layer)
+        params = dict(model.named_parameters())
+        device = torch.device(cfg.device)
+        G, g, W, bias = (t.detach().to(device) for t in
+                         (update.gradients[wname], update.gradients[bname], params[wname], params[bname]))
+        b = int(update.batch_size)
+        if b == 1:
+            x = (g.double() @ G.double()) / (g.double() @ g.double())
+            return "", x[None], {"draws": 0, "method": "closed form (b=1)"}
+        next_weight, _ = model.layer_param_names(cfg.layer + 1)
+        G_next = update.gradients[next_weight].to(device) if cfg.next_layer_check else None
+        problem = factorize(G, g, W, bias, b, G_next=G_next)
+        return self._search(problem, seed)
+
+    def _search(self, problem: LayerProblem, seed: int) -> tuple[str, torch.Tensor | None, dict]:
+        cfg = self.config
+        tol = zero_tolerance(problem, cfg.zero_tol, cfg.noise_factor)
+        chunk = cfg.chunk or max(1024, min(65536, int(8e6 // max(problem.m, 1))))
+        settings = SearchSettings(max_draws=cfg.max_draws, max_seconds=cfg.max_seconds, chunk=chunk,
+                                  min_extra_zeros=cfg.min_extra_zeros,
+                                  min_zero_fraction=cfg.min_zero_fraction,
+                                  sample_tol_factor=cfg.sample_tol_factor, unique_gap=cfg.unique_gap,
+                                  max_new_per_chunk=cfg.max_new_per_chunk, last_column=cfg.last_column)
+        gen = torch.Generator(device=problem.Ln.device).manual_seed(seed)
+        if problem.P_next is not None:
+            state, solution = search_samples(problem, tol, settings, gen, cfg.residual_tol)
+            mode = "deflation+next-layer"
+        else:
+            state = search_columns(problem, tol, settings, gen)
+            enough = state.accepted.shape[0] >= problem.b
+            solution = solve_batch(problem, state.accepted[: problem.b].T, tol) if enough else None
+            mode = "sampling+lp"
+        stats = {"mode": mode, "draws": state.draws, "candidates": state.candidates,
+                 "patterns": state.patterns, "fits_or_lp_checks": state.lp_checks,
+                 "samples_found": int(state.accepted.shape[0]), "retries": state.retries,
+                 "last_sample_closed_form": state.last_column_used, "neurons_used": problem.m,
+                 "noise_estimate": problem.noise, "search_seconds": state.seconds}
+        if solution is None:
+            why = "time" if state.seconds >= cfg.max_seconds else "draw"
+            return (f"{why} budget spent after {state.draws} draws with {state.accepted.shape[0]} of "
+                    f"{problem.b} samples found"), None, stats
+        stats["relu_violations"] = solution.violations
+        if not solution.ok:
+            return (f"verification failed ({solution.violations} ReLU violations, bias-gradient scale "
+                    f"{'ok' if solution.scale_ok else 'wrong'}) when the budget ran out"), None, stats
+        return "", solution.X, stats

@@ -1,0 +1,115 @@
+"""SPEAR's search with deflation: each recovered sample shrinks the problem by one dimension.
+
+With k samples known (rows c_i of C = Q⁻¹), every missing column q_j of Q is orthogonal to
+them, so q_j = N y_j for an orthonormal basis N of their null space (b × (b−k)). Sampling then
+needs (b−k−1)-row submatrices of L N, and a draw hits sample j with probability
+C(z_j, b−k−1)/C(m, b−k−1): the hardest samples are searched last, in the smallest space.
+Candidate patterns are turned into samples and tested with the next layer's gradient (fit.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from leakbench.attacks.spear.candidates import kernel_on, pattern_keys, zero_masks
+from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.fit import complete_last_sample, fit_samples, same_samples
+from leakbench.attacks.spear.sampling import count_zeros, draw_directions
+from leakbench.attacks.spear.solve import Solution, solve_from_samples
+from leakbench.attacks.spear.search import SearchSettings, SearchState, extra_zeros, new_patterns
+
+
+def null_basis(C: torch.Tensor, b: int) -> torch.Tensor:
+    """Orthonormal basis (b × (b−k)) of the vectors orthogonal to the k rows of C."""
+    if C.shape[0] == 0:
+        return torch.eye(b, dtype=C.dtype, device=C.device)
+    _, _, Vh = torch.linalg.svd(C, full_matrices=True)
+    return Vh[C.shape[0]:].T
+
+
+def reduced_rows(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Unit rows of L N, their zero tolerance (same absolute size as in L), and the live rows.
+
+    A row whose projection is at the noise level vanishes for every remaining sample (the
+    neuron was active only for samples already found): it is not live, i.e. neither drawn nor
+    counted, though it still belongs to every exact zero set.
+    """
+    LN = problem.L @ N
+    norms = LN.norm(dim=1)
+    scale = problem.L.norm(dim=1) / norms.clamp_min(1e-300)
+    live = norms > 10 * tol * problem.L.norm(dim=1)
+    return LN / norms.clamp_min(1e-300)[:, None], tol * scale, live
+
+
+def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, state: SearchState,
+                  settings: SearchSettings, gen: torch.Generator) -> torch.Tensor:
+    """One chunk of draws in the reduced space; the new loose zero masks (k, m), sparsest first."""
+    bp = N.shape[1]
+    LNn, tol_r, live = reduced_rows(problem, N, tol)
+    loose = tol_r * settings.sample_tol_factor
+    count = min(settings.chunk, settings.max_draws - state.draws)
+    y = draw_directions(LNn[live], bp, count, gen)
+    state.draws += count
+    y = y[torch.isfinite(y).all(dim=1)]
+    need = bp - 1 + extra_zeros(int(live.sum()), settings)
+    counts = count_zeros(LNn[live], y, loose[live])
+    order = torch.argsort(counts, descending=True)
+    hits = y[order[counts[order] >= need]]
+    state.candidates += int(hits.shape[0])
+    masks = zero_masks(LNn, hits, loose)
+    return masks[new_patterns(masks, state, settings.max_new_per_chunk)]
+
+
+def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor, tol: torch.Tensor,
+                    state: SearchState, residual_tol: float) -> None:
+    """Refine reduced-space patterns to exact zero sets, fit samples, keep the new consistent ones."""
+    if masks.shape[0] == 0:
+        return
+    state.patterns += int(masks.shape[0])
+    LNn, tol_r, live = reduced_rows(problem, N, tol)
+    y, _ = kernel_on(LNn, masks & live)
+    exact = zero_masks(LNn, y, tol_r) & live
+    y, _ = kernel_on(LNn, exact)
+    exact = zero_masks(LNn, y, tol_r) | ~live
+    fit = fit_samples(problem, exact, residual_tol=residual_tol)
+    state.lp_checks += int(masks.shape[0])
+    for c in fit.c[fit.consistent]:
+        if not bool(same_samples(c[None], torch.cat([state.accepted, state.banned]))[0]):
+            state.accepted = torch.cat([state.accepted, c[None]])
+
+
+def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSettings,
+                   gen: torch.Generator, residual_tol: float) -> tuple[SearchState, Solution | None]:
+    """Find all b samples (rows of C) by deflated sampling, or stop at the budget.
+
+    The last sample needs no search: it follows from the other b−1 (`complete_last_sample`).
+    When the completed batch fails verification, the found sample with the most ReLU
+    violations is dropped (and never accepted again) and the search goes on.
+    """
+    b = problem.b
+    state = SearchState(accepted=torch.empty(0, b, dtype=problem.L.dtype, device=problem.L.device))
+    solution = None
+    while not out_of_budget(state, settings):
+        if state.accepted.shape[0] < b - 1:
+            N = null_basis(state.accepted, b)
+            accept_patterns(problem, N, draw_patterns(problem, N, tol, state, settings, gen), tol, state,
+                            residual_tol)
+            continue
+        state.accepted = state.accepted[: b - 1]
+        C = complete_last_sample(problem, state.accepted, tol)
+        solution = solve_from_samples(problem, C, tol)
+        state.last_column_used = True
+        if solution.ok:
+            state.accepted = C
+            return state, solution
+        worst = int(solution.per_sample[: b - 1].argmax())
+        state.banned = torch.cat([state.banned, state.accepted[worst: worst + 1]])
+        state.accepted = torch.cat([state.accepted[:worst], state.accepted[worst + 1:]])
+        state.retries += 1
+        state.seen.clear()
+    return state, solution
+
+
+def out_of_budget(state: SearchState, settings: SearchSettings) -> bool:
+    return state.draws >= settings.max_draws or state.seconds >= settings.max_seconds

@@ -1,0 +1,74 @@
+"""Low-rank factorisation of a linear layer's weight gradient: G = L R, with dead rows dropped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class LayerProblem:
+    """Everything SPEAR works on, in float64 on one device.
+
+    G = dL/dW (m×n), g = dL/dbias (m), W, bias: the attacked layer; `rows` are the indices of the
+    neurons kept (not dead); L (m'×b), R (b×n) with G[rows] = L R and R orthonormal rows;
+    Ln = L with unit rows (for zero tests); A = W[rows] Rᵀ (m'×b) maps c to pre-activations.
+    `noise` is the relative size of the first discarded singular value, σ_{b+1}/σ_1.
+    `P_next` (m'×m') projects onto the orthogonal complement of the row space of the next linear
+    layer's weight gradient (restricted to the kept neurons): every sample's post-ReLU activation
+    h_i lies in that row space, since dL/dW_next = Σ_i δ_i h_iᵀ. None when that gradient has rank
+    below b (e.g. a classifier with fewer classes than b), where the check does not hold.
+    """
+
+    L: torch.Tensor
+    Ln: torch.Tensor
+    R: torch.Tensor
+    g: torch.Tensor
+    A: torch.Tensor
+    bias: torch.Tensor
+    rows: torch.Tensor
+    noise: float
+    P_next: torch.Tensor | None = None
+
+    @property
+    def b(self) -> int:
+        return int(self.L.shape[1])
+
+    @property
+    def m(self) -> int:
+        return int(self.L.shape[0])
+
+
+def factorize(G: torch.Tensor, g: torch.Tensor, W: torch.Tensor, bias: torch.Tensor, b: int,
+              *, G_next: torch.Tensor | None = None, dead_tol: float = 1e-9,
+              next_rank_tol: float = 1e-6) -> LayerProblem:
+    """Drop dead neurons (rows with negligible gradient) and keep the top-b SVD components."""
+    G, g, W, bias = (t.to(torch.float64) for t in (G, g, W, bias))
+    norms = torch.sqrt((G * G).sum(1) + g * g)
+    rows = torch.nonzero(norms > dead_tol * norms.max()).flatten()
+    U, S, Vh = torch.linalg.svd(G[rows], full_matrices=False)
+    noise = float(S[b] / S[0]) if S.numel() > b else 0.0
+    L = U[:, :b] * S[:b]
+    R = Vh[:b]
+    Ln = L / L.norm(dim=1, keepdim=True).clamp_min(torch.finfo(L.dtype).tiny)
+    return LayerProblem(L=L, Ln=Ln, R=R, g=g[rows], A=W[rows] @ R.T, bias=bias[rows], rows=rows,
+                        noise=noise, P_next=next_layer_projector(G_next, rows, b, next_rank_tol))
+
+
+def next_layer_projector(G_next: torch.Tensor | None, rows: torch.Tensor, b: int,
+                         rank_tol: float) -> torch.Tensor | None:
+    """I − V Vᵀ for the top-b right singular vectors V of G_next[:, rows]; None if rank < b."""
+    if G_next is None:
+        return None
+    _, S, Vh = torch.linalg.svd(G_next.to(torch.float64)[:, rows], full_matrices=False)
+    if S.numel() < b or S[b - 1] <= rank_tol * S[0]:
+        return None
+    V = Vh[:b].T
+    return torch.eye(V.shape[0], dtype=V.dtype, device=V.device) - V @ V.T
+
+
+def rank_gap(G: torch.Tensor, b: int) -> float:
+    """σ_b / σ_1 of G: tiny when the batch has fewer than b independent inputs."""
+    S = torch.linalg.svdvals(G.to(torch.float64))
+    return float(S[b - 1] / S[0]) if S.numel() >= b else 0.0

@@ -1,0 +1,112 @@
+"""From a candidate ReLU pattern to the sample itself, using the next layer's gradient.
+
+A sample x = Rᵀc with pattern "active on P" has post-ReLU activation h = 1_P ⊙ (A c + bias), and
+h must lie in the row space of the next layer's weight gradient. Both are linear in c, so one
+least-squares solve per pattern gives c (scale and sign included, pinned by the bias), and its
+residual says whether the pattern belongs to a real sample: a mixture of samples leaves a
+residual orders of magnitude above rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from leakbench.attacks.spear.factors import LayerProblem
+
+
+@dataclass(frozen=True)
+class SampleFit:
+    """Per candidate pattern: the fitted c (k, b), the relative residual, and pattern agreement."""
+
+    c: torch.Tensor
+    residual: torch.Tensor
+    consistent: torch.Tensor
+
+
+def fit_samples(problem: LayerProblem, zero: torch.Tensor, *, residual_tol: float,
+                rounds: int = 3) -> SampleFit:
+    """Fit one sample per zero pattern (k, m) and test it; requires `problem.P_next`.
+
+    The pattern read off the gradient can be wrong in a few rows whose gradient entry is tiny;
+    the fitted sample's own pre-activations give its exact ReLU pattern, so the fit is repeated
+    with that pattern (`rounds` times) and the final pattern must reproduce itself.
+    """
+    for _ in range(rounds):
+        c, residual, z = _fit_once(problem, zero)
+        new_zero = z <= 0
+        stable = (new_zero == zero).all(dim=1)
+        zero = new_zero
+    return SampleFit(c=c, residual=residual, consistent=stable & (residual <= residual_tol))
+
+
+def _fit_once(problem: LayerProblem, zero: torch.Tensor, cond_floor: float = 1e-2
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Least-squares c for each pattern; returns c, the relative residual, and z = A c + bias.
+
+    Besides "h in the next layer's row space", every sample satisfies c·u = 1 with u = L⁺g
+    (from dL/db = Dᵀ1 and Dᵀ = L C⁻¹); that row pins down patterns whose activations alone
+    leave c ambiguous. Patterns whose system stays ill-conditioned (σ_min < cond_floor·σ_max, where
+    rounding noise would be amplified past 8-bit precision) get residual inf.
+    """
+    assert problem.P_next is not None
+    active = (~zero).to(problem.A.dtype)
+    PA = problem.P_next.unsqueeze(0) @ (active.unsqueeze(-1) * problem.A.unsqueeze(0))
+    Pb = problem.P_next.unsqueeze(0) @ (active * problem.bias).unsqueeze(-1)
+    u = bias_direction(problem)
+    weight = problem.A.norm(dim=1).mean() / u.norm()
+    M = torch.cat([PA, (weight * u).expand(PA.shape[0], 1, -1)], dim=1)
+    rhs = torch.cat([-Pb, weight.expand(PA.shape[0], 1, 1)], dim=1)
+    c = torch.linalg.lstsq(M, rhs).solution[..., 0]
+    z = c @ problem.A.T + problem.bias
+    residual = (M @ c.unsqueeze(-1) - rhs)[..., 0].norm(dim=1) / (active * z).norm(dim=1).clamp_min(1e-300)
+    S = torch.linalg.svdvals(M)
+    residual[S[:, -1] <= cond_floor * S[:, 0]] = float("inf")
+    return c, residual, z
+
+
+def same_samples(c: torch.Tensor, known: torch.Tensor, rel_tol: float = 1e-6) -> torch.Tensor:
+    """Mask of rows of `c` (k,b) equal (up to rel_tol) to a row of `known` (j,b)."""
+    if known.shape[0] == 0:
+        return torch.zeros(c.shape[0], dtype=torch.bool, device=c.device)
+    dist = torch.cdist(c, known)
+    return (dist <= rel_tol * c.norm(dim=1, keepdim=True)).any(dim=1)
+
+
+def bias_direction(problem: LayerProblem) -> torch.Tensor:
+    """u = L⁺g: every sample satisfies c·u = 1 (from dL/db = Dᵀ1 and Dᵀ = L C⁻¹)."""
+    return torch.linalg.lstsq(problem.L, problem.g[:, None]).solution[:, 0]
+
+
+def complete_last_sample(problem: LayerProblem, C_known: torch.Tensor, tol: torch.Tensor,
+                         *, determined: float = 1e-3) -> torch.Tensor:
+    """The last sample's c, once b−1 samples are known; returns C with the new row last.
+
+    The missing column q_j of Q = C⁻¹ is the null vector of the known rows. Every other column
+    satisfies c_k·q_i = δ_ki for the known k, so q_i = a_i + t_i q_j, where t_i is fixed by the
+    zeros that sample i's own ReLU pattern forces on L q_i — unless L q_j (nearly) vanishes on
+    those zeros. c_j is orthogonal to every well-determined q_i, satisfies c_j·u = 1 and, when
+    the next layer's gradient is usable, puts its activation in that layer's row space with
+    the pattern of L q_j. All three are linear in c_j: one least-squares solve.
+    """
+    _, _, Vh = torch.linalg.svd(C_known, full_matrices=True)
+    qj = Vh[-1]
+    Lqj = problem.L @ qj
+    zero = ((C_known @ problem.A.T + problem.bias) <= 0).T.to(Lqj.dtype)
+    La = problem.L @ torch.linalg.pinv(C_known)
+    on_zeros = ((Lqj[:, None] ** 2) * zero).sum(0)
+    t = -((La * Lqj[:, None]) * zero).sum(0) / on_zeros.clamp_min(1e-300)
+    good = on_zeros.sqrt() > determined * Lqj.norm()
+    Q_other = (torch.linalg.pinv(C_known) + qj[:, None] * t[None, :])[:, good]
+    rows = [Q_other.T / Q_other.norm(dim=0)[:, None]]
+    u = bias_direction(problem)
+    rows.append(u[None] / u.norm())
+    rhs = [torch.zeros(rows[0].shape[0], dtype=u.dtype, device=u.device), (1 / u.norm())[None]]
+    if problem.P_next is not None:
+        active = ((problem.Ln @ qj).abs() > tol).to(u.dtype)
+        weight = 1 / problem.A.norm(dim=1).mean()
+        rows.append(weight * problem.P_next @ (active[:, None] * problem.A))
+        rhs.append(-weight * problem.P_next @ (active * problem.bias))
+    cj = torch.linalg.lstsq(torch.cat(rows), torch.cat(rhs)[:, None]).solution[:, 0]
+    return torch.cat([C_known, cj[None]])

@@ -1,0 +1,26 @@
+"""Datasets, one registry. Every loader returns an `ImageDataset` (float [0,1], NCHW, labels)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from leakbench.datasets.base import Batch, ImageDataset, sample_batch
+from leakbench.registry import Registry
+
+DATASETS: Registry[ImageDataset] = Registry("dataset")
+
+
+def load_dataset(name: str, *, data_root: Path | None = None, image_size: int | None = None) -> ImageDataset:
+    """Load dataset `name`; `data_root` and `image_size` are passed to loaders that use them."""
+    return DATASETS.create(name, data_root=data_root, image_size=image_size)
+
+
+def list_datasets() -> list[tuple[str, str]]:
+    """(name, description) for every registered dataset."""
+    return [(e.name, e.description) for e in DATASETS.entries()]
+
+
+# Loaders register themselves on import.
+from leakbench.datasets import loaders as _loaders  # noqa: E402,F401
+
+__all__ = ["Batch", "ImageDataset", "DATASETS", "load_dataset", "list_datasets", "sample_batch"]

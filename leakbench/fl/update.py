@@ -1,0 +1,54 @@
+"""Client updates: FedSGD (the gradient of the mean batch loss) packaged with the public model."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from leakbench.datasets.base import Batch
+
+
+@dataclass(frozen=True)
+class ThreatModel:
+    """What the server (attacker) knows besides the update and the model."""
+
+    batch_size_known: bool = True
+    labels_known: bool = False
+
+
+@dataclass(frozen=True)
+class ClientUpdate:
+    """Everything an attack receives: the public model and the shared gradients.
+
+    `gradients` maps parameter names of `model` to dL/dθ of the mean cross-entropy over the
+    batch. `batch_size` and `labels` are present only when the threat model grants them.
+    No field holds the client's images.
+    """
+
+    model: nn.Module
+    gradients: dict[str, torch.Tensor]
+    threat: ThreatModel
+    batch_size: int | None
+    labels: torch.Tensor | None = field(default=None)
+    kind: str = "fedsgd"
+
+
+def fedsgd_update(model: nn.Module, batch: Batch, threat: ThreatModel = ThreatModel()) -> ClientUpdate:
+    """Compute the FedSGD update of `model` on `batch`; the model is copied, not modified."""
+    public = copy.deepcopy(model)
+    public.zero_grad(set_to_none=True)
+    dtype = next(public.parameters()).dtype
+    loss = nn.functional.cross_entropy(public(batch.images.to(dtype)), batch.labels)
+    names = [n for n, _ in public.named_parameters()]
+    grads = torch.autograd.grad(loss, [p for _, p in public.named_parameters()])
+    gradients = {n: g.detach().clone() for n, g in zip(names, grads)}
+    return ClientUpdate(
+        model=public.requires_grad_(False).eval(),
+        gradients=gradients,
+        threat=threat,
+        batch_size=batch.size if threat.batch_size_known else None,
+        labels=batch.labels.clone() if threat.labels_known else None,
+    )

@@ -1,0 +1,119 @@
+"""Pair reconstructions with ground-truth items by minimum total mean squared error.
+
+Attacks that recover a whole batch return the items in an arbitrary order, so
+every metric first pairs each ground-truth item with one reconstruction. The
+pairing minimises the summed per-item MSE (Hungarian algorithm on the pairwise
+MSE matrix). It works on any trailing shape: images ``(b, C, H, W)`` or flat
+feature vectors ``(b, n)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+from torch import Tensor
+
+from leakbench.errors import LeakbenchError
+
+MATCHING = "hungarian-mse"
+"""Name of the matching rule, for reports."""
+
+UNMATCHED = -1
+"""Entry of a matching for a ground-truth item that got no reconstruction."""
+
+
+def _flat64(x: Tensor, what: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise LeakbenchError(f"{what} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() < 1:
+        raise LeakbenchError(f"{what} must have a batch dimension, got a scalar")
+    return x.detach().to(device="cpu", dtype=torch.float64).reshape(x.shape[0], -1)
+
+
+def pairwise_mse(recon: Tensor, truth: Tensor) -> np.ndarray:
+    """Mean squared error between every ground-truth item and every reconstruction.
+
+    Args:
+        recon: reconstructions, shape ``(m, ...)``.
+        truth: ground truth, shape ``(b, ...)`` with the same trailing shape.
+
+    Returns:
+        float64 array ``cost`` of shape ``(b, m)`` with
+        ``cost[i, j] = mean((recon[j] - truth[i]) ** 2)``. Entries involving a
+        non-finite value (NaN or inf anywhere in the item) are ``inf``.
+    """
+    if tuple(recon.shape[1:]) != tuple(truth.shape[1:]):
+        raise LeakbenchError(
+            f"cannot match reconstructions of shape {tuple(recon.shape)} "
+            f"with ground truth of shape {tuple(truth.shape)}"
+        )
+    r = _flat64(recon, "recon")
+    t = _flat64(truth, "truth")
+    d = max(t.shape[1], 1)
+    r_ok = torch.isfinite(r).all(dim=1)
+    t_ok = torch.isfinite(t).all(dim=1)
+    r = torch.where(r_ok[:, None], r, torch.zeros_like(r))
+    t = torch.where(t_ok[:, None], t, torch.zeros_like(t))
+    # ||t - r||^2 = ||t||^2 + ||r||^2 - 2 t.r, without a (b, m, d) intermediate.
+    sq = (t * t).sum(1)[:, None] + (r * r).sum(1)[None, :] - 2.0 * (t @ r.T)
+    cost = (sq.clamp_min(0.0) / d).numpy()
+    bad = ~(t_ok.numpy()[:, None] & r_ok.numpy()[None, :]) | ~np.isfinite(cost)
+    cost[bad] = np.inf
+    return cost
+
+
+def match_by_mse(recon: Tensor, truth: Tensor) -> np.ndarray:
+    """Pair each ground-truth item with one reconstruction, minimising total MSE.
+
+    Args:
+        recon: reconstructions, shape ``(m, ...)``; usually ``m == b``.
+        truth: ground truth, shape ``(b, ...)`` with the same trailing shape.
+
+    Returns:
+        ``perm``, an int64 array of length ``b`` such that ``recon[perm[i]]`` is
+        the reconstruction paired with ``truth[i]``. With ``m == b`` it is a
+        permutation. Extra reconstructions (``m > b``) are left unused. With
+        fewer reconstructions (``m < b``) the ground-truth items left over get
+        ``UNMATCHED`` (-1) -- do not index with it; use :func:`apply_matching`.
+
+    Non-finite reconstructions (a diverged attack) never make the assignment
+    fail: any pair involving a NaN/inf costs more than every finite pairing put
+    together, so such items are paired last, with whatever remains.
+    """
+    cost = pairwise_mse(recon, truth)
+    b, m = cost.shape
+    perm = np.full(b, UNMATCHED, dtype=np.int64)
+    if b == 0 or m == 0:
+        return perm
+    finite = np.isfinite(cost)
+    k = min(b, m)
+    top = float(cost[finite].max()) if finite.any() else 0.0
+    big = min((top + 1.0) * (k + 1), np.finfo(np.float64).max / (4 * (k + 1)))
+    cost = np.where(finite, cost, big)
+    rows, cols = linear_sum_assignment(cost)
+    perm[rows] = cols
+    return perm
+
+
+def apply_matching(recon: Tensor, perm: np.ndarray) -> Tensor:
+    """Reorder reconstructions so that row ``i`` is the one paired with ``truth[i]``.
+
+    Rows whose ``perm`` entry is ``UNMATCHED`` are filled with NaN (the grid
+    writer and the metrics treat non-finite items as failed).
+
+    Args:
+        recon: reconstructions, shape ``(m, ...)``.
+        perm: output of :func:`match_by_mse`, length ``b``.
+
+    Returns:
+        Floating tensor of shape ``(b, ...)`` on ``recon``'s device.
+    """
+    perm = np.asarray(perm, dtype=np.int64)
+    dtype = recon.dtype if recon.is_floating_point() else torch.float32
+    out = torch.full((len(perm), *recon.shape[1:]), float("nan"), dtype=dtype, device=recon.device)
+    valid = perm != UNMATCHED
+    if valid.any():
+        idx = torch.as_tensor(perm[valid], device=recon.device)
+        out[torch.as_tensor(np.flatnonzero(valid), device=recon.device)] = recon[idx].to(dtype)
+    return out

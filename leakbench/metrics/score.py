@@ -1,0 +1,137 @@
+"""Score a reconstructed batch against its ground truth: one table row per item.
+
+Reconstructions are first paired with ground-truth items by
+:func:`leakbench.metrics.matching.match_by_mse`. A missing reconstruction (the
+attack failed and produced nothing, or produced fewer items than the batch)
+gives NaN metrics, ``matched_recon == -1`` and ``exact == False``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from leakbench.errors import LeakbenchError
+from leakbench.metrics.image import exact, mse, psnr, ssim
+from leakbench.metrics.lpips_metric import LpipsScorer
+from leakbench.metrics.matching import UNMATCHED, match_by_mse
+
+IMAGE_COLUMNS = ("image", "matched_recon", "mse", "psnr", "ssim", "lpips", "exact")
+"""Columns of :func:`score_images`."""
+
+FEATURE_COLUMNS = ("image", "matched_recon", "rel_error", "max_abs_error", "exact")
+"""Columns of :func:`score_features`."""
+
+
+def _frame(columns: tuple[str, ...], b: int, perm: np.ndarray, values: dict[str, np.ndarray]) -> pd.DataFrame:
+    data: dict[str, np.ndarray] = {
+        "image": np.arange(b, dtype=np.int64),
+        "matched_recon": perm.astype(np.int64),
+    }
+    for name in columns[2:]:
+        if name == "exact":
+            data[name] = values.get(name, np.zeros(b, dtype=bool)).astype(bool)
+        else:
+            data[name] = values.get(name, np.full(b, np.nan)).astype(np.float64)
+    return pd.DataFrame(data, columns=list(columns))
+
+
+def _scatter(perm: np.ndarray, matched: Tensor, fill: float | bool) -> np.ndarray:
+    """Place per-pair values at the ground-truth rows that got a reconstruction."""
+    arr = matched.detach().cpu().numpy()
+    out = np.full(len(perm), fill, dtype=arr.dtype if arr.dtype == bool else np.float64)
+    out[perm != UNMATCHED] = arr
+    return out
+
+
+def score_images(recon: Tensor | None, truth: Tensor, *, lpips: LpipsScorer | None) -> pd.DataFrame:
+    """Per-image metrics of a reconstructed image batch.
+
+    Args:
+        recon: reconstructions ``(m, C, H, W)`` in [0, 1], any order, or ``None``
+            when the attack produced nothing.
+        truth: ground truth ``(b, C, H, W)`` in [0, 1].
+        lpips: a real LPIPS scorer, or ``None`` to leave the column NaN.
+
+    Returns:
+        One row per ground-truth image with columns ``image``, ``matched_recon``,
+        ``mse``, ``psnr``, ``ssim``, ``lpips``, ``exact`` (see
+        :mod:`leakbench.metrics.image`; all on images clamped to [0, 1]).
+        Matching is done on the clamped images too.
+    """
+    if truth.dim() != 4:
+        raise LeakbenchError(f"expected ground-truth images shaped (b, C, H, W), got {tuple(truth.shape)}")
+    b = truth.shape[0]
+    if recon is None:
+        return _frame(IMAGE_COLUMNS, b, np.full(b, UNMATCHED, dtype=np.int64), {})
+    if recon.dim() != 4 or tuple(recon.shape[1:]) != tuple(truth.shape[1:]):
+        raise LeakbenchError(
+            f"reconstruction shape {tuple(recon.shape)} does not fit ground truth {tuple(truth.shape)}"
+        )
+    r = recon.detach().cpu().clamp(0.0, 1.0)
+    t = truth.detach().cpu()
+    perm = match_by_mse(r, t)
+    rows = perm != UNMATCHED
+    rr = r[torch.as_tensor(perm[rows])]
+    tt = t[torch.as_tensor(np.flatnonzero(rows))]
+    values = {
+        "mse": _scatter(perm, mse(rr, tt), np.nan),
+        "psnr": _scatter(perm, psnr(rr, tt), np.nan),
+        "ssim": _scatter(perm, ssim(rr, tt), np.nan),
+        "exact": _scatter(perm, exact(rr, tt), False),
+    }
+    if lpips is not None:
+        values["lpips"] = _scatter(perm, lpips.score(rr, tt), np.nan)
+    return _frame(IMAGE_COLUMNS, b, perm, values)
+
+
+def score_features(recon_feats: Tensor | None, truth_feats: Tensor, *, atol: float = 1e-4) -> pd.DataFrame:
+    """Per-item metrics of reconstructed feature vectors (e.g. a layer's inputs).
+
+    Args:
+        recon_feats: reconstructions ``(m, n)``, any order, or ``None``.
+        truth_feats: ground truth ``(b, n)``.
+        atol: absolute tolerance for ``exact``, relative to the item's scale.
+
+    Returns:
+        One row per ground-truth item with columns ``image``, ``matched_recon``,
+        ``rel_error`` (``||r - t|| / ||t||``; 0 when both are zero, inf when
+        only ``t`` is), ``max_abs_error`` and ``exact``
+        (``max_abs_error <= atol * max(1, max|t|)``).
+    """
+    if truth_feats.dim() != 2:
+        raise LeakbenchError(f"expected features shaped (b, n), got {tuple(truth_feats.shape)}")
+    b = truth_feats.shape[0]
+    if recon_feats is None:
+        return _frame(FEATURE_COLUMNS, b, np.full(b, UNMATCHED, dtype=np.int64), {})
+    if recon_feats.dim() != 2 or recon_feats.shape[1] != truth_feats.shape[1]:
+        raise LeakbenchError(
+            f"feature reconstruction shape {tuple(recon_feats.shape)} does not fit "
+            f"ground truth {tuple(truth_feats.shape)}"
+        )
+    r = recon_feats.detach().to("cpu", torch.float64)
+    t = truth_feats.detach().to("cpu", torch.float64)
+    perm = match_by_mse(r, t)
+    rows = perm != UNMATCHED
+    rr = r[torch.as_tensor(perm[rows])]
+    tt = t[torch.as_tensor(np.flatnonzero(rows))]
+    diff = rr - tt
+    err = torch.linalg.vector_norm(diff, dim=1)
+    norm = torch.linalg.vector_norm(tt, dim=1)
+    rel = torch.where(norm > 0, err / norm.clamp_min(torch.finfo(torch.float64).tiny), err * float("inf"))
+    rel = torch.where(err == 0, torch.zeros_like(rel), rel)  # 0/0 -> 0
+    max_abs = diff.abs().amax(dim=1) if diff.shape[1] else torch.zeros(diff.shape[0], dtype=torch.float64)
+    # amax ignores nothing: NaN propagates, so a NaN item is never exact.
+    scale = tt.abs().amax(dim=1).clamp_min(1.0) if tt.shape[1] else torch.ones(tt.shape[0], dtype=torch.float64)
+    is_exact = max_abs <= atol * scale
+    values = {
+        "rel_error": _scatter(perm, rel, np.nan),
+        "max_abs_error": _scatter(perm, max_abs, np.nan),
+        "exact": _scatter(perm, is_exact, False),
+    }
+    return _frame(FEATURE_COLUMNS, b, perm, values)
+
+
+__all__ = ["FEATURE_COLUMNS", "IMAGE_COLUMNS", "score_features", "score_images"]

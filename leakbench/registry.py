@@ -1,0 +1,48 @@
+"""A tiny name → factory registry shared by attacks and datasets (Opacus style)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Generic, TypeVar
+
+from leakbench.errors import ConfigError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Entry(Generic[T]):
+    """One registered factory with a one-line description."""
+
+    name: str
+    factory: Callable[..., T]
+    description: str
+
+
+class Registry(Generic[T]):
+    """Maps names to factories; registering a name twice raises."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, Entry[T]] = {}
+
+    def register(self, name: str, factory: Callable[..., T], description: str) -> None:
+        if name in self._entries:
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        self._entries[name] = Entry(name, factory, description)
+
+    def entry(self, name: str) -> Entry[T]:
+        try:
+            return self._entries[name]
+        except KeyError:
+            known = ", ".join(sorted(self._entries))
+            raise ConfigError(f"unknown {self.kind} {name!r} (known: {known})") from None
+
+    def create(self, name: str, **kwargs: object) -> T:
+        return self.entry(name).factory(**kwargs)
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def entries(self) -> list[Entry[T]]:
+        return [self._entries[n] for n in self.names()]
