@@ -1,0 +1,7 @@
+"""`python -m leakbench` = the `leakbench` console script."""
+
+import sys
+
+from leakbench.cli import main
+
+sys.exit(main())

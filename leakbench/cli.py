@@ -1,0 +1,140 @@
+"""Command line: parses arguments and calls the harness; bad input → one line on stderr, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+from leakbench.errors import LeakbenchError
+
+EXIT_BAD_INPUT = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leakbench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    attack = sub.add_parser("attack", help="run one attack on one batch and score it")
+    attack.add_argument("--attack", required=True, help="registered attack (see `leakbench list attacks`)")
+    attack.add_argument("--dataset", default="embedded", help="registered dataset (default: embedded)")
+    attack.add_argument("--data-root", help="folder holding the dataset files")
+    attack.add_argument("--image-size", type=int, help="resize images to S×S where the dataset allows it")
+    attack.add_argument("--batch-size", type=int, required=True)
+    attack.add_argument("--width", type=int, default=200, help="hidden width of the FC victim (default 200)")
+    attack.add_argument("--depth", type=int, default=6, help="linear layers of the FC victim (default 6)")
+    attack.add_argument("--layer", type=int, default=1, help="linear layer to attack (default 1)")
+    attack.add_argument("--seed", type=int, default=0, help="seed of batch choice, init and attack")
+    attack.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="attack hyperparameter override (repeatable), e.g. max_seconds=60")
+    attack.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
+    attack.add_argument("--out", type=Path, help="write records, manifest and grid here")
+    attack.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    run = sub.add_parser("run", help="run a suite (default: benchmarks/default.toml) and write a report")
+    run.add_argument("suite", nargs="?", help="suite name in benchmarks/ or a path to a .toml file")
+    run.add_argument("--data-root", help="folder holding the dataset files")
+    run.add_argument("--reports", type=Path, default=Path("reports"), help="where to write the report")
+    run.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
+    lst = sub.add_parser("list", help="list registered attacks or datasets")
+    lst.add_argument("what", choices=["attacks", "datasets"])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"attack": cmd_attack, "run": cmd_run, "list": cmd_list}[args.command](args)
+    except LeakbenchError as exc:
+        print(f"leakbench: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def parse_params(pairs: list[str]) -> dict[str, Any]:
+    """KEY=VALUE strings to a dict; values parsed as JSON when they are JSON (numbers, booleans)."""
+    from leakbench.errors import ConfigError
+
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--param expects KEY=VALUE, got {pair!r}")
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key] = value
+    return params
+
+
+def lpips_for(path: Path | None):
+    """The LPIPS scorer and a note; an explicit weights path that does not exist is bad input."""
+    from leakbench.errors import ConfigError
+    from leakbench.metrics import load_lpips
+
+    if path is not None and not path.is_file():
+        raise ConfigError(f"--lpips-weights {path} does not exist")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_lpips(path)
+
+
+def cmd_attack(args: argparse.Namespace) -> int:
+    from leakbench.harness.cell import CellSpec, json_safe, run_cell
+    from leakbench.harness.store import check_out_dir, write_cell
+
+    if args.out is not None:
+        check_out_dir(args.out)
+    spec = CellSpec(attack=args.attack, dataset=args.dataset, batch_size=args.batch_size, seed=args.seed,
+                    width=args.width, depth=args.depth, layer=args.layer,
+                    data_root=str(args.data_root) if args.data_root else None, image_size=args.image_size,
+                    hyperparameters=parse_params(args.param))
+    scorer, note = lpips_for(args.lpips_weights)
+    result = run_cell(spec, lpips=scorer, lpips_note=note)
+    if args.out is not None:
+        write_cell(result, args.out, caption=caption(result.summary))
+    print(json.dumps(json_safe(result.summary)) if args.json else human_summary(result.summary))
+    return 0
+
+
+def caption(summary: dict[str, Any]) -> str:
+    return (f"{summary['attack']} · {summary['dataset']} · b={summary['batch_size']} · FC-{summary['depth']} "
+            f"width {summary['width']} · layer {summary['layer']} · seed {summary['seed']} · "
+            f"status {summary['status']} · rows: reconstruction above ground truth")
+
+
+def human_summary(s: dict[str, Any]) -> str:
+    def f(v: Any, d: int = 2) -> str:
+        return "n/a" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
+
+    lines = [f"{s['attack']} on {s['dataset']} (b={s['batch_size']}, FC-{s['depth']} width {s['width']}, "
+             f"layer {s['layer']}, seed {s['seed']}): {s['status']}" + (f" — {s['reason']}" if s['reason'] else ""),
+             f"  exact {100 * s['exact_fraction']:.0f}% of {s['n_images']} images; PSNR mean {f(s['psnr_mean'], 1)}, "
+             f"median {f(s['psnr_median'], 1)}, min {f(s['psnr_min'], 1)} dB; SSIM {f(s['ssim_mean'], 4)}; "
+             f"LPIPS {f(s['lpips_mean'], 3)}" + (f" ({s['lpips_note']})" if s["lpips_note"] else ""),
+             f"  {s['seconds']:.2f} s; matching {s['matching']}"]
+    return "\n".join(lines)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from leakbench.harness.run import run_suite
+
+    scorer, note = lpips_for(args.lpips_weights)
+    report = run_suite(args.suite, data_root=args.data_root, reports=args.reports, lpips=scorer,
+                       lpips_note=note, progress=sys.stderr)
+    print(f"wrote {report}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    if args.what == "attacks":
+        from leakbench.attacks import list_attacks as entries
+    else:
+        from leakbench.datasets import list_datasets as entries
+    for name, description in entries():
+        print(f"{name:14s} {description}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

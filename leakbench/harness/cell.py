@@ -1,0 +1,155 @@
+"""One cell of a benchmark: data → victim → client update → attack → matched per-image metrics."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from leakbench.attacks import Reconstruction, attack_class, create_attack
+from leakbench.datasets import Batch, load_dataset, sample_batch
+from leakbench.fl import ClientUpdate, fedsgd_update
+from leakbench.metrics import MATCHING, LpipsScorer, apply_matching, match_by_mse, score_features, score_images
+from leakbench.models import FCNet, build_fc
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """Everything that defines one attack run; `seed` drives the batch, the init and the attack."""
+
+    attack: str
+    dataset: str
+    batch_size: int
+    seed: int = 0
+    width: int = 200
+    depth: int = 6
+    layer: int = 1
+    data_root: str | None = None
+    image_size: int | None = None
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CellResult:
+    """The outcome of a cell: a summary row, per-image records and what a grid needs."""
+
+    spec: CellSpec
+    summary: dict[str, Any]
+    records: pd.DataFrame
+    truth: torch.Tensor
+    aligned: torch.Tensor | None
+    reconstruction: Reconstruction
+
+
+def prepare(spec: CellSpec) -> tuple[Batch, FCNet, ClientUpdate]:
+    """Load the batch, build the victim and compute the client's update (no attack yet)."""
+    root = Path(spec.data_root) if spec.data_root else None
+    dataset = load_dataset(spec.dataset, data_root=root, image_size=spec.image_size)
+    batch = sample_batch(dataset, spec.batch_size, spec.seed)
+    model = build_fc(dataset.image_shape, dataset.num_classes, width=spec.width, depth=spec.depth,
+                     seed=spec.seed)
+    return batch, model, fedsgd_update(model, batch)
+
+
+def build_attack(spec: CellSpec):
+    """The configured attack; `layer` is passed to attacks whose Config has that field."""
+    params = dict(spec.hyperparameters)
+    if "layer" in attack_class(spec.attack).Config.__dataclass_fields__:
+        params.setdefault("layer", spec.layer)
+    return create_attack(spec.attack, **params)
+
+
+def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: str = "") -> CellResult:
+    """Run one cell end to end. Bad input raises a LeakbenchError before the attack starts."""
+    batch, model, update = prepare(spec)
+    attack = build_attack(spec)
+    attack.check_update(update)
+    start = time.perf_counter()
+    recon = attack.reconstruct(update, seed=spec.seed)
+    seconds = time.perf_counter() - start
+    records, aligned = score(recon, batch, model, lpips)
+    records.insert(0, "dataset_index", list(batch.indices))
+    for key, value in reversed(list(cell_columns(spec).items())):
+        records.insert(0, key, value)
+    summary = summarize(spec, recon, records, seconds, lpips is not None, lpips_note)
+    summary["hyperparameters"] = attack.hyperparameters()
+    return CellResult(spec, summary, records, batch.images, aligned, recon)
+
+
+def score(recon: Reconstruction, batch: Batch, model: FCNet, lpips: LpipsScorer | None
+          ) -> tuple[pd.DataFrame, torch.Tensor | None]:
+    """Per-image metrics in the reconstruction's space, and the reconstruction aligned to truth."""
+    if recon.space == "image":
+        images = recon.images if recon.status == "ok" else None
+        records = score_images(images, batch.images, lpips=lpips)
+    else:
+        truth = model.layer_inputs(batch.images.to(next(model.parameters()).dtype), recon.layer or 1)
+        images = None
+        records = score_features(recon.features if recon.status == "ok" else None, truth.detach())
+    aligned = None
+    if images is not None:
+        aligned = apply_matching(images, match_by_mse(images, batch.images))
+    records.insert(0, "space", recon.space)
+    records["status"] = recon.status
+    return records, aligned
+
+
+def cell_columns(spec: CellSpec) -> dict[str, Any]:
+    """The axes of a cell as record columns (numbers as numbers)."""
+    return {"attack": spec.attack, "dataset": spec.dataset, "batch_size": spec.batch_size,
+            "width": spec.width, "depth": spec.depth, "layer": spec.layer, "seed": spec.seed}
+
+
+def summarize(spec: CellSpec, recon: Reconstruction, records: pd.DataFrame, seconds: float,
+              have_lpips: bool, lpips_note: str) -> dict[str, Any]:
+    """The one-object summary printed by `leakbench attack --json`."""
+    psnr = records["psnr"].to_numpy(dtype=float) if "psnr" in records else np.array([np.nan])
+    ssim = records["ssim"].to_numpy(dtype=float) if "ssim" in records else np.array([np.nan])
+    lp = records["lpips"].to_numpy(dtype=float) if "lpips" in records else np.array([np.nan])
+    out: dict[str, Any] = dict(cell_columns(spec))
+    out.update({
+        "space": recon.space,
+        "n_images": int(len(records)),
+        "exact_fraction": float(records["exact"].astype(bool).mean()),
+        "psnr_mean": _stat(np.mean, psnr), "psnr_median": _stat(np.median, psnr),
+        "psnr_min": _stat(np.min, psnr), "ssim_mean": _stat(np.mean, ssim),
+        "lpips_mean": _stat(np.mean, lp) if have_lpips else None,
+        "lpips_note": "" if have_lpips else lpips_note,
+        "seconds": seconds, "status": recon.status, "reason": recon.reason,
+        "matching": MATCHING, "attack_stats": _plain(recon.stats),
+    })
+    if recon.space == "feature":
+        out["feature_rel_error_max"] = _stat(np.max, records["rel_error"].to_numpy(dtype=float))
+    return out
+
+
+def _stat(fn, values: np.ndarray) -> float | None:
+    """A statistic over the finite-or-infinite values; None when there are none (all NaN)."""
+    values = values[~np.isnan(values)]
+    return float(fn(values)) if values.size else None
+
+
+def _plain(stats: dict[str, Any]) -> dict[str, Any]:
+    """Attack stats as JSON-friendly plain values."""
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in stats.items()}
+
+
+def json_safe(value: Any) -> Any:
+    """Replace non-finite floats (JSON has none) by None, recursively; +inf PSNR means identical."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def spec_dict(spec: CellSpec) -> dict[str, Any]:
+    return asdict(spec)
