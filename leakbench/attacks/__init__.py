@@ -31,6 +31,8 @@ def list_attacks() -> list[tuple[str, str]]:
 
 
 from leakbench.attacks import spear as _spear  # noqa: E402,F401  (registers on import)
+from leakbench.attacks import cpa as _cpa  # noqa: E402,F401
+from leakbench.attacks import gradient_matching as _gradient_matching  # noqa: E402,F401
 
 __all__ = ["ATTACKS", "Attack", "Reconstruction", "Requirements", "attack_class", "create_attack",
            "list_attacks", "register_attack"]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from leakbench.attacks.spear.candidates import kernel_on, pattern_keys, zero_masks
+from leakbench.attacks.spear.candidates import canonical, is_new, kernel_on, zero_masks
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.fit import complete_last_sample, fit_samples, same_samples
+from leakbench.attacks.spear.fit import complete_last_sample, complete_samples, fit_samples, same_samples
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
 from leakbench.attacks.spear.solve import Solution, solve_from_samples
 from leakbench.attacks.spear.search import SearchSettings, SearchState, extra_zeros, new_patterns
@@ -70,10 +70,12 @@ def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor,
     LNn, tol_r, live = reduced_rows(problem, N, tol)
     y, _ = kernel_on(LNn, masks & live)
     exact = zero_masks(LNn, y, tol_r) & live
-    y, _ = kernel_on(LNn, exact)
+    y, S = kernel_on(LNn, exact & live)
     exact = zero_masks(LNn, y, tol_r) | ~live
-    fit = fit_samples(problem, exact, residual_tol=residual_tol)
+    fit = fit_samples(problem, exact, residual_tol=residual_tol, free=~live)
     state.lp_checks += int(masks.shape[0])
+    unique = S[:, -2] > 1e-3 * S[:, 0] if N.shape[1] > 1 else torch.ones_like(fit.consistent)
+    remember_directions(state, canonical(y[unique & ~fit.consistent] @ N.T))
     for c in fit.c[fit.consistent]:
         if not bool(same_samples(c[None], torch.cat([state.accepted, state.banned]))[0]):
             state.accepted = torch.cat([state.accepted, c[None]])
@@ -95,6 +97,9 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
             N = null_basis(state.accepted, b)
             accept_patterns(problem, N, draw_patterns(problem, N, tol, state, settings, gen), tol, state,
                             residual_tol)
+            solution = try_directions(problem, state, tol)
+            if solution is not None:
+                return state, solution
             continue
         state.accepted = state.accepted[: b - 1]
         C = complete_last_sample(problem, state.accepted, tol)
@@ -113,3 +118,40 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
 
 def out_of_budget(state: SearchState, settings: SearchSettings) -> bool:
     return state.draws >= settings.max_draws or state.seconds >= settings.max_seconds
+
+
+def remember_directions(state: SearchState, q: torch.Tensor) -> None:
+    """Keep unit column directions whose pattern was sound but whose sample fit was not."""
+    fresh = is_new(q, state.directions, cos_tol=1e-6)
+    state.directions = torch.cat([state.directions, q[fresh]])
+
+
+def try_directions(problem: LayerProblem, state: SearchState, tol: torch.Tensor) -> Solution | None:
+    """If remembered directions cover all k missing columns, complete the batch and verify it.
+
+    Directions inside the current null space are either missing columns or mixtures of them;
+    the k sparsest independent ones are tried (verification decides).
+    """
+    b, known = problem.b, state.accepted.shape[0]
+    k = b - known
+    if k < 2 or k > 4:
+        return None
+    N = null_basis(state.accepted, b)
+    inside = state.directions[(state.directions @ N).norm(dim=1) > 1 - 1e-6]
+    if inside.shape[0] < k:
+        return None
+    zeros = zero_masks(problem.Ln, inside, tol).sum(1)
+    inside = inside[torch.argsort(zeros, descending=True)][: 4 * k]
+    chosen = inside[:1]
+    for q in inside[1:]:
+        if chosen.shape[0] < k and torch.linalg.matrix_rank(torch.cat([chosen, q[None]]), rtol=1e-3) > chosen.shape[0]:
+            chosen = torch.cat([chosen, q[None]])
+    if chosen.shape[0] < k:
+        return None
+    C = complete_samples(problem, state.accepted, chosen.T)
+    solution = solve_from_samples(problem, C, tol)
+    if solution.ok:
+        state.accepted = C
+        state.last_column_used = True
+        return solution
+    return None

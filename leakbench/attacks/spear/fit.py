@@ -26,23 +26,24 @@ class SampleFit:
 
 
 def fit_samples(problem: LayerProblem, zero: torch.Tensor, *, residual_tol: float,
-                rounds: int = 3) -> SampleFit:
+                free: torch.Tensor | None = None, rounds: int = 3) -> SampleFit:
     """Fit one sample per zero pattern (k, m) and test it; requires `problem.P_next`.
 
-    The pattern read off the gradient can be wrong in a few rows whose gradient entry is tiny;
-    the fitted sample's own pre-activations give its exact ReLU pattern, so the fit is repeated
-    with that pattern (`rounds` times) and the final pattern must reproduce itself.
+    Rows in `free` (m,) are uncertain (their gradient entry is at the noise level): in the
+    first round their activation is an extra unknown instead of a constraint. The fitted
+    sample's own pre-activations then give its exact ReLU pattern, so the fit is repeated with
+    that pattern (`rounds` times) and the final pattern must reproduce itself.
     """
-    for _ in range(rounds):
-        c, residual, z = _fit_once(problem, zero)
+    for i in range(rounds):
+        c, residual, z = _fit_once(problem, zero, free if i == 0 else None)
         new_zero = z <= 0
         stable = (new_zero == zero).all(dim=1)
         zero = new_zero
     return SampleFit(c=c, residual=residual, consistent=stable & (residual <= residual_tol))
 
 
-def _fit_once(problem: LayerProblem, zero: torch.Tensor, cond_floor: float = 1e-2
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _fit_once(problem: LayerProblem, zero: torch.Tensor, free: torch.Tensor | None = None,
+              cond_floor: float = 1e-2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Least-squares c for each pattern; returns c, the relative residual, and z = A c + bias.
 
     Besides "h in the next layer's row space", every sample satisfies c·u = 1 with u = L⁺g
@@ -51,17 +52,25 @@ def _fit_once(problem: LayerProblem, zero: torch.Tensor, cond_floor: float = 1e-
     rounding noise would be amplified past 8-bit precision) get residual inf.
     """
     assert problem.P_next is not None
+    k, b = zero.shape[0], problem.b
     active = (~zero).to(problem.A.dtype)
+    if free is not None:
+        active = active * (~free).to(active.dtype)
     PA = problem.P_next.unsqueeze(0) @ (active.unsqueeze(-1) * problem.A.unsqueeze(0))
     Pb = problem.P_next.unsqueeze(0) @ (active * problem.bias).unsqueeze(-1)
     u = bias_direction(problem)
     weight = problem.A.norm(dim=1).mean() / u.norm()
-    M = torch.cat([PA, (weight * u).expand(PA.shape[0], 1, -1)], dim=1)
-    rhs = torch.cat([-Pb, weight.expand(PA.shape[0], 1, 1)], dim=1)
-    c = torch.linalg.lstsq(M, rhs).solution[..., 0]
+    M = torch.cat([PA, (weight * u).expand(k, 1, -1)], dim=1)
+    if free is not None and bool(free.any()):
+        F = problem.P_next[:, free] * problem.A.norm(dim=1).mean()
+        F = torch.cat([F, torch.zeros(1, F.shape[1], dtype=F.dtype, device=F.device)])
+        M = torch.cat([M, F.expand(k, -1, -1)], dim=2)
+    rhs = torch.cat([-Pb, weight.expand(k, 1, 1)], dim=1)
+    sol = torch.linalg.lstsq(M, rhs).solution[..., 0]
+    c = sol[:, :b]
     z = c @ problem.A.T + problem.bias
-    residual = (M @ c.unsqueeze(-1) - rhs)[..., 0].norm(dim=1) / (active * z).norm(dim=1).clamp_min(1e-300)
-    S = torch.linalg.svdvals(M)
+    residual = (M @ sol.unsqueeze(-1) - rhs)[..., 0].norm(dim=1) / (active * z).norm(dim=1).clamp_min(1e-300)
+    S = torch.linalg.svdvals(M[..., :b])
     residual[S[:, -1] <= cond_floor * S[:, 0]] = float("inf")
     return c, residual, z
 
@@ -110,3 +119,26 @@ def complete_last_sample(problem: LayerProblem, C_known: torch.Tensor, tol: torc
         rhs.append(-weight * problem.P_next @ (active * problem.bias))
     cj = torch.linalg.lstsq(torch.cat(rows), torch.cat(rhs)[:, None]).solution[:, 0]
     return torch.cat([C_known, cj[None]])
+
+
+def complete_samples(problem: LayerProblem, C_known: torch.Tensor, Q_rem: torch.Tensor) -> torch.Tensor:
+    """All missing samples from the first layer alone, given the directions of their columns.
+
+    `Q_rem` (b×k) holds unit directions of the k missing columns of Q = C⁻¹ (found as sparse
+    directions even when their next-layer fit was ill-conditioned). Each known column is
+    q_i = a_i + Q_rem t_i with C_known a = I; t_i ∈ R^k is fixed by the zeros of sample i's own
+    ReLU pattern. Inverting the completed Q gives the missing rows up to scale; c·u = 1 fixes it.
+    Returns C with the k new rows last.
+    """
+    a = torch.linalg.pinv(C_known)
+    LQr = problem.L @ Q_rem
+    La = problem.L @ a
+    zero = ((C_known @ problem.A.T + problem.bias) <= 0).to(LQr.dtype)
+    Mz = LQr.unsqueeze(0) * zero.unsqueeze(-1)
+    normal = Mz.transpose(1, 2) @ LQr.unsqueeze(0)
+    rhs = -(Mz.transpose(1, 2) @ La.T.unsqueeze(-1))
+    t = torch.linalg.lstsq(normal, rhs).solution[..., 0]
+    Q = torch.cat([a + Q_rem @ t.T, Q_rem], dim=1)
+    rows = torch.linalg.inv(Q)[C_known.shape[0]:]
+    rows = rows / (rows @ bias_direction(problem))[:, None]
+    return torch.cat([C_known, rows])

@@ -45,9 +45,13 @@ class SearchState:
     last_column_used: bool = False
     started: float = field(default_factory=time.perf_counter)
 
+    directions: torch.Tensor | None = None
+
     def __post_init__(self) -> None:
         if self.banned is None:
             self.banned = self.accepted[:0].clone()
+        if self.directions is None:
+            self.directions = self.accepted[:0].clone()
 
     @property
     def seconds(self) -> float:

@@ -1,0 +1,230 @@
+"""Cocktail Party Attack (Kariyappa et al., ICML 2023): blind source separation of a linear layer's gradient.
+
+For `z = W x + c` and the mean batch loss, `dL/dW = Σ_i δ_i x_iᵀ` and `dL/dc = Σ_i δ_i`: each row of
+the weight gradient is a mixture of the b inputs, with the pixels as samples. ICA unmixes the rows
+into b sources, each one input up to sign, scale and offset; the bias gradient fixes all three
+without any oracle (notes/baselines.md):
+
+    G ≈ A (S + μ 1ᵀ)   (A: m×b mixing, S: b×d centred sources, mean = A μ)
+    solve A α = dL/dc and A μ = mean  →  x_k = (S_k + μ_k) / α_k.
+
+Whatever unmixing is found, this gives affine combinations of the true inputs whose weights sum
+to one; a perfect unmixing gives the inputs themselves.
+
+Two unmixing methods: scikit-learn's FastICA (`fastica`), or the official code's objective
+(`official`: whiten to b dims, learn a b×b unmixing with Adam on a decorrelation penalty plus
+total variation). The official evaluation fixes signs with the ground truth; this one never does.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from leakbench.attacks import register_attack
+from leakbench.attacks.base import Attack, Reconstruction, Requirements
+from leakbench.errors import ConfigError
+from leakbench.fl.update import ClientUpdate
+
+
+@dataclass(frozen=True)
+class CPAConfig:
+    """Cocktail Party Attack hyperparameters.
+
+    layer: linear layer (1-based) whose weight gradient is unmixed; layer 1 gives images, a
+        deeper layer gives its (post-ReLU) input features.
+    method: "fastica" (scikit-learn FastICA, logcosh, unit-variance whitening) or "official"
+        (the released code's objective: decorrelation + TV, optimised with Adam).
+    max_iter: FastICA's iteration cap; reaching it is reported as `converged: False`.
+    tol: FastICA's convergence tolerance.
+    iterations: Adam steps of the official objective (the paper runs 25,000).
+    lr: Adam step size of the official objective (paper: 1e-3).
+    decor: weight of the decorrelation term mean(exp(T·|cos|) − 1) (paper, TinyImageNet FC-2: 1.47).
+    temperature: T in that term (paper: 12.4).
+    tv: weight of the total-variation prior on the sources viewed as images (paper: 3.1; layer 1 only).
+    """
+
+    layer: int = 1
+    method: str = "fastica"
+    max_iter: int = 1000
+    tol: float = 1e-4
+    iterations: int = 2000
+    lr: float = 1e-3
+    decor: float = 1.47
+    temperature: float = 12.4
+    tv: float = 3.1
+
+
+@register_attack
+class CPAAttack(Attack):
+    name = "cpa"
+    description = "Cocktail Party Attack: ICA unmixing of a linear layer's weight gradient, bias gradient fixes sign/scale"
+    Config = CPAConfig
+    requires = Requirements(batch_size=True)
+
+    def check_update(self, update: ClientUpdate) -> None:
+        super().check_update(update)
+        cfg = self.config
+        if cfg.method not in ("fastica", "official"):
+            raise ConfigError(f"cpa: method must be 'fastica' or 'official', got {cfg.method!r}")
+        model = update.model
+        if not hasattr(model, "layer_param_names") or not hasattr(model, "denormalize"):
+            raise ConfigError("cpa needs a victim exposing layer_param_names() and denormalize() (e.g. FCNet)")
+        weight, bias = model.layer_param_names(cfg.layer)
+        if weight not in update.gradients or bias not in update.gradients:
+            raise ConfigError(f"cpa needs the weight and bias gradients of layer {cfg.layer}")
+        m, n = update.gradients[weight].shape
+        b = int(update.batch_size)
+        if b > min(m, n):
+            raise ConfigError(f"cpa can unmix at most min(width, input size) = {min(m, n)} sources; "
+                              f"got batch size {b} at layer {cfg.layer}")
+
+    def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
+        self.check_update(update)
+        cfg = self.config
+        start = time.perf_counter()
+        model = update.model
+        weight, bias = model.layer_param_names(cfg.layer)
+        G = update.gradients[weight].detach().to(torch.float64).cpu().numpy()
+        g = update.gradients[bias].detach().to(torch.float64).cpu().numpy()
+        b = int(update.batch_size)
+        space = "image" if cfg.layer == 1 else "feature"
+        stats: dict[str, Any] = {"method": cfg.method}
+        try:
+            if b == 1:
+                X, more = _closed_form_single(G, g)
+            elif cfg.method == "fastica":
+                X, more = _fastica(G, g, b, seed, cfg)
+            else:
+                shape = tuple(model.input_shape) if cfg.layer == 1 and hasattr(model, "input_shape") else None
+                X, more = _official(G, g, b, cfg, shape)
+        except (ValueError, np.linalg.LinAlgError, RuntimeError) as exc:
+            stats["seconds"] = time.perf_counter() - start
+            return Reconstruction.failed(f"cpa: unmixing failed ({exc})", space=space, layer=cfg.layer,
+                                         stats=stats)
+        stats.update(more)
+        stats["seconds"] = time.perf_counter() - start
+        if not np.isfinite(X).all():
+            return Reconstruction.failed("cpa: recovered inputs are not finite (a source scale is zero)",
+                                         space=space, layer=cfg.layer, stats=stats)
+        dtype = next(model.parameters()).dtype
+        feats = torch.from_numpy(X).to(dtype)
+        if cfg.layer != 1:
+            return Reconstruction(status="ok", space="feature", features=feats, layer=cfg.layer, stats=stats)
+        images = model.denormalize(feats).to(torch.float32).clamp(0.0, 1.0)
+        return Reconstruction(status="ok", space="image", images=images, features=feats, layer=1, stats=stats)
+
+
+# --------------------------------------------------------------------------- unmixing
+
+
+def _closed_form_single(G: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+    """b = 1: every row is g[r]·x; least squares over all rows, x = gᵀG / gᵀg (weights g[r]²)."""
+    denom = float(g @ g)
+    if denom == 0.0:
+        raise ValueError("the bias gradient is zero; no row carries the input")
+    x = (g @ G) / denom
+    return x[None, :], {"converged": True, "closed_form": True, "iterations": 0}
+
+
+def sources_to_inputs(S: np.ndarray, A: np.ndarray, mean: np.ndarray, g: np.ndarray
+                      ) -> tuple[np.ndarray, dict[str, Any]]:
+    """Undo sign, scale and offset of centred sources S (b×d) with mixing A (m×b), row mean `mean`.
+
+    Solves A α = g (bias gradient) and A μ = mean in least squares; x_k = (S_k + μ_k) / α_k.
+    """
+    alpha, *_ = np.linalg.lstsq(A, g, rcond=None)
+    mu, *_ = np.linalg.lstsq(A, mean, rcond=None)
+    X = (S + mu[:, None]) / alpha[:, None]
+    g_norm = float(np.linalg.norm(g)) or 1.0
+    info = {
+        "bias_residual": float(np.linalg.norm(A @ alpha - g)) / g_norm,
+        "min_abs_scale": float(np.abs(alpha).min()),
+        "scale_spread": float(np.abs(alpha).max() / max(np.abs(alpha).min(), 1e-300)),
+    }
+    return X, info
+
+
+def _fastica(G: np.ndarray, g: np.ndarray, b: int, seed: int, cfg: CPAConfig
+             ) -> tuple[np.ndarray, dict[str, Any]]:
+    """FastICA with rows of G as mixtures (features) and pixels as samples: fit on Gᵀ (d×m)."""
+    from sklearn.decomposition import FastICA
+    from sklearn.exceptions import ConvergenceWarning
+
+    # Dead neurons give all-zero rows; they carry nothing, and scikit-learn's whitening multiplies
+    # the PCA basis by sign(u[0]) — the first feature's loadings — which wipes a component when
+    # that feature is an all-zero row (sign 0). Keep the live rows, the largest first.
+    norms = np.linalg.norm(G, axis=1)
+    live = np.flatnonzero((norms > 0) | (g != 0))
+    live = live[np.argsort(-norms[live], kind="stable")]
+    if live.size < b:
+        raise ValueError(f"only {live.size} non-zero gradient rows for {b} sources")
+    G, g = G[live], g[live]
+    ica = FastICA(n_components=b, whiten="unit-variance", fun="logcosh", random_state=seed,
+                  max_iter=cfg.max_iter, tol=cfg.tol)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        S = ica.fit_transform(G.T)  # (d, b) centred sources
+    not_converged = any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    n_iter = int(getattr(ica, "n_iter_", -1))
+    converged = not not_converged and n_iter < cfg.max_iter
+    X, info = sources_to_inputs(S.T, ica.mixing_, ica.mean_, g)
+    info.update({"converged": bool(converged), "iterations": n_iter, "live_rows": int(live.size)})
+    return X, info
+
+
+def _official(G: np.ndarray, g: np.ndarray, b: int, cfg: CPAConfig, shape: tuple[int, ...] | None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+    """The released CPA objective: centre, whiten to b dims, Adam on decorrelation + TV of W_hat."""
+    Xg = torch.from_numpy(G)
+    mu_rows = Xg.mean(dim=1, keepdim=True)
+    Xc = Xg - mu_rows
+    cov = Xc @ Xc.T / max(Xc.shape[1] - 1, 1)
+    evals, evecs = torch.linalg.eigh(cov)
+    top = torch.argsort(evals.abs(), descending=True)[:b]
+    lam = evals[top].abs()
+    U = evecs[:, top]  # (m, b)
+    eps = 1e-20
+    W_w = torch.diag(1.0 / (lam.sqrt() + eps)) @ U.T  # (b, m)
+    X_w = (W_w @ Xc).to(torch.float32)  # (b, d)
+    offset = (W_w @ mu_rows).to(torch.float32)  # (b, 1): whitened row mean
+    W_hat = torch.eye(b, dtype=torch.float32, requires_grad=True)
+    opt = torch.optim.Adam([W_hat], lr=cfg.lr)
+    use_tv = cfg.tv > 0 and shape is not None and len(shape) == 3
+    first = last = float("nan")
+    for step in range(cfg.iterations):
+        opt.zero_grad()
+        Wn = W_hat / (W_hat.norm(dim=-1, keepdim=True) + eps)
+        loss = cfg.decor * (torch.exp(cfg.temperature * (Wn @ Wn.T).abs()) - 1).mean()
+        if use_tv:
+            S_hat = Wn @ X_w + Wn @ offset
+            loss = loss + cfg.tv * total_variation(S_hat.view(b, *shape))
+        loss.backward()
+        opt.step()
+        if step == 0:
+            first = float(loss)
+        last = float(loss)
+    with torch.no_grad():
+        Wn = (W_hat / (W_hat.norm(dim=-1, keepdim=True) + eps)).to(torch.float64)
+        unmix = Wn @ W_w  # (b, m)
+        S = (unmix @ Xc).numpy()  # centred sources
+        A = torch.linalg.pinv(unmix).numpy()  # (m, b) mixing
+    X, info = sources_to_inputs(S, A, mu_rows[:, 0].numpy(), g)
+    finite = bool(np.isfinite(last))
+    info.update({"converged": finite, "iterations": cfg.iterations, "initial_loss": first, "final_loss": last})
+    return X, info
+
+
+def total_variation(x: torch.Tensor) -> torch.Tensor:
+    """Anisotropic TV of (b, C, H, W): mean |horizontal diff| + mean |vertical diff| (the official form)."""
+    dx = (x[:, :, :, :-1] - x[:, :, :, 1:]).abs().mean() if x.shape[-1] > 1 else x.new_zeros(())
+    dy = (x[:, :, :-1, :] - x[:, :, 1:, :]).abs().mean() if x.shape[-2] > 1 else x.new_zeros(())
+    return dx + dy
+
+
+__all__ = ["CPAAttack", "CPAConfig", "sources_to_inputs", "total_variation"]

@@ -1,0 +1,306 @@
+"""Gradient-matching baselines: Inverting Gradients (`ig`) and Deep Leakage from Gradients (`dlg`).
+
+Both optimise dummy images so that the public model's gradient on them matches the shared one.
+They work with any `nn.Module` victim that takes images in [0, 1] (shape from `model.input_shape`)
+and is trained with the mean cross-entropy, as `leakbench.fl.update.fedsgd_update` computes it.
+
+Dummy images live in the victim's normalised coordinates `z`, image = mean + std·z, with the
+victim's scalar `mean`/`std` attributes when it has them (FCNet) and 0.5/0.5 otherwise; this is
+breaching's convention ("data is initialised inside the network normalisation"), so a step
+size or a standard-normal start means the same as there.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from leakbench.attacks import register_attack
+from leakbench.attacks.base import Attack, Reconstruction, Requirements
+from leakbench.attacks.cpa import total_variation
+from leakbench.attacks.labels import find_last_layer, recover_labels
+from leakbench.errors import ConfigError
+from leakbench.fl.update import ClientUpdate
+
+GradientDistance = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor]], torch.Tensor]
+
+
+# --------------------------------------------------------------------------- gradient distances
+
+
+def cosine_distance(rec: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
+    """1 − cosine similarity of the concatenation of all parameter gradients (breaching's form)."""
+    dot = sum((r * t).sum() for r, t in zip(rec, target))
+    rec_norm = sum(r.pow(2).sum() for r in rec).sqrt()
+    target_norm = sum(t.pow(2).sum() for t in target).sqrt()
+    return 1.0 - dot / (rec_norm * target_norm).clamp_min(torch.finfo(rec_norm.dtype).tiny)
+
+
+def l2_distance(rec: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Summed squared difference of all parameter gradients (DLG's distance)."""
+    return sum((r - t).pow(2).sum() for r, t in zip(rec, target))
+
+
+# --------------------------------------------------------------------------- the differentiable victim
+
+
+class GradientOracle:
+    """A private, differentiable copy of the public model with the shared gradients as targets."""
+
+    def __init__(self, update: ClientUpdate) -> None:
+        self.model = copy.deepcopy(update.model).eval()
+        named = dict(self.model.named_parameters())
+        self.names = [n for n in named if n in update.gradients]
+        if not self.names:
+            raise ConfigError("the update holds no gradient of any model parameter")
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.params = [named[n].requires_grad_(True) for n in self.names]
+        self.dtype = self.params[0].dtype
+        self.targets = [update.gradients[n].detach().to(self.dtype) for n in self.names]
+        shape = getattr(update.model, "input_shape", None)
+        if shape is None:
+            raise ConfigError("gradient matching needs the victim's image shape (`model.input_shape`)")
+        self.image_shape = tuple(int(s) for s in shape)
+        mean, std = getattr(update.model, "mean", 0.5), getattr(update.model, "std", 0.5)
+        scalar = isinstance(mean, (int, float)) and isinstance(std, (int, float)) and std > 0
+        self.mean, self.std = (float(mean), float(std)) if scalar else (0.5, 0.5)
+        self.z_low, self.z_high = (0.0 - self.mean) / self.std, (1.0 - self.mean) / self.std
+
+    def images(self, z: torch.Tensor) -> torch.Tensor:
+        return self.mean + self.std * z
+
+    def gradients(self, z: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """dL/dθ of the mean cross-entropy at images(z); differentiable in z (create_graph)."""
+        loss = F.cross_entropy(self.model(self.images(z)), labels)
+        return torch.autograd.grad(loss, self.params, create_graph=True)
+
+    def distance(self, z: torch.Tensor, labels: torch.Tensor, fn: GradientDistance) -> torch.Tensor:
+        return fn(self.gradients(z, labels), self.targets)
+
+
+def _labels(update: ClientUpdate, b: int) -> tuple[torch.Tensor, str]:
+    if update.labels is not None:
+        return update.labels.detach().to(torch.int64).clone(), "given"
+    return recover_labels(update.model, update.gradients, b)
+
+
+def _check_batch(update: ClientUpdate) -> int:
+    b = int(update.batch_size)
+    if b < 1:
+        raise ConfigError(f"batch size must be at least 1, got {b}")
+    if update.labels is not None and int(update.labels.numel()) != b:
+        raise ConfigError(f"{update.labels.numel()} labels given for batch size {b}")
+    return b
+
+
+def _finish(oracle: GradientOracle, z: torch.Tensor) -> torch.Tensor:
+    """Final images: the candidate mapped to [0, 1], non-finite pixels set to grey."""
+    x = oracle.images(z.detach()).to(torch.float32)
+    return torch.nan_to_num(x, nan=0.5, posinf=1.0, neginf=0.0).clamp(0.0, 1.0)
+
+
+# --------------------------------------------------------------------------- Inverting Gradients
+
+
+@dataclass(frozen=True)
+class IGConfig:
+    """Inverting Gradients (Geiping et al., 2020) as breaching's `invertinggradients.yaml` sets it.
+
+    iterations: Adam steps per restart (breaching: 24,000; the default here is CPU-sized).
+    restarts: independent random starts; the one with the lowest gradient loss (cosine
+        distance, without TV) is returned — never chosen by the ground truth.
+    step_size: Adam learning rate, in the victim's normalised units (breaching: 0.1).
+    tv: weight of the total-variation prior on the normalised candidate (breaching: 0.2).
+    signed: apply Adam to the sign of the gradient (breaching's `signed: hard`).
+    boxed: project the candidate onto valid pixels [0, 1] after every step.
+    decay: learning rate ×0.1 at 3/8, 5/8 and 7/8 of the iterations (breaching's `step-lr`).
+    """
+
+    iterations: int = 500
+    restarts: int = 1
+    step_size: float = 0.1
+    tv: float = 0.2
+    signed: bool = True
+    boxed: bool = True
+    decay: bool = True
+
+
+@register_attack
+class InvertingGradientsAttack(Attack):
+    name = "ig"
+    description = "Inverting Gradients: cosine gradient matching + TV, signed Adam, box constraint, restarts"
+    Config = IGConfig
+    requires = Requirements(batch_size=True)
+
+    def check_update(self, update: ClientUpdate) -> None:
+        super().check_update(update)
+        if self.config.iterations < 1 or self.config.restarts < 1:
+            raise ConfigError("ig: iterations and restarts must be at least 1")
+        _check_batch(update)
+
+    def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
+        self.check_update(update)
+        cfg = self.config
+        start = time.perf_counter()
+        b = int(update.batch_size)
+        oracle = GradientOracle(update)
+        labels, strategy = _labels(update, b)
+        gen = torch.Generator().manual_seed(seed)
+        trials: list[dict[str, Any]] = []
+        for _ in range(cfg.restarts):
+            z0 = torch.randn((b, *oracle.image_shape), generator=gen, dtype=oracle.dtype)
+            trials.append(self._trial(oracle, labels, z0))
+        finite = [t for t in trials if torch.isfinite(torch.as_tensor(t["final_loss"]))]
+        stats: dict[str, Any] = {"label_strategy": strategy, "labels": labels.tolist(),
+                                 "restart_losses": [t["final_loss"] for t in trials]}
+        if not finite:
+            stats["seconds"] = time.perf_counter() - start
+            return Reconstruction.failed("ig: the gradient loss is non-finite in every restart", stats=stats)
+        best = min(finite, key=lambda t: t["final_loss"])
+        stats.update({"initial_loss": best["initial_loss"], "final_loss": best["final_loss"],
+                      "iterations": cfg.iterations, "restarts": cfg.restarts,
+                      "seconds": time.perf_counter() - start})
+        return Reconstruction(status="ok", space="image", images=_finish(oracle, best["z"]), stats=stats)
+
+    def _trial(self, oracle: GradientOracle, labels: torch.Tensor, z0: torch.Tensor) -> dict[str, Any]:
+        cfg = self.config
+        z = z0.clone()
+        if cfg.boxed:  # the start the attack would output before any step
+            z.clamp_(oracle.z_low, oracle.z_high)
+        z.requires_grad_(True)
+        opt = torch.optim.Adam([z], lr=cfg.step_size)
+        milestones = sorted({max(1, int(cfg.iterations * f)) for f in (3 / 8, 5 / 8, 7 / 8)})
+        sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=milestones, gamma=0.1) if cfg.decay else None
+        best_z, best_obj, initial = z.detach().clone(), float("inf"), float("nan")
+        for it in range(cfg.iterations):
+            opt.zero_grad(set_to_none=True)
+            grad_loss = oracle.distance(z, labels, cosine_distance)
+            objective = grad_loss + cfg.tv * total_variation(z) if cfg.tv > 0 else grad_loss
+            value = float(objective)
+            if it == 0:
+                initial = float(grad_loss)
+            if not torch.isfinite(objective):
+                break
+            if value < best_obj:
+                best_obj, best_z = value, z.detach().clone()
+            (gz,) = torch.autograd.grad(objective, [z])
+            z.grad = gz.sign() if cfg.signed else gz
+            opt.step()
+            if sched is not None:
+                sched.step()
+            if cfg.boxed:
+                with torch.no_grad():
+                    z.clamp_(oracle.z_low, oracle.z_high)
+        # The last step's candidate has not been scored yet.
+        last = oracle.distance(z, labels, cosine_distance)
+        last_obj = last + cfg.tv * total_variation(z) if cfg.tv > 0 else last
+        if torch.isfinite(last_obj) and float(last_obj) < best_obj:
+            best_z = z.detach().clone()
+        final = float(oracle.distance(best_z.clone().requires_grad_(True), labels, cosine_distance))
+        return {"z": best_z, "initial_loss": initial, "final_loss": final}
+
+
+# --------------------------------------------------------------------------- Deep Leakage from Gradients
+
+
+@dataclass(frozen=True)
+class DLGConfig:
+    """Deep Leakage from Gradients (Zhu et al., 2019).
+
+    iterations: L-BFGS steps (DLG: 300; the default here is CPU-sized).
+    inner_iterations: function evaluations L-BFGS may spend inside one step (torch's default 20,
+        as in the DLG code).
+    lr: L-BFGS learning rate (DLG: 1).
+    optimize_labels: optimise soft labels jointly (softmax of dummy logits), as DLG does; when
+        False, use the given labels or recover them from the last layer (iDLG-style).
+    history_size: L-BFGS memory.
+    """
+
+    iterations: int = 100
+    inner_iterations: int = 20
+    lr: float = 1.0
+    optimize_labels: bool = True
+    history_size: int = 100
+
+
+@register_attack
+class DeepLeakageAttack(Attack):
+    name = "dlg"
+    description = "Deep Leakage from Gradients: L2 gradient matching, L-BFGS on dummy images and soft labels"
+    Config = DLGConfig
+    requires = Requirements(batch_size=True)
+
+    def check_update(self, update: ClientUpdate) -> None:
+        super().check_update(update)
+        if self.config.iterations < 1 or self.config.inner_iterations < 1:
+            raise ConfigError("dlg: iterations and inner_iterations must be at least 1")
+        _check_batch(update)
+
+    def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
+        self.check_update(update)
+        cfg = self.config
+        start = time.perf_counter()
+        b = int(update.batch_size)
+        oracle = GradientOracle(update)
+        gen = torch.Generator().manual_seed(seed)
+        z = torch.randn((b, *oracle.image_shape), generator=gen, dtype=oracle.dtype).requires_grad_(True)
+        variables = [z]
+        stats: dict[str, Any] = {}
+        if cfg.optimize_labels:
+            num_classes = find_last_layer(update.model, update.gradients).num_classes
+            logits = torch.randn((b, num_classes), generator=gen, dtype=oracle.dtype).requires_grad_(True)
+            variables.append(logits)
+            stats["label_strategy"] = "optimized (soft labels, softmax of dummy logits)"
+
+            def targets() -> torch.Tensor:
+                return F.softmax(logits, dim=-1)
+        else:
+            hard, strategy = _labels(update, b)
+            stats["label_strategy"] = strategy
+
+            def targets() -> torch.Tensor:
+                return hard
+
+        opt = torch.optim.LBFGS(variables, lr=cfg.lr, max_iter=cfg.inner_iterations,
+                                history_size=cfg.history_size)
+
+        def closure() -> torch.Tensor:
+            opt.zero_grad(set_to_none=True)
+            loss = oracle.distance(z, targets(), l2_distance)
+            grads = torch.autograd.grad(loss, variables)
+            for v, gv in zip(variables, grads):
+                v.grad = gv
+            return loss
+
+        def current_loss() -> float:
+            return float(oracle.distance(z, targets(), l2_distance))
+
+        initial = current_loss()
+        best_loss, best_z, steps = initial, z.detach().clone(), 0
+        for _ in range(cfg.iterations):
+            opt.step(closure)
+            steps += 1
+            loss = current_loss()
+            if not torch.isfinite(torch.as_tensor(loss)) or not torch.isfinite(z).all():
+                stats["diverged_at_step"] = steps
+                break
+            if loss < best_loss:
+                best_loss, best_z = loss, z.detach().clone()
+        stats.update({"initial_loss": initial, "final_loss": best_loss, "iterations": steps,
+                      "seconds": time.perf_counter() - start})
+        if cfg.optimize_labels:
+            stats["labels"] = sorted(int(c) for c in logits.detach().argmax(dim=-1))
+        if not torch.isfinite(torch.as_tensor(initial)) and best_loss == initial:
+            return Reconstruction.failed("dlg: the gradient distance is non-finite", stats=stats)
+        return Reconstruction(status="ok", space="image", images=_finish(oracle, best_z), stats=stats)
+
+
+__all__ = ["DLGConfig", "DeepLeakageAttack", "GradientOracle", "IGConfig", "InvertingGradientsAttack",
+           "cosine_distance", "l2_distance"]

@@ -1,0 +1,85 @@
+"""Shared fixtures: where the repository and the optional real data live, and a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+"""The leakbench checkout (the folder holding `leakbench/`, `tests/`, `benchmarks/`)."""
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+"""Real datasets beside the checkout (MNIST raw files, tiny-imagenet-200); absent in a user's clone."""
+
+CLI_TIMEOUT_S = 300
+
+# The SPEAR search is dense linear algebra on small matrices: with other processes on the same few
+# cores, intra-op threads oversubscribe the CPU and make runs several times slower. One thread per
+# process keeps the suite fast and its timing stable; results do not depend on it.
+if "OMP_NUM_THREADS" not in os.environ:
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The shared data folder, or skip the test when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data folder {SHARED_DATA} is absent")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def mnist_root(shared_data: Path) -> Path:
+    """A data root for the `mnist` loader (holds MNIST/raw/t10k-*), or skip."""
+    if not (shared_data / "MNIST" / "raw").is_dir():
+        pytest.skip(f"no MNIST/raw under {shared_data}")
+    return shared_data
+
+
+@pytest.fixture(scope="session")
+def tinyimagenet_root(shared_data: Path) -> Path:
+    """A data root for the `tinyimagenet` loader (holds tiny-imagenet-200/), or skip."""
+    folder = shared_data / "tiny-imagenet-200"
+    if not (folder / "wnids.txt").is_file() or not (folder / "val" / "val_annotations.txt").is_file():
+        pytest.skip(f"no usable tiny-imagenet-200 under {shared_data}")
+    return shared_data
+
+
+def cli_env() -> dict[str, str]:
+    """The current environment with PYTHONPATH pointing at this checkout only."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    env.setdefault("OMP_NUM_THREADS", "1")  # several CLI runs go at once; see the note above
+    return env
+
+
+def run_cli(args: Sequence[str], *, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m leakbench ARGS` in a subprocess, run from `cwd` (so no stray output lands in the repo)."""
+    return subprocess.run([sys.executable, "-m", "leakbench", *map(str, args)], cwd=cwd, env=cli_env(),
+                          capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+
+
+def run_cli_many(jobs: dict[str, tuple[Sequence[str], Path]]) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Run several independent CLI invocations concurrently (they are mostly interpreter start-up)."""
+    workers = max(2, min(len(jobs), (os.cpu_count() or 2) * 2))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {key: pool.submit(run_cli, args, cwd=cwd) for key, (args, cwd) in jobs.items()}
+        return {key: future.result() for key, future in futures.items()}
+
+
+@pytest.fixture(scope="session")
+def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """The `run_cli` helper as a fixture."""
+    return run_cli

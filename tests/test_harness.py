@@ -1,0 +1,226 @@
+"""Harness: suite files, all-or-nothing cell output, Markdown tables that keep failures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from leakbench.errors import ConfigError
+from leakbench.harness import store
+from leakbench.harness.cell import CellResult, CellSpec, run_cell
+from leakbench.harness.store import check_out_dir, write_cell
+from leakbench.harness.suite import KEYS, REQUIRED, SUITE_DIR, find_suite, load_suite
+from leakbench.reporting.table import HEADER, markdown_table
+
+GOOD_SUITE = """\
+name = "mini"
+dataset = "embedded"
+attacks = ["spear"]
+batch_sizes = [1, 2]
+seeds = [0, 3]
+width = 64
+depth = 3
+layer = 1
+"""
+
+CELL_FILES = ["grid.png", "manifest.json", "records.parquet", "summary.json"]
+
+
+def _suite(tmp_path: Path, text: str, name: str = "suite.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _without(key: str) -> str:
+    return "".join(line + "\n" for line in GOOD_SUITE.splitlines() if not line.startswith(f"{key} "))
+
+
+# --------------------------------------------------------------------------- suites
+
+
+def test_good_suite_expands_to_cells(tmp_path: Path) -> None:
+    suite = load_suite(_suite(tmp_path, GOOD_SUITE))
+    assert suite.name == "mini"
+    assert [(c.attack, c.batch_size, c.seed) for c in suite.cells] == [
+        ("spear", 1, 0), ("spear", 1, 3), ("spear", 2, 0), ("spear", 2, 3)]
+    assert all((c.dataset, c.width, c.depth, c.layer, c.data_root) == ("embedded", 64, 3, 1, None)
+               for c in suite.cells)
+    override = load_suite(_suite(tmp_path, GOOD_SUITE), data_root="/some/where")
+    assert all(c.data_root == "/some/where" for c in override.cells)
+
+
+def test_minimal_suite_uses_defaults(tmp_path: Path) -> None:
+    text = 'name = "m"\ndataset = "embedded"\nattacks = ["spear"]\nbatch_sizes = [4]\n'
+    (cell,) = load_suite(_suite(tmp_path, text)).cells
+    assert (cell.seed, cell.width, cell.depth, cell.layer, cell.image_size) == (0, 200, 6, 1, None)
+
+
+def test_unknown_key_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown key 'colour'"):
+        load_suite(_suite(tmp_path, GOOD_SUITE + 'colour = "red"\n'))
+
+
+@pytest.mark.parametrize("key", REQUIRED)
+def test_missing_required_key_is_named(tmp_path: Path, key: str) -> None:
+    with pytest.raises(ConfigError, match=f"missing key '{key}'"):
+        load_suite(_suite(tmp_path, _without(key)))
+
+
+@pytest.mark.parametrize("value", ['[1, "2"]', "[1.5]", "[true]", '"4"', "4"])
+def test_non_integer_batch_sizes_are_refused(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError, match="batch_sizes"):
+        load_suite(_suite(tmp_path, _without("batch_sizes") + f"batch_sizes = {value}\n"))
+
+
+@pytest.mark.parametrize("key,value", [("width", '"wide"'), ("width", "true"), ("depth", "2.5"),
+                                       ("name", "3"), ("attacks", '"spear"'), ("seeds", '["0"]')])
+def test_wrong_types_name_the_key(tmp_path: Path, key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        load_suite(_suite(tmp_path, _without(key) + f"{key} = {value}\n"))
+
+
+def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="suite"):
+        load_suite(_suite(tmp_path, "name = \n"))
+
+
+def test_every_error_message_is_one_line(tmp_path: Path) -> None:
+    for text in (GOOD_SUITE + "x = 1\n", _without("dataset"), "name = [\n"):
+        with pytest.raises(ConfigError) as info:
+            load_suite(_suite(tmp_path, text))
+        assert "\n" not in str(info.value)
+
+
+def test_find_suite_default(repo_root: Path) -> None:
+    expected = repo_root / "benchmarks" / "default.toml"
+    assert find_suite("default").resolve() == expected.resolve()
+    assert find_suite(None).resolve() == expected.resolve()
+    assert SUITE_DIR.resolve() == (repo_root / "benchmarks").resolve()
+    suite = load_suite(find_suite("default"))
+    assert suite.name == "default"
+    assert [c.batch_size for c in suite.cells] == [1, 2, 4, 8, 16]
+    assert {c.dataset for c in suite.cells} == {"embedded"}
+
+
+def test_find_suite_path_and_unknown_name(tmp_path: Path) -> None:
+    path = _suite(tmp_path, GOOD_SUITE, "custom.toml")
+    assert find_suite(str(path)) == path
+    with pytest.raises(ConfigError, match="no suite"):
+        find_suite("no-such-suite-anywhere")
+
+
+def test_suite_keys_cover_required() -> None:
+    assert set(REQUIRED) <= set(KEYS)
+
+
+# --------------------------------------------------------------------------- write_cell
+
+
+@pytest.fixture(scope="module")
+def ok_cell() -> CellResult:
+    result = run_cell(CellSpec(attack="spear", dataset="embedded", batch_size=2, seed=0, width=64, depth=3))
+    assert result.summary["status"] == "ok"
+    return result
+
+
+@pytest.fixture(scope="module")
+def failed_cell() -> CellResult:
+    result = run_cell(CellSpec(attack="spear", dataset="embedded", batch_size=8, seed=0,
+                               hyperparameters={"max_draws": 100}),
+                      lpips_note="LPIPS not computed: no weights in this test")
+    assert result.summary["status"] == "failed"
+    return result
+
+
+def test_write_cell_writes_complete_set(tmp_path: Path, ok_cell: CellResult) -> None:
+    out = tmp_path / "cell"
+    write_cell(ok_cell, out, caption="test")
+    assert sorted(p.name for p in out.iterdir()) == CELL_FILES
+    assert [p.name for p in tmp_path.iterdir()] == ["cell"]  # no temp folder left beside it
+    records = pd.read_parquet(out / "records.parquet")
+    assert len(records) == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["exact_fraction"] == 1.0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["seeds"] == {"batch": 0, "model_init": 0, "attack": 0}
+    assert manifest["dataset_indices"] == [int(i) for i in ok_cell.records["dataset_index"]]
+
+
+def _boom(path: Path, *args, **kwargs) -> None:
+    Path(path).write_bytes(b"\x89PNG half")  # a partial file, then the failure
+    raise RuntimeError("disk on fire")
+
+
+def test_write_cell_is_all_or_nothing(tmp_path: Path, ok_cell: CellResult, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "save_grid", _boom)
+    out = tmp_path / "cell"
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        write_cell(ok_cell, out, caption="test")
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no ".cell.tmp-*" folder left behind
+
+
+def test_failed_write_keeps_previous_output(tmp_path: Path, ok_cell: CellResult, failed_cell: CellResult,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "cell"
+    write_cell(ok_cell, out, caption="first")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    monkeypatch.setattr(store, "save_grid", _boom)
+    with pytest.raises(RuntimeError):
+        write_cell(failed_cell, out, caption="second")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["cell"]
+
+
+def test_write_failed_cell(tmp_path: Path, failed_cell: CellResult) -> None:
+    out = tmp_path / "cell"
+    write_cell(failed_cell, out, caption="failed")
+    assert sorted(p.name for p in out.iterdir()) == CELL_FILES
+    records = pd.read_parquet(out / "records.parquet")
+    assert len(records) == 8 and not records["exact"].any() and records["psnr"].isna().all()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and "budget" in summary["reason"]
+    assert summary["psnr_mean"] is None and summary["lpips_mean"] is None
+
+
+def test_check_out_dir_refuses_a_file(tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_text("x")
+    with pytest.raises(ConfigError):
+        check_out_dir(target)
+    check_out_dir(tmp_path / "new")  # a missing folder is fine, and is not created
+    assert not (tmp_path / "new").exists()
+
+
+# --------------------------------------------------------------------------- Markdown table
+
+
+def _rows(text: str) -> list[list[str]]:
+    lines = [line for line in text.splitlines() if line.startswith("| ") and line != HEADER]
+    return [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in lines]
+
+
+def test_markdown_table_keeps_failed_cells(ok_cell: CellResult, failed_cell: CellResult) -> None:
+    text = markdown_table([(ok_cell.summary, ok_cell.records), (failed_cell.summary, failed_cell.records)],
+                          title="t")
+    header = [c.strip() for c in HEADER.strip("|").split("|")]
+    rows = _rows(text)
+    assert HEADER in text.splitlines()
+    assert len(rows) == 2 and all(len(r) == len(header) for r in rows)
+    ok, failed = (dict(zip(header, r)) for r in rows)
+    assert ok["status"] == "ok" and ok["exact %"] == "100" and ok["n"] == "2" and ok["failed"] == "0"
+    assert failed["status"] == f"failed: {failed_cell.summary['reason']}"
+    assert "budget" in failed["status"]
+    assert failed["n"] == "8" and failed["failed"] == "8" and failed["exact %"] == "0"
+    assert failed["PSNR mean ± std"] == "–" and failed["PSNR min"] == "–"
+    assert ok["LPIPS"] == "n/a" and failed["LPIPS"] == "n/a"
+    assert "LPIPS: n/a — LPIPS not computed: no weights in this test" in text
+
+
+def test_markdown_table_without_rows() -> None:
+    text = markdown_table([], title="empty")
+    assert text.startswith("# empty") and HEADER in text and _rows(text) == []

@@ -1,0 +1,201 @@
+"""SPEAR end to end: pixel-perfect reconstruction, the b=1 closed form, budgets, bad shapes, determinism."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from leakbench.attacks import create_attack
+from leakbench.attacks.spear import SpearAttack, SpearConfig
+from leakbench.datasets import load_dataset, sample_batch
+from leakbench.errors import ConfigError
+from leakbench.fl import ThreatModel, fedsgd_update
+from leakbench.harness.cell import CellResult, CellSpec, run_cell
+from leakbench.models import build_fc
+
+METRIC_COLUMNS = ["dataset_index", "image", "matched_recon", "mse", "psnr", "ssim", "lpips", "exact", "status"]
+
+
+def _assert_pixel_perfect(result: CellResult, b: int) -> None:
+    s, records = result.summary, result.records
+    assert s["status"] == "ok", s["reason"]
+    assert s["reason"] == ""
+    assert s["space"] == "image"
+    assert s["n_images"] == b and len(records) == b
+    assert s["exact_fraction"] == 1.0
+    assert records["exact"].astype(bool).all()
+    assert (records["status"] == "ok").all()
+    # every ground-truth image got its own reconstruction
+    assert sorted(records["matched_recon"].tolist()) == list(range(b))
+    # "exact" = every pixel rounds to the same 8-bit value, so the error is under half a level
+    assert (records["psnr"] > 48.0).all()
+    recon = result.reconstruction
+    assert recon.images is not None and tuple(recon.images.shape) == tuple(result.truth.shape)
+    assert result.aligned is not None
+    assert torch.equal((result.aligned * 255).round(), (result.truth * 255).round())
+
+
+# --------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("b", [1, 4, 8])
+def test_spear_exact_on_embedded(b: int, seed: int) -> None:
+    result = run_cell(CellSpec(attack="spear", dataset="embedded", batch_size=b, seed=seed))
+    _assert_pixel_perfect(result, b)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_spear_exact_on_tinyimagenet_b16(tinyimagenet_root: Path, seed: int) -> None:
+    spec = CellSpec(attack="spear", dataset="tinyimagenet", batch_size=16, seed=seed,
+                    data_root=str(tinyimagenet_root))
+    _assert_pixel_perfect(run_cell(spec), 16)
+
+
+@pytest.mark.slow
+def test_spear_exact_on_mnist_b16(mnist_root: Path) -> None:
+    spec = CellSpec(attack="spear", dataset="mnist", batch_size=16, seed=0, data_root=str(mnist_root))
+    _assert_pixel_perfect(run_cell(spec), 16)
+
+
+# --------------------------------------------------------------------------- b = 1
+
+
+def test_spear_b1_uses_closed_form() -> None:
+    # A one-draw budget would make any sampling search fail: success proves the closed form ran.
+    spec = CellSpec(attack="spear", dataset="embedded", batch_size=1, seed=3, hyperparameters={"max_draws": 1})
+    result = run_cell(spec)
+    _assert_pixel_perfect(result, 1)
+    stats = result.summary["attack_stats"]
+    assert stats["method"] == "closed form (b=1)"
+    assert stats["draws"] == 0
+
+
+def test_spear_b1_closed_form_recovers_layer_input() -> None:
+    ds = load_dataset("embedded")
+    batch = sample_batch(ds, 1, seed=5)
+    model = build_fc(ds.image_shape, ds.num_classes, width=64, depth=3, seed=5)
+    update = fedsgd_update(model, batch)
+    recon = SpearAttack(SpearConfig(max_draws=1)).reconstruct(update, seed=0)
+    assert recon.status == "ok" and recon.space == "image" and recon.layer == 1
+    assert recon.stats["method"] == "closed form (b=1)"
+    expected = model.normalize(batch.images)
+    torch.testing.assert_close(recon.features, expected, rtol=1e-4, atol=1e-4)
+    assert torch.equal((recon.images * 255).round(), (batch.images * 255).round())
+
+
+# --------------------------------------------------------------------------- budget
+
+
+def _check_budget_failure(result: CellResult, b: int, max_draws: int) -> None:
+    s, records = result.summary, result.records
+    assert s["status"] == "failed"
+    assert "budget" in s["reason"], s["reason"]
+    # failures are reported for every image, never dropped
+    assert s["n_images"] == b and len(records) == b
+    assert s["exact_fraction"] == 0.0
+    assert not records["exact"].astype(bool).any()
+    assert records["psnr"].isna().all()
+    assert records["ssim"].isna().all()
+    assert (records["status"] == "failed").all()
+    assert s["psnr_mean"] is None and s["psnr_median"] is None and s["psnr_min"] is None
+    assert s["attack_stats"]["draws"] <= max_draws
+    assert result.reconstruction.images is None
+    assert result.aligned is None
+
+
+def test_spear_tiny_budget_fails_cleanly_embedded() -> None:
+    spec = CellSpec(attack="spear", dataset="embedded", batch_size=16, seed=0,
+                    hyperparameters={"max_draws": 1000})
+    _check_budget_failure(run_cell(spec), 16, 1000)
+
+
+@pytest.mark.slow
+def test_spear_tiny_budget_fails_cleanly_tinyimagenet(tinyimagenet_root: Path) -> None:
+    spec = CellSpec(attack="spear", dataset="tinyimagenet", batch_size=16, seed=0,
+                    data_root=str(tinyimagenet_root), hyperparameters={"max_draws": 1000})
+    _check_budget_failure(run_cell(spec), 16, 1000)
+
+
+# --------------------------------------------------------------------------- shape checks
+
+
+def _update(dataset: str, b: int, *, width: int, depth: int = 3, threat: ThreatModel = ThreatModel()):
+    ds = load_dataset(dataset)
+    batch = sample_batch(ds, b, seed=0)
+    model = build_fc(ds.image_shape, ds.num_classes, width=width, depth=depth, seed=0)
+    return fedsgd_update(model, batch, threat)
+
+
+def test_check_update_rejects_batch_not_below_width() -> None:
+    attack = create_attack("spear")
+    with pytest.raises(ConfigError, match="width"):
+        attack.check_update(_update("embedded", 8, width=8))
+    with pytest.raises(ConfigError):
+        attack.check_update(_update("embedded", 9, width=8))
+    attack.check_update(_update("embedded", 7, width=8))  # b < width is fine
+
+
+def test_reconstruct_and_run_cell_refuse_batch_not_below_width() -> None:
+    with pytest.raises(ConfigError):
+        create_attack("spear").reconstruct(_update("embedded", 8, width=8), seed=0)
+    with pytest.raises(ConfigError):
+        run_cell(CellSpec(attack="spear", dataset="embedded", batch_size=8, width=8, depth=3))
+
+
+def test_check_update_rejects_batch_above_input_size() -> None:
+    # digits images are 8×8 = 64 inputs
+    with pytest.raises(ConfigError, match="input size"):
+        create_attack("spear").check_update(_update("digits", 65, width=200))
+
+
+def test_check_update_needs_batch_size_and_relu_layer() -> None:
+    with pytest.raises(ConfigError, match="batch size"):
+        create_attack("spear").check_update(_update("embedded", 2, width=16,
+                                                    threat=ThreatModel(batch_size_known=False)))
+    with pytest.raises(ConfigError):  # layer 3 of FC-3 is the output layer: no ReLU after it
+        create_attack("spear", layer=3).check_update(_update("embedded", 2, width=16))
+
+
+# --------------------------------------------------------------------------- determinism
+
+
+def test_same_spec_gives_identical_results() -> None:
+    spec = CellSpec(attack="spear", dataset="embedded", batch_size=8, seed=1)
+    first, second = run_cell(spec), run_cell(spec)
+    assert first.summary["status"] == second.summary["status"] == "ok"
+    pd.testing.assert_frame_equal(first.records[METRIC_COLUMNS], second.records[METRIC_COLUMNS])
+    pd.testing.assert_frame_equal(first.records, second.records)
+    s1, s2 = first.summary["attack_stats"], second.summary["attack_stats"]
+    assert s1["draws"] == s2["draws"]
+    timing = {k for k in s1 if "seconds" in k}
+    assert {k: v for k, v in s1.items() if k not in timing} == {k: v for k, v in s2.items() if k not in timing}
+    assert torch.equal(first.reconstruction.images, second.reconstruction.images)
+    assert torch.equal(first.truth, second.truth)
+
+
+def test_failed_run_is_deterministic_too() -> None:
+    spec = CellSpec(attack="spear", dataset="embedded", batch_size=8, seed=2, hyperparameters={"max_draws": 500})
+    first, second = run_cell(spec), run_cell(spec)
+    assert first.summary["status"] == second.summary["status"] == "failed"
+    assert first.summary["reason"] == second.summary["reason"]
+    pd.testing.assert_frame_equal(first.records, second.records)
+    assert first.summary["attack_stats"]["draws"] == second.summary["attack_stats"]["draws"]
+
+
+def test_attack_seed_changes_search_not_answer() -> None:
+    ds = load_dataset("embedded")
+    batch = sample_batch(ds, 4, seed=0)
+    model = build_fc(ds.image_shape, ds.num_classes, width=200, depth=6, seed=0)
+    update = fedsgd_update(model, batch)
+    attack = create_attack("spear")
+    answers = [attack.reconstruct(update, seed=s) for s in (0, 1)]
+    for recon in answers:
+        assert recon.status == "ok", recon.reason
+        got = sorted(tuple(row) for row in (recon.images * 255).round().flatten(1).to(torch.int64).tolist())
+        want = sorted(tuple(row) for row in (batch.images * 255).round().flatten(1).to(torch.int64).tolist())
+        assert got == want
