@@ -14,8 +14,16 @@ from leakbench.errors import LeakbenchError
 EXIT_BAD_INPUT = 2
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Argument errors as one line on stderr and exit code 2, like every other bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"leakbench: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="leakbench", description=__doc__)
+    parser = OneLineParser(prog="leakbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     attack = sub.add_parser("attack", help="run one attack on one batch and score it")
     attack.add_argument("--attack", required=True, help="registered attack (see `leakbench list attacks`)")

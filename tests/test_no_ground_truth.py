@@ -19,8 +19,8 @@ B, WIDTH, DEPTH, SEED = 4, 64, 3, 0
 
 # Caps applied to an attack's Config when it has such a field, so every attack runs a small case.
 # No time budgets: a run cut short by the clock would not be reproducible.
-SMALL_BUDGET = {"iterations": 50, "max_iterations": 50, "steps": 50, "max_steps": 50, "restarts": 1,
-                "trials": 1}
+SMALL_BUDGET = {"iterations": 10, "inner_iterations": 5, "max_iterations": 10, "steps": 10, "max_steps": 10,
+                "restarts": 1, "trials": 1, "max_iter": 100}
 
 
 def _case(*, labels_known: bool = False, seed: int = SEED) -> tuple[Batch, FCNet, ClientUpdate]:
@@ -148,8 +148,7 @@ def test_attack_output_ignores_ground_truth(name: str) -> None:
     assert all(torch.equal(update.gradients[k], grads[k]) for k in grads), "the attack modified the update"
 
     noise = torch.rand(batch.images.shape, generator=torch.Generator().manual_seed(123))
-    for label, fill in (("noise", lambda t: t.copy_(noise)), ("zeros", torch.Tensor.zero_),
-                        ("ones", lambda t: t.fill_(1.0))):
+    for label, fill in (("noise", lambda t: t.copy_(noise)), ("zeros", torch.Tensor.zero_)):
         fill(batch.images)
         batch.labels.zero_()
         again = attack.reconstruct(update, seed=7)

@@ -84,4 +84,24 @@ def build_config(config_cls: type, overrides: dict[str, Any]) -> Any:
     if unknown:
         raise ConfigError(f"unknown hyperparameter(s) {', '.join(unknown)} for {config_cls.__name__} "
                           f"(known: {', '.join(sorted(known))})")
-    return config_cls(**overrides)
+    fields = config_cls.__dataclass_fields__
+    return config_cls(**{key: _coerce(config_cls.__name__, key, value, fields[key].default)
+                         for key, value in overrides.items()})
+
+
+def _coerce(owner: str, key: str, value: Any, default: Any) -> Any:
+    """Check `value` against the type of the field's default (ints accepted for floats)."""
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(default, str):
+        ok = isinstance(value, str)
+    else:
+        ok = True
+    if not ok:
+        raise ConfigError(f"hyperparameter {key}={value!r} of {owner} must be a {type(default).__name__}")
+    return value

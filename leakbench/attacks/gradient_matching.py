@@ -24,7 +24,7 @@ from torch import nn
 from leakbench.attacks import register_attack
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
 from leakbench.attacks.cpa import total_variation
-from leakbench.attacks.labels import find_last_layer, recover_labels
+from leakbench.attacks.labels import STRATEGIES, find_last_layer, recover_labels
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 
@@ -85,10 +85,15 @@ class GradientOracle:
         return fn(self.gradients(z, labels), self.targets)
 
 
-def _labels(update: ClientUpdate, b: int) -> tuple[torch.Tensor, str]:
+def _labels(update: ClientUpdate, b: int, strategy: str) -> tuple[torch.Tensor, str]:
     if update.labels is not None:
         return update.labels.detach().to(torch.int64).clone(), "given"
-    return recover_labels(update.model, update.gradients, b)
+    return recover_labels(update.model, update.gradients, b, strategy)
+
+
+def _check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"unknown label strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
 
 
 def _check_batch(update: ClientUpdate) -> int:
@@ -121,6 +126,8 @@ class IGConfig:
     signed: apply Adam to the sign of the gradient (breaching's `signed: hard`).
     boxed: project the candidate onto valid pixels [0, 1] after every step.
     decay: learning rate ×0.1 at 3/8, 5/8 and 7/8 of the iterations (breaching's `step-lr`).
+    label_strategy: how labels are recovered when the threat model withholds them:
+        "bias-corrected" (breaching's default) or "uniform-counts" (see leakbench.attacks.labels).
     """
 
     iterations: int = 500
@@ -130,6 +137,7 @@ class IGConfig:
     signed: bool = True
     boxed: bool = True
     decay: bool = True
+    label_strategy: str = "bias-corrected"
 
 
 @register_attack
@@ -143,6 +151,7 @@ class InvertingGradientsAttack(Attack):
         super().check_update(update)
         if self.config.iterations < 1 or self.config.restarts < 1:
             raise ConfigError("ig: iterations and restarts must be at least 1")
+        _check_strategy(self.config.label_strategy)
         _check_batch(update)
 
     def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
@@ -151,7 +160,7 @@ class InvertingGradientsAttack(Attack):
         start = time.perf_counter()
         b = int(update.batch_size)
         oracle = GradientOracle(update)
-        labels, strategy = _labels(update, b)
+        labels, strategy = _labels(update, b, cfg.label_strategy)
         gen = torch.Generator().manual_seed(seed)
         trials: list[dict[str, Any]] = []
         for _ in range(cfg.restarts):
@@ -183,9 +192,9 @@ class InvertingGradientsAttack(Attack):
             opt.zero_grad(set_to_none=True)
             grad_loss = oracle.distance(z, labels, cosine_distance)
             objective = grad_loss + cfg.tv * total_variation(z) if cfg.tv > 0 else grad_loss
-            value = float(objective)
+            value = float(objective.detach())
             if it == 0:
-                initial = float(grad_loss)
+                initial = float(grad_loss.detach())
             if not torch.isfinite(objective):
                 break
             if value < best_obj:
@@ -201,9 +210,9 @@ class InvertingGradientsAttack(Attack):
         # The last step's candidate has not been scored yet.
         last = oracle.distance(z, labels, cosine_distance)
         last_obj = last + cfg.tv * total_variation(z) if cfg.tv > 0 else last
-        if torch.isfinite(last_obj) and float(last_obj) < best_obj:
+        if torch.isfinite(last_obj) and float(last_obj.detach()) < best_obj:
             best_z = z.detach().clone()
-        final = float(oracle.distance(best_z.clone().requires_grad_(True), labels, cosine_distance))
+        final = float(oracle.distance(best_z.clone(), labels, cosine_distance).detach())
         return {"z": best_z, "initial_loss": initial, "final_loss": final}
 
 
@@ -220,6 +229,7 @@ class DLGConfig:
     lr: L-BFGS learning rate (DLG: 1).
     optimize_labels: optimise soft labels jointly (softmax of dummy logits), as DLG does; when
         False, use the given labels or recover them from the last layer (iDLG-style).
+    label_strategy: recovery rule when optimize_labels is False and labels are withheld.
     history_size: L-BFGS memory.
     """
 
@@ -228,6 +238,7 @@ class DLGConfig:
     lr: float = 1.0
     optimize_labels: bool = True
     history_size: int = 100
+    label_strategy: str = "bias-corrected"
 
 
 @register_attack
@@ -241,6 +252,7 @@ class DeepLeakageAttack(Attack):
         super().check_update(update)
         if self.config.iterations < 1 or self.config.inner_iterations < 1:
             raise ConfigError("dlg: iterations and inner_iterations must be at least 1")
+        _check_strategy(self.config.label_strategy)
         _check_batch(update)
 
     def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
@@ -262,7 +274,7 @@ class DeepLeakageAttack(Attack):
             def targets() -> torch.Tensor:
                 return F.softmax(logits, dim=-1)
         else:
-            hard, strategy = _labels(update, b)
+            hard, strategy = _labels(update, b, cfg.label_strategy)
             stats["label_strategy"] = strategy
 
             def targets() -> torch.Tensor:
@@ -280,7 +292,7 @@ class DeepLeakageAttack(Attack):
             return loss
 
         def current_loss() -> float:
-            return float(oracle.distance(z, targets(), l2_distance))
+            return float(oracle.distance(z, targets(), l2_distance).detach())
 
         initial = current_loss()
         best_loss, best_z, steps = initial, z.detach().clone(), 0

@@ -53,6 +53,18 @@ class SpearConfig:
     residual_tol: float = 1e-4
     device: str = "cpu"
 
+    def __post_init__(self) -> None:
+        positive = ("layer", "max_draws", "max_seconds", "min_extra_zeros", "zero_tol", "sample_tol_factor",
+                    "unique_gap", "max_new_per_chunk", "residual_tol")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"spear: {name} must be positive, got {getattr(self, name)!r}")
+        for name in ("chunk", "min_zero_fraction", "noise_factor"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"spear: {name} must not be negative, got {getattr(self, name)!r}")
+        if self.device.split(":")[0] not in ("cpu", "cuda"):
+            raise ConfigError(f"spear: device must be cpu or cuda, got {self.device!r}")
+
 
 class SpearAttack(Attack):
     name = "spear"
@@ -62,6 +74,8 @@ class SpearAttack(Attack):
 
     def check_update(self, update: ClientUpdate) -> None:
         super().check_update(update)
+        if self.config.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError("spear: device cuda requested but torch sees no GPU")
         model = update.model
         model.check_attackable(self.config.layer)
         weight, _ = model.layer_param_names(self.config.layer)

@@ -1,0 +1,291 @@
+"""The command line, run as a user runs it: `python -m leakbench …` in a subprocess.
+
+Every invocation is independent and mostly interpreter start-up, so they are all started at once
+(module fixture `results`) and the tests below only inspect what each one did. Two known bugs are
+shown in-process through `leakbench.cli.main` (what `python -m leakbench` calls), which is cheaper.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from PIL import Image
+
+from conftest import run_cli_many
+from leakbench.cli import main
+from leakbench.metrics import find_alexnet_weights
+
+SUMMARY_KEYS = {"attack", "dataset", "batch_size", "width", "depth", "layer", "seed", "n_images",
+                "exact_fraction", "psnr_mean", "psnr_median", "psnr_min", "ssim_mean", "lpips_mean",
+                "seconds", "status", "reason"}
+DATASETS = {"embedded", "mnist", "tinyimagenet", "imagefolder", "cifar10", "digits"}
+
+SUITE = """\
+name = "{name}"
+dataset = "embedded"
+attacks = ["spear"]
+batch_sizes = [1, 2]
+seeds = [0]
+width = 200
+depth = 6
+layer = 1
+"""
+
+
+@dataclass
+class Job:
+    args: list[str]
+    cwd: Path
+    out: Path | None = None  # the --out / --reports folder, which must not appear on bad input
+
+
+def _bad_attack(root: Path, key: str, *args: str) -> Job:
+    cwd = root / key
+    cwd.mkdir()
+    out = cwd / "out"
+    return Job(["attack", *[a.replace("{cwd}", str(cwd)) for a in args], "--out", str(out)], cwd, out)
+
+
+def _suite_job(root: Path, key: str, text: str) -> Job:
+    cwd = root / key
+    cwd.mkdir()
+    (cwd / "suite.toml").write_text(text)
+    return Job(["run", str(cwd / "suite.toml"), "--reports", str(cwd / "rep")], cwd, cwd / "rep")
+
+
+BAD_ATTACK_ARGS = {
+    "unknown_attack": ("--attack", "no-such-attack", "--batch-size", "2"),
+    "unknown_dataset": ("--attack", "spear", "--dataset", "no-such-dataset", "--batch-size", "2"),
+    "batch_over_width": ("--attack", "spear", "--width", "8", "--batch-size", "9"),
+    "batch_over_input": ("--attack", "spear", "--dataset", "digits", "--batch-size", "65", "--width", "200"),
+    "missing_data_root": ("--attack", "spear", "--dataset", "mnist", "--data-root", "{cwd}/nonexistent",
+                          "--batch-size", "2"),
+    "unreadable_file": ("--attack", "spear", "--dataset", "imagefolder", "--data-root", "{cwd}/images",
+                        "--batch-size", "1"),
+    "missing_lpips_weights": ("--attack", "spear", "--batch-size", "2", "--lpips-weights", "{cwd}/none.pth"),
+    "param_without_equals": ("--attack", "spear", "--batch-size", "2", "--param", "max_draws"),
+}
+# What the one error line must mention, besides the "leakbench: error:" prefix.
+BAD_ATTACK_MENTIONS = {
+    "unknown_attack": "no-such-attack",
+    "unknown_dataset": "no-such-dataset",
+    "batch_over_width": "width",
+    "batch_over_input": "",  # the width check or the input-size check may fire first
+    "missing_data_root": "nonexistent",
+    "unreadable_file": "bad.png",
+    "missing_lpips_weights": "none.pth",
+    "param_without_equals": "KEY=VALUE",
+}
+BAD_SUITES = {  # key → (suite text, key the error must name)
+    "suite_unknown_key": (SUITE.format(name="bad") + 'colour = "red"\n', "colour"),
+    "suite_missing_key": (SUITE.format(name="bad").replace("batch_sizes = [1, 2]\n", ""), "batch_sizes"),
+    "suite_wrong_type": (SUITE.format(name="bad").replace("width = 200", 'width = "wide"'), "width"),
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Job, subprocess.CompletedProcess[str]]]:
+    root = tmp_path_factory.mktemp("cli")
+    jobs: dict[str, Job] = {}
+    for key in ("list_attacks", "list_datasets"):
+        (root / key).mkdir()
+        jobs[key] = Job(["list", key.split("_")[1]], root / key)
+    (root / "attack_ok").mkdir()
+    jobs["attack_ok"] = Job(["attack", "--attack", "spear", "--dataset", "embedded", "--batch-size", "4",
+                             "--json", "--out", str(root / "attack_ok" / "out")], root / "attack_ok",
+                            root / "attack_ok" / "out")
+    for key, args in BAD_ATTACK_ARGS.items():
+        jobs[key] = _bad_attack(root, key, *args)
+    (root / "unreadable_file" / "images" / "cls").mkdir(parents=True)
+    (root / "unreadable_file" / "images" / "cls" / "bad.png").write_bytes(b"\x00garbage, not a PNG\xff" * 20)
+    jobs["run_ok"] = _suite_job(root, "run_ok", SUITE.format(name="mini"))
+    for key, (text, _) in BAD_SUITES.items():
+        jobs[key] = _suite_job(root, key, text)
+    done = run_cli_many({key: (job.args, job.cwd) for key, job in jobs.items()})
+    return {key: (jobs[key], done[key]) for key in jobs}
+
+
+def _ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    return proc
+
+
+def _assert_bad_input(job: Job, proc: subprocess.CompletedProcess[str], mention: str = "") -> str:
+    """Exit 2, one `leakbench: error:` line on stderr, no traceback, nothing at --out."""
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("leakbench: error:"), lines[0]
+    assert mention in lines[0]
+    assert proc.stdout == ""
+    if job.out is not None:
+        assert not job.out.exists(), sorted(p.name for p in job.out.rglob("*"))
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- list
+
+
+def test_list_attacks(results) -> None:
+    proc = _ok(results["list_attacks"][1])
+    names = {line.split()[0] for line in proc.stdout.splitlines() if line.strip()}
+    assert "spear" in names
+
+
+def test_list_datasets(results) -> None:
+    proc = _ok(results["list_datasets"][1])
+    names = {line.split()[0] for line in proc.stdout.splitlines() if line.strip()}
+    assert DATASETS <= names
+
+
+# --------------------------------------------------------------------------- attack
+
+
+@pytest.fixture(scope="module")
+def attack_ok(results) -> tuple[dict, Path]:
+    job, proc = results["attack_ok"]
+    _ok(proc)
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, proc.stdout
+    summary = json.loads(lines[0])
+    assert isinstance(summary, dict)
+    return summary, job.out
+
+
+def test_attack_json_summary(attack_ok) -> None:
+    summary, _ = attack_ok
+    assert SUMMARY_KEYS <= set(summary)
+    assert (summary["attack"], summary["dataset"], summary["batch_size"]) == ("spear", "embedded", 4)
+    assert (summary["width"], summary["depth"], summary["layer"], summary["seed"]) == (200, 6, 1, 0)
+    assert summary["n_images"] == 4
+    assert summary["exact_fraction"] == 1.0
+    assert summary["status"] == "ok" and summary["reason"] == ""
+    assert isinstance(summary["seconds"], float) and summary["seconds"] >= 0
+    assert summary["ssim_mean"] is not None and summary["ssim_mean"] > 0.99
+    # PSNR of an exact reconstruction: high, or +inf (written as null) when bit-identical
+    for key in ("psnr_mean", "psnr_median", "psnr_min"):
+        assert summary[key] is None or summary[key] > 48.0
+
+
+def test_attack_lpips_null_without_weights(attack_ok) -> None:
+    summary, _ = attack_ok
+    if find_alexnet_weights() is not None:
+        pytest.skip("AlexNet weights are installed here, so LPIPS is computed")
+    assert summary["lpips_mean"] is None
+    assert "LPIPS not computed" in summary.get("lpips_note", "")
+
+
+def test_attack_out_folder(attack_ok) -> None:
+    summary, out = attack_ok
+    assert {"records.parquet", "manifest.json", "summary.json", "grid.png"} <= {p.name for p in out.iterdir()}
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp folder left
+
+    records = pd.read_parquet(out / "records.parquet")
+    assert len(records) == 4
+    assert {"psnr", "ssim", "exact", "attack", "batch_size"} <= set(records.columns)
+    for col in ("batch_size", "width", "depth", "layer", "seed", "dataset_index"):
+        assert pd.api.types.is_integer_dtype(records[col]), (col, records[col].dtype)
+    assert (records["batch_size"] == 4).all() and (records["attack"] == "spear").all()
+    assert pd.api.types.is_bool_dtype(records["exact"]) and records["exact"].all()
+    assert pd.api.types.is_float_dtype(records["psnr"]) and pd.api.types.is_float_dtype(records["ssim"])
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    packages = manifest["packages"]
+    for name in ("torch", "numpy", "pandas"):
+        assert isinstance(packages.get(name), str) and packages[name], name
+    assert manifest["seeds"] == {"batch": 0, "model_init": 0, "attack": 0}
+    assert manifest["spec"]["batch_size"] == 4 and manifest["spec"]["attack"] == "spear"
+    assert len(manifest["dataset_indices"]) == 4
+    assert manifest["python"]
+
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+    png = out / "grid.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(png) as img:
+        img.verify()
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("key", list(BAD_ATTACK_ARGS))
+def test_attack_bad_input(results, key: str) -> None:
+    job, proc = results[key]
+    _assert_bad_input(job, proc, BAD_ATTACK_MENTIONS[key])
+
+
+def test_batch_over_input_size_message(results) -> None:
+    job, proc = results["batch_over_input"]
+    line = _assert_bad_input(job, proc)
+    assert "65" in line and ("input size" in line or "width" in line)
+
+
+# The two known bugs below are shown in-process (`leakbench.cli.main`, what `python -m leakbench`
+# calls): a subprocess each would only add interpreter start-up to the suite.
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: --param values are not type/range-checked (build_config only "
+                   "checks names); max_draws=abc crashes inside the search with a TypeError traceback, exit 1")
+def test_attack_bad_param_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    rc = main(["attack", "--attack", "spear", "--batch-size", "2", "--param", "max_draws=abc", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("leakbench: error:") and "max_draws" in err[0]
+    assert not out.exists()
+
+
+def _argparse_failure(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> tuple[int, list[str]]:
+    with pytest.raises(SystemExit) as info:
+        main(["attack", "--attack", "spear", "--batch-size", "two", "--out", str(tmp_path / "out")])
+    return info.value.code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_argparse_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _argparse_failure(capsys, tmp_path)
+    assert code == 2 and err and "two" in err[-1]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: argparse usage errors print the usage block and "
+                   "'leakbench attack: error: ...' instead of the one-line 'leakbench: error: ...' contract")
+def test_argparse_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _argparse_failure(capsys, tmp_path)
+    assert code == 2 and len(err) == 1 and err[0].startswith("leakbench: error:")
+
+
+# --------------------------------------------------------------------------- run
+
+
+def test_run_suite_writes_report(results) -> None:
+    job, proc = results["run_ok"]
+    _ok(proc)
+    rep = job.out
+    report = rep / "mini.md"
+    assert report.is_file()
+    assert str(report) in proc.stdout
+    text = report.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| spear | embedded |")]
+    assert len(rows) == 2
+    assert rows[0].startswith("| spear | embedded | 1 |") and rows[1].startswith("| spear | embedded | 2 |")
+    assert all(line.rstrip().endswith("| ok |") for line in rows)
+    for b in (1, 2):
+        cell = rep / "mini" / f"spear_embedded_b{b}_s0"
+        assert (cell / "grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert {"records.parquet", "manifest.json", "summary.json"} <= {p.name for p in cell.iterdir()}
+        assert f"mini/spear_embedded_b{b}_s0/grid.png" in text
+    assert not list(rep.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("key", list(BAD_SUITES))
+def test_run_malformed_suite(results, key: str) -> None:
+    job, proc = results[key]
+    line = _assert_bad_input(job, proc, f"'{BAD_SUITES[key][1]}'")
+    assert "suite" in line
