@@ -90,6 +90,7 @@ def lpips_for(path: Path | None):
 def cmd_attack(args: argparse.Namespace) -> int:
     from leakbench.harness.cell import CellSpec, json_safe, run_cell
     from leakbench.harness.store import check_out_dir, write_cell
+    from leakbench.reporting.table import cell_caption
 
     if args.out is not None:
         check_out_dir(args.out)
@@ -100,15 +101,9 @@ def cmd_attack(args: argparse.Namespace) -> int:
     scorer, note = lpips_for(args.lpips_weights)
     result = run_cell(spec, lpips=scorer, lpips_note=note)
     if args.out is not None:
-        write_cell(result, args.out, caption=caption(result.summary))
+        write_cell(result, args.out, caption=cell_caption(result.summary))
     print(json.dumps(json_safe(result.summary)) if args.json else human_summary(result.summary))
     return 0
-
-
-def caption(summary: dict[str, Any]) -> str:
-    return (f"{summary['attack']} · {summary['dataset']} · b={summary['batch_size']} · FC-{summary['depth']} "
-            f"width {summary['width']} · layer {summary['layer']} · seed {summary['seed']} · "
-            f"status {summary['status']} · rows: reconstruction above ground truth")
 
 
 def human_summary(s: dict[str, Any]) -> str:

@@ -1,8 +1,8 @@
 """The command line, run as a user runs it: `python -m leakbench …` in a subprocess.
 
 Every invocation is independent and mostly interpreter start-up, so they are all started at once
-(module fixture `results`) and the tests below only inspect what each one did. Two known bugs are
-shown in-process through `leakbench.cli.main` (what `python -m leakbench` calls), which is cheaper.
+(module fixture `results`) and the tests below only inspect what each one did. Variations on one
+kind of bad input (wrong --param values, argparse errors) go through `leakbench.cli.main` in-process.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from PIL import Image
 
 from conftest import run_cli_many
@@ -228,37 +229,69 @@ def test_batch_over_input_size_message(results) -> None:
     assert "65" in line and ("input size" in line or "width" in line)
 
 
-# The two known bugs below are shown in-process (`leakbench.cli.main`, what `python -m leakbench`
-# calls): a subprocess each would only add interpreter start-up to the suite.
+# Wrong --param values and argparse errors are checked in-process through `leakbench.cli.main` (what
+# `python -m leakbench` calls): a subprocess each would only add interpreter start-up to the suite.
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: --param values are not type/range-checked (build_config only "
-                   "checks names); max_draws=abc crashes inside the search with a TypeError traceback, exit 1")
-def test_attack_bad_param_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "out"
-    rc = main(["attack", "--attack", "spear", "--batch-size", "2", "--param", "max_draws=abc", "--out", str(out)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and err[0].startswith("leakbench: error:") and "max_draws" in err[0]
+def _main_bad_input(argv: list[str], out: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    try:
+        rc = main([*argv, "--out", str(out)])
+    except SystemExit as exc:  # argparse errors leave through sys.exit
+        rc = exc.code
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert rc == 2, captured.err
+    assert len(err) == 1 and err[0].startswith("leakbench: error:"), captured.err
+    assert captured.out == ""
     assert not out.exists()
+    return err[0]
 
 
-def _argparse_failure(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> tuple[int, list[str]]:
-    with pytest.raises(SystemExit) as info:
-        main(["attack", "--attack", "spear", "--batch-size", "two", "--out", str(tmp_path / "out")])
-    return info.value.code, capsys.readouterr().err.strip().splitlines()
+@pytest.mark.parametrize("param", ["max_draws=abc", "max_draws=1.5", "last_column=maybe", "zero_tol=[1]"])
+def test_attack_param_of_wrong_type(tmp_path: Path, capsys: pytest.CaptureFixture[str], param: str) -> None:
+    line = _main_bad_input(["attack", "--attack", "spear", "--batch-size", "2", "--param", param],
+                           tmp_path / "out", capsys)
+    assert param.split("=")[0] in line
 
 
-def test_argparse_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = _argparse_failure(capsys, tmp_path)
-    assert code == 2 and err and "two" in err[-1]
-    assert not (tmp_path / "out").exists()
+def test_attack_unknown_param_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _main_bad_input(["attack", "--attack", "spear", "--batch-size", "2", "--param", "no_such_knob=1"],
+                           tmp_path / "out", capsys)
+    assert "no_such_knob" in line
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: argparse usage errors print the usage block and "
-                   "'leakbench attack: error: ...' instead of the one-line 'leakbench: error: ...' contract")
-def test_argparse_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = _argparse_failure(capsys, tmp_path)
-    assert code == 2 and len(err) == 1 and err[0].startswith("leakbench: error:")
+def test_out_that_is_a_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "out"
+    target.write_text("precious\n")
+    rc = main(["attack", "--attack", "spear", "--batch-size", "2", "--out", str(target)])
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("leakbench: error:") and "not a directory" in err[0]
+    assert captured.out == ""
+    assert target.read_text() == "precious\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize("param", ["chunk=-5", "max_draws=0", "zero_tol=-1"])
+def test_attack_param_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture[str], param: str) -> None:
+    line = _main_bad_input(["attack", "--attack", "spear", "--batch-size", "2", "--param", param],
+                           tmp_path / "out", capsys)
+    assert param.split("=")[0] in line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_attack_cuda_device_without_cuda(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _main_bad_input(["attack", "--attack", "spear", "--batch-size", "2", "--param", "device=cuda"],
+                           tmp_path / "out", capsys)
+    assert "cuda" in line.lower()
+
+
+@pytest.mark.parametrize("argv", [["attack", "--attack", "spear", "--batch-size", "two"],
+                                  ["attack", "--batch-size", "2"],
+                                  ["attack", "--attack", "spear", "--batch-size", "2", "--no-such-flag"]],
+                         ids=["not_an_int", "missing_required", "unknown_flag"])
+def test_argparse_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    _main_bad_input(argv, tmp_path / "out", capsys)
 
 
 # --------------------------------------------------------------------------- run

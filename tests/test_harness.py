@@ -29,19 +29,15 @@ layer = 1
 
 CELL_FILES = ["grid.png", "manifest.json", "records.parquet", "summary.json"]
 
-
 def _suite(tmp_path: Path, text: str, name: str = "suite.toml") -> Path:
     path = tmp_path / name
     path.write_text(text)
     return path
 
-
 def _without(key: str) -> str:
     return "".join(line + "\n" for line in GOOD_SUITE.splitlines() if not line.startswith(f"{key} "))
 
-
 # --------------------------------------------------------------------------- suites
-
 
 def test_good_suite_expands_to_cells(tmp_path: Path) -> None:
     suite = load_suite(_suite(tmp_path, GOOD_SUITE))
@@ -53,29 +49,24 @@ def test_good_suite_expands_to_cells(tmp_path: Path) -> None:
     override = load_suite(_suite(tmp_path, GOOD_SUITE), data_root="/some/where")
     assert all(c.data_root == "/some/where" for c in override.cells)
 
-
 def test_minimal_suite_uses_defaults(tmp_path: Path) -> None:
     text = 'name = "m"\ndataset = "embedded"\nattacks = ["spear"]\nbatch_sizes = [4]\n'
     (cell,) = load_suite(_suite(tmp_path, text)).cells
     assert (cell.seed, cell.width, cell.depth, cell.layer, cell.image_size) == (0, 200, 6, 1, None)
 
-
 def test_unknown_key_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown key 'colour'"):
         load_suite(_suite(tmp_path, GOOD_SUITE + 'colour = "red"\n'))
-
 
 @pytest.mark.parametrize("key", REQUIRED)
 def test_missing_required_key_is_named(tmp_path: Path, key: str) -> None:
     with pytest.raises(ConfigError, match=f"missing key '{key}'"):
         load_suite(_suite(tmp_path, _without(key)))
 
-
 @pytest.mark.parametrize("value", ['[1, "2"]', "[1.5]", "[true]", '"4"', "4"])
 def test_non_integer_batch_sizes_are_refused(tmp_path: Path, value: str) -> None:
     with pytest.raises(ConfigError, match="batch_sizes"):
         load_suite(_suite(tmp_path, _without("batch_sizes") + f"batch_sizes = {value}\n"))
-
 
 @pytest.mark.parametrize("key,value", [("width", '"wide"'), ("width", "true"), ("depth", "2.5"),
                                        ("name", "3"), ("attacks", '"spear"'), ("seeds", '["0"]')])
@@ -83,18 +74,15 @@ def test_wrong_types_name_the_key(tmp_path: Path, key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=f"'{key}'"):
         load_suite(_suite(tmp_path, _without(key) + f"{key} = {value}\n"))
 
-
 def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="suite"):
         load_suite(_suite(tmp_path, "name = \n"))
-
 
 def test_every_error_message_is_one_line(tmp_path: Path) -> None:
     for text in (GOOD_SUITE + "x = 1\n", _without("dataset"), "name = [\n"):
         with pytest.raises(ConfigError) as info:
             load_suite(_suite(tmp_path, text))
         assert "\n" not in str(info.value)
-
 
 def test_find_suite_default(repo_root: Path) -> None:
     expected = repo_root / "benchmarks" / "default.toml"
@@ -106,27 +94,22 @@ def test_find_suite_default(repo_root: Path) -> None:
     assert [c.batch_size for c in suite.cells] == [1, 2, 4, 8, 16]
     assert {c.dataset for c in suite.cells} == {"embedded"}
 
-
 def test_find_suite_path_and_unknown_name(tmp_path: Path) -> None:
     path = _suite(tmp_path, GOOD_SUITE, "custom.toml")
     assert find_suite(str(path)) == path
     with pytest.raises(ConfigError, match="no suite"):
         find_suite("no-such-suite-anywhere")
 
-
 def test_suite_keys_cover_required() -> None:
     assert set(REQUIRED) <= set(KEYS)
 
-
 # --------------------------------------------------------------------------- write_cell
-
 
 @pytest.fixture(scope="module")
 def ok_cell() -> CellResult:
     result = run_cell(CellSpec(attack="spear", dataset="embedded", batch_size=2, seed=0, width=64, depth=3))
     assert result.summary["status"] == "ok"
     return result
-
 
 @pytest.fixture(scope="module")
 def failed_cell() -> CellResult:
@@ -135,7 +118,6 @@ def failed_cell() -> CellResult:
                       lpips_note="LPIPS not computed: no weights in this test")
     assert result.summary["status"] == "failed"
     return result
-
 
 def test_write_cell_writes_complete_set(tmp_path: Path, ok_cell: CellResult) -> None:
     out = tmp_path / "cell"
@@ -150,11 +132,9 @@ def test_write_cell_writes_complete_set(tmp_path: Path, ok_cell: CellResult) -> 
     assert manifest["seeds"] == {"batch": 0, "model_init": 0, "attack": 0}
     assert manifest["dataset_indices"] == [int(i) for i in ok_cell.records["dataset_index"]]
 
-
 def _boom(path: Path, *args, **kwargs) -> None:
     Path(path).write_bytes(b"\x89PNG half")  # a partial file, then the failure
     raise RuntimeError("disk on fire")
-
 
 def test_write_cell_is_all_or_nothing(tmp_path: Path, ok_cell: CellResult, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(store, "save_grid", _boom)
@@ -163,7 +143,6 @@ def test_write_cell_is_all_or_nothing(tmp_path: Path, ok_cell: CellResult, monke
         write_cell(ok_cell, out, caption="test")
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []  # no ".cell.tmp-*" folder left behind
-
 
 def test_failed_write_keeps_previous_output(tmp_path: Path, ok_cell: CellResult, failed_cell: CellResult,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
@@ -176,7 +155,6 @@ def test_failed_write_keeps_previous_output(tmp_path: Path, ok_cell: CellResult,
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["cell"]
 
-
 def test_write_failed_cell(tmp_path: Path, failed_cell: CellResult) -> None:
     out = tmp_path / "cell"
     write_cell(failed_cell, out, caption="failed")
@@ -187,9 +165,6 @@ def test_write_failed_cell(tmp_path: Path, failed_cell: CellResult) -> None:
     assert summary["status"] == "failed" and "budget" in summary["reason"]
     assert summary["psnr_mean"] is None and summary["lpips_mean"] is None
 
-
-@pytest.mark.xfail(strict=True, reason="BUG: write_cell moves the new files over an existing folder one by one "
-                   "and never removes the old ones, so a feature-space result keeps a stale image grid.png")
 def test_rewriting_a_cell_leaves_no_stale_files(tmp_path: Path, ok_cell: CellResult) -> None:
     out = tmp_path / "cell"
     write_cell(ok_cell, out, caption="image space")
@@ -200,7 +175,6 @@ def test_rewriting_a_cell_leaves_no_stale_files(tmp_path: Path, ok_cell: CellRes
     assert json.loads((out / "summary.json").read_text())["space"] == "feature"
     assert "grid.png" not in {p.name for p in out.iterdir()}  # no grid of the earlier image-space cell
 
-
 def test_check_out_dir_refuses_a_file(tmp_path: Path) -> None:
     target = tmp_path / "file"
     target.write_text("x")
@@ -209,20 +183,14 @@ def test_check_out_dir_refuses_a_file(tmp_path: Path) -> None:
     check_out_dir(tmp_path / "new")  # a missing folder is fine, and is not created
     assert not (tmp_path / "new").exists()
 
-
 # --------------------------------------------------------------------------- run_suite
 
-
-@pytest.mark.xfail(strict=True, reason="BUG: run_suite only checks attack and dataset names up front; a cell "
-                   "whose shape the attack refuses (b=9 ≥ width 8) raises only after earlier cells ran and "
-                   "wrote their folders under reports/")
 def test_run_suite_refuses_bad_cell_before_running_any(tmp_path: Path) -> None:
     text = 'name = "mix"\ndataset = "embedded"\nattacks = ["spear"]\nbatch_sizes = [1, 9]\nwidth = 8\ndepth = 3\n'
     reports = tmp_path / "rep"
     with pytest.raises(ConfigError, match="width"):
         run_suite(str(_suite(tmp_path, text)), data_root=None, reports=reports, lpips=None, lpips_note="")
     assert not reports.exists(), sorted(str(p.relative_to(reports)) for p in reports.rglob("*"))
-
 
 def test_run_suite_writes_table_and_cells(tmp_path: Path) -> None:
     text = 'name = "tiny"\ndataset = "embedded"\nattacks = ["spear"]\nbatch_sizes = [1, 2]\nwidth = 64\ndepth = 3\n'
@@ -236,14 +204,11 @@ def test_run_suite_writes_table_and_cells(tmp_path: Path) -> None:
         assert sorted(p.name for p in (reports / "tiny" / f"spear_embedded_b{b}_s0").iterdir()) == CELL_FILES
     assert sorted(p.name for p in reports.iterdir()) == ["tiny", "tiny.md"]
 
-
 # --------------------------------------------------------------------------- Markdown table
-
 
 def _rows(text: str) -> list[list[str]]:
     lines = [line for line in text.splitlines() if line.startswith("| ") and line != HEADER]
     return [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in lines]
-
 
 def test_markdown_table_keeps_failed_cells(ok_cell: CellResult, failed_cell: CellResult) -> None:
     text = markdown_table([(ok_cell.summary, ok_cell.records), (failed_cell.summary, failed_cell.records)],
@@ -260,7 +225,6 @@ def test_markdown_table_keeps_failed_cells(ok_cell: CellResult, failed_cell: Cel
     assert failed["PSNR mean ± std"] == "–" and failed["PSNR min"] == "–"
     assert ok["LPIPS"] == "n/a" and failed["LPIPS"] == "n/a"
     assert "LPIPS: n/a — LPIPS not computed: no weights in this test" in text
-
 
 def test_markdown_table_without_rows() -> None:
     text = markdown_table([], title="empty")

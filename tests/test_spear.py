@@ -187,7 +187,7 @@ def test_failed_run_is_deterministic_too() -> None:
     assert first.summary["attack_stats"]["draws"] == second.summary["attack_stats"]["draws"]
 
 
-def test_attack_seed_changes_search_not_answer() -> None:
+def test_attack_seed_does_not_change_answer() -> None:
     ds = load_dataset("embedded")
     batch = sample_batch(ds, 4, seed=0)
     model = build_fc(ds.image_shape, ds.num_classes, width=200, depth=6, seed=0)

@@ -5,29 +5,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TextIO
 
-from leakbench.attacks import ATTACKS
-from leakbench.datasets import DATASETS
-from leakbench.harness.cell import run_cell
+from leakbench.harness.cell import CellSpec, build_attack, prepare, run_cell
 from leakbench.harness.store import write_cell
 from leakbench.harness.suite import find_suite, load_suite
 from leakbench.metrics import LpipsScorer
-from leakbench.reporting.table import markdown_table
+from leakbench.reporting.table import cell_caption, markdown_table
+
+
+def check_cells(cells: list[CellSpec]) -> None:
+    """Raise on the first cell that cannot run (names, data, sizes, hyperparameters), before any runs."""
+    for spec in cells:
+        _, _, update = prepare(spec)
+        build_attack(spec).check_update(update)
 
 
 def run_suite(name: str | None, *, data_root: str | None, reports: Path, lpips: LpipsScorer | None,
               lpips_note: str, progress: TextIO | None = None) -> Path:
     """Run every cell of the suite (validated first); return the path of the Markdown report."""
     suite = load_suite(find_suite(name), data_root=data_root)
-    for cell in suite.cells:
-        ATTACKS.entry(cell.attack)
-        DATASETS.entry(cell.dataset)
+    check_cells(suite.cells)
     rows = []
-    from leakbench.cli import caption
 
     for i, spec in enumerate(suite.cells, 1):
         result = run_cell(spec, lpips=lpips, lpips_note=lpips_note)
         cell_dir = reports / suite.name / f"{spec.attack}_{spec.dataset}_b{spec.batch_size}_s{spec.seed}"
-        write_cell(result, cell_dir, caption=caption(result.summary))
+        write_cell(result, cell_dir, caption=cell_caption(result.summary))
         rows.append((result.summary, result.records))
         if progress is not None:
             s = result.summary

@@ -45,8 +45,9 @@ def manifest(result: CellResult) -> dict[str, Any]:
 def write_cell(result: CellResult, out: Path, caption: str) -> None:
     """Write records.parquet, summary.json, manifest.json and grid.png into `out` atomically.
 
-    Everything is written to a temporary folder beside `out` first; only a complete set of
-    files is moved into place, so an interrupted run leaves no half-written output.
+    Everything is written to a temporary folder beside `out` first; only the complete folder
+    replaces `out` (no stale files from an earlier run survive), so an interrupted run leaves no
+    half-written output.
     """
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -57,11 +58,20 @@ def write_cell(result: CellResult, out: Path, caption: str) -> None:
         if result.spec.batch_size and result.summary["space"] == "image":
             failed = [result.reconstruction.status != "ok"] * result.spec.batch_size
             save_grid(tmp / "grid.png", result.truth, result.aligned, caption=caption, failed=failed)
-        out.mkdir(parents=True, exist_ok=True)
-        for item in tmp.iterdir():
-            os.replace(item, out / item.name)
+        replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def replace_dir(new: Path, out: Path) -> None:
+    """Put the complete folder `new` at `out`; an older `out` is moved aside, then deleted."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+    os.replace(new, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:

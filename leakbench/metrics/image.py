@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torchmetrics.functional.image import structural_similarity_index_measure
 
 from leakbench.errors import LeakbenchError
 
@@ -97,6 +96,8 @@ def ssim(recon: Tensor, truth: Tensor) -> Tensor:
     sigma = ssim_sigma(k)
     if 2 * int(3.5 * sigma + 0.5) + 1 != k:  # guards the torchmetrics window rule above
         raise AssertionError(f"SSIM window mismatch for kernel {k}")
+    from torchmetrics.functional.image import structural_similarity_index_measure  # slow import: lazy
+
     out = structural_similarity_index_measure(
         r, t, gaussian_kernel=True, sigma=sigma, kernel_size=k, data_range=1.0, reduction="none"
     )

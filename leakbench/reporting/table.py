@@ -30,7 +30,8 @@ def _psnr_spread(psnr: pd.Series) -> str:
 def summary_row(summary: dict[str, Any], records: pd.DataFrame) -> str:
     """One table row; a failed cell still shows its n and its reason."""
     failed = int((records["status"] != "ok").sum())
-    status = summary["status"] if summary["status"] == "ok" else f"failed: {summary['reason']}"
+    reason = str(summary["reason"]).replace("|", "\\|")
+    status = summary["status"] if summary["status"] == "ok" else f"failed: {reason}"
     lpips = _fmt(summary["lpips_mean"], 3) if summary["lpips_mean"] is not None else "n/a"
     psnr = records["psnr"] if "psnr" in records else pd.Series(dtype=float)
     cells = [summary["attack"], summary["dataset"], str(summary["batch_size"]), str(summary["layer"]),
@@ -52,3 +53,10 @@ def markdown_table(rows: list[tuple[dict[str, Any], pd.DataFrame]], *, title: st
               "and carry no PSNR."]
     lines += [f"LPIPS: n/a — {note}" for note in notes]
     return "\n".join(lines) + "\n"
+
+
+def cell_caption(summary: dict[str, Any]) -> str:
+    """The caption printed under a cell's grid."""
+    return (f"{summary['attack']} · {summary['dataset']} · b={summary['batch_size']} · FC-{summary['depth']} "
+            f"width {summary['width']} · layer {summary['layer']} · seed {summary['seed']} · "
+            f"status {summary['status']} · rows: reconstruction above ground truth")
