@@ -91,7 +91,7 @@ def test_find_suite_default(repo_root: Path) -> None:
     assert SUITE_DIR.resolve() == (repo_root / "benchmarks").resolve()
     suite = load_suite(find_suite("default"))
     assert suite.name == "default"
-    assert [c.batch_size for c in suite.cells] == [1, 2, 4, 8, 16]
+    assert sorted({c.batch_size for c in suite.cells}) == [1, 2, 4, 8, 16]
     assert {c.dataset for c in suite.cells} == {"embedded"}
 
 def test_find_suite_path_and_unknown_name(tmp_path: Path) -> None:
@@ -229,3 +229,24 @@ def test_markdown_table_keeps_failed_cells(ok_cell: CellResult, failed_cell: Cel
 def test_markdown_table_without_rows() -> None:
     text = markdown_table([], title="empty")
     assert text.startswith("# empty") and HEADER in text and _rows(text) == []
+
+
+def test_suite_hyperparameters_reach_their_attack_only(tmp_path: Path) -> None:
+    text = ('name = "hp"\ndataset = "embedded"\nattacks = ["spear", "ig"]\nbatch_sizes = [2]\n'
+            '[hyperparameters.ig]\niterations = 7\n')
+    cells = load_suite(_suite(tmp_path, text)).cells
+    assert {c.attack: c.hyperparameters for c in cells} == {"spear": {}, "ig": {"iterations": 7}}
+
+
+def test_suite_hyperparameters_for_unlisted_attack_are_refused(tmp_path: Path) -> None:
+    text = ('name = "hp"\ndataset = "embedded"\nattacks = ["spear"]\nbatch_sizes = [2]\n'
+            '[hyperparameters.ig]\niterations = 7\n')
+    with pytest.raises(ConfigError, match="hyperparameters.ig"):
+        load_suite(_suite(tmp_path, text))
+
+
+def test_default_suite_runs_every_registered_attack() -> None:
+    from leakbench.attacks import ATTACKS
+
+    attacks = {c.attack for c in load_suite(find_suite("default")).cells}
+    assert attacks == set(ATTACKS.names())
