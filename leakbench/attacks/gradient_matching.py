@@ -140,19 +140,26 @@ class IGConfig:
     label_strategy: str = "bias-corrected"
 
 
-@register_attack
-class InvertingGradientsAttack(Attack):
-    name = "ig"
-    description = "Inverting Gradients: cosine gradient matching + TV, signed Adam, box constraint, restarts"
-    Config = IGConfig
+class _GradientMatchingAttack(Attack):
+    """Shared checks of the gradient-matching attacks: step counts, label strategy, batch."""
+
     requires = Requirements(batch_size=True)
+    counts: tuple[str, ...] = ()
 
     def check_update(self, update: ClientUpdate) -> None:
         super().check_update(update)
-        if self.config.iterations < 1 or self.config.restarts < 1:
-            raise ConfigError("ig: iterations and restarts must be at least 1")
+        if any(getattr(self.config, name) < 1 for name in self.counts):
+            raise ConfigError(f"{self.name}: {' and '.join(self.counts)} must be at least 1")
         _check_strategy(self.config.label_strategy)
         _check_batch(update)
+
+
+@register_attack
+class InvertingGradientsAttack(_GradientMatchingAttack):
+    name = "ig"
+    description = "Inverting Gradients: cosine gradient matching + TV, signed Adam, box constraint, restarts"
+    Config = IGConfig
+    counts = ("iterations", "restarts")
 
     def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
         self.check_update(update)
@@ -242,18 +249,11 @@ class DLGConfig:
 
 
 @register_attack
-class DeepLeakageAttack(Attack):
+class DeepLeakageAttack(_GradientMatchingAttack):
     name = "dlg"
     description = "Deep Leakage from Gradients: L2 gradient matching, L-BFGS on dummy images and soft labels"
     Config = DLGConfig
-    requires = Requirements(batch_size=True)
-
-    def check_update(self, update: ClientUpdate) -> None:
-        super().check_update(update)
-        if self.config.iterations < 1 or self.config.inner_iterations < 1:
-            raise ConfigError("dlg: iterations and inner_iterations must be at least 1")
-        _check_strategy(self.config.label_strategy)
-        _check_batch(update)
+    counts = ("iterations", "inner_iterations")
 
     def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
         self.check_update(update)
