@@ -34,6 +34,11 @@ class SpearConfig:
     next_layer_check: fit each candidate pattern to a sample through the next layer's gradient
         and deflate the search after every sample found (used when that gradient has rank ≥ b).
     residual_tol: largest relative residual of that fit for a pattern to count as a sample.
+    sampler: how draws are made (with the next-layer check): "zeros" (SPEAR's b−1 neurons
+        inactive for a sample), "actives" (two-sided draws, active.py: b−1 neurons with a guessed
+        side each, for deep layers where samples have fewer than b−1 zeros; needs enough neurons
+        active for the whole batch) or "both" (alternating, backing off from the two-sided route
+        when it finds nothing).
     device: torch device for the linear algebra ("cpu" or "cuda").
     """
 
@@ -51,6 +56,7 @@ class SpearConfig:
     last_column: bool = True
     next_layer_check: bool = True
     residual_tol: float = 1e-4
+    sampler: str = "both"
     device: str = "cpu"
 
     def __post_init__(self) -> None:
@@ -62,6 +68,8 @@ class SpearConfig:
         for name in ("chunk", "min_zero_fraction", "noise_factor"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"spear: {name} must not be negative, got {getattr(self, name)!r}")
+        if self.sampler not in ("zeros", "actives", "both"):
+            raise ConfigError(f"spear: sampler must be zeros, actives or both, got {self.sampler!r}")
         if self.device.split(":")[0] not in ("cpu", "cuda"):
             raise ConfigError(f"spear: device must be cpu or cuda, got {self.device!r}")
 
@@ -123,7 +131,8 @@ class SpearAttack(Attack):
                                   min_extra_zeros=cfg.min_extra_zeros,
                                   min_zero_fraction=cfg.min_zero_fraction,
                                   sample_tol_factor=cfg.sample_tol_factor, unique_gap=cfg.unique_gap,
-                                  max_new_per_chunk=cfg.max_new_per_chunk, last_column=cfg.last_column)
+                                  max_new_per_chunk=cfg.max_new_per_chunk, last_column=cfg.last_column,
+                                  sampler=cfg.sampler)
         gen = torch.Generator(device=problem.Ln.device).manual_seed(seed)
         if problem.P_next is not None:
             state, solution = search_samples(problem, tol, settings, gen, cfg.residual_tol)
@@ -133,7 +142,9 @@ class SpearAttack(Attack):
             enough = state.accepted.shape[0] >= problem.b
             solution = solve_batch(problem, state.accepted[: problem.b].T, tol) if enough else None
             mode = "sampling+lp"
-        stats = {"mode": mode, "draws": state.draws, "candidates": state.candidates,
+        stats = {"mode": mode, "draws": state.draws, "two_sided_draws": state.active_draws,
+                 "two_sided_route": state.two_sided,
+                 "candidates": state.candidates,
                  "patterns": state.patterns, "fits_or_lp_checks": state.lp_checks,
                  "samples_found": int(state.accepted.shape[0]), "retries": state.retries,
                  "last_sample_closed_form": state.last_column_used, "neurons_used": problem.m,

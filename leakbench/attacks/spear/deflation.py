@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import torch
 
+from leakbench.attacks.spear.active import BatchSpan, draw_active, find_batch_span
 from leakbench.attacks.spear.candidates import canonical, is_new, kernel_on, zero_masks
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.fit import complete_last_sample, complete_samples, fit_samples, same_samples
+from leakbench.attacks.spear.fit import (SampleFit, complete_last_sample, complete_samples, fit_samples,
+                                         same_samples)
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
 from leakbench.attacks.spear.solve import Solution, solve_from_samples
 from leakbench.attacks.spear.search import SearchSettings, SearchState, extra_zeros, new_patterns
@@ -72,13 +74,49 @@ def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor,
     exact = zero_masks(LNn, y, tol_r) & live
     y, S = kernel_on(LNn, exact & live)
     exact = zero_masks(LNn, y, tol_r) | ~live
-    fit = fit_samples(problem, exact, residual_tol=residual_tol, free=~live)
-    state.lp_checks += int(masks.shape[0])
+    fit = accept_fits(problem, exact, state, residual_tol, free=~live)
     unique = S[:, -2] > 1e-3 * S[:, 0] if N.shape[1] > 1 else torch.ones_like(fit.consistent)
     remember_directions(state, canonical(y[unique & ~fit.consistent] @ N.T))
+
+
+def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SearchState, residual_tol: float,
+                free: torch.Tensor | None = None) -> SampleFit:
+    """Fit a sample to each zero pattern (k, m); keep the consistent ones not known or banned yet."""
+    fit = fit_samples(problem, zero, residual_tol=residual_tol, free=free)
+    state.lp_checks += int(zero.shape[0])
     for c in fit.c[fit.consistent]:
         if not bool(same_samples(c[None], torch.cat([state.accepted, state.banned]))[0]):
             state.accepted = torch.cat([state.accepted, c[None]])
+    return fit
+
+
+def active_chunk(problem: LayerProblem, span: BatchSpan, state: SearchState, settings: SearchSettings,
+                 gen: torch.Generator, residual_tol: float) -> None:
+    """One chunk of two-sided draws (active.py); records whether it found a new sample."""
+    count = min(settings.chunk, settings.max_draws - state.draws)
+    masks = draw_active(problem, span, count, gen)
+    state.draws += count
+    state.active_draws += count
+    state.candidates += int(masks.shape[0])
+    masks = masks[new_patterns(masks, state, settings.max_new_per_chunk)]
+    state.patterns += int(masks.shape[0])
+    before = state.accepted.shape[0]
+    if masks.shape[0]:
+        accept_fits(problem, masks, state, residual_tol)
+    state.active_misses = 0 if state.accepted.shape[0] > before else state.active_misses + 1
+
+
+def use_active(span: BatchSpan | None, state: SearchState, settings: SearchSettings) -> bool:
+    """Whether this chunk is a two-sided draw: always ("actives"), never ("zeros"), or
+    alternating with zero sampling ("both"), backing off to every 8th chunk after 16 fruitless ones."""
+    if span is None or settings.sampler == "zeros":
+        return False
+    if settings.sampler == "actives":
+        return True
+    state.chunks += 1
+    if state.active_misses >= 16:
+        return state.chunks % 8 == 0
+    return state.chunks % 2 == 0
 
 
 def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSettings,
@@ -92,11 +130,16 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
     b = problem.b
     state = SearchState(accepted=torch.empty(0, b, dtype=problem.L.dtype, device=problem.L.device))
     solution = None
+    span = find_batch_span(problem) if settings.sampler != "zeros" else None
+    state.two_sided = span is not None
     while not out_of_budget(state, settings):
         if state.accepted.shape[0] < b - 1:
-            N = null_basis(state.accepted, b)
-            accept_patterns(problem, N, draw_patterns(problem, N, tol, state, settings, gen), tol, state,
-                            residual_tol)
+            if use_active(span, state, settings):
+                active_chunk(problem, span, state, settings, gen, residual_tol)
+            else:
+                N = null_basis(state.accepted, b)
+                accept_patterns(problem, N, draw_patterns(problem, N, tol, state, settings, gen), tol, state,
+                                residual_tol)
             solution = try_directions(problem, state, tol)
             if solution is not None:
                 return state, solution

@@ -19,6 +19,7 @@ class LayerProblem:
     layer's weight gradient (restricted to the kept neurons): every sample's post-ReLU activation
     h_i lies in that row space, since dL/dW_next = Σ_i δ_i h_iᵀ. None when that gradient has rank
     below b (e.g. a classifier with fewer classes than b), where the check does not hold.
+    `V_next` (m'×b) is an orthonormal basis of that row space (P_next = I − V Vᵀ).
     """
 
     L: torch.Tensor
@@ -30,6 +31,7 @@ class LayerProblem:
     rows: torch.Tensor
     noise: float
     P_next: torch.Tensor | None = None
+    V_next: torch.Tensor | None = None
 
     @property
     def b(self) -> int:
@@ -52,20 +54,21 @@ def factorize(G: torch.Tensor, g: torch.Tensor, W: torch.Tensor, bias: torch.Ten
     L = U[:, :b] * S[:b]
     R = Vh[:b]
     Ln = L / L.norm(dim=1, keepdim=True).clamp_min(torch.finfo(L.dtype).tiny)
+    V = next_layer_basis(G_next, rows, b, next_rank_tol)
+    P = None if V is None else torch.eye(V.shape[0], dtype=V.dtype, device=V.device) - V @ V.T
     return LayerProblem(L=L, Ln=Ln, R=R, g=g[rows], A=W[rows] @ R.T, bias=bias[rows], rows=rows,
-                        noise=noise, P_next=next_layer_projector(G_next, rows, b, next_rank_tol))
+                        noise=noise, P_next=P, V_next=V)
 
 
-def next_layer_projector(G_next: torch.Tensor | None, rows: torch.Tensor, b: int,
-                         rank_tol: float) -> torch.Tensor | None:
-    """I − V Vᵀ for the top-b right singular vectors V of G_next[:, rows]; None if rank < b."""
+def next_layer_basis(G_next: torch.Tensor | None, rows: torch.Tensor, b: int,
+                     rank_tol: float) -> torch.Tensor | None:
+    """The top-b right singular vectors V (m'×b) of G_next[:, rows]; None if its rank is < b."""
     if G_next is None:
         return None
     _, S, Vh = torch.linalg.svd(G_next.to(torch.float64)[:, rows], full_matrices=False)
     if S.numel() < b or S[b - 1] <= rank_tol * S[0]:
         return None
-    V = Vh[:b].T
-    return torch.eye(V.shape[0], dtype=V.dtype, device=V.device) - V @ V.T
+    return Vh[:b].T
 
 
 def rank_gap(G: torch.Tensor, b: int) -> float:

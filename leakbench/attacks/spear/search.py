@@ -28,6 +28,7 @@ class SearchSettings:
     unique_gap: float
     max_new_per_chunk: int
     last_column: bool
+    sampler: str = "both"
 
 
 @dataclass
@@ -43,6 +44,10 @@ class SearchState:
     patterns: int = 0
     lp_checks: int = 0
     last_column_used: bool = False
+    active_draws: int = 0
+    two_sided: bool = False
+    active_misses: int = 0
+    chunks: int = 0
     started: float = field(default_factory=time.perf_counter)
 
     directions: torch.Tensor | None = None
