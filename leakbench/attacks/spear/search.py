@@ -28,7 +28,7 @@ class SearchSettings:
     unique_gap: float
     max_new_per_chunk: int
     last_column: bool
-    sampler: str = "both"
+    sampler: str = "auto"
 
 
 @dataclass
@@ -46,13 +46,18 @@ class SearchState:
     last_column_used: bool = False
     active_draws: int = 0
     two_sided: bool = False
+    tail: bool = False
     active_misses: int = 0
+    zero_misses: int = 0
     chunks: int = 0
     started: float = field(default_factory=time.perf_counter)
 
     directions: torch.Tensor | None = None
+    residuals: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
+        if self.residuals is None:
+            self.residuals = self.accepted.new_zeros(self.accepted.shape[0])
         if self.banned is None:
             self.banned = self.accepted[:0].clone()
         if self.directions is None:
