@@ -32,12 +32,16 @@ def fit_samples(problem: LayerProblem, zero: torch.Tensor, *, residual_tol: floa
     Rows in `free` (m,) are uncertain (their gradient entry is at the noise level): in the
     first round their activation is an extra unknown instead of a constraint. The fitted
     sample's own pre-activations then give its exact ReLU pattern, so the fit is repeated with
-    that pattern (`rounds` times) and the final pattern must reproduce itself.
+    that pattern (`rounds` times) and the final pattern must reproduce itself. Under gradient
+    noise (`problem.slack`) the residual tolerance grows with it and neurons whose pre-activation
+    is within the slack of zero may flip.
     """
+    residual_tol = max(residual_tol, problem.slack)
     for i in range(rounds):
         c, residual, z = _fit_once(problem, zero, free if i == 0 else None)
         new_zero = z <= 0
-        stable = (new_zero == zero).all(dim=1)
+        clear = z.abs() > problem.slack * z.abs().amax(dim=1, keepdim=True)
+        stable = ((new_zero == zero) | ~clear).all(dim=1)
         zero = new_zero
     return SampleFit(c=c, residual=residual, consistent=stable & (residual <= residual_tol))
 

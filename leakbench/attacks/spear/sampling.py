@@ -14,6 +14,8 @@ def draw_directions(Ln: torch.Tensor, b: int, count: int, gen: torch.Generator,
     L_A[:, :b−1] y = −L_A[:, b−1]. Singular blocks give non-finite rows, dropped by the caller.
     """
     m = Ln.shape[0]
+    if m < b - 1:  # fewer usable rows than a draw needs (e.g. heavy noise): no direction
+        return torch.full((count, b), float("nan"), dtype=Ln.dtype, device=Ln.device)
     keys = torch.rand(count, m, generator=gen, device=Ln.device, dtype=torch.float32)
     if weights is not None:
         keys = keys.log_().neg_().log_().neg_() + weights.log().to(keys.dtype)

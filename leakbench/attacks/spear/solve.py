@@ -53,7 +53,8 @@ def solve_from_samples(problem: LayerProblem, C: torch.Tensor, zero_tol: torch.T
     Dt = problem.L @ Q
     Z = C @ problem.A.T + problem.bias[None, :]
     nonzero_d = ((problem.Ln @ (Q / Q.norm(dim=0, keepdim=True))).abs() > zero_tol[:, None]).T
-    margin = 1e-9 * Z.abs().max()
+    margin = max(1e-9, problem.slack) * Z.abs().max()
     bad = (Z < -margin) & nonzero_d
     bias_error = float((Dt.sum(1) - problem.g).norm() / problem.g.norm())
-    return Solution(X=X, violations=int(bad.sum()), scale_ok=bias_error < 1e-3, per_sample=bad.sum(1))
+    return Solution(X=X, violations=int(bad.sum()), scale_ok=bias_error < max(1e-3, problem.slack),
+                    per_sample=bad.sum(1))
