@@ -40,20 +40,42 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
     attack.add_argument("--out", type=Path, help="write records, manifest and grid here")
     attack.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    run = sub.add_parser("run", help="run a suite (default: benchmarks/default.toml) and write a report")
+    run = sub.add_parser("run", help="run a suite (default: benchmarks/default.toml), store records, write a report")
     run.add_argument("suite", nargs="?", help="suite name in benchmarks/ or a path to a .toml file")
-    run.add_argument("--data-root", help="folder holding the dataset files")
-    run.add_argument("--reports", type=Path, default=Path("reports"), help="where to write the report")
-    run.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
+    _sweep_options(run)
+    report = sub.add_parser("report", help="tables, figures and grids of a stored run folder")
+    report.add_argument("run_dir", type=Path, help="a run folder, e.g. results/default")
+    report.add_argument("--reports", type=Path, default=Path("reports"), help="where to write (default reports/)")
+    board = sub.add_parser("leaderboard", help="rank attacks per setting from stored records")
+    board.add_argument("--results", type=Path, default=Path("results"), help="folder of run folders (default results/)")
+    board.add_argument("--reports", type=Path, default=Path("reports"), help="where to write (default reports/)")
+    repro = sub.add_parser("reproduce", help="reproduce a paper table or figure into reports/")
+    repro.add_argument("name", help="see `leakbench list papers`")
+    _sweep_options(repro)
     lst = sub.add_parser("list", help="list registered attacks or datasets")
-    lst.add_argument("what", choices=["attacks", "datasets"])
+    lst.add_argument("what", choices=["attacks", "datasets", "papers"])
     return parser
+
+
+def _sweep_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-root", help="folder holding the dataset files")
+    parser.add_argument("--out", type=Path, default=Path("results"), help="record store (default results/)")
+    parser.add_argument("--reports", type=Path, default=Path("reports"), help="where to write the report")
+    parser.add_argument("--jobs", type=int, default=1, help="cells run side by side (default 1)")
+    parser.add_argument("--executor", choices=["serial", "pool", "ray"],
+                        help="serial, a local process pool, or Ray (default: pool when --jobs > 1, else serial)")
+    parser.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    parser.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                        help="skip cells already finished in --out (default: on)")
+    parser.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"attack": cmd_attack, "run": cmd_run, "list": cmd_list}[args.command](args)
+        commands = {"attack": cmd_attack, "run": cmd_run, "report": cmd_report, "leaderboard": cmd_leaderboard,
+                    "reproduce": cmd_reproduce, "list": cmd_list}
+        return commands[args.command](args)
     except LeakbenchError as exc:
         print(f"leakbench: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -119,19 +141,61 @@ def human_summary(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def sweep_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Options shared by `run` and `reproduce`, checked before anything runs."""
+    from leakbench.errors import ConfigError
+    from leakbench.harness.store import check_out_dir
+
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.address and args.executor != "ray":
+        raise ConfigError("--address needs --executor ray")
+    if args.lpips_weights is not None and not args.lpips_weights.is_file():
+        raise ConfigError(f"--lpips-weights {args.lpips_weights} does not exist")
+    for path in (args.out, args.reports):
+        check_out_dir(path)
+    return {"data_root": args.data_root, "out": args.out, "reports": args.reports, "jobs": args.jobs,
+            "executor": args.executor or ("pool" if args.jobs > 1 else "serial"), "address": args.address,
+            "resume": args.resume, "lpips_weights": str(args.lpips_weights) if args.lpips_weights else None,
+            "progress": sys.stderr}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from leakbench.harness.run import run_suite
 
-    scorer, note = lpips_for(args.lpips_weights)
-    report = run_suite(args.suite, data_root=args.data_root, reports=args.reports, lpips=scorer,
-                       lpips_note=note, progress=sys.stderr)
+    report = run_suite(args.suite, **sweep_kwargs(args))
     print(f"wrote {report}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from leakbench.reporting.report import write_report
+
+    print(f"wrote {write_report(args.run_dir, args.reports)}")
+    return 0
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from leakbench.reporting.leaderboard import write_leaderboard
+
+    for path in write_leaderboard(args.results, args.reports):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from leakbench.harness.papers import reproduce
+
+    for path in reproduce(args.name, **sweep_kwargs(args)):
+        print(f"wrote {path}")
     return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     if args.what == "attacks":
         from leakbench.attacks import list_attacks as entries
+    elif args.what == "papers":
+        from leakbench.harness.papers import list_papers as entries
     else:
         from leakbench.datasets import list_datasets as entries
     for name, description in entries():
