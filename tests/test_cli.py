@@ -56,7 +56,8 @@ def _suite_job(root: Path, key: str, text: str) -> Job:
     cwd = root / key
     cwd.mkdir()
     (cwd / "suite.toml").write_text(text)
-    return Job(["run", str(cwd / "suite.toml"), "--reports", str(cwd / "rep")], cwd, cwd / "rep")
+    return Job(["run", str(cwd / "suite.toml"), "--reports", str(cwd / "rep"), "--out", str(cwd / "rep" / "results")],
+               cwd, cwd / "rep")
 
 
 BAD_ATTACK_ARGS = {
@@ -86,6 +87,8 @@ BAD_SUITES = {  # key → (suite text, key the error must name)
     "suite_unknown_key": (SUITE.format(name="bad") + 'colour = "red"\n', "colour"),
     "suite_missing_key": (SUITE.format(name="bad").replace("batch_sizes = [1, 2]\n", ""), "batch_sizes"),
     "suite_wrong_type": (SUITE.format(name="bad").replace("width = 200", 'width = "wide"'), "width"),
+    "suite_bad_layer": (SUITE.format(name="bad").replace("layer = 1", "layers = [1, 6]"), "layers"),
+    "suite_bad_dp": (SUITE.format(name="bad") + 'dp = ["none", {sigma = -1.0, clip = 1.0}]\n', "dp[1]"),
 }
 
 
@@ -302,19 +305,18 @@ def test_run_suite_writes_report(results) -> None:
     _ok(proc)
     rep = job.out
     report = rep / "mini.md"
-    assert report.is_file()
+    assert report.is_file() and (rep / "mini.html").is_file()
     assert str(report) in proc.stdout
     text = report.read_text()
-    rows = [line for line in text.splitlines() if line.startswith("| spear | embedded |")]
-    assert len(rows) == 2
-    assert rows[0].startswith("| spear | embedded | 1 |") and rows[1].startswith("| spear | embedded | 2 |")
-    assert all(line.rstrip().endswith("| ok |") for line in rows)
-    for b in (1, 2):
-        cell = rep / "mini" / f"spear_embedded_b{b}_s0"
-        assert (cell / "grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert {"records.parquet", "manifest.json", "summary.json"} <= {p.name for p in cell.iterdir()}
-        assert f"mini/spear_embedded_b{b}_s0/grid.png" in text
-    assert not list(rep.glob("*.tmp"))
+    rows = [line for line in text.splitlines() if line.startswith("| spear | embedded |")]  # the all-cells table
+    assert [r.split(" | ")[2] for r in rows] == ["1", "2"]
+    assert all(" | ok | " in line for line in rows)
+    cells = pd.read_parquet(rep / "results" / "mini" / "cells.parquet")
+    assert list(cells["status"]) == ["ok", "ok"]
+    for cid in cells["cell_id"]:
+        assert (rep / "mini" / "grids" / f"{cid}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"mini/grids/{cid}.png" in text
+    assert not list(rep.glob("*.tmp")) and not list(rep.glob(".*"))
 
 
 @pytest.mark.parametrize("key", list(BAD_SUITES))

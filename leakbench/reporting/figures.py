@@ -27,11 +27,12 @@ def axis_figure(per_cell: pd.DataFrame, axis: str, order: list, label: str, path
     order = [str(v) for v in order]
     sns.set_theme(style="whitegrid", context="notebook")
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    attacks = sorted(data["attack"].unique())
     for ax, column, ylabel in ((axes[0], "psnr", "PSNR mean (dB)"), (axes[1], "exact_pct", "exact %")):
         shown = data[np.isfinite(data[column].to_numpy(dtype=float))]
         if len(shown):
-            sns.pointplot(data=shown, x=axis, y=column, hue="attack", order=order, hue_order=sorted(data["attack"].unique()),
-                          ax=ax, dodge=0.25, markers="o", errorbar=("ci", 95), seed=0)
+            sns.pointplot(data=shown, x=axis, y=column, hue="attack", order=order, hue_order=attacks, ax=ax,
+                          dodge=0.25 if len(attacks) > 1 else False, markers="o", errorbar=("ci", 95), seed=0)
         ax.set_xlabel(label)
         ax.set_ylabel(ylabel)
         ax.tick_params(axis="x", labelrotation=20 if max(len(o) for o in order) > 6 else 0)

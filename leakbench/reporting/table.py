@@ -58,5 +58,5 @@ def markdown_table(rows: list[tuple[dict[str, Any], pd.DataFrame]], *, title: st
 def cell_caption(summary: dict[str, Any]) -> str:
     """The caption printed under a cell's grid."""
     return (f"{summary['attack']} · {summary['dataset']} · b={summary['batch_size']} · FC-{summary['depth']} "
-            f"width {summary['width']} · layer {summary['layer']} · seed {summary['seed']} · "
+            f"width {summary['width']} · layer {summary['layer']} · dp {summary.get('dp', 'none')} · seed {summary['seed']} · "
             f"status {summary['status']} · rows: reconstruction above ground truth")
