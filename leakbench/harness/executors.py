@@ -14,9 +14,10 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from leakbench.errors import ConfigError
+from leakbench.progress import attack_progress
 
 EXECUTORS = ("serial", "pool", "ray")
 
@@ -61,8 +62,11 @@ def _lpips(path: str | None):
 
 
 def execute(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], *, executor: str = "serial",
-            jobs: int = 1, address: str | None = None) -> None:
-    """Run `tasks`, calling `on_done(summary)` in this process as each cell finishes (any order)."""
+            jobs: int = 1, address: str | None = None, attack_bars: TextIO | None = None) -> None:
+    """Run `tasks`, calling `on_done(summary)` in this process as each cell finishes (any order).
+
+    `attack_bars`: a terminal to draw progress bars inside long attacks on (serial executor only).
+    """
     if executor not in EXECUTORS:
         raise ConfigError(f"unknown executor {executor!r} (known: {', '.join(EXECUTORS)})")
     if jobs < 1:
@@ -74,8 +78,9 @@ def execute(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], *, exe
     elif executor == "pool" and jobs > 1:
         _pool(tasks, on_done, jobs)
     else:
-        for task in tasks:
-            on_done(run_task(task))
+        with attack_progress(attack_bars):
+            for task in tasks:
+                on_done(run_task(task))
 
 
 def _pool(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int) -> None:

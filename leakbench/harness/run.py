@@ -20,7 +20,8 @@ import pandas as pd
 from leakbench.harness.cell import CellSpec, build_attack, cell_id, prepare, spec_dict
 from leakbench.harness.executors import Task, execute
 from leakbench.harness.selection import grid_selection
-from leakbench.harness.store import cell_path, consolidate, environment, finished_cells, write_json_atomic
+from leakbench.harness.store import (cell_path, consolidate, environment, finished_cells, remove_partial_cells,
+                                     write_json_atomic)
 from leakbench.harness.suite import Suite, find_suite, load_suite
 
 
@@ -83,6 +84,7 @@ def run_sweep(name: str | None, *, data_root: str | None = None, out: Path = Pat
     check_cells(suite.cells)
     run_dir = out / suite.name
     tasks = plan(suite, run_dir, lpips_weights)
+    remove_partial_cells(run_dir)
     done = finished_cells(run_dir) if resume else set()
     todo = [t for t in tasks if t.out.name not in done]
     write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs}))
@@ -116,7 +118,7 @@ def _run_with_progress(todo: list[Task], total: int, *, executor: str, jobs: int
             print(f"[{next(count)}/{total}] {line}", file=stream, flush=True)
 
     try:
-        execute(todo, on_done, executor=executor, jobs=jobs, address=address)
+        execute(todo, on_done, executor=executor, jobs=jobs, address=address, attack_bars=stream if tty else None)
     finally:
         bar.close()
 

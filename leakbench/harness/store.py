@@ -146,6 +146,15 @@ def finished_cells(run_dir: Path) -> set[str]:
     return {p.name for p in folder.iterdir() if not p.name.startswith(".") and (p / "summary.json").is_file()}
 
 
+def remove_partial_cells(run_dir: Path) -> int:
+    """Delete temporary folders an interrupted sweep left in cells/ (one sweep per run folder at a time)."""
+    folder = run_dir / CELLS_DIR
+    partial = [p for p in folder.glob(".*") if p.is_dir()] if folder.is_dir() else []
+    for path in partial:
+        shutil.rmtree(path, ignore_errors=True)
+    return len(partial)
+
+
 def cell_row(cell_dir: Path, records: pd.DataFrame) -> dict[str, Any]:
     """One row of cells.parquet: the axes (from the records, exact values), outcome and attack stats."""
     summary = json.loads((cell_dir / "summary.json").read_text())
