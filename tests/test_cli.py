@@ -324,3 +324,56 @@ def test_run_malformed_suite(results, key: str) -> None:
     job, proc = results[key]
     line = _assert_bad_input(job, proc, f"'{BAD_SUITES[key][1]}'")
     assert "suite" in line
+
+
+# --------------------------------------------------------------------------- report, leaderboard, reproduce
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    rc = main(argv)
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("leakbench: error:"), captured.err
+    return lines[0]
+
+
+def test_report_of_a_missing_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error(capsys, ["report", str(tmp_path / "nothing"), "--reports", str(tmp_path / "rep")])
+    assert "not a finished run folder" in line and not (tmp_path / "rep").exists()
+
+
+def test_leaderboard_without_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error(capsys, ["leaderboard", "--results", str(tmp_path), "--reports", str(tmp_path / "rep")])
+    assert "no stored runs" in line and not (tmp_path / "rep").exists()
+
+
+def test_reproduce_unknown_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error(capsys, ["reproduce", "no-such-table", "--reports", str(tmp_path / "rep")])
+    assert "spear-batch-size" in line
+
+
+def test_reproduce_missing_script(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from leakbench.harness import papers
+
+    monkeypatch.setattr(papers, "SUITE_DIR", tmp_path)  # a benchmarks folder without spear_draws.py
+    line = _one_line_error(capsys, ["reproduce", "spear-draws", "--reports", str(tmp_path / "rep")])
+    assert "spear_draws.py is missing" in line
+
+
+def test_paper_suites_parse() -> None:
+    from leakbench.harness.papers import PAPER_DIR, list_papers
+    from leakbench.harness.suite import load_suite
+
+    names = {name for name, _ in list_papers()}
+    assert names == {"spear-batch-size", "spear-layers", "spear-draws"}
+    sizes = load_suite(PAPER_DIR / "spear-batch-size.toml").cells
+    assert sorted({c.batch_size for c in sizes}) == [1, 2, 4, 8, 12, 16, 20]
+    layers = load_suite(PAPER_DIR / "spear-layers.toml").cells
+    assert sorted({c.layer for c in layers}) == [1, 2, 3, 4, 5] and {c.batch_size for c in layers} == {16, 20}
+
+
+def test_run_option_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert "--jobs" in _one_line_error(capsys, ["run", "--jobs", "0", "--out", str(tmp_path / "o")])
+    assert "--address" in _one_line_error(capsys, ["run", "--address", "x:1", "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()

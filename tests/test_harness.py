@@ -258,3 +258,9 @@ def test_default_suite_runs_every_registered_attack() -> None:
 
     attacks = {c.attack for c in load_suite(find_suite("default")).cells}
     assert attacks == set(ATTACKS.names())
+
+
+@pytest.mark.parametrize("name", ["default", "nightly", "paper/spear-batch-size", "paper/spear-layers"])
+def test_shipped_suites_parse(name: str) -> None:
+    suite = load_suite(SUITE_DIR / f"{name}.toml")
+    assert suite.cells and all(c.layer == 1 for c in suite.cells if c.attack in suite.layerless)

@@ -104,7 +104,7 @@ def _ray(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int
         raise ConfigError("--executor ray needs Ray: pip install 'leakbench[ray]'") from None
     started = not ray.is_initialized()
     if started:
-        env = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}}
+        env = {"env_vars": {"PYTHONPATH": _worker_path(), "OMP_NUM_THREADS": "1"}}
         if address:
             ray.init(address=address, runtime_env=env, log_to_driver=False)
         else:
@@ -123,3 +123,12 @@ def _ray(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int
     finally:
         if started:
             ray.shutdown()
+
+
+def _worker_path() -> str:
+    """This process's PYTHONPATH made absolute, with the folder holding `leakbench` first."""
+    import leakbench
+
+    here = str(Path(leakbench.__file__).resolve().parents[1])
+    rest = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys([here, *rest]))
