@@ -37,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--seed", type=int, default=0, help="seed of batch choice, init and attack")
     attack.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="attack hyperparameter override (repeatable), e.g. max_seconds=60")
+    attack.add_argument("--dp-sigma", type=float, help="run one DP-SGD step with noise multiplier σ (default: no DP)")
+    attack.add_argument("--dp-clip", type=float, default=1.0, help="DP per-sample clipping norm C (default 1)")
+    attack.add_argument("--dp-delta", type=float, default=1e-5, help="DP δ for ε (default 1e-5)")
+    attack.add_argument("--dp-q", type=float, default=0.01, help="DP sampling rate q for ε (default 0.01)")
+    attack.add_argument("--dp-steps", type=int, default=1, help="DP-SGD steps ε accounts for (default 1)")
     attack.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
     attack.add_argument("--out", type=Path, help="write records, manifest and grid here")
     attack.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -119,7 +124,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
     spec = CellSpec(attack=args.attack, dataset=args.dataset, batch_size=args.batch_size, seed=args.seed,
                     width=args.width, depth=args.depth, layer=args.layer,
                     data_root=str(args.data_root) if args.data_root else None, image_size=args.image_size,
-                    hyperparameters=parse_params(args.param))
+                    hyperparameters=parse_params(args.param), dp=dp_config(args))
     scorer, note = lpips_for(args.lpips_weights)
     result = run_cell(spec, lpips=scorer, lpips_note=note)
     if args.out is not None:
@@ -128,12 +133,21 @@ def cmd_attack(args: argparse.Namespace) -> int:
     return 0
 
 
+def dp_config(args: argparse.Namespace):
+    """The DP setting of `attack`, or None without --dp-sigma."""
+    from leakbench.fl import DPConfig
+
+    if args.dp_sigma is None:
+        return None
+    return DPConfig(sigma=args.dp_sigma, clip=args.dp_clip, delta=args.dp_delta, q=args.dp_q, steps=args.dp_steps)
+
+
 def human_summary(s: dict[str, Any]) -> str:
     def f(v: Any, d: int = 2) -> str:
         return "n/a" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
 
     lines = [f"{s['attack']} on {s['dataset']} (b={s['batch_size']}, FC-{s['depth']} width {s['width']}, "
-             f"layer {s['layer']}, seed {s['seed']}): {s['status']}" + (f" — {s['reason']}" if s['reason'] else ""),
+             f"layer {s['layer']}, dp {s['dp']}, seed {s['seed']}): {s['status']}" + (f" — {s['reason']}" if s['reason'] else ""),
              f"  exact {100 * s['exact_fraction']:.0f}% of {s['n_images']} images; PSNR mean {f(s['psnr_mean'], 1)}, "
              f"median {f(s['psnr_median'], 1)}, min {f(s['psnr_min'], 1)} dB; SSIM {f(s['ssim_mean'], 4)}; "
              f"LPIPS {f(s['lpips_mean'], 3)}" + (f" ({s['lpips_note']})" if s["lpips_note"] else ""),

@@ -377,3 +377,11 @@ def test_run_option_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "--jobs" in _one_line_error(capsys, ["run", "--jobs", "0", "--out", str(tmp_path / "o")])
     assert "--address" in _one_line_error(capsys, ["run", "--address", "x:1", "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("flag,value", [("--dp-sigma", "-1"), ("--dp-clip", "0"), ("--dp-q", "2")])
+def test_attack_bad_dp_setting(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
+    extra = [] if flag == "--dp-sigma" else ["--dp-sigma", "0.1"]
+    line = _main_bad_input(["attack", "--attack", "spear", "--batch-size", "2", *extra, flag, value],
+                           tmp_path / "out", capsys)
+    assert flag.removeprefix("--dp-") in line
