@@ -19,20 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from leakbench.harness.run import run_sweep
-
-TIMING = ["seconds", "attack_stats"]
-
-
-def same_records(a: Path, b: Path) -> bool:
-    """True when per-image records are equal and per-cell rows are equal apart from timing."""
-    try:
-        pd.testing.assert_frame_equal(pd.read_parquet(a / "records.parquet"), pd.read_parquet(b / "records.parquet"))
-        pd.testing.assert_frame_equal(pd.read_parquet(a / "cells.parquet").drop(columns=TIMING),
-                                      pd.read_parquet(b / "cells.parquet").drop(columns=TIMING))
-    except AssertionError:
-        return False
-    return True
-
+from leakbench.harness.store import records_difference
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -56,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.perf_counter() - start
         reference = reference or (sweep.run_dir, wall)
         rows.append({"executor": executor, "jobs": jobs, "cells": sweep.ran, "wall_s": round(wall, 1),
-                     "speedup": round(reference[1] / wall, 2), "same_records": same_records(reference[0], sweep.run_dir),
+                     "speedup": round(reference[1] / wall, 2), "same_records": not records_difference(reference[0], sweep.run_dir),
                      "note": ""})
         print(rows[-1], file=sys.stderr, flush=True)
     print(pd.DataFrame(rows).to_markdown(index=False) if _has_tabulate() else pd.DataFrame(rows).to_string(index=False))

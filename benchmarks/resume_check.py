@@ -21,21 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from leakbench.harness.store import finished_cells
-
-TIMING = ["seconds", "attack_stats"]
-
-
-def equal(a: Path, b: Path) -> bool:
-    try:
-        pd.testing.assert_frame_equal(pd.read_parquet(a / "records.parquet"), pd.read_parquet(b / "records.parquet"))
-        pd.testing.assert_frame_equal(pd.read_parquet(a / "cells.parquet").drop(columns=TIMING),
-                                      pd.read_parquet(b / "cells.parquet").drop(columns=TIMING))
-    except AssertionError as exc:
-        print(f"differ: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return False
-    return True
-
+from leakbench.harness.store import finished_cells, records_difference
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(finished_cells(run_dir))} cells stored")
     cells = pd.read_parquet(run_dir / "cells.parquet")
     print(f"cells.parquet: {len(cells)} rows, {cells['cell_id'].nunique()} distinct cells")
-    print(f"records equal the uninterrupted run: {equal(run_dir, args.reference)}")
+    difference = records_difference(run_dir, args.reference)
+    print(f"records equal the uninterrupted run: {not difference}" + (f" ({difference})" if difference else ""))
     return 0
 
 

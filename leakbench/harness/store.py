@@ -203,3 +203,18 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+TIMING_COLUMNS = ("seconds", "attack_stats")
+"""Per-cell columns that hold wall-clock measurements: the only ones two runs may differ in."""
+
+
+def records_difference(a: Path, b: Path) -> str:
+    """'' when two run folders hold the same records (per-cell timing aside), else the first difference."""
+    try:
+        pd.testing.assert_frame_equal(pd.read_parquet(a / "records.parquet"), pd.read_parquet(b / "records.parquet"))
+        pd.testing.assert_frame_equal(pd.read_parquet(a / "cells.parquet").drop(columns=list(TIMING_COLUMNS)),
+                                      pd.read_parquet(b / "cells.parquet").drop(columns=list(TIMING_COLUMNS)))
+    except AssertionError as exc:
+        return " ".join(str(exc).split())[:300]
+    return ""
