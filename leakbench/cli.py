@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from leakbench.errors import LeakbenchError
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -84,6 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LeakbenchError as exc:
         print(f"leakbench: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("leakbench: interrupted; finished cells are stored, the same command resumes", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:
