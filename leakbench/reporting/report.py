@@ -19,7 +19,7 @@ import pandas as pd
 from leakbench.errors import LeakbenchError
 from leakbench.harness.store import CELLS_DIR, replace_dir
 from leakbench.metrics import MATCHING
-from leakbench.reporting.aggregate import STAT_HEADER, fmt, grouped, stat_cells
+from leakbench.reporting.aggregate import STAT_HEADER, grouped, stat_cells
 from leakbench.reporting.figures import axis_figure
 from leakbench.reporting.render import Block, Images, Table, html_document, markdown
 
@@ -46,8 +46,7 @@ def dp_order(cells: pd.DataFrame) -> list[str]:
 def epsilon_labels(cells: pd.DataFrame) -> dict[str, str]:
     """'σ=0.01 C=1 (ε=…)' for every DP label."""
     eps = cells.drop_duplicates("dp").set_index("dp")["dp_epsilon"]
-    return {dp: f"{dp} (ε={fmt(float(e), 3) if math.isfinite(e) and e < 1e6 else ('∞' if math.isinf(e) else f'{e:.2g}')})"
-            for dp, e in eps.items()}
+    return {dp: f"{dp} (ε={'∞' if math.isinf(e) else f'{e:.3g}'})" for dp, e in eps.items()}
 
 
 def baseline(cells: pd.DataFrame) -> dict[str, Any]:
