@@ -88,6 +88,8 @@ def test_attacks_do_not_crash_under_noise(attack: str, params: dict) -> None:
     result = run_cell(spec)
     assert result.summary["status"] in ("ok", "failed")
     assert result.summary["status"] == "ok" or result.summary["reason"]
+    if attack != "spear":  # optimisation and ICA always return an answer; SPEAR may fail, with a reason
+        assert result.summary["status"] == "ok", result.summary["reason"]
     records = result.records
     assert (records["dp_sigma"] == 1e-2).all() and (records["dp_clip"] == 1.0).all()
     assert records["dp_accountant"].iloc[0] == "opacus-rdp" and records["dp_epsilon"].iloc[0] > 0

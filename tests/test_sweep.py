@@ -217,3 +217,12 @@ def test_leaderboard_is_deterministic(tmp_path: Path, reference: Path) -> None:
 def test_leaderboard_without_results_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="no stored runs"):
         write_leaderboard(tmp_path, tmp_path / "rep")
+
+
+def test_sweep_on_real_data(tmp_path: Path, tinyimagenet_root: Path) -> None:
+    text = ('name = "real"\ndataset = "tinyimagenet"\nattacks = ["spear"]\nbatch_sizes = [1, 2]\nwidth = 64\n'
+            'depth = 3\ndp = ["none", {sigma = 1e-2, clip = 1.0}]\n[hyperparameters.spear]\nmax_draws = 20000\n')
+    sweep = run_sweep(str(_suite(tmp_path, text)), out=tmp_path / "res", data_root=str(tinyimagenet_root))
+    assert sweep.ran == 4 and set(sweep.records["dataset"]) == {"tinyimagenet"}
+    plain = sweep.cells[(sweep.cells["dp"] == "none") & (sweep.cells["batch_size"] == 1)]
+    assert list(plain["status"]) == ["ok"] and (sweep.records["dp_epsilon"] > 0).all()
