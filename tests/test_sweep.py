@@ -137,6 +137,8 @@ def test_interrupted_sweep_resumes_without_duplicates(tmp_path: Path, reference:
         run_sweep(str(suite), out=out)
     cells = out / "sweep" / "cells"
     assert sorted(p.name for p in cells.iterdir()) == sorted(calls)  # finished ones kept, no partial folder
+    partial = write_report(out / "sweep", tmp_path / "rep").read_text()  # a report of what finished so far
+    assert "5 of 12 planned cells finished (7 not run yet)" in partial
     monkeypatch.setattr(executors, "run_task", real)
     sweep = run_sweep(str(suite), out=out)
     assert (sweep.ran, sweep.skipped) == (7, 5)

@@ -168,6 +168,14 @@ def cell_row(cell_dir: Path, records: pd.DataFrame) -> dict[str, Any]:
 
 def consolidate(run_dir: Path, cell_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rebuild records.parquet and cells.parquet from the finished cells, in plan order; write atomically."""
+    records, cells = collect(run_dir, cell_ids)
+    for name, frame in (("records.parquet", records), ("cells.parquet", cells)):
+        write_parquet_atomic(frame, run_dir / name)
+    return records, cells
+
+
+def collect(run_dir: Path, cell_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-image records and per-cell rows of the finished cells among `cell_ids`, in that order."""
     done = finished_cells(run_dir)
     frames, rows = [], []
     for cid in cell_ids:
@@ -177,10 +185,7 @@ def consolidate(run_dir: Path, cell_ids: list[str]) -> tuple[pd.DataFrame, pd.Da
         frames.append(records)
         rows.append(cell_row(cell_path(run_dir, cid), records))
     records = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    cells = pd.DataFrame(rows)
-    for name, frame in (("records.parquet", records), ("cells.parquet", cells)):
-        write_parquet_atomic(frame, run_dir / name)
-    return records, cells
+    return records, pd.DataFrame(rows)
 
 
 def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from leakbench.errors import LeakbenchError
-from leakbench.harness.store import CELLS_DIR, replace_dir
+from leakbench.harness.store import CELLS_DIR, collect, replace_dir
 from leakbench.metrics import MATCHING
 from leakbench.reporting.aggregate import STAT_HEADER, grouped, stat_cells
 from leakbench.reporting.figures import axis_figure
@@ -27,12 +27,15 @@ AXES = {"batch_size": "batch size b", "layer": "attacked layer", "dp": "DP level
 
 
 def load_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
-    """The manifest, per-image records and per-cell table of a run folder."""
+    """The manifest, per-image records and per-cell table of a run folder.
+
+    Read from the cell folders, so an interrupted sweep (whose consolidated tables are older than
+    its last cells) reports every cell that finished.
+    """
     try:
         manifest = json.loads((run_dir / "manifest.json").read_text())
-        records = pd.read_parquet(run_dir / "records.parquet")
-        cells = pd.read_parquet(run_dir / "cells.parquet")
-    except (OSError, ValueError) as exc:
+        records, cells = collect(run_dir, [c["cell_id"] for c in manifest["cells"]])
+    except (OSError, ValueError, KeyError) as exc:
         raise LeakbenchError(f"{run_dir} is not a finished run folder ({type(exc).__name__}: {exc})".replace("\n", " ")) from None
     return manifest, records, cells
 
