@@ -5,12 +5,15 @@ and whether the records are identical (timing columns aside).
         --executors serial,pool,ray [--out /tmp/executors]
 
 Each executor writes a fresh run folder under --out (no resume), so every run does all the work.
+sum_cell_s (attack seconds summed over cells) growing with --jobs means the cores were not free;
+load_avg is the 1-minute load average when the run ended.
 Ray is optional: without it the ray row says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -43,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.perf_counter() - start
         reference = reference or (sweep.run_dir, wall)
         rows.append({"executor": executor, "jobs": jobs, "cells": sweep.ran, "wall_s": round(wall, 1),
+                     "sum_cell_s": round(float(sweep.cells["seconds"].sum()), 1), "load_avg": round(os.getloadavg()[0], 1),
                      "speedup": round(reference[1] / wall, 2), "same_records": not records_difference(reference[0], sweep.run_dir),
                      "note": ""})
         print(rows[-1], file=sys.stderr, flush=True)
