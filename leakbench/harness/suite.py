@@ -112,9 +112,10 @@ def _validate(raw: dict[str, Any]) -> None:
     for layer in raw.get("layers", [raw.get("layer", 1)]):
         if not 1 <= layer <= depth - 1:
             raise ConfigError(f"key 'layers': layer {layer} is not attackable in FC-{depth} (valid: 1..{depth - 1})")
-    for key in ("grid_images", "grid_seed"):
-        if raw.get(key, 0) < 0:
-            raise ConfigError(f"key {key!r} must not be negative")
+    if raw.get("grid_images", 1) < 1:
+        raise ConfigError("key 'grid_images' must be at least 1")
+    if raw.get("grid_seed", 0) < 0:
+        raise ConfigError("key 'grid_seed' must not be negative")
     for attack in raw["attacks"]:
         attack_class(attack)  # unknown attack: ConfigError naming it
     for attack, table in raw.get("hyperparameters", {}).items():
