@@ -73,7 +73,7 @@ def test_axes_expand_and_layerless_attacks_run_once(tmp_path: Path) -> None:
     ("layers = [0]", "layers"), ("layers = [3]", "layers"), ('layers = ["1"]', "layers"),
     ('dp = ["some"]', "dp[0]"), ("dp = [{sigma = 1.0}]", "dp[0]': missing key 'clip'"),
     ("dp = [{sigma = 1.0, clip = 1.0, colour = 2}]", "colour"), ("dp = [{sigma = true, clip = 1.0}]", "sigma"),
-    ('datasets = ["embedded"]', "datasets"), ('attacks = ["nope"]', "nope"), ("grid_images = 0", "grid_images"), ("grid_seed = -1", "grid_seed"),
+    ('datasets = ["embedded"]', "datasets"), ('attacks = ["nope"]', "nope"), ("grid_images = 0", "grid_images"), ('name = "../up"', "name"), ("grid_seed = -1", "grid_seed"),
 ])
 def test_malformed_axes_name_the_key(tmp_path: Path, line: str, key: str) -> None:
     key_name = line.split(" ")[0]

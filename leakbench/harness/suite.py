@@ -10,6 +10,7 @@ remaining combination with layer 1 (they reconstruct images from the whole updat
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from itertools import product
@@ -99,6 +100,8 @@ def _validate(raw: dict[str, Any]) -> None:
     for key in REQUIRED:
         if key not in raw:
             raise ConfigError(f"missing key {key!r}")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", raw["name"]):
+        raise ConfigError(f"key 'name' must be a folder name (letters, digits, '.', '_', '-'), got {raw['name']!r}")
     if ("dataset" in raw) == ("datasets" in raw):
         raise ConfigError("exactly one of key 'dataset' or key 'datasets' must be given")
     for key in ("attacks", "datasets"):
