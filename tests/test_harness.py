@@ -14,7 +14,6 @@ from leakbench.harness.cell import CellResult, CellSpec, run_cell
 from leakbench.harness.run import run_suite
 from leakbench.harness.store import check_out_dir, write_cell
 from leakbench.harness.suite import KEYS, REQUIRED, SUITE_DIR, find_suite, load_suite
-from leakbench.reporting.table import HEADER, markdown_table
 
 GOOD_SUITE = """\
 name = "mini"
@@ -210,33 +209,6 @@ def test_run_suite_writes_records_report_and_grids(tmp_path: Path) -> None:
     assert len(records) == 3 and records["exact"].all()
     text = report.read_text()
     assert "## By batch size b" in text and "## All cells" in text and "n/a — weights not available" in text
-
-
-# --------------------------------------------------------------------------- Markdown table
-
-def _rows(text: str) -> list[list[str]]:
-    lines = [line for line in text.splitlines() if line.startswith("| ") and line != HEADER]
-    return [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in lines]
-
-def test_markdown_table_keeps_failed_cells(ok_cell: CellResult, failed_cell: CellResult) -> None:
-    text = markdown_table([(ok_cell.summary, ok_cell.records), (failed_cell.summary, failed_cell.records)],
-                          title="t")
-    header = [c.strip() for c in HEADER.strip("|").split("|")]
-    rows = _rows(text)
-    assert HEADER in text.splitlines()
-    assert len(rows) == 2 and all(len(r) == len(header) for r in rows)
-    ok, failed = (dict(zip(header, r)) for r in rows)
-    assert ok["status"] == "ok" and ok["exact %"] == "100" and ok["n"] == "2" and ok["failed"] == "0"
-    assert failed["status"] == f"failed: {failed_cell.summary['reason']}"
-    assert "budget" in failed["status"]
-    assert failed["n"] == "8" and failed["failed"] == "8" and failed["exact %"] == "0"
-    assert failed["PSNR mean ± std"] == "–" and failed["PSNR min"] == "–"
-    assert ok["LPIPS"] == "n/a" and failed["LPIPS"] == "n/a"
-    assert "LPIPS: n/a — LPIPS not computed: no weights in this test" in text
-
-def test_markdown_table_without_rows() -> None:
-    text = markdown_table([], title="empty")
-    assert text.startswith("# empty") and HEADER in text and _rows(text) == []
 
 
 def test_suite_hyperparameters_reach_their_attack_only(tmp_path: Path) -> None:
