@@ -121,6 +121,7 @@ def lpips_for(path: Path | None):
 def cmd_attack(args: argparse.Namespace) -> int:
     from leakbench.harness.cell import CellSpec, json_safe, run_cell
     from leakbench.harness.store import check_out_dir, write_cell
+    from leakbench.progress import attack_progress
     from leakbench.reporting.table import cell_caption
 
     if args.out is not None:
@@ -130,7 +131,8 @@ def cmd_attack(args: argparse.Namespace) -> int:
                     data_root=str(args.data_root) if args.data_root else None, image_size=args.image_size,
                     hyperparameters=parse_params(args.param), dp=dp_config(args))
     scorer, note = lpips_for(args.lpips_weights)
-    result = run_cell(spec, lpips=scorer, lpips_note=note)
+    with attack_progress(sys.stderr if sys.stderr.isatty() else None):
+        result = run_cell(spec, lpips=scorer, lpips_note=note)
     if args.out is not None:
         write_cell(result, args.out, caption=cell_caption(result.summary))
     print(json.dumps(json_safe(result.summary)) if args.json else human_summary(result.summary))
