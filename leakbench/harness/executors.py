@@ -62,10 +62,12 @@ def _lpips(path: str | None):
 
 
 def execute(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], *, executor: str = "serial",
-            jobs: int = 1, address: str | None = None, attack_bars: TextIO | None = None) -> None:
+            jobs: int = 1, address: str | None = None, attack_bars: TextIO | None = None,
+            on_start: Callable[[Task], None] | None = None) -> None:
     """Run `tasks`, calling `on_done(summary)` in this process as each cell finishes (any order).
 
-    `attack_bars`: a terminal to draw progress bars inside long attacks on (serial executor only).
+    Serial executor only: `attack_bars` is a terminal to draw bars inside long attacks on, and
+    `on_start(task)` is called as each cell starts.
     """
     if executor not in EXECUTORS:
         raise ConfigError(f"unknown executor {executor!r} (known: {', '.join(EXECUTORS)})")
@@ -80,6 +82,8 @@ def execute(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], *, exe
     else:
         with attack_progress(attack_bars):
             for task in tasks:
+                if on_start is not None:
+                    on_start(task)
                 on_done(run_task(task))
 
 

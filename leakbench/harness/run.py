@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,10 +118,30 @@ def _run_with_progress(todo: list[Task], total: int, *, executor: str, jobs: int
         if progress is not None and not tty:
             print(f"[{next(count)}/{total}] {line}", file=stream, flush=True)
 
+    running: dict[str, Any] = {}
+
+    def on_start(task: Task) -> None:
+        spec = task.spec
+        dp = spec.dp.label() if spec.dp else "none"
+        running.update(name=f"{spec.attack} b={spec.batch_size} layer={spec.layer} dp={dp}", start=time.monotonic())
+
+    stop = threading.Event()
+    ticker = threading.Thread(target=_tick, args=(bar, running, stop), daemon=True)
+    if tty:
+        ticker.start()
     try:
-        execute(todo, on_done, executor=executor, jobs=jobs, address=address, attack_bars=stream if tty else None)
+        execute(todo, on_done, executor=executor, jobs=jobs, address=address, attack_bars=stream if tty else None,
+                on_start=on_start)
     finally:
+        stop.set()
         bar.close()
+
+
+def _tick(bar: Any, running: dict[str, Any], stop: threading.Event) -> None:
+    """Once a second, show which cell runs and for how long (serial runs on a terminal)."""
+    while not stop.wait(1.0):
+        if running:
+            bar.set_postfix_str(f"running {running['name']}: {time.monotonic() - running['start']:.0f} s")
 
 
 def run_suite(name: str | None, *, data_root: str | None = None, out: Path = Path("results"),
