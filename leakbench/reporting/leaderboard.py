@@ -24,12 +24,14 @@ TITLE = "leakbench leaderboard"
 def load_results(results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """All runs' records and cells, with a `suite` column (the run folder's name), sorted."""
     runs = sorted(p.parent for p in results.glob("*/cells.parquet") if (p.parent / "records.parquet").is_file())
-    if not runs:
-        raise LeakbenchError(f"no stored runs under {results} (expected RUN/records.parquet and RUN/cells.parquet)")
     records, cells = [], []
     for run in runs:
-        records.append(pd.read_parquet(run / "records.parquet").assign(suite=run.name))
-        cells.append(pd.read_parquet(run / "cells.parquet").assign(suite=run.name))
+        run_cells = pd.read_parquet(run / "cells.parquet")
+        if len(run_cells):  # a sweep interrupted before its first cell stores empty tables
+            records.append(pd.read_parquet(run / "records.parquet").assign(suite=run.name))
+            cells.append(run_cells.assign(suite=run.name))
+    if not cells:
+        raise LeakbenchError(f"no stored runs under {results} (expected RUN/records.parquet and RUN/cells.parquet)")
     cells_all = pd.concat(cells, ignore_index=True)
     cells_all["model"] = "FC-" + cells_all["depth"].astype(str) + " w" + cells_all["width"].astype(str)
     return pd.concat(records, ignore_index=True), cells_all
