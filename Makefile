@@ -1,4 +1,4 @@
-# leakbench — `make run` (default suite on embedded data) and `make test`.
+# leakbench — `make run` (default suite on embedded data), `make test`, `make nightly`.
 # VENV may point outside the clone (CI reuses one venv under ~/.cache keyed on requirements.txt).
 VENV ?= .venv
 PYTHON ?= python3
@@ -6,11 +6,22 @@ PY := $(VENV)/bin/python
 REQ_HASH := $(shell sha256sum requirements.txt | cut -c1-16)
 STAMP := $(VENV)/.deps-$(REQ_HASH)
 RUN := PYTHONPATH=$(CURDIR) $(PY)
+JOBS ?= 1
+DATA_ROOT ?= ../shared/data
 
-.PHONY: run test venv bench clean
+.PHONY: run test venv nightly leaderboard clean
 
+# Resumable: a rerun skips finished cells (`leakbench run --no-resume` reruns all).
 run: $(STAMP)
-	$(RUN) -m leakbench run
+	$(RUN) -m leakbench run --jobs $(JOBS)
+
+# The nightly suite on real datasets under DATA_ROOT, then the leaderboard from every stored run.
+nightly: $(STAMP)
+	$(RUN) -m leakbench run nightly --data-root $(DATA_ROOT) --jobs $(JOBS)
+	$(RUN) -m leakbench leaderboard
+
+leaderboard: $(STAMP)
+	$(RUN) -m leakbench leaderboard
 
 test: $(STAMP)
 	$(RUN) -m pytest -q
@@ -26,4 +37,4 @@ $(STAMP):
 	touch $@
 
 clean:
-	rm -rf .pytest_cache reports/*.md reports/*.png
+	rm -rf .pytest_cache reports/*.md reports/*.html reports/*.png

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from leakbench.errors import LeakbenchError
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -37,26 +38,56 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--seed", type=int, default=0, help="seed of batch choice, init and attack")
     attack.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="attack hyperparameter override (repeatable), e.g. max_seconds=60")
+    attack.add_argument("--dp-sigma", type=float, help="run one DP-SGD step with noise multiplier σ (default: no DP)")
+    attack.add_argument("--dp-clip", type=float, default=1.0, help="DP per-sample clipping norm C (default 1)")
+    attack.add_argument("--dp-delta", type=float, default=1e-5, help="DP δ for ε (default 1e-5)")
+    attack.add_argument("--dp-q", type=float, default=0.01, help="DP sampling rate q for ε (default 0.01)")
+    attack.add_argument("--dp-steps", type=int, default=1, help="DP-SGD steps ε accounts for (default 1)")
     attack.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
     attack.add_argument("--out", type=Path, help="write records, manifest and grid here")
     attack.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    run = sub.add_parser("run", help="run a suite (default: benchmarks/default.toml) and write a report")
+    run = sub.add_parser("run", help="run a suite (default: benchmarks/default.toml), store records, write a report")
     run.add_argument("suite", nargs="?", help="suite name in benchmarks/ or a path to a .toml file")
-    run.add_argument("--data-root", help="folder holding the dataset files")
-    run.add_argument("--reports", type=Path, default=Path("reports"), help="where to write the report")
-    run.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
+    _sweep_options(run)
+    report = sub.add_parser("report", help="tables, figures and grids of a stored run folder")
+    report.add_argument("run_dir", type=Path, help="a run folder, e.g. results/default")
+    report.add_argument("--reports", type=Path, default=Path("reports"), help="where to write (default reports/)")
+    board = sub.add_parser("leaderboard", help="rank attacks per setting from stored records")
+    board.add_argument("--results", type=Path, default=Path("results"), help="folder of run folders (default results/)")
+    board.add_argument("--reports", type=Path, default=Path("reports"), help="where to write (default reports/)")
+    repro = sub.add_parser("reproduce", help="reproduce a paper table or figure into reports/")
+    repro.add_argument("name", help="see `leakbench list papers`")
+    _sweep_options(repro)
     lst = sub.add_parser("list", help="list registered attacks or datasets")
-    lst.add_argument("what", choices=["attacks", "datasets"])
+    lst.add_argument("what", choices=["attacks", "datasets", "papers"])
     return parser
+
+
+def _sweep_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-root", help="folder holding the dataset files")
+    parser.add_argument("--out", type=Path, default=Path("results"), help="record store (default results/)")
+    parser.add_argument("--reports", type=Path, default=Path("reports"), help="where to write the report")
+    parser.add_argument("--jobs", type=int, default=1, help="cells run side by side (default 1)")
+    parser.add_argument("--executor", choices=["serial", "pool", "ray"],
+                        help="serial, a local process pool, or Ray (default: pool when --jobs > 1, else serial)")
+    parser.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    parser.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                        help="skip cells already finished in --out (default: on)")
+    parser.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"attack": cmd_attack, "run": cmd_run, "list": cmd_list}[args.command](args)
+        commands = {"attack": cmd_attack, "run": cmd_run, "report": cmd_report, "leaderboard": cmd_leaderboard,
+                    "reproduce": cmd_reproduce, "list": cmd_list}
+        return commands[args.command](args)
     except LeakbenchError as exc:
         print(f"leakbench: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("leakbench: interrupted; finished cells are stored, the same command resumes", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:
@@ -90,6 +121,7 @@ def lpips_for(path: Path | None):
 def cmd_attack(args: argparse.Namespace) -> int:
     from leakbench.harness.cell import CellSpec, json_safe, run_cell
     from leakbench.harness.store import check_out_dir, write_cell
+    from leakbench.progress import attack_progress
     from leakbench.reporting.table import cell_caption
 
     if args.out is not None:
@@ -97,13 +129,23 @@ def cmd_attack(args: argparse.Namespace) -> int:
     spec = CellSpec(attack=args.attack, dataset=args.dataset, batch_size=args.batch_size, seed=args.seed,
                     width=args.width, depth=args.depth, layer=args.layer,
                     data_root=str(args.data_root) if args.data_root else None, image_size=args.image_size,
-                    hyperparameters=parse_params(args.param))
+                    hyperparameters=parse_params(args.param), dp=dp_config(args))
     scorer, note = lpips_for(args.lpips_weights)
-    result = run_cell(spec, lpips=scorer, lpips_note=note)
+    with attack_progress(sys.stderr if sys.stderr.isatty() else None):
+        result = run_cell(spec, lpips=scorer, lpips_note=note)
     if args.out is not None:
         write_cell(result, args.out, caption=cell_caption(result.summary))
     print(json.dumps(json_safe(result.summary)) if args.json else human_summary(result.summary))
     return 0
+
+
+def dp_config(args: argparse.Namespace):
+    """The DP setting of `attack`, or None without --dp-sigma."""
+    from leakbench.fl import DPConfig
+
+    if args.dp_sigma is None:
+        return None
+    return DPConfig(sigma=args.dp_sigma, clip=args.dp_clip, delta=args.dp_delta, q=args.dp_q, steps=args.dp_steps)
 
 
 def human_summary(s: dict[str, Any]) -> str:
@@ -111,7 +153,7 @@ def human_summary(s: dict[str, Any]) -> str:
         return "n/a" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
 
     lines = [f"{s['attack']} on {s['dataset']} (b={s['batch_size']}, FC-{s['depth']} width {s['width']}, "
-             f"layer {s['layer']}, seed {s['seed']}): {s['status']}" + (f" — {s['reason']}" if s['reason'] else ""),
+             f"layer {s['layer']}, dp {s['dp']}, seed {s['seed']}): {s['status']}" + (f" — {s['reason']}" if s['reason'] else ""),
              f"  exact {100 * s['exact_fraction']:.0f}% of {s['n_images']} images; PSNR mean {f(s['psnr_mean'], 1)}, "
              f"median {f(s['psnr_median'], 1)}, min {f(s['psnr_min'], 1)} dB; SSIM {f(s['ssim_mean'], 4)}; "
              f"LPIPS {f(s['lpips_mean'], 3)}" + (f" ({s['lpips_note']})" if s["lpips_note"] else ""),
@@ -119,19 +161,61 @@ def human_summary(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def sweep_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Options shared by `run` and `reproduce`, checked before anything runs."""
+    from leakbench.errors import ConfigError
+    from leakbench.harness.store import check_out_dir
+
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.address and args.executor != "ray":
+        raise ConfigError("--address needs --executor ray")
+    if args.lpips_weights is not None and not args.lpips_weights.is_file():
+        raise ConfigError(f"--lpips-weights {args.lpips_weights} does not exist")
+    for path in (args.out, args.reports):
+        check_out_dir(path)
+    return {"data_root": args.data_root, "out": args.out, "reports": args.reports, "jobs": args.jobs,
+            "executor": args.executor or ("pool" if args.jobs > 1 else "serial"), "address": args.address,
+            "resume": args.resume, "lpips_weights": str(args.lpips_weights) if args.lpips_weights else None,
+            "progress": sys.stderr}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from leakbench.harness.run import run_suite
 
-    scorer, note = lpips_for(args.lpips_weights)
-    report = run_suite(args.suite, data_root=args.data_root, reports=args.reports, lpips=scorer,
-                       lpips_note=note, progress=sys.stderr)
+    report = run_suite(args.suite, **sweep_kwargs(args))
     print(f"wrote {report}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from leakbench.reporting.report import write_report
+
+    print(f"wrote {write_report(args.run_dir, args.reports)}")
+    return 0
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from leakbench.reporting.leaderboard import write_leaderboard
+
+    for path in write_leaderboard(args.results, args.reports):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from leakbench.harness.papers import reproduce
+
+    for path in reproduce(args.name, **sweep_kwargs(args)):
+        print(f"wrote {path}")
     return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     if args.what == "attacks":
         from leakbench.attacks import list_attacks as entries
+    elif args.what == "papers":
+        from leakbench.harness.papers import list_papers as entries
     else:
         from leakbench.datasets import list_datasets as entries
     for name, description in entries():

@@ -56,7 +56,8 @@ def _suite_job(root: Path, key: str, text: str) -> Job:
     cwd = root / key
     cwd.mkdir()
     (cwd / "suite.toml").write_text(text)
-    return Job(["run", str(cwd / "suite.toml"), "--reports", str(cwd / "rep")], cwd, cwd / "rep")
+    return Job(["run", str(cwd / "suite.toml"), "--reports", str(cwd / "rep"), "--out", str(cwd / "rep" / "results")],
+               cwd, cwd / "rep")
 
 
 BAD_ATTACK_ARGS = {
@@ -86,6 +87,8 @@ BAD_SUITES = {  # key → (suite text, key the error must name)
     "suite_unknown_key": (SUITE.format(name="bad") + 'colour = "red"\n', "colour"),
     "suite_missing_key": (SUITE.format(name="bad").replace("batch_sizes = [1, 2]\n", ""), "batch_sizes"),
     "suite_wrong_type": (SUITE.format(name="bad").replace("width = 200", 'width = "wide"'), "width"),
+    "suite_bad_layer": (SUITE.format(name="bad").replace("layer = 1", "layers = [1, 6]"), "layers"),
+    "suite_bad_dp": (SUITE.format(name="bad") + 'dp = ["none", {sigma = -1.0, clip = 1.0}]\n', "dp[1]"),
 }
 
 
@@ -302,19 +305,18 @@ def test_run_suite_writes_report(results) -> None:
     _ok(proc)
     rep = job.out
     report = rep / "mini.md"
-    assert report.is_file()
+    assert report.is_file() and (rep / "mini.html").is_file()
     assert str(report) in proc.stdout
     text = report.read_text()
-    rows = [line for line in text.splitlines() if line.startswith("| spear | embedded |")]
-    assert len(rows) == 2
-    assert rows[0].startswith("| spear | embedded | 1 |") and rows[1].startswith("| spear | embedded | 2 |")
-    assert all(line.rstrip().endswith("| ok |") for line in rows)
-    for b in (1, 2):
-        cell = rep / "mini" / f"spear_embedded_b{b}_s0"
-        assert (cell / "grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert {"records.parquet", "manifest.json", "summary.json"} <= {p.name for p in cell.iterdir()}
-        assert f"mini/spear_embedded_b{b}_s0/grid.png" in text
-    assert not list(rep.glob("*.tmp"))
+    rows = [line for line in text.splitlines() if line.startswith("| spear | embedded |")]  # the all-cells table
+    assert [r.split(" | ")[2] for r in rows] == ["1", "2"]
+    assert all(" | ok | " in line for line in rows)
+    cells = pd.read_parquet(rep / "results" / "mini" / "cells.parquet")
+    assert list(cells["status"]) == ["ok", "ok"]
+    for cid in cells["cell_id"]:
+        assert (rep / "mini" / "grids" / f"{cid}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"mini/grids/{cid}.png" in text
+    assert not list(rep.glob("*.tmp")) and not list(rep.glob(".*"))
 
 
 @pytest.mark.parametrize("key", list(BAD_SUITES))
@@ -322,3 +324,64 @@ def test_run_malformed_suite(results, key: str) -> None:
     job, proc = results[key]
     line = _assert_bad_input(job, proc, f"'{BAD_SUITES[key][1]}'")
     assert "suite" in line
+
+
+# --------------------------------------------------------------------------- report, leaderboard, reproduce
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    rc = main(argv)
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("leakbench: error:"), captured.err
+    return lines[0]
+
+
+def test_report_of_a_missing_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error(capsys, ["report", str(tmp_path / "nothing"), "--reports", str(tmp_path / "rep")])
+    assert "not a finished run folder" in line and not (tmp_path / "rep").exists()
+
+
+def test_leaderboard_without_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error(capsys, ["leaderboard", "--results", str(tmp_path), "--reports", str(tmp_path / "rep")])
+    assert "no stored runs" in line and not (tmp_path / "rep").exists()
+
+
+def test_reproduce_unknown_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error(capsys, ["reproduce", "no-such-table", "--reports", str(tmp_path / "rep")])
+    assert "spear-batch-size" in line
+
+
+def test_reproduce_missing_script(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from leakbench.harness import papers
+
+    monkeypatch.setattr(papers, "SUITE_DIR", tmp_path)  # a benchmarks folder without spear_draws.py
+    line = _one_line_error(capsys, ["reproduce", "spear-draws", "--reports", str(tmp_path / "rep")])
+    assert "spear_draws.py is missing" in line
+
+
+def test_paper_suites_parse() -> None:
+    from leakbench.harness.papers import PAPER_DIR, list_papers
+    from leakbench.harness.suite import load_suite
+
+    names = {name for name, _ in list_papers()}
+    assert names == {"spear-batch-size", "spear-layers", "spear-draws"}
+    sizes = load_suite(PAPER_DIR / "spear-batch-size.toml").cells
+    assert sorted({c.batch_size for c in sizes}) == [1, 2, 4, 8, 12, 16, 20]
+    layers = load_suite(PAPER_DIR / "spear-layers.toml").cells
+    assert sorted({c.layer for c in layers}) == [1, 2, 3, 4, 5] and {c.batch_size for c in layers} == {16, 20}
+
+
+def test_run_option_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert "--jobs" in _one_line_error(capsys, ["run", "--jobs", "0", "--out", str(tmp_path / "o")])
+    assert "--address" in _one_line_error(capsys, ["run", "--address", "x:1", "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("flag,value", [("--dp-sigma", "-1"), ("--dp-clip", "0"), ("--dp-q", "2")])
+def test_attack_bad_dp_setting(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
+    extra = [] if flag == "--dp-sigma" else ["--dp-sigma", "0.1"]
+    line = _main_bad_input(["attack", "--attack", "spear", "--batch-size", "2", *extra, flag, value],
+                           tmp_path / "out", capsys)
+    assert flag.removeprefix("--dp-") in line

@@ -14,7 +14,6 @@ from leakbench.harness.cell import CellResult, CellSpec, run_cell
 from leakbench.harness.run import run_suite
 from leakbench.harness.store import check_out_dir, write_cell
 from leakbench.harness.suite import KEYS, REQUIRED, SUITE_DIR, find_suite, load_suite
-from leakbench.reporting.table import HEADER, markdown_table
 
 GOOD_SUITE = """\
 name = "mini"
@@ -91,7 +90,9 @@ def test_find_suite_default(repo_root: Path) -> None:
     assert SUITE_DIR.resolve() == (repo_root / "benchmarks").resolve()
     suite = load_suite(find_suite("default"))
     assert suite.name == "default"
-    assert sorted({c.batch_size for c in suite.cells}) == [1, 2, 4, 8, 16]
+    assert sorted({c.batch_size for c in suite.cells}) == [1, 2, 4, 8]
+    assert sorted({c.layer for c in suite.cells}) == [1, 2, 3]
+    assert len({c.dp for c in suite.cells}) == 3
     assert {c.dataset for c in suite.cells} == {"embedded"}
 
 def test_find_suite_path_and_unknown_name(tmp_path: Path) -> None:
@@ -187,48 +188,27 @@ def test_check_out_dir_refuses_a_file(tmp_path: Path) -> None:
 
 def test_run_suite_refuses_bad_cell_before_running_any(tmp_path: Path) -> None:
     text = 'name = "mix"\ndataset = "embedded"\nattacks = ["spear"]\nbatch_sizes = [1, 9]\nwidth = 8\ndepth = 3\n'
-    reports = tmp_path / "rep"
+    reports, out = tmp_path / "rep", tmp_path / "res"
     with pytest.raises(ConfigError, match="width"):
-        run_suite(str(_suite(tmp_path, text)), data_root=None, reports=reports, lpips=None, lpips_note="")
-    assert not reports.exists(), sorted(str(p.relative_to(reports)) for p in reports.rglob("*"))
+        run_suite(str(_suite(tmp_path, text)), out=out, reports=reports)
+    assert not reports.exists() and not out.exists()
 
-def test_run_suite_writes_table_and_cells(tmp_path: Path) -> None:
+
+def test_run_suite_writes_records_report_and_grids(tmp_path: Path) -> None:
     text = 'name = "tiny"\ndataset = "embedded"\nattacks = ["spear"]\nbatch_sizes = [1, 2]\nwidth = 64\ndepth = 3\n'
-    reports = tmp_path / "rep"
-    report = run_suite(str(_suite(tmp_path, text)), data_root=None, reports=reports, lpips=None,
-                       lpips_note="LPIPS not computed: test")
+    reports, out = tmp_path / "rep", tmp_path / "res"
+    report = run_suite(str(_suite(tmp_path, text)), out=out, reports=reports)
     assert report == reports / "tiny.md"
-    rows = _rows(report.read_text())
-    assert [(r[0], r[2], r[-1]) for r in rows] == [("spear", "1", "ok"), ("spear", "2", "ok")]
-    for b in (1, 2):
-        assert sorted(p.name for p in (reports / "tiny" / f"spear_embedded_b{b}_s0").iterdir()) == CELL_FILES
-    assert sorted(p.name for p in reports.iterdir()) == ["tiny", "tiny.md"]
-
-# --------------------------------------------------------------------------- Markdown table
-
-def _rows(text: str) -> list[list[str]]:
-    lines = [line for line in text.splitlines() if line.startswith("| ") and line != HEADER]
-    return [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in lines]
-
-def test_markdown_table_keeps_failed_cells(ok_cell: CellResult, failed_cell: CellResult) -> None:
-    text = markdown_table([(ok_cell.summary, ok_cell.records), (failed_cell.summary, failed_cell.records)],
-                          title="t")
-    header = [c.strip() for c in HEADER.strip("|").split("|")]
-    rows = _rows(text)
-    assert HEADER in text.splitlines()
-    assert len(rows) == 2 and all(len(r) == len(header) for r in rows)
-    ok, failed = (dict(zip(header, r)) for r in rows)
-    assert ok["status"] == "ok" and ok["exact %"] == "100" and ok["n"] == "2" and ok["failed"] == "0"
-    assert failed["status"] == f"failed: {failed_cell.summary['reason']}"
-    assert "budget" in failed["status"]
-    assert failed["n"] == "8" and failed["failed"] == "8" and failed["exact %"] == "0"
-    assert failed["PSNR mean ± std"] == "–" and failed["PSNR min"] == "–"
-    assert ok["LPIPS"] == "n/a" and failed["LPIPS"] == "n/a"
-    assert "LPIPS: n/a — LPIPS not computed: no weights in this test" in text
-
-def test_markdown_table_without_rows() -> None:
-    text = markdown_table([], title="empty")
-    assert text.startswith("# empty") and HEADER in text and _rows(text) == []
+    assert sorted(p.name for p in reports.iterdir()) == ["tiny", "tiny.html", "tiny.md"]
+    cells = pd.read_parquet(out / "tiny" / "cells.parquet")
+    assert list(cells["batch_size"]) == [1, 2] and list(cells["status"]) == ["ok", "ok"]
+    for cid in cells["cell_id"]:
+        assert sorted(p.name for p in (out / "tiny" / "cells" / cid).iterdir()) == CELL_FILES
+        assert (reports / "tiny" / "grids" / f"{cid}.png").is_file()
+    records = pd.read_parquet(out / "tiny" / "records.parquet")
+    assert len(records) == 3 and records["exact"].all()
+    text = report.read_text()
+    assert "## By batch size b" in text and "## All cells" in text and "n/a — weights not available" in text
 
 
 def test_suite_hyperparameters_reach_their_attack_only(tmp_path: Path) -> None:
@@ -250,3 +230,9 @@ def test_default_suite_runs_every_registered_attack() -> None:
 
     attacks = {c.attack for c in load_suite(find_suite("default")).cells}
     assert attacks == set(ATTACKS.names())
+
+
+@pytest.mark.parametrize("name", ["default", "nightly", "paper/spear-batch-size", "paper/spear-layers"])
+def test_shipped_suites_parse(name: str) -> None:
+    suite = load_suite(SUITE_DIR / f"{name}.toml")
+    assert suite.cells and all(c.layer == 1 for c in suite.cells if c.attack in suite.layerless)

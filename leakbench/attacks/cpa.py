@@ -30,6 +30,7 @@ from leakbench.attacks import register_attack
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
+from leakbench.progress import steps as progress_steps
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,7 @@ def _official(G: np.ndarray, g: np.ndarray, b: int, cfg: CPAConfig, shape: tuple
     opt = torch.optim.Adam([W_hat], lr=cfg.lr)
     use_tv = cfg.tv > 0 and shape is not None and len(shape) == 3
     first = last = float("nan")
-    for step in range(cfg.iterations):
+    for step in progress_steps(range(cfg.iterations), total=cfg.iterations, desc="cpa Adam steps"):
         opt.zero_grad()
         Wn = W_hat / (W_hat.norm(dim=-1, keepdim=True) + eps)
         loss = cfg.decor * (torch.exp(cfg.temperature * (Wn @ Wn.T).abs()) - 1).mean()

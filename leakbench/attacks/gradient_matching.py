@@ -27,6 +27,7 @@ from leakbench.attacks.cpa import total_variation
 from leakbench.attacks.labels import STRATEGIES, find_last_layer, recover_labels
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
+from leakbench.progress import steps as progress_steps
 
 GradientDistance = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor]], torch.Tensor]
 
@@ -195,7 +196,7 @@ class InvertingGradientsAttack(_GradientMatchingAttack):
         milestones = sorted({max(1, int(cfg.iterations * f)) for f in (3 / 8, 5 / 8, 7 / 8)})
         sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=milestones, gamma=0.1) if cfg.decay else None
         best_z, best_obj, initial = z.detach().clone(), float("inf"), float("nan")
-        for it in range(cfg.iterations):
+        for it in progress_steps(range(cfg.iterations), total=cfg.iterations, desc="ig Adam steps"):
             opt.zero_grad(set_to_none=True)
             grad_loss = oracle.distance(z, labels, cosine_distance)
             objective = grad_loss + cfg.tv * total_variation(z) if cfg.tv > 0 else grad_loss
@@ -296,7 +297,7 @@ class DeepLeakageAttack(_GradientMatchingAttack):
 
         initial = current_loss()
         best_loss, best_z, steps = initial, z.detach().clone(), 0
-        for _ in range(cfg.iterations):
+        for _ in progress_steps(range(cfg.iterations), total=cfg.iterations, desc="dlg L-BFGS steps"):
             opt.step(closure)
             steps += 1
             loss = current_loss()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -14,14 +16,18 @@ import torch
 
 from leakbench.attacks import Reconstruction, attack_class, create_attack
 from leakbench.datasets import Batch, load_dataset, sample_batch
-from leakbench.fl import ClientUpdate, fedsgd_update
+from leakbench.fl import ClientUpdate, DPConfig, dp_update, fedsgd_update
+from leakbench.fl.dp import ACCOUNTANT
 from leakbench.metrics import MATCHING, LpipsScorer, apply_matching, match_by_mse, score_features, score_images
 from leakbench.models import FCNet, build_fc
 
 
 @dataclass(frozen=True)
 class CellSpec:
-    """Everything that defines one attack run; `seed` drives the batch, the init and the attack."""
+    """Everything that defines one attack run; `seed` drives the batch, the init, the DP noise and the attack.
+
+    `dp` None is plain FedSGD; a DPConfig makes the client run one DP-SGD step instead.
+    """
 
     attack: str
     dataset: str
@@ -33,6 +39,7 @@ class CellSpec:
     data_root: str | None = None
     image_size: int | None = None
     hyperparameters: dict[str, Any] = field(default_factory=dict)
+    dp: DPConfig | None = None
 
 
 @dataclass
@@ -54,7 +61,8 @@ def prepare(spec: CellSpec) -> tuple[Batch, FCNet, ClientUpdate]:
     batch = sample_batch(dataset, spec.batch_size, spec.seed)
     model = build_fc(dataset.image_shape, dataset.num_classes, width=spec.width, depth=spec.depth,
                      seed=spec.seed)
-    return batch, model, fedsgd_update(model, batch)
+    update = fedsgd_update(model, batch) if spec.dp is None else dp_update(model, batch, spec.dp, seed=spec.seed)
+    return batch, model, update
 
 
 def build_attack(spec: CellSpec):
@@ -71,7 +79,7 @@ def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: st
     attack = build_attack(spec)
     attack.check_update(update)
     start = time.perf_counter()
-    recon = attack.reconstruct(update, seed=spec.seed)
+    recon = _reconstruct(attack, update, spec)
     seconds = time.perf_counter() - start
     records, aligned = score(recon, batch, model, lpips)
     records.insert(0, "dataset_index", list(batch.indices))
@@ -80,6 +88,16 @@ def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: st
     summary = summarize(spec, recon, records, seconds, lpips is not None, lpips_note)
     summary["hyperparameters"] = attack.hyperparameters()
     return CellResult(spec, summary, records, batch.images, aligned, recon)
+
+
+def _reconstruct(attack, update: ClientUpdate, spec: CellSpec) -> Reconstruction:
+    """The attack's answer; an exception inside the attack becomes a failed cell with the reason."""
+    try:
+        return attack.reconstruct(update, seed=spec.seed)
+    except Exception as exc:  # noqa: BLE001 — stored as a failure, never dropped
+        layer = getattr(attack.config, "layer", 1)
+        reason = f"error: {type(exc).__name__}: {exc}".replace("\n", " ")
+        return Reconstruction.failed(reason, space="image" if layer == 1 else "feature", layer=layer)
 
 
 def score(recon: Reconstruction, batch: Batch, model: FCNet, lpips: LpipsScorer | None
@@ -101,9 +119,27 @@ def score(recon: Reconstruction, batch: Batch, model: FCNet, lpips: LpipsScorer 
 
 
 def cell_columns(spec: CellSpec) -> dict[str, Any]:
-    """The axes of a cell as record columns (numbers as numbers)."""
-    return {"attack": spec.attack, "dataset": spec.dataset, "batch_size": spec.batch_size,
-            "width": spec.width, "depth": spec.depth, "layer": spec.layer, "seed": spec.seed}
+    """The axes of a cell as record columns (numbers as numbers; no DP: σ, C, q, δ NaN, ε ∞)."""
+    return {"cell_id": cell_id(spec), "attack": spec.attack, "dataset": spec.dataset,
+            "batch_size": spec.batch_size, "width": spec.width, "depth": spec.depth, "layer": spec.layer,
+            "seed": spec.seed, **dp_columns(spec.dp)}
+
+
+def dp_columns(dp: DPConfig | None) -> dict[str, Any]:
+    """σ, C, δ, q, steps, ε and the accountant of a DP setting, and a readable label."""
+    if dp is None:
+        nan = math.nan
+        return {"dp": "none", "dp_sigma": nan, "dp_clip": nan, "dp_delta": nan, "dp_q": nan, "dp_steps": 0,
+                "dp_epsilon": math.inf, "dp_accountant": "none"}
+    return {"dp": dp.label(), "dp_sigma": dp.sigma, "dp_clip": dp.clip, "dp_delta": dp.delta, "dp_q": dp.q,
+            "dp_steps": dp.steps, "dp_epsilon": dp.epsilon(), "dp_accountant": ACCOUNTANT}
+
+
+def cell_id(spec: CellSpec) -> str:
+    """A hash of the cell's full configuration (everything but `data_root`, which is only a location)."""
+    config = {k: v for k, v in spec_dict(spec).items() if k != "data_root"}
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def summarize(spec: CellSpec, recon: Reconstruction, records: pd.DataFrame, seconds: float,

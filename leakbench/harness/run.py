@@ -1,47 +1,156 @@
-"""`leakbench run`: execute a suite's cells and write a Markdown table and grids under reports/."""
+"""`leakbench run`: plan a suite's cells, run the unfinished ones, consolidate the records, report.
+
+Planning happens before anything runs: every cell is checked (names, data, sizes, hyperparameters),
+gets its configuration hash and its grid's batch positions (drawn from the suite's grid seed), and
+all of it goes into the run manifest. With `resume` (the default) cells whose folder is complete
+are skipped, so an interrupted sweep continues where it stopped and never duplicates a cell.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import sys
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
-from leakbench.harness.cell import CellSpec, build_attack, prepare, run_cell
-from leakbench.harness.store import write_cell
-from leakbench.harness.suite import find_suite, load_suite
-from leakbench.metrics import LpipsScorer
-from leakbench.reporting.table import cell_caption, markdown_table
+import pandas as pd
+
+from leakbench.harness.cell import CellSpec, build_attack, cell_id, prepare, spec_dict
+from leakbench.harness.executors import Task, execute
+from leakbench.harness.selection import grid_selection
+from leakbench.harness.store import (cell_path, consolidate, environment, finished_cells, remove_partial_cells,
+                                     write_json_atomic)
+from leakbench.harness.suite import Suite, find_suite, load_suite
+
+
+@dataclass
+class Sweep:
+    """What a sweep did: where its records are, how many cells ran now and how many were already done."""
+
+    run_dir: Path
+    suite: Suite
+    ran: int
+    skipped: int
+    seconds: float
+    records: pd.DataFrame
+    cells: pd.DataFrame
 
 
 def check_cells(cells: list[CellSpec]) -> None:
-    """Raise on the first cell that cannot run (names, data, sizes, hyperparameters), before any runs."""
+    """Raise on the first cell that cannot run (names, data, sizes, hyperparameters), before any runs.
+
+    DP does not change what an attack can be run on, so it is left out of the check (it is cheap
+    to validate and costly to compute).
+    """
+    seen: set[str] = set()
     for spec in cells:
-        _, _, update = prepare(spec)
-        build_attack(spec).check_update(update)
+        plain = dataclasses.replace(spec, dp=None)
+        key = cell_id(plain)
+        if key in seen:
+            continue
+        seen.add(key)
+        _, _, update = prepare(plain)
+        build_attack(plain).check_update(update)
 
 
-def run_suite(name: str | None, *, data_root: str | None, reports: Path, lpips: LpipsScorer | None,
-              lpips_note: str, progress: TextIO | None = None) -> Path:
-    """Run every cell of the suite (validated first); return the path of the Markdown report."""
+def plan(suite: Suite, run_dir: Path, lpips_weights: str | None = None) -> list[Task]:
+    """One task per cell, in suite order, with its folder and its pre-drawn grid selection."""
+    tasks = []
+    for spec in suite.cells:
+        cid = cell_id(spec)
+        pick = grid_selection(cid, spec.batch_size, suite.grid_images, suite.grid_seed)
+        tasks.append(Task(spec=spec, out=cell_path(run_dir, cid), selection=tuple(pick),
+                          grid_seed=suite.grid_seed, lpips_weights=lpips_weights))
+    return tasks
+
+
+def run_manifest(suite: Suite, tasks: list[Task], extra: dict[str, Any]) -> dict[str, Any]:
+    """The run's manifest: suite, environment, seeds, every cell with its grid selection."""
+    cells = [{"cell_id": t.out.name, "grid_selection": list(t.selection),
+              **{k: v for k, v in spec_dict(t.spec).items() if k != "data_root"}} for t in tasks]
+    return {"suite": suite.name, "suite_text": suite.text, **environment(),
+            "seeds": sorted({t.spec.seed for t in tasks}), "grid_seed": suite.grid_seed,
+            "grid_images": suite.grid_images, "layerless_attacks": list(suite.layerless),
+            "cells": cells, **extra}
+
+
+def run_sweep(name: str | None, *, data_root: str | None = None, out: Path = Path("results"),
+              executor: str = "serial", jobs: int = 1, address: str | None = None, resume: bool = True,
+              lpips_weights: str | None = None, progress: TextIO | None = None) -> Sweep:
+    """Run every unfinished cell of a suite into `out/SUITE/` and consolidate its records."""
     suite = load_suite(find_suite(name), data_root=data_root)
     check_cells(suite.cells)
-    rows = []
+    run_dir = out / suite.name
+    tasks = plan(suite, run_dir, lpips_weights)
+    remove_partial_cells(run_dir)
+    done = finished_cells(run_dir) if resume else set()
+    todo = [t for t in tasks if t.out.name not in done]
+    write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs}))
+    start = time.perf_counter()
+    _run_with_progress(todo, len(tasks), executor=executor, jobs=jobs, address=address, progress=progress)
+    seconds = time.perf_counter() - start
+    records, cells = consolidate(run_dir, [t.out.name for t in tasks])
+    write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {
+        "executor": executor, "jobs": jobs, "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),
+                                                           "seconds": round(seconds, 3)}}))
+    return Sweep(run_dir, suite, len(todo), len(tasks) - len(todo), seconds, records, cells)
 
-    for i, spec in enumerate(suite.cells, 1):
-        result = run_cell(spec, lpips=lpips, lpips_note=lpips_note)
-        cell_dir = reports / suite.name / f"{spec.attack}_{spec.dataset}_b{spec.batch_size}_s{spec.seed}"
-        write_cell(result, cell_dir, caption=cell_caption(result.summary))
-        rows.append((result.summary, result.records))
-        if progress is not None:
-            s = result.summary
-            print(f"[{i}/{len(suite.cells)}] {spec.attack} b={spec.batch_size} seed={spec.seed}: {s['status']}, "
-                  f"exact {100 * s['exact_fraction']:.0f}%, {s['seconds']:.2f} s", file=progress)
-    report = reports / f"{suite.name}.md"
-    text = markdown_table(rows, title=f"leakbench suite '{suite.name}'")
-    text += "\nGrids (reconstruction above ground truth, every image of the batch): " + ", ".join(
-        f"[{s['attack']} b={s['batch_size']}]({suite.name}/{s['attack']}_{s['dataset']}_b{s['batch_size']}_s{s['seed']}/grid.png)"
-        for s, _ in rows) + "\n"
-    reports.mkdir(parents=True, exist_ok=True)
-    tmp = report.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    tmp.replace(report)
-    return report
+
+def _run_with_progress(todo: list[Task], total: int, *, executor: str, jobs: int, address: str | None,
+                       progress: TextIO | None) -> None:
+    """Execute with a progress bar over cells (a line per finished cell when the stream is not a terminal)."""
+    from tqdm import tqdm
+
+    stream = progress if progress is not None else sys.stderr
+    tty = progress is not None and stream.isatty()
+    bar = tqdm(total=total, initial=total - len(todo), desc="cells", unit="cell", file=stream,
+               disable=not tty, dynamic_ncols=True)
+    count = iter(range(total - len(todo) + 1, total + 1))
+
+    def on_done(s: dict[str, Any]) -> None:
+        line = (f"{s['attack']} b={s['batch_size']} layer={s['layer']} dp={s['dp']} seed={s['seed']}: "
+                f"{s['status']}, exact {100 * s['exact_fraction']:.0f}%, {s['seconds']:.2f} s")
+        bar.update(1)
+        bar.set_postfix_str(line[:70])
+        if progress is not None and not tty:
+            print(f"[{next(count)}/{total}] {line}", file=stream, flush=True)
+
+    running: dict[str, Any] = {}
+
+    def on_start(task: Task) -> None:
+        spec = task.spec
+        dp = spec.dp.label() if spec.dp else "none"
+        running.update(name=f"{spec.attack} b={spec.batch_size} layer={spec.layer} dp={dp}", start=time.monotonic())
+
+    stop = threading.Event()
+    ticker = threading.Thread(target=_tick, args=(bar, running, stop), daemon=True)
+    if tty:
+        ticker.start()
+    try:
+        execute(todo, on_done, executor=executor, jobs=jobs, address=address, attack_bars=stream if tty else None,
+                on_start=on_start)
+    finally:
+        stop.set()
+        bar.close()
+
+
+def _tick(bar: Any, running: dict[str, Any], stop: threading.Event) -> None:
+    """Once a second, show which cell runs and for how long (serial runs on a terminal)."""
+    while not stop.wait(1.0):
+        if running:
+            bar.set_postfix_str(f"running {running['name']}: {time.monotonic() - running['start']:.0f} s")
+
+
+def run_suite(name: str | None, *, data_root: str | None = None, out: Path = Path("results"),
+              reports: Path = Path("reports"), executor: str = "serial", jobs: int = 1,
+              address: str | None = None, resume: bool = True, lpips_weights: str | None = None,
+              progress: TextIO | None = None) -> Path:
+    """Run a suite (see `run_sweep`) and write its report under `reports/`; return the Markdown path."""
+    from leakbench.reporting.report import write_report
+
+    sweep = run_sweep(name, data_root=data_root, out=out, executor=executor, jobs=jobs, address=address,
+                      resume=resume, lpips_weights=lpips_weights, progress=progress)
+    return write_report(sweep.run_dir, reports)

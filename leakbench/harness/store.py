@@ -1,4 +1,16 @@
-"""Writing a cell's outputs: per-image records (Parquet), summary, manifest, grid — all or nothing."""
+"""The record store: a cell's outputs (records, summary, manifest, grid) written all or nothing, and a
+run folder's consolidated tables.
+
+Run folder layout (`leakbench run --out DIR`, default `results/`)::
+
+    DIR/SUITE/manifest.json          suite text, versions, git revision, machine, seeds, grid selections
+    DIR/SUITE/records.parquet        one row per image per cell (every axis a column)
+    DIR/SUITE/cells.parquet          one row per cell (status, reason, seconds, attack stats)
+    DIR/SUITE/cells/CELL_ID/         records.parquet, summary.json, manifest.json[, grid.png]
+
+A cell folder appears complete or not at all (temporary folder, then rename); a cell counts as
+finished when its folder exists. The consolidated tables are rebuilt from the cell folders.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +24,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from leakbench.errors import ConfigError
 from leakbench.harness.cell import CellResult, json_safe, spec_dict
 from leakbench.reporting.grid import save_grid
 
 PACKAGES = ("torch", "torchvision", "numpy", "scipy", "scikit-learn", "scikit-image", "pandas",
-            "pyarrow", "torchmetrics", "lpips")
+            "pyarrow", "torchmetrics", "lpips", "opacus", "matplotlib", "seaborn", "tqdm", "ray")
 
 
 def check_out_dir(out: Path) -> None:
@@ -26,8 +40,8 @@ def check_out_dir(out: Path) -> None:
         raise ConfigError(f"--out {out} exists and is not a directory")
 
 
-def manifest(result: CellResult) -> dict[str, Any]:
-    """Versions, seeds, settings, timing and machine for one cell."""
+def environment() -> dict[str, Any]:
+    """Package versions, Python, machine and git revision."""
     return {
         "leakbench": _version("leakbench"),
         "packages": {name: _version(name) for name in PACKAGES},
@@ -35,15 +49,28 @@ def manifest(result: CellResult) -> dict[str, Any]:
         "machine": {"platform": platform.platform(), "processor": platform.machine(),
                     "cpus": os.cpu_count()},
         "git_revision": git_revision(),
+    }
+
+
+def manifest(result: CellResult, selection: list[int] | None = None) -> dict[str, Any]:
+    """Versions, seeds, settings, timing, machine and grid selection for one cell."""
+    seed = result.spec.seed
+    return {
+        **environment(),
+        "cell_id": result.summary["cell_id"],
         "spec": spec_dict(result.spec),
-        "seeds": {"batch": result.spec.seed, "model_init": result.spec.seed, "attack": result.spec.seed},
+        "seeds": {"batch": seed, "model_init": seed, "attack": seed, **({"dp_noise": seed} if result.spec.dp else {})},
         "dataset_indices": [int(i) for i in result.records["dataset_index"]],
+        "grid_selection": selection,
         "summary": result.summary,
     }
 
 
-def write_cell(result: CellResult, out: Path, caption: str) -> None:
+def write_cell(result: CellResult, out: Path, caption: str, selection: list[int] | None = None) -> None:
     """Write records.parquet, summary.json, manifest.json and grid.png into `out` atomically.
+
+    The grid shows the batch positions in `selection` (default: every image); failed
+    reconstructions are drawn as failed tiles, never left out.
 
     Everything is written to a temporary folder beside `out` first; only the complete folder
     replaces `out` (no stale files from an earlier run survive), so an interrupted run leaves no
@@ -54,10 +81,12 @@ def write_cell(result: CellResult, out: Path, caption: str) -> None:
     try:
         result.records.to_parquet(tmp / "records.parquet", index=False)
         _write_json(tmp / "summary.json", result.summary)
-        _write_json(tmp / "manifest.json", manifest(result))
+        _write_json(tmp / "manifest.json", manifest(result, selection))
         if result.spec.batch_size and result.summary["space"] == "image":
-            failed = [result.reconstruction.status != "ok"] * result.spec.batch_size
-            save_grid(tmp / "grid.png", result.truth, result.aligned, caption=caption, failed=failed)
+            pick = list(range(result.spec.batch_size)) if selection is None else selection
+            failed = [result.reconstruction.status != "ok"] * len(pick)
+            aligned = result.aligned[pick] if result.aligned is not None else None
+            save_grid(tmp / "grid.png", result.truth[pick], aligned, caption=caption, failed=failed)
         replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -93,3 +122,104 @@ def git_revision() -> str | None:
                               timeout=5, check=True).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+# --------------------------------------------------------------------------- run folders
+
+CELLS_DIR = "cells"
+AXIS_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", "layer", "seed", "dp",
+                "dp_sigma", "dp_clip", "dp_delta", "dp_q", "dp_steps", "dp_epsilon", "dp_accountant")
+SUMMARY_COLUMNS = ("space", "status", "reason", "seconds", "n_images", "exact_fraction", "psnr_mean",
+                   "psnr_median", "psnr_min", "ssim_mean", "lpips_mean", "lpips_note", "matching")
+
+
+def cell_path(run_dir: Path, cell_id: str) -> Path:
+    """The folder of one cell inside a run folder."""
+    return run_dir / CELLS_DIR / cell_id
+
+
+def finished_cells(run_dir: Path) -> set[str]:
+    """Ids of the cells whose folder is complete (temporary and moved-aside folders start with '.')."""
+    folder = run_dir / CELLS_DIR
+    if not folder.is_dir():
+        return set()
+    return {p.name for p in folder.iterdir() if not p.name.startswith(".") and (p / "summary.json").is_file()}
+
+
+def remove_partial_cells(run_dir: Path) -> int:
+    """Delete temporary folders an interrupted sweep left in cells/ (one sweep per run folder at a time)."""
+    folder = run_dir / CELLS_DIR
+    partial = [p for p in folder.glob(".*") if p.is_dir()] if folder.is_dir() else []
+    for path in partial:
+        shutil.rmtree(path, ignore_errors=True)
+    return len(partial)
+
+
+def cell_row(cell_dir: Path, records: pd.DataFrame) -> dict[str, Any]:
+    """One row of cells.parquet: the axes (from the records, exact values), outcome and attack stats."""
+    summary = json.loads((cell_dir / "summary.json").read_text())
+    row: dict[str, Any] = {key: records[key].iloc[0] for key in AXIS_COLUMNS if key in records}
+    row.update({key: summary.get(key) for key in SUMMARY_COLUMNS})
+    row["failures"] = int((records["status"] != "ok").sum())
+    row["attack_stats"] = json.dumps(summary.get("attack_stats", {}), sort_keys=True)
+    row["hyperparameters"] = json.dumps(summary.get("hyperparameters", {}), sort_keys=True)
+    return row
+
+
+def consolidate(run_dir: Path, cell_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rebuild records.parquet and cells.parquet from the finished cells, in plan order; write atomically."""
+    records, cells = collect(run_dir, cell_ids)
+    for name, frame in (("records.parquet", records), ("cells.parquet", cells)):
+        write_parquet_atomic(frame, run_dir / name)
+    return records, cells
+
+
+def collect(run_dir: Path, cell_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-image records and per-cell rows of the finished cells among `cell_ids`, in that order."""
+    done = finished_cells(run_dir)
+    frames, rows = [], []
+    for cid in cell_ids:
+        if cid not in done:
+            continue
+        records = pd.read_parquet(cell_path(run_dir, cid) / "records.parquet")
+        frames.append(records)
+        rows.append(cell_row(cell_path(run_dir, cid), records))
+    records = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return records, pd.DataFrame(rows)
+
+
+def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
+    """Write a Parquet file through a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """Write JSON through a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        _write_json(tmp, payload)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+TIMING_COLUMNS = ("seconds", "attack_stats")
+"""Per-cell columns that hold wall-clock measurements: the only ones two runs may differ in."""
+
+
+def records_difference(a: Path, b: Path) -> str:
+    """'' when two run folders hold the same records (per-cell timing aside), else the first difference."""
+    try:
+        pd.testing.assert_frame_equal(pd.read_parquet(a / "records.parquet"), pd.read_parquet(b / "records.parquet"))
+        pd.testing.assert_frame_equal(pd.read_parquet(a / "cells.parquet").drop(columns=list(TIMING_COLUMNS)),
+                                      pd.read_parquet(b / "cells.parquet").drop(columns=list(TIMING_COLUMNS)))
+    except AssertionError as exc:
+        return " ".join(str(exc).split())[:300]
+    return ""

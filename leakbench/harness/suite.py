@@ -1,26 +1,49 @@
-"""Suite files (benchmarks/*.toml) expanded into cells; a malformed file fails before anything runs."""
+"""Suite files (benchmarks/*.toml) expanded into cells; a malformed file fails before anything runs.
+
+A suite names attacks (with `[hyperparameters.ATTACK]` tables), datasets, one FC model and the axes:
+`batch_sizes`, `layers`, `dp` levels and `seeds`. Every combination is a cell, except that the layer
+axis applies only to attacks whose Config has a `layer` field (SPEAR, CPA); the others run once per
+remaining combination with layer 1 (they reconstruct images from the whole update / layer 1).
+
+    dp = ["none", {sigma = 1e-4, clip = 1.0}, {sigma = 1e-2, clip = 1.0, delta = 1e-5, q = 0.01, steps = 1}]
+"""
 
 from __future__ import annotations
 
+import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import product
 from pathlib import Path
 from typing import Any
 
-from leakbench.errors import ConfigError
+from leakbench.attacks import attack_class
+from leakbench.errors import ConfigError, LeakbenchError
+from leakbench.fl.dp import DPConfig
 from leakbench.harness.cell import CellSpec
 
 SUITE_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
-KEYS = {"name": str, "dataset": str, "attacks": list, "batch_sizes": list, "seeds": list,
-        "width": int, "depth": int, "layer": int, "image_size": int, "data_root": str,
-        "hyperparameters": dict}
-REQUIRED = ("name", "dataset", "attacks", "batch_sizes")
+KEYS = {"name": str, "description": str, "dataset": str, "datasets": list, "attacks": list,
+        "batch_sizes": list, "layers": list, "layer": int, "seeds": list, "dp": list, "width": int,
+        "depth": int, "image_size": int, "data_root": str, "hyperparameters": dict, "grid_images": int,
+        "grid_seed": int}
+REQUIRED = ("name", "attacks", "batch_sizes")
+INT_LISTS = ("batch_sizes", "layers", "seeds")
+DP_KEYS = {"sigma": float, "clip": float, "delta": float, "q": float, "steps": int}
+DEFAULT_GRID_IMAGES = 8
 
 
 @dataclass(frozen=True)
 class Suite:
+    """A parsed suite: its cells in a fixed order, and how grids pick their images."""
+
     name: str
     cells: list[CellSpec]
+    grid_seed: int = 0
+    grid_images: int = DEFAULT_GRID_IMAGES
+    text: str = ""
+    layerless: tuple[str, ...] = field(default_factory=tuple)
+    """Attacks the layer axis does not apply to (run with layer 1 only)."""
 
 
 def find_suite(name_or_path: str | None) -> Path:
@@ -35,36 +58,94 @@ def find_suite(name_or_path: str | None) -> Path:
 
 
 def load_suite(path: Path, *, data_root: str | None = None) -> Suite:
-    """Parse and validate a suite file into its cells (attacks × batch sizes × seeds).
-
-    `[hyperparameters.ATTACK]` tables override that attack's Config defaults in every cell.
-    """
+    """Parse and validate a suite file into its cells (datasets × attacks × batch sizes × layers × DP × seeds)."""
     try:
-        raw = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        text = path.read_text()
+        raw = tomllib.loads(text)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"suite {path}: {exc}".replace("\n", " ")) from None
+    try:
+        _validate(raw)
+        dp_levels = [_dp_level(v, i) for i, v in enumerate(raw.get("dp", ["none"]))]
+        layerless = tuple(a for a in raw["attacks"] if not _has_layer(a))
+    except LeakbenchError as exc:
         raise ConfigError(f"suite {path}: {exc}") from None
-    _validate(raw, path)
     params = raw.get("hyperparameters", {})
-    cells = [CellSpec(attack=a, dataset=raw["dataset"], batch_size=int(b), seed=int(s),
-                      width=raw.get("width", 200), depth=raw.get("depth", 6), layer=raw.get("layer", 1),
-                      data_root=data_root or raw.get("data_root"), image_size=raw.get("image_size"),
-                      hyperparameters=dict(params.get(a, {})))
-             for a in raw["attacks"] for b in raw["batch_sizes"] for s in raw.get("seeds", [0])]
-    return Suite(name=raw["name"], cells=cells)
+    datasets = raw.get("datasets") or [raw["dataset"]]
+    layers = raw.get("layers") or [raw.get("layer", 1)]
+    cells = []
+    for dataset, attack, b, layer, dp, seed in product(datasets, raw["attacks"], raw["batch_sizes"], layers,
+                                                         dp_levels, raw.get("seeds", [0])):
+        if attack in layerless and layer != layers[0]:
+            continue
+        cells.append(CellSpec(attack=attack, dataset=dataset, batch_size=b, seed=seed,
+                              width=raw.get("width", 200), depth=raw.get("depth", 6),
+                              layer=1 if attack in layerless else layer,
+                              data_root=data_root or raw.get("data_root"), image_size=raw.get("image_size"),
+                              hyperparameters=dict(params.get(attack, {})), dp=dp))
+    return Suite(name=raw["name"], cells=cells, grid_seed=raw.get("grid_seed", 0),
+                 grid_images=raw.get("grid_images", DEFAULT_GRID_IMAGES), text=text, layerless=layerless)
 
 
-def _validate(raw: dict[str, Any], path: Path) -> None:
+def _has_layer(attack: str) -> bool:
+    return "layer" in attack_class(attack).Config.__dataclass_fields__
+
+
+def _validate(raw: dict[str, Any]) -> None:
     for key in raw:
         if key not in KEYS:
-            raise ConfigError(f"suite {path}: unknown key {key!r} (known: {', '.join(sorted(KEYS))})")
+            raise ConfigError(f"unknown key {key!r} (known: {', '.join(sorted(KEYS))})")
         if not isinstance(raw[key], KEYS[key]) or isinstance(raw[key], bool):
-            raise ConfigError(f"suite {path}: key {key!r} must be a {KEYS[key].__name__}")
+            raise ConfigError(f"key {key!r} must be a {KEYS[key].__name__}")
     for key in REQUIRED:
         if key not in raw:
-            raise ConfigError(f"suite {path}: missing key {key!r}")
+            raise ConfigError(f"missing key {key!r}")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", raw["name"]):
+        raise ConfigError(f"key 'name' must be a folder name (letters, digits, '.', '_', '-'), got {raw['name']!r}")
+    if ("dataset" in raw) == ("datasets" in raw):
+        raise ConfigError("exactly one of key 'dataset' or key 'datasets' must be given")
+    for key in ("attacks", "datasets"):
+        if key in raw and (not raw[key] or not all(isinstance(v, str) for v in raw[key])):
+            raise ConfigError(f"key {key!r} must list names")
+    for key in INT_LISTS:
+        values = raw.get(key, [1])
+        if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+            raise ConfigError(f"key {key!r} must list integers ≥ 0")
+    depth = raw.get("depth", 6)
+    for layer in raw.get("layers", [raw.get("layer", 1)]):
+        if not 1 <= layer <= depth - 1:
+            raise ConfigError(f"key 'layers': layer {layer} is not attackable in FC-{depth} (valid: 1..{depth - 1})")
+    if raw.get("grid_images", 1) < 1:
+        raise ConfigError("key 'grid_images' must be at least 1")
+    if raw.get("grid_seed", 0) < 0:
+        raise ConfigError("key 'grid_seed' must not be negative")
+    for attack in raw["attacks"]:
+        attack_class(attack)  # unknown attack: ConfigError naming it
     for attack, table in raw.get("hyperparameters", {}).items():
         if attack not in raw["attacks"] or not isinstance(table, dict):
-            raise ConfigError(f"suite {path}: key 'hyperparameters.{attack}' must be a table for a listed attack")
-    for key in ("batch_sizes", "seeds"):
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in raw.get(key, [])):
-            raise ConfigError(f"suite {path}: key {key!r} must list integers")
+            raise ConfigError(f"key 'hyperparameters.{attack}' must be a table for a listed attack")
+        if "layer" in table:
+            raise ConfigError(f"key 'hyperparameters.{attack}.layer': set the attacked layer with 'layers'")
+
+
+def _dp_level(value: Any, index: int) -> DPConfig | None:
+    """One entry of `dp`: "none" or a table {sigma, clip[, delta, q, steps]}."""
+    where = f"key 'dp[{index}]'"
+    if value == "none":
+        return None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be \"none\" or a table with sigma and clip")
+    for key, val in value.items():
+        if key not in DP_KEYS:
+            raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(DP_KEYS)})")
+        ok = isinstance(val, (int, float)) if DP_KEYS[key] is float else isinstance(val, int)
+        if not ok or isinstance(val, bool):
+            raise ConfigError(f"{where}: key {key!r} must be a number" + (" (integer)" if key == "steps" else ""))
+    for key in ("sigma", "clip"):
+        if key not in value:
+            raise ConfigError(f"{where}: missing key {key!r}")
+    args = {k: (float(v) if DP_KEYS[k] is float else v) for k, v in value.items()}
+    try:
+        return DPConfig(**args)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None

@@ -1,0 +1,138 @@
+"""Executors: run a sweep's cells serially, in a local process pool, or on Ray — same records from each.
+
+Each task runs one cell and writes its folder itself (atomically), so whatever finished before an
+interruption is kept. Every cell runs with one torch thread whichever executor runs it: results
+then do not depend on the executor, and parallelism comes from running cells side by side.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, TextIO
+
+from leakbench.errors import ConfigError
+from leakbench.progress import attack_progress
+
+EXECUTORS = ("serial", "pool", "ray")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One cell to run and where to store it; `selection` is the grid's pre-drawn batch positions."""
+
+    spec: Any  # CellSpec (kept untyped so this module imports nothing heavy)
+    out: Path
+    selection: tuple[int, ...]
+    grid_seed: int
+    lpips_weights: str | None = None
+
+
+def run_task(task: Task) -> dict[str, Any]:
+    """Run the cell, write its folder, return its JSON-safe summary (runs inside workers)."""
+    import torch
+
+    from leakbench.harness.cell import json_safe, run_cell
+    from leakbench.harness.store import write_cell
+    from leakbench.reporting.table import cell_caption
+
+    torch.set_num_threads(1)
+    scorer, note = _lpips(task.lpips_weights)
+    result = run_cell(task.spec, lpips=scorer, lpips_note=note)
+    caption = (cell_caption(result.summary) + f" · images {list(task.selection)} of the batch drawn "
+               f"before the attack with grid seed {task.grid_seed}")
+    write_cell(result, task.out, caption=caption, selection=list(task.selection))
+    return json_safe(result.summary)
+
+
+@lru_cache(maxsize=2)
+def _lpips(path: str | None):
+    import warnings
+
+    from leakbench.metrics import load_lpips
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_lpips(Path(path) if path else None)
+
+
+def execute(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], *, executor: str = "serial",
+            jobs: int = 1, address: str | None = None, attack_bars: TextIO | None = None,
+            on_start: Callable[[Task], None] | None = None) -> None:
+    """Run `tasks`, calling `on_done(summary)` in this process as each cell finishes (any order).
+
+    Serial executor only: `attack_bars` is a terminal to draw bars inside long attacks on, and
+    `on_start(task)` is called as each cell starts.
+    """
+    if executor not in EXECUTORS:
+        raise ConfigError(f"unknown executor {executor!r} (known: {', '.join(EXECUTORS)})")
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be at least 1, got {jobs}")
+    if not tasks:
+        return
+    if executor == "ray":
+        _ray(tasks, on_done, jobs, address)
+    elif executor == "pool" and jobs > 1:
+        _pool(tasks, on_done, jobs)
+    else:
+        with attack_progress(attack_bars):
+            for task in tasks:
+                if on_start is not None:
+                    on_start(task)
+                on_done(run_task(task))
+
+
+def _pool(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int) -> None:
+    """A local process pool (spawned workers: no state inherited from this process)."""
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"))
+    try:
+        futures = [pool.submit(run_task, task) for task in tasks]
+        for future in as_completed(futures):
+            on_done(future.result())
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _ray(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int, address: str | None) -> None:
+    """Ray tasks, one CPU each; a local Ray instance with `jobs` CPUs unless `address` names a cluster."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--executor ray needs Ray: pip install 'leakbench[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        env = {"env_vars": {"PYTHONPATH": _worker_path(), "OMP_NUM_THREADS": "1"}}
+        if address:
+            ray.init(address=address, runtime_env=env, log_to_driver=False)
+        else:
+            ray.init(num_cpus=jobs, include_dashboard=False, runtime_env=env, log_to_driver=False)
+    pending: list[Any] = []
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(run_task)
+        pending = [remote.remote(task) for task in tasks]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            on_done(ray.get(done[0]))
+    except BaseException:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _worker_path() -> str:
+    """This process's PYTHONPATH made absolute, with the folder holding `leakbench` first."""
+    import leakbench
+
+    here = str(Path(leakbench.__file__).resolve().parents[1])
+    rest = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys([here, *rest]))

@@ -1,0 +1,59 @@
+"""`leakbench reproduce NAME`: paper tables and figures, each a suite under benchmarks/paper/ or a script.
+
+Suites run like `leakbench run` (records under --out, resumable) and write their report under --reports.
+Scripts are called with `--out REPORTS/NAME` (only that: they choose their own data and budgets).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from leakbench.errors import ConfigError
+from leakbench.harness.suite import SUITE_DIR
+from leakbench.registry import Registry
+
+PAPER_DIR = SUITE_DIR / "paper"
+PAPERS: Registry[Callable[..., list[Path]]] = Registry("paper table")
+
+
+def _suite(name: str) -> Callable[..., list[Path]]:
+    def run(**kwargs: Any) -> list[Path]:
+        from leakbench.harness.run import run_suite
+
+        return [run_suite(str(PAPER_DIR / f"{name}.toml"), **kwargs)]
+
+    return run
+
+
+def _script(name: str, script: str) -> Callable[..., list[Path]]:
+    def run(*, reports: Path, **_: Any) -> list[Path]:
+        path = SUITE_DIR / script
+        if not path.is_file():
+            raise ConfigError(f"reproduce {name}: script {path} is missing")
+        out = reports / name
+        if subprocess.run([sys.executable, str(path), "--out", str(out)]).returncode != 0:
+            raise ConfigError(f"reproduce {name}: {path.name} failed (see its output above)")
+        return [out]
+
+    return run
+
+
+PAPERS.register("spear-batch-size", _suite("spear-batch-size"),
+                "SPEAR (NeurIPS 2024) batch-size table: TinyImageNet, FC-6 width 200, b = 1…20 (needs --data-root)")
+PAPERS.register("spear-layers", _suite("spear-layers"),
+                "SPEAR layer table: layers 1–5 of FC-6 at b = 16 and 20 (needs --data-root)")
+PAPERS.register("spear-draws", _script("spear-draws", "spear_draws.py"),
+                "SPEAR draws against their expectation (figure), by benchmarks/spear_draws.py")
+
+
+def list_papers() -> list[tuple[str, str]]:
+    return [(e.name, e.description) for e in PAPERS.entries()]
+
+
+def reproduce(name: str, **kwargs: Any) -> list[Path]:
+    """Run paper entry `name` (a ConfigError naming the known ones if unknown)."""
+    return PAPERS.entry(name).factory(**kwargs)

@@ -1,0 +1,188 @@
+"""`leakbench report RUN_DIR`: Markdown and HTML tables per axis, seaborn figures and grids of a run.
+
+Reads only the run folder (records.parquet, cells.parquet, manifest.json and the cells' grid.png)
+and writes `REPORTS/SUITE.md`, `REPORTS/SUITE.html` and `REPORTS/SUITE/{figures,grids}/`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from leakbench.errors import LeakbenchError
+from leakbench.harness.store import CELLS_DIR, collect, replace_dir
+from leakbench.metrics import MATCHING
+from leakbench.reporting.aggregate import STAT_HEADER, grouped, stat_cells
+from leakbench.reporting.figures import axis_figure
+from leakbench.reporting.render import Block, Images, Table, html_document, markdown
+
+AXES = {"batch_size": "batch size b", "layer": "attacked layer", "dp": "DP level"}
+
+
+def load_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
+    """The manifest, per-image records and per-cell table of a run folder.
+
+    Read from the cell folders, so an interrupted sweep (whose consolidated tables are older than
+    its last cells) reports every cell that finished.
+    """
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        records, cells = collect(run_dir, [c["cell_id"] for c in manifest["cells"]])
+    except (OSError, ValueError, KeyError) as exc:
+        raise LeakbenchError(f"{run_dir} is not a finished run folder ({type(exc).__name__}: {exc})".replace("\n", " ")) from None
+    return manifest, records, cells
+
+
+def dp_order(cells: pd.DataFrame) -> list[str]:
+    """DP labels from no noise to most noise ("none" first)."""
+    table = cells.drop_duplicates("dp").assign(s=lambda d: d["dp_sigma"].fillna(-1.0), c=lambda d: d["dp_clip"].fillna(-1.0))
+    return list(table.sort_values(["s", "c"])["dp"])
+
+
+def epsilon_labels(cells: pd.DataFrame) -> dict[str, str]:
+    """'σ=0.01 C=1 (ε=…)' for every DP label."""
+    eps = cells.drop_duplicates("dp").set_index("dp")["dp_epsilon"]
+    return {dp: f"{dp} (ε={'∞' if math.isinf(e) else f'{e:.3g}'})" for dp, e in eps.items()}
+
+
+def baseline(cells: pd.DataFrame) -> dict[str, Any]:
+    """The value each axis is held at while another axis varies: smallest layer, least noise."""
+    return {"layer": int(cells["layer"].min()), "dp": dp_order(cells)[0]}
+
+
+def axis_blocks(records: pd.DataFrame, cells: pd.DataFrame, layerless: list[str]) -> tuple[list[Block], dict[str, pd.DataFrame]]:
+    """One table per axis (other axes at their baseline) and the per-cell data of its figure."""
+    base = baseline(cells)
+    eps = epsilon_labels(cells)
+    blocks: list[Block] = []
+    figure_data = {}
+    for axis in AXES:
+        fixed = {k: v for k, v in base.items() if k != axis}
+        subset = cells
+        for key, value in fixed.items():
+            subset = subset[subset[key] == value]
+        if axis == "layer":
+            subset = subset[~subset["attack"].isin(layerless)]
+        if subset[axis].nunique() < 2 and axis != "batch_size":
+            continue
+        by = ["dataset", "attack", axis] + (["batch_size"] if axis != "batch_size" else [])
+        rows = [[*(_show(k, v, eps) for k, v in zip(by, key)), *stat_cells(s)] for key, s in grouped(records, subset, by)]
+        held = ", ".join(f"{k} = {eps.get(v, v) if k == 'dp' else v}" for k, v in fixed.items())
+        notes = [f"Other axes held at: {held}; seeds pooled."]
+        if axis == "layer" and layerless:
+            notes.append(f"The layer axis applies to attacks with a layer setting only; {', '.join(layerless)} "
+                         "reconstruct images from the whole update and run once, with layer recorded as 1.")
+        blocks.append(Table(f"By {AXES[axis]}", [*by, *STAT_HEADER], rows, notes))
+        figure_data[axis] = subset
+    return blocks, figure_data
+
+
+def _show(key: str, value: Any, eps: dict[str, str]) -> str:
+    return eps.get(value, str(value)) if key == "dp" else str(value)
+
+
+def all_cells_table(records: pd.DataFrame, cells: pd.DataFrame, order: list[str]) -> Table:
+    """Every cell, in plan order, with its status and reason."""
+    by_id = cells.set_index("cell_id")
+    rows = []
+    for cid in [c for c in order if c in by_id.index]:
+        cell = by_id.loc[cid]
+        s = grouped(records[records["cell_id"] == cid], cells[cells["cell_id"] == cid], ["cell_id"])[0][1]
+        status = "ok" if cell["status"] == "ok" else f"failed: {cell['reason']}"
+        rows.append([cell["attack"], cell["dataset"], str(cell["batch_size"]), str(cell["layer"]), cell["dp"],
+                     str(cell["seed"]), *stat_cells(s), status, cid])
+    return Table("All cells", ["attack", "dataset", "b", "layer", "dp", "seed", *STAT_HEADER, "status", "cell"], rows)
+
+
+def figures(figure_data: dict[str, pd.DataFrame], records: pd.DataFrame, cells: pd.DataFrame, folder: Path,
+            suite: str) -> Images:
+    """PSNR and exact % against each axis, one PNG per axis."""
+    per_image = records.assign(psnr=records["psnr"].where(np.isfinite(records["psnr"])) if "psnr" in records else np.nan)
+    per_cell = per_image.groupby("cell_id").agg(psnr=("psnr", "mean"), exact_pct=("exact", lambda e: 100 * e.mean()))
+    eps = epsilon_labels(cells)
+    items = []
+    for axis, subset in figure_data.items():
+        at = ""
+        if axis != "batch_size":  # one batch size, the largest, so points differ in this axis only
+            b = int(subset["batch_size"].max())
+            subset, at = subset[subset["batch_size"] == b], f" at b = {b}"
+        data = subset.join(per_cell, on="cell_id")
+        order = dp_order(subset) if axis == "dp" else sorted(subset[axis].unique())
+        if axis == "dp":
+            data = data.assign(dp=data["dp"].map(eps))
+            order = [eps[o] for o in order]
+        name = f"{axis}.png"
+        axis_figure(data, axis, order, AXES[axis], folder / name,
+                    f"{suite}: PSNR (image space only) and exact % against {AXES[axis]}{at}")
+        items.append((f"{suite}/figures/{name}", f"PSNR and exact % against {AXES[axis]}{at}"))
+    return Images("Figures", items, ["Points: mean over the cells (seeds) of a setting; failed images count as "
+                                     "not exact and carry no PSNR."])
+
+
+def grids(run_dir: Path, manifest: dict[str, Any], cells: pd.DataFrame, folder: Path, suite: str) -> Images:
+    """Every image-space cell's grid of pre-drawn images, failures included, in plan order."""
+    by_id = cells.set_index("cell_id")
+    items = []
+    for cell in manifest["cells"]:
+        src = run_dir / CELLS_DIR / cell["cell_id"] / "grid.png"
+        if cell["cell_id"] not in by_id.index or not src.is_file():
+            continue
+        shutil.copyfile(src, folder / f"{cell['cell_id']}.png")
+        row = by_id.loc[cell["cell_id"]]
+        caption = (f"{row['attack']} · b={row['batch_size']} · layer {row['layer']} · dp {row['dp']} · seed {row['seed']} · "
+                   f"{row['status']} · images {cell['grid_selection']} drawn with grid seed {manifest['grid_seed']}")
+        items.append((f"{suite}/grids/{cell['cell_id']}.png", caption))
+    return Images("Grids (uncherry-picked)", items, [
+        f"The images of each grid were drawn by a seeded RNG (grid seed {manifest['grid_seed']}, "
+        f"{manifest['grid_images']} per cell) when the sweep was planned, before any attack ran; all are shown, "
+        "failed reconstructions as grey tiles with a red X. Feature-space cells (layer > 1) have no images."])
+
+
+def write_report(run_dir: Path, reports: Path) -> Path:
+    """Write SUITE.md, SUITE.html and SUITE/{figures,grids} under `reports`; return the Markdown path."""
+    manifest, records, cells = load_run(run_dir)
+    suite = manifest["suite"]
+    if cells.empty:
+        raise LeakbenchError(f"{run_dir} holds no finished cells")
+    reports.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{suite}.tmp-", dir=reports))
+    try:
+        (staging / "grids").mkdir()
+        blocks, figure_data = axis_blocks(records, cells, manifest.get("layerless_attacks", []))
+        blocks.append(all_cells_table(records, cells, [c["cell_id"] for c in manifest["cells"]]))
+        blocks.append(figures(figure_data, records, cells, staging / "figures", suite))
+        blocks.append(grids(run_dir, manifest, cells, staging / "grids", suite))
+        intro = _intro(manifest, cells)
+        title = f"leakbench suite '{suite}'"
+        _write_text(reports / f"{suite}.md", markdown(title, intro, blocks))
+        _write_text(reports / f"{suite}.html", html_document(title, intro, blocks))
+        replace_dir(staging, reports / suite)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return reports / f"{suite}.md"
+
+
+def _intro(manifest: dict[str, Any], cells: pd.DataFrame) -> list[str]:
+    failed = int((cells["status"] != "ok").sum())
+    planned = len(manifest["cells"])
+    missing = planned - len(cells)
+    return [f"{len(cells)} of {planned} planned cells finished" + (f" ({missing} not run yet)" if missing else "")
+            + f"; {failed} failed (shown in every table, counted in n and failures). "
+            f"Git revision {manifest.get('git_revision') or 'unknown'}.",
+            f"Matching: {MATCHING} (reconstructions assigned to ground truth by the Hungarian method on MSE). "
+            "PSNR peak 1, on images in [0, 1]; mean ± std over finite values, ∞ = bit-identical. "
+            "Exact = every pixel rounds to the same 8-bit value (feature space: max error ≤ 1e-4 of scale). "
+            "Failed images count as not exact and carry no PSNR/SSIM."]
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

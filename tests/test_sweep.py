@@ -1,0 +1,239 @@
+"""Sweeps: axes, resume after an interruption, executors, grid selection, reports, leaderboard."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from leakbench.errors import ConfigError
+from leakbench.harness import executors, run as run_module
+from leakbench.harness.cell import cell_id
+from leakbench.harness.run import run_sweep
+from leakbench.harness.selection import grid_selection
+from leakbench.harness.store import records_difference
+from leakbench.harness.suite import load_suite
+from leakbench.reporting.leaderboard import write_leaderboard
+from leakbench.reporting.report import write_report
+
+SUITE = """\
+name = "sweep"
+dataset = "embedded"
+attacks = ["spear", "ig"]
+batch_sizes = [1, 2]
+layers = [1, 2]
+dp = ["none", {sigma = 1e-2, clip = 1.0}]
+width = 32
+depth = 3
+grid_images = 1
+grid_seed = 5
+
+[hyperparameters.spear]
+max_draws = 20000
+max_seconds = 3600.0
+
+[hyperparameters.ig]
+iterations = 3
+"""
+
+
+def _suite(tmp_path: Path, text: str = SUITE) -> Path:
+    path = tmp_path / "suite.toml"
+    path.write_text(text)
+    return path
+
+
+def _same_records(a: Path, b: Path) -> None:
+    assert records_difference(a, b) == ""
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted serial run of SUITE."""
+    root = tmp_path_factory.mktemp("ref")
+    return run_sweep(str(_suite(root)), out=root / "res").run_dir
+
+
+# --------------------------------------------------------------------------- axes
+
+
+def test_axes_expand_and_layerless_attacks_run_once(tmp_path: Path) -> None:
+    suite = load_suite(_suite(tmp_path))
+    spear = [(c.batch_size, c.layer, c.dp is not None) for c in suite.cells if c.attack == "spear"]
+    ig = [(c.batch_size, c.layer, c.dp is not None) for c in suite.cells if c.attack == "ig"]
+    assert len(spear) == 2 * 2 * 2 and len(ig) == 2 * 2
+    assert {layer for _, layer, _ in ig} == {1}
+    assert suite.layerless == ("ig",)
+    assert len({cell_id(c) for c in suite.cells}) == len(suite.cells)
+
+
+@pytest.mark.parametrize("line,key", [
+    ("layers = [0]", "layers"), ("layers = [3]", "layers"), ('layers = ["1"]', "layers"),
+    ('dp = ["some"]', "dp[0]"), ("dp = [{sigma = 1.0}]", "dp[0]': missing key 'clip'"),
+    ("dp = [{sigma = 1.0, clip = 1.0, colour = 2}]", "colour"), ("dp = [{sigma = true, clip = 1.0}]", "sigma"),
+    ('datasets = ["embedded"]', "datasets"), ('attacks = ["nope"]', "nope"), ("grid_images = 0", "grid_images"), ('name = "../up"', "name"), ("grid_seed = -1", "grid_seed"),
+])
+def test_malformed_axes_name_the_key(tmp_path: Path, line: str, key: str) -> None:
+    key_name = line.split(" ")[0]
+    text = f"{line}\n" + "".join(ln + "\n" for ln in SUITE.splitlines() if not ln.startswith(key_name + " "))
+    with pytest.raises(ConfigError) as info:
+        load_suite(_suite(tmp_path, text))
+    assert key in str(info.value) and "\n" not in str(info.value)
+
+
+def test_hyperparameter_layer_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="hyperparameters.spear.layer"):
+        load_suite(_suite(tmp_path, SUITE.replace("max_draws = 20000", "max_draws = 20000\nlayer = 2")))
+
+
+# --------------------------------------------------------------------------- grid selection
+
+
+def test_grid_selection_is_seeded_and_independent_of_results() -> None:
+    a = grid_selection("0123456789abcdef", 16, 8, seed=0)
+    assert a == grid_selection("0123456789abcdef", 16, 8, seed=0)
+    assert len(a) == 8 and len(set(a)) == 8 and all(0 <= i < 16 for i in a) and a == sorted(a)
+    assert a != grid_selection("0123456789abcdef", 16, 8, seed=1)
+    assert grid_selection("0123456789abcdef", 3, 8, seed=0) == [0, 1, 2]
+
+
+def test_grid_selection_is_in_the_manifest_before_cells_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The selection is planned before any attack: a sweep that runs nothing still records it."""
+    monkeypatch.setattr(run_module, "execute", lambda *a, **k: None)
+    sweep = run_sweep(str(_suite(tmp_path)), out=tmp_path / "res")
+    manifest = json.loads((sweep.run_dir / "manifest.json").read_text())
+    assert manifest["grid_seed"] == 5 and len(manifest["cells"]) == 12
+    for cell in manifest["cells"]:
+        assert cell["grid_selection"] == grid_selection(cell["cell_id"], cell["batch_size"], 1, 5)
+    assert sweep.ran == 12 and sweep.cells.empty
+
+
+def test_stored_grid_selection_matches_the_plan(reference: Path) -> None:
+    manifest = json.loads((reference / "manifest.json").read_text())
+    for cell in manifest["cells"]:
+        cell_manifest = json.loads((reference / "cells" / cell["cell_id"] / "manifest.json").read_text())
+        assert cell_manifest["grid_selection"] == cell["grid_selection"]
+
+
+# --------------------------------------------------------------------------- resume and atomicity
+
+
+def test_interrupted_sweep_resumes_without_duplicates(tmp_path: Path, reference: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    real = executors.run_task
+    calls: list[str] = []
+
+    def interrupted(task):
+        if len(calls) == 5:
+            raise KeyboardInterrupt  # Ctrl-C in the middle of the sixth cell
+        calls.append(task.out.name)
+        return real(task)
+
+    monkeypatch.setattr(executors, "run_task", interrupted)
+    suite, out = _suite(tmp_path), tmp_path / "res"
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(str(suite), out=out)
+    cells = out / "sweep" / "cells"
+    assert sorted(p.name for p in cells.iterdir()) == sorted(calls)  # finished ones kept, no partial folder
+    partial = write_report(out / "sweep", tmp_path / "rep").read_text()  # a report of what finished so far
+    assert "5 of 12 planned cells finished (7 not run yet)" in partial
+    monkeypatch.setattr(executors, "run_task", real)
+    sweep = run_sweep(str(suite), out=out)
+    assert (sweep.ran, sweep.skipped) == (7, 5)
+    assert sweep.cells["cell_id"].is_unique and len(sweep.cells) == 12
+    _same_records(sweep.run_dir, reference)
+    again = run_sweep(str(suite), out=out)
+    assert (again.ran, again.skipped) == (0, 12)
+
+
+def test_no_resume_reruns_every_cell(tmp_path: Path, reference: Path) -> None:
+    out = tmp_path / "res"
+    text = SUITE.replace('attacks = ["spear", "ig"]', 'attacks = ["spear"]').split("[hyperparameters.ig]")[0]
+    suite = _suite(tmp_path, text)
+    run_sweep(str(suite), out=out)
+    sweep = run_sweep(str(suite), out=out, resume=False)
+    assert (sweep.ran, sweep.skipped) == (8, 0)
+
+
+def test_failed_cells_are_stored_and_counted(reference: Path) -> None:
+    cells = pd.read_parquet(reference / "cells.parquet")
+    failed = cells[cells["status"] != "ok"]
+    assert len(failed) > 0 and (failed["reason"] != "").all()  # SPEAR under σ = 1e-2 fails, with a reason
+    records = pd.read_parquet(reference / "records.parquet")
+    assert len(records) == int(cells["n_images"].sum())
+    assert (records.groupby("cell_id")["status"].first() != "ok").sum() == len(failed)
+
+
+def test_pool_gives_the_same_records_as_serial(tmp_path: Path, reference: Path) -> None:
+    sweep = run_sweep(str(_suite(tmp_path)), out=tmp_path / "res", executor="pool", jobs=2)
+    _same_records(sweep.run_dir, reference)
+
+
+def test_ray_gives_the_same_records_as_serial(tmp_path: Path, reference: Path) -> None:
+    pytest.importorskip("ray")
+    sweep = run_sweep(str(_suite(tmp_path)), out=tmp_path / "res", executor="ray", jobs=2)
+    _same_records(sweep.run_dir, reference)
+
+
+def test_unknown_executor_and_bad_jobs(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="executor"):
+        executors.execute([object()], lambda s: None, executor="threads")  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match="jobs"):
+        executors.execute([object()], lambda s: None, jobs=0)  # type: ignore[list-item]
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def test_report_tables_figures_and_grids(tmp_path: Path, reference: Path) -> None:
+    md = write_report(reference, tmp_path / "rep")
+    text = md.read_text()
+    for title in ("## By batch size b", "## By attacked layer", "## By DP level", "## All cells", "## Grids"):
+        assert title in text
+    assert "n/a — weights not available" in text and "grid seed 5" in text
+    assert "ig reconstruct images from the whole update" in text
+    cells = pd.read_parquet(reference / "cells.parquet")
+    assert text.count("failed: ") == int((cells["status"] != "ok").sum())
+    table = text.split("## All cells")[1].split("##")[0]
+    header = [c.strip() for c in table.strip().splitlines()[0].strip("|").split("|")]
+    rows = [dict(zip(header, (c.strip() for c in line.strip("|").split(" | "))))
+            for line in table.strip().splitlines()[2:] if line.startswith("| ")]
+    assert len(rows) == len(cells)
+    for row in rows:  # a failed cell keeps its n, counts all of it as failures and 0 % exact, shows no PSNR
+        if row["status"].startswith("failed: "):
+            assert row["failures"] == f"{row['n']} (1 of 1 cells)" and row["exact %"] == "0"
+            assert row["PSNR mean ± std"] == "–"
+    assert sorted(p.name for p in (tmp_path / "rep" / "sweep" / "figures").iterdir()) == [
+        "batch_size.png", "dp.png", "layer.png"]
+    image_cells = cells[cells["space"] == "image"]
+    assert len(list((tmp_path / "rep" / "sweep" / "grids").iterdir())) == len(image_cells)
+    assert (tmp_path / "rep" / "sweep.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_leaderboard_is_deterministic(tmp_path: Path, reference: Path) -> None:
+    first = [p.read_bytes() for p in write_leaderboard(reference.parent, tmp_path / "a")]
+    # The same records in another order, in another folder: the same bytes.
+    shuffled = tmp_path / "copy" / "sweep"
+    shuffled.mkdir(parents=True)
+    for name in ("records.parquet", "cells.parquet"):
+        pd.read_parquet(reference / name).sample(frac=1.0, random_state=1).to_parquet(shuffled / name)
+    second = [p.read_bytes() for p in write_leaderboard(shuffled.parent, tmp_path / "b")]
+    assert first == second
+    text = first[0].decode()
+    assert "| rank | attack |" in text and "failures" in text
+
+
+def test_leaderboard_without_results_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="no stored runs"):
+        write_leaderboard(tmp_path, tmp_path / "rep")
+
+
+def test_sweep_on_real_data(tmp_path: Path, tinyimagenet_root: Path) -> None:
+    text = ('name = "real"\ndataset = "tinyimagenet"\nattacks = ["spear"]\nbatch_sizes = [1, 2]\nwidth = 64\n'
+            'depth = 3\ndp = ["none", {sigma = 1e-2, clip = 1.0}]\n[hyperparameters.spear]\nmax_draws = 20000\n')
+    sweep = run_sweep(str(_suite(tmp_path, text)), out=tmp_path / "res", data_root=str(tinyimagenet_root))
+    assert sweep.ran == 4 and set(sweep.records["dataset"]) == {"tinyimagenet"}
+    plain = sweep.cells[(sweep.cells["dp"] == "none") & (sweep.cells["batch_size"] == 1)]
+    assert list(plain["status"]) == ["ok"] and (sweep.records["dp_epsilon"] > 0).all()
