@@ -1,7 +1,8 @@
 """`leakbench reproduce NAME`: paper tables and figures, each a suite under benchmarks/paper/ or a script.
 
 Suites run like `leakbench run` (records under --out, resumable) and write their report under --reports.
-Scripts are called with `--out REPORTS/NAME` (only that: they choose their own data and budgets).
+Scripts are called with `--out REPORTS/NAME` and `--data-root DIR` when one is given (they choose
+their own budgets).
 """
 
 from __future__ import annotations
@@ -30,12 +31,15 @@ def _suite(name: str) -> Callable[..., list[Path]]:
 
 
 def _script(name: str, script: str) -> Callable[..., list[Path]]:
-    def run(*, reports: Path, **_: Any) -> list[Path]:
+    def run(*, reports: Path, data_root: str | None = None, **_: Any) -> list[Path]:
         path = SUITE_DIR / script
         if not path.is_file():
             raise ConfigError(f"reproduce {name}: script {path} is missing")
         out = reports / name
-        if subprocess.run([sys.executable, str(path), "--out", str(out)]).returncode != 0:
+        command = [sys.executable, str(path), "--out", str(out)]
+        if data_root is not None:
+            command += ["--data-root", str(data_root)]
+        if subprocess.run(command).returncode != 0:
             raise ConfigError(f"reproduce {name}: {path.name} failed (see its output above)")
         return [out]
 
@@ -47,7 +51,8 @@ PAPERS.register("spear-batch-size", _suite("spear-batch-size"),
 PAPERS.register("spear-layers", _suite("spear-layers"),
                 "SPEAR layer table: layers 1–5 of FC-6 at b = 16 and 20 (needs --data-root)")
 PAPERS.register("spear-draws", _script("spear-draws", "spear_draws.py"),
-                "SPEAR draws against their expectation (figure), by benchmarks/spear_draws.py")
+                "SPEAR draws against their expectation and failure rate against the bound (figure), "
+                "by benchmarks/spear_draws.py (needs --data-root)")
 
 
 def list_papers() -> list[tuple[str, str]]:
