@@ -169,7 +169,9 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
                    gen: torch.Generator, residual_tol: float) -> tuple[SearchState, Solution | None]:
     """Find all b samples (rows of C) by deflated sampling, or stop at the budget.
 
-    The last sample needs no search: it follows from the other b−1 (`complete_last_sample`).
+    The last sample needs no search: it follows from the other b−1 (`complete_last_sample`). When
+    the search itself found all b (common under noise, where the closed form is less accurate than
+    the fits), those are verified first.
     When the completed batch fails verification, the found sample with the most ReLU
     violations is dropped (and never accepted again) and the search goes on.
     """
@@ -192,8 +194,14 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
             if solution is not None:
                 return state, solution
             continue
-        best = torch.argsort(state.residuals)[: b - 1]
-        state.accepted, state.residuals = state.accepted[best], state.residuals[best]
+        order = torch.argsort(state.residuals)
+        state.accepted, state.residuals = state.accepted[order], state.residuals[order]
+        if state.accepted.shape[0] >= b:
+            solution = solve_from_samples(problem, state.accepted[:b], tol)
+            if solution.ok:
+                state.accepted = state.accepted[:b]
+                return state, solution
+        state.accepted, state.residuals = state.accepted[: b - 1], state.residuals[: b - 1]
         C = complete_last_sample(problem, state.accepted, tol)
         solution = solve_from_samples(problem, C, tol)
         state.last_column_used = True

@@ -52,7 +52,7 @@ def solve_from_samples(problem: LayerProblem, C: torch.Tensor, zero_tol: torch.T
     Q = torch.linalg.inv(C)
     Dt = problem.L @ Q
     Z = C @ problem.A.T + problem.bias[None, :]
-    nonzero_d = ((problem.Ln @ (Q / Q.norm(dim=0, keepdim=True))).abs() > zero_tol[:, None]).T
+    nonzero_d = ((problem.Ln @ (Q / Q.norm(dim=0, keepdim=True))).abs() > zero_tol[:, None] + problem.slack).T
     margin = max(1e-9, problem.slack) * Z.abs().max()
     bad = (Z < -margin) & nonzero_d
     bias_error = float((Dt.sum(1) - problem.g).norm() / problem.g.norm())
