@@ -366,7 +366,8 @@ def test_paper_suites_parse() -> None:
     from leakbench.harness.suite import load_suite
 
     names = {name for name, _ in list_papers()}
-    assert names == {"spear-batch-size", "spear-layers", "spear-draws"}
+    assert names == {"spear-batch-size", "spear-layers", "spear-draws", "layers-images", "conv", "conv-embedded", "dp",
+                     "fedavg"}
     sizes = load_suite(PAPER_DIR / "spear-batch-size.toml").cells
     assert sorted({c.batch_size for c in sizes}) == [1, 2, 4, 8, 12, 16, 20]
     layers = load_suite(PAPER_DIR / "spear-layers.toml").cells
