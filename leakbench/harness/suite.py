@@ -151,22 +151,21 @@ def _validate(raw: dict[str, Any]) -> None:
 
 def _dp_level(value: Any, index: int) -> DPConfig | None:
     """One entry of `dp`: "none" or a table {sigma, clip[, delta, q, steps]}."""
-    where = f"key 'dp[{index}]'"
-    if value == "none":
-        return None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be \"none\" or a table with sigma and clip")
-    return _table(value, where, DP_KEYS, DPConfig, ("sigma", "clip"))
+    return _level(value, f"key 'dp[{index}]'", "sigma and clip", DP_KEYS, DPConfig, ("sigma", "clip"))
 
 
 def _fedavg_level(value: Any, index: int) -> FedAvgConfig | None:
     """One entry of `fedavg`: "none" (FedSGD) or a table {epochs, minibatch, lr}."""
-    where = f"key 'fedavg[{index}]'"
+    return _level(value, f"key 'fedavg[{index}]'", "epochs, minibatch, lr", FEDAVG_KEYS, FedAvgConfig, ())
+
+
+def _level(value: Any, where: str, what: str, keys: dict[str, type], cls: type, required: tuple[str, ...]) -> Any:
+    """"none" → None, or a table checked by `_table`."""
     if value == "none":
         return None
     if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be \"none\" or a table with epochs, minibatch, lr")
-    return _table(value, where, FEDAVG_KEYS, FedAvgConfig, ())
+        raise ConfigError(f"{where} must be \"none\" or a table with {what}")
+    return _table(value, where, keys, cls, required)
 
 
 def _table(value: Any, where: str, keys: dict[str, type], cls: type, required: tuple[str, ...]) -> Any:

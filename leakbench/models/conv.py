@@ -15,12 +15,13 @@ import torch
 from torch import nn
 
 from leakbench.errors import ConfigError
+from leakbench.models.base import ImageVictim
 
 FEATURE_SIDE = 8
 """The trunk pools until the feature map is 8×8 (2 blocks at 32×32, 3 at 64×64)."""
 
 
-class ConvNet(nn.Module):
+class ConvNet(ImageVictim):
     """A small VGG-style trunk and an FC+ReLU head; same attack interface as FCNet."""
 
     def __init__(self, input_shape: tuple[int, int, int], num_classes: int, *, width: int = 200, depth: int = 3,
@@ -48,14 +49,6 @@ class ConvNet(nn.Module):
             head += [nn.Linear(n_features if i == 0 else width, width), nn.ReLU()]
         head.append(nn.Linear(width, num_classes))
         self.head = nn.Sequential(*head)
-
-    def normalize(self, images: torch.Tensor) -> torch.Tensor:
-        """Images in [0,1] (N,C,H,W) → flat normalised images (N, C·H·W)."""
-        return ((images - self.mean) / self.std).flatten(1)
-
-    def denormalize(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Flat normalised images → images (N,C,H,W); the inverse of `normalize`."""
-        return (inputs * self.std + self.mean).reshape(-1, *self.input_shape)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.head(self.trunk((images - self.mean) / self.std))

@@ -6,9 +6,10 @@ import torch
 from torch import nn
 
 from leakbench.errors import ConfigError
+from leakbench.models.base import ImageVictim
 
 
-class FCNet(nn.Module):
+class FCNet(ImageVictim):
     """FC-`depth` network of hidden width `width` on images of shape `input_shape`.
 
     The input is normalised with public per-model constants `(x − mean) / std`, so layer 1
@@ -33,14 +34,6 @@ class FCNet(nn.Module):
             layers += [nn.Linear(n_in if i == 0 else width, width), nn.ReLU()]
         layers.append(nn.Linear(width if depth > 1 else n_in, num_classes))
         self.body = nn.Sequential(*layers)
-
-    def normalize(self, images: torch.Tensor) -> torch.Tensor:
-        """Images in [0,1] (N,C,H,W) → flat normalised inputs of layer 1 (N, C·H·W)."""
-        return ((images - self.mean) / self.std).flatten(1)
-
-    def denormalize(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Flat inputs of layer 1 → images (N,C,H,W); the inverse of `normalize`."""
-        return (inputs * self.std + self.mean).reshape(-1, *self.input_shape)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.body(self.normalize(images))
