@@ -27,7 +27,7 @@ class InversionConfig:
 
     steps: int = 0
     lr: float = 0.1
-    tv: float = 1e-2
+    tv: float = 1.0
 
     def __post_init__(self) -> None:
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 0:
