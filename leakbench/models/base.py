@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 import torch
 from torch import nn
+
+M = TypeVar("M", bound=nn.Module)
 
 
 class ImageVictim(nn.Module):
@@ -20,3 +24,11 @@ class ImageVictim(nn.Module):
     def denormalize(self, inputs: torch.Tensor) -> torch.Tensor:
         """Flat normalised images → images (N,C,H,W); the inverse of `normalize`."""
         return (inputs * self.std + self.mean).reshape(-1, *self.input_shape)
+
+
+def build_seeded(cls: type[M], *args: Any, seed: int, dtype: torch.dtype, **kwargs: Any) -> M:
+    """`cls(*args, **kwargs)` with PyTorch's default init drawn from `seed` (global RNG untouched), cast to `dtype`."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls(*args, **kwargs)
+    return model.to(dtype)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from leakbench.errors import ConfigError
-from leakbench.models.base import ImageVictim
+from leakbench.models.base import ImageVictim, build_seeded
 
 FEATURE_SIDE = 8
 """The trunk pools until the feature map is 8×8 (2 blocks at 32×32, 3 at 64×64)."""
@@ -84,7 +84,4 @@ class ConvNet(ImageVictim):
 def build_conv(input_shape: tuple[int, int, int], num_classes: int, *, width: int = 200, depth: int = 3,
                seed: int = 0, dtype: torch.dtype = torch.float32) -> ConvNet:
     """Build a conv victim with PyTorch's default init drawn from `seed`."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = ConvNet(input_shape, num_classes, width=width, depth=depth)
-    return model.to(dtype)
+    return build_seeded(ConvNet, input_shape, num_classes, width=width, depth=depth, seed=seed, dtype=dtype)

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from leakbench.errors import ConfigError
-from leakbench.models.base import ImageVictim
+from leakbench.models.base import ImageVictim, build_seeded
 
 
 class FCNet(ImageVictim):
@@ -67,7 +67,4 @@ class FCNet(ImageVictim):
 def build_fc(input_shape: tuple[int, int, int], num_classes: int, *, width: int = 200, depth: int = 6,
              seed: int = 0, dtype: torch.dtype = torch.float32) -> FCNet:
     """Build an FC victim with PyTorch's default init drawn from `seed` (the paper's default: FC-6, width 200)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = FCNet(input_shape, num_classes, width=width, depth=depth)
-    return model.to(dtype)
+    return build_seeded(FCNet, input_shape, num_classes, width=width, depth=depth, seed=seed, dtype=dtype)
