@@ -28,7 +28,7 @@ def test_conv_suite_defaults_to_the_first_fc_layer(tmp_path: Path) -> None:
     suite = _load(tmp_path, 'arch = "conv"\ninversion = {steps = 5}\n')
     cpa, ig = suite.cells
     assert (cpa.arch, cpa.depth, cpa.layer, cpa.inversion.steps) == ("conv", 3, 2, 5)
-    assert (ig.arch, ig.layer) == ("conv", 1)
+    assert (ig.arch, ig.layer, ig.inversion) == ("conv", 1, None)  # image attacks: nothing to invert
 
 
 def test_fedavg_levels_are_an_axis(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ remaining combination with layer 1 (they reconstruct images from the whole updat
 `arch = "conv"` picks the conv victim (layer 1 is its trunk; its first FC layer is layer 2, the
 default there). `fedavg` levels are "none" (FedSGD) or {epochs, minibatch (0 = b), lr}, an axis like
 `dp` (a suite cannot sweep both). `inversion = {steps = 300}` (optional lr, tv) inverts recovered
-features of inner layers to images.
+features of inner layers to images (cells of image attacks such as IG get none).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def load_suite(path: Path, *, data_root: str | None = None) -> Suite:
                               layer=1 if attack in layerless else layer,
                               data_root=data_root or raw.get("data_root"), image_size=raw.get("image_size"),
                               hyperparameters=dict(params.get(attack, {})), dp=dp, arch=arch, fedavg=fedavg,
-                              inversion=inversion))
+                              inversion=None if attack in layerless else inversion))
     return Suite(name=raw["name"], cells=cells, grid_seed=raw.get("grid_seed", 0),
                  grid_images=raw.get("grid_images", DEFAULT_GRID_IMAGES), text=text, layerless=layerless)
 
