@@ -32,9 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--data-root", help="folder holding the dataset files")
     attack.add_argument("--image-size", type=int, help="resize images to S×S where the dataset allows it")
     attack.add_argument("--batch-size", type=int, required=True)
-    attack.add_argument("--width", type=int, default=200, help="hidden width of the FC victim (default 200)")
-    attack.add_argument("--depth", type=int, default=6, help="linear layers of the FC victim (default 6)")
-    attack.add_argument("--layer", type=int, default=1, help="linear layer to attack (default 1)")
+    attack.add_argument("--arch", choices=["fc", "conv"], default="fc",
+                        help="victim: fc (FC-depth) or conv (VGG-style trunk = layer 1, FC head = layers 2..depth)")
+    attack.add_argument("--width", type=int, default=200, help="hidden width of the FC layers (default 200)")
+    attack.add_argument("--depth", type=int, help="layers of the victim (default 6 for fc, 3 for conv)")
+    attack.add_argument("--layer", type=int, help="linear layer to attack (default 1 for fc, 2 for conv)")
     attack.add_argument("--seed", type=int, default=0, help="seed of batch choice, init and attack")
     attack.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="attack hyperparameter override (repeatable), e.g. max_seconds=60")
@@ -43,6 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--dp-delta", type=float, default=1e-5, help="DP δ for ε (default 1e-5)")
     attack.add_argument("--dp-q", type=float, default=0.01, help="DP sampling rate q for ε (default 0.01)")
     attack.add_argument("--dp-steps", type=int, default=1, help="DP-SGD steps ε accounts for (default 1)")
+    attack.add_argument("--fedavg-epochs", type=int, help="run a FedAvg client with E local epochs (default: FedSGD)")
+    attack.add_argument("--fedavg-minibatch", type=int, default=0, help="FedAvg mini-batch size (default 0 = b)")
+    attack.add_argument("--fedavg-lr", type=float, default=0.1, help="FedAvg local learning rate η (default 0.1)")
+    attack.add_argument("--invert-steps", type=int, default=0,
+                        help="invert recovered features of an inner layer to images with N Adam steps (default 0: off)")
     attack.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
     attack.add_argument("--out", type=Path, help="write records, manifest and grid here")
     attack.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -119,7 +126,9 @@ def lpips_for(path: Path | None):
 
 
 def cmd_attack(args: argparse.Namespace) -> int:
+    from leakbench.attacks.inversion import InversionConfig
     from leakbench.harness.cell import CellSpec, json_safe, run_cell
+    from leakbench.models import first_attackable_layer
     from leakbench.harness.store import check_out_dir, write_cell
     from leakbench.progress import attack_progress
     from leakbench.reporting.table import cell_caption
@@ -127,9 +136,12 @@ def cmd_attack(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_out_dir(args.out)
     spec = CellSpec(attack=args.attack, dataset=args.dataset, batch_size=args.batch_size, seed=args.seed,
-                    width=args.width, depth=args.depth, layer=args.layer,
+                    width=args.width, depth=(3 if args.arch == "conv" else 6) if args.depth is None else args.depth,
+                    layer=default_layer(args) if args.layer is None else args.layer,
                     data_root=str(args.data_root) if args.data_root else None, image_size=args.image_size,
-                    hyperparameters=parse_params(args.param), dp=dp_config(args))
+                    hyperparameters=parse_params(args.param), dp=dp_config(args), arch=args.arch,
+                    fedavg=fedavg_config(args),
+                    inversion=InversionConfig(steps=args.invert_steps) if args.invert_steps else None)
     scorer, note = lpips_for(args.lpips_weights)
     with attack_progress(sys.stderr if sys.stderr.isatty() else None):
         result = run_cell(spec, lpips=scorer, lpips_note=note)
@@ -148,12 +160,31 @@ def dp_config(args: argparse.Namespace):
     return DPConfig(sigma=args.dp_sigma, clip=args.dp_clip, delta=args.dp_delta, q=args.dp_q, steps=args.dp_steps)
 
 
+def default_layer(args: argparse.Namespace) -> int:
+    """The first attackable layer of the victim for attacks with a layer setting, else 1 (images)."""
+    from leakbench.attacks import attack_class
+    from leakbench.models import first_attackable_layer
+
+    has_layer = "layer" in attack_class(args.attack).Config.__dataclass_fields__
+    return first_attackable_layer(args.arch) if has_layer else 1
+
+
+def fedavg_config(args: argparse.Namespace):
+    """The FedAvg client of `attack`, or None (FedSGD) without --fedavg-epochs."""
+    from leakbench.fl import FedAvgConfig
+
+    if args.fedavg_epochs is None:
+        return None
+    return FedAvgConfig(epochs=args.fedavg_epochs, minibatch=args.fedavg_minibatch, lr=args.fedavg_lr)
+
+
 def human_summary(s: dict[str, Any]) -> str:
     def f(v: Any, d: int = 2) -> str:
         return "n/a" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
 
-    lines = [f"{s['attack']} on {s['dataset']} (b={s['batch_size']}, FC-{s['depth']} width {s['width']}, "
-             f"layer {s['layer']}, dp {s['dp']}, seed {s['seed']}): {s['status']}" + (f" — {s['reason']}" if s['reason'] else ""),
+    model = f"FC-{s['depth']}" if s.get("arch", "fc") == "fc" else f"conv depth {s['depth']}"
+    lines = [f"{s['attack']} on {s['dataset']} (b={s['batch_size']}, {model} width {s['width']}, "
+             f"layer {s['layer']}, dp {s['dp']}, client {s['client']}, seed {s['seed']}): {s['status']}" + (f" — {s['reason']}" if s['reason'] else ""),
              f"  exact {100 * s['exact_fraction']:.0f}% of {s['n_images']} images; PSNR mean {f(s['psnr_mean'], 1)}, "
              f"median {f(s['psnr_median'], 1)}, min {f(s['psnr_min'], 1)} dB; SSIM {f(s['ssim_mean'], 4)}; "
              f"LPIPS {f(s['lpips_mean'], 3)}" + (f" ({s['lpips_note']})" if s["lpips_note"] else ""),

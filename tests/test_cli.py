@@ -366,7 +366,8 @@ def test_paper_suites_parse() -> None:
     from leakbench.harness.suite import load_suite
 
     names = {name for name, _ in list_papers()}
-    assert names == {"spear-batch-size", "spear-layers", "spear-draws"}
+    assert names == {"spear-batch-size", "spear-layers", "spear-draws", "layers-images", "conv", "conv-embedded", "dp",
+                     "fedavg"}
     sizes = load_suite(PAPER_DIR / "spear-batch-size.toml").cells
     assert sorted({c.batch_size for c in sizes}) == [1, 2, 4, 8, 12, 16, 20]
     layers = load_suite(PAPER_DIR / "spear-layers.toml").cells
@@ -385,3 +386,26 @@ def test_attack_bad_dp_setting(tmp_path: Path, capsys: pytest.CaptureFixture[str
     line = _main_bad_input(["attack", "--attack", "spear", "--batch-size", "2", *extra, flag, value],
                            tmp_path / "out", capsys)
     assert flag.removeprefix("--dp-") in line
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--arch", "conv", "--layer", "1"], "convolutional trunk"),
+    (["--fedavg-epochs", "1", "--dp-sigma", "0.1"], "not both"),
+    (["--fedavg-epochs", "0"], "epochs"),
+    (["--fedavg-epochs", "1", "--fedavg-minibatch", "9"], "minibatch 9 is larger"),
+    (["--invert-steps", "-1"], "steps"),
+])
+def test_review_options_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
+                                  message: str) -> None:
+    out = tmp_path / "out"
+    line = _one_line_error(capsys, ["attack", "--attack", "cpa", "--batch-size", "2", "--out", str(out), *extra])
+    assert message in line and not out.exists()
+
+
+def test_attack_on_the_conv_victim_with_inversion(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["attack", "--attack", "cpa", "--arch", "conv", "--batch-size", "2", "--width", "16",
+                 "--invert-steps", "5", "--fedavg-epochs", "2", "--fedavg-minibatch", "1", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["arch"], summary["layer"], summary["depth"], summary["space"]) == ("conv", 2, 3, "feature")
+    assert summary["client"] == "E=2 mb=1 η=0.1" and summary["inversion_steps"] == 5
+    assert summary["psnr_mean"] is not None

@@ -15,18 +15,25 @@ import pandas as pd
 import torch
 
 from leakbench.attacks import Reconstruction, attack_class, create_attack
+from leakbench.attacks.inversion import InversionConfig, invert_features
 from leakbench.datasets import Batch, load_dataset, sample_batch
-from leakbench.fl import ClientUpdate, DPConfig, dp_update, fedsgd_update
+from leakbench.errors import ConfigError
+from leakbench.fl import ClientUpdate, DPConfig, FedAvgConfig, dp_update, fedavg_update, fedsgd_update
 from leakbench.fl.dp import ACCOUNTANT
 from leakbench.metrics import MATCHING, LpipsScorer, apply_matching, match_by_mse, score_features, score_images
-from leakbench.models import FCNet, build_fc
+from leakbench.metrics.image import exact, mse, psnr, ssim
+from leakbench.metrics.matching import UNMATCHED
+from leakbench.models import build_model
 
 
 @dataclass(frozen=True)
 class CellSpec:
     """Everything that defines one attack run; `seed` drives the batch, the init, the DP noise and the attack.
 
-    `dp` None is plain FedSGD; a DPConfig makes the client run one DP-SGD step instead.
+    `dp` None is plain FedSGD; a DPConfig makes the client run one DP-SGD step instead; a
+    `fedavg` config makes it run local epochs and share the weight difference (not with DP).
+    `arch` is the victim ("fc" or "conv"); `inversion` (steps > 0) turns recovered features of an
+    inner layer back into images, scored next to the feature metrics.
     """
 
     attack: str
@@ -40,6 +47,13 @@ class CellSpec:
     image_size: int | None = None
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     dp: DPConfig | None = None
+    arch: str = "fc"
+    fedavg: FedAvgConfig | None = None
+    inversion: InversionConfig | None = None
+
+
+NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None}
+"""Fields added after the first stored runs: left out of ids and manifests at these defaults."""
 
 
 @dataclass
@@ -54,14 +68,21 @@ class CellResult:
     reconstruction: Reconstruction
 
 
-def prepare(spec: CellSpec) -> tuple[Batch, FCNet, ClientUpdate]:
+def prepare(spec: CellSpec) -> tuple[Batch, torch.nn.Module, ClientUpdate]:
     """Load the batch, build the victim and compute the client's update (no attack yet)."""
+    if spec.dp is not None and spec.fedavg is not None:
+        raise ConfigError("a cell runs either DP-SGD or FedAvg, not both")
     root = Path(spec.data_root) if spec.data_root else None
     dataset = load_dataset(spec.dataset, data_root=root, image_size=spec.image_size)
     batch = sample_batch(dataset, spec.batch_size, spec.seed)
-    model = build_fc(dataset.image_shape, dataset.num_classes, width=spec.width, depth=spec.depth,
-                     seed=spec.seed)
-    update = fedsgd_update(model, batch) if spec.dp is None else dp_update(model, batch, spec.dp, seed=spec.seed)
+    model = build_model(spec.arch, dataset.image_shape, dataset.num_classes, width=spec.width, depth=spec.depth,
+                        seed=spec.seed)
+    if spec.dp is not None:
+        update = dp_update(model, batch, spec.dp, seed=spec.seed)
+    elif spec.fedavg is not None:
+        update = fedavg_update(model, batch, spec.fedavg, seed=spec.seed)
+    else:
+        update = fedsgd_update(model, batch)
     return batch, model, update
 
 
@@ -82,6 +103,10 @@ def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: st
     recon = _reconstruct(attack, update, spec)
     seconds = time.perf_counter() - start
     records, aligned = score(recon, batch, model, lpips)
+    if spec.inversion is not None and spec.inversion.steps and recon.space == "feature":
+        start = time.perf_counter()
+        aligned = add_inversion(records, recon, batch, update, spec, lpips)
+        recon.stats["inversion_seconds"] = time.perf_counter() - start
     records.insert(0, "dataset_index", list(batch.indices))
     for key, value in reversed(list(cell_columns(spec).items())):
         records.insert(0, key, value)
@@ -100,7 +125,7 @@ def _reconstruct(attack, update: ClientUpdate, spec: CellSpec) -> Reconstruction
         return Reconstruction.failed(reason, space="image" if layer == 1 else "feature", layer=layer)
 
 
-def score(recon: Reconstruction, batch: Batch, model: FCNet, lpips: LpipsScorer | None
+def score(recon: Reconstruction, batch: Batch, model: torch.nn.Module, lpips: LpipsScorer | None
           ) -> tuple[pd.DataFrame, torch.Tensor | None]:
     """Per-image metrics in the reconstruction's space, and the reconstruction aligned to truth."""
     if recon.space == "image":
@@ -118,11 +143,48 @@ def score(recon: Reconstruction, batch: Batch, model: FCNet, lpips: LpipsScorer 
     return records, aligned
 
 
+def add_inversion(records: pd.DataFrame, recon: Reconstruction, batch: Batch, update: ClientUpdate,
+                  spec: CellSpec, lpips: LpipsScorer | None) -> torch.Tensor | None:
+    """Invert the recovered features to images (public model only) and add image metrics to `records`.
+
+    Each ground-truth row keeps the reconstruction the feature matching gave it; the image metrics
+    (mse, psnr, ssim, lpips, image_exact) are of that reconstruction's inverted image. `exact` stays
+    the feature-space exactness. Returns the inverted images aligned to the truth (None if none).
+    """
+    nan = np.full(len(records), np.nan)
+    records["mse"], records["psnr"], records["ssim"], records["lpips"] = nan, nan.copy(), nan.copy(), nan.copy()
+    records["image_exact"] = False
+    if recon.status != "ok" or recon.features is None:
+        return None
+    images = invert_features(update.model, recon.features, recon.layer or spec.layer, spec.inversion, seed=spec.seed)
+    perm = records["matched_recon"].to_numpy()
+    rows = np.flatnonzero(perm != UNMATCHED)
+    rr, tt = images[torch.as_tensor(perm[rows])], batch.images[torch.as_tensor(rows)].to(torch.float32)
+    records.loc[rows, "mse"] = mse(rr, tt).numpy()
+    records.loc[rows, "psnr"] = psnr(rr, tt).numpy()
+    records.loc[rows, "ssim"] = ssim(rr, tt).numpy()
+    records.loc[rows, "image_exact"] = exact(rr, tt).numpy()
+    if lpips is not None:
+        records.loc[rows, "lpips"] = lpips.score(rr, tt).numpy()
+    aligned = torch.full_like(batch.images, 0.5, dtype=torch.float32)
+    aligned[torch.as_tensor(rows)] = rr
+    return aligned
+
+
 def cell_columns(spec: CellSpec) -> dict[str, Any]:
     """The axes of a cell as record columns (numbers as numbers; no DP: σ, C, q, δ NaN, ε ∞)."""
-    return {"cell_id": cell_id(spec), "attack": spec.attack, "dataset": spec.dataset,
+    return {"cell_id": cell_id(spec), "attack": spec.attack, "dataset": spec.dataset, "arch": spec.arch,
             "batch_size": spec.batch_size, "width": spec.width, "depth": spec.depth, "layer": spec.layer,
-            "seed": spec.seed, **dp_columns(spec.dp)}
+            "seed": spec.seed, **dp_columns(spec.dp), **fedavg_columns(spec.fedavg),
+            "inversion_steps": spec.inversion.steps if spec.inversion else 0}
+
+
+def fedavg_columns(fedavg: FedAvgConfig | None) -> dict[str, Any]:
+    """E, mini-batch size (0 = whole batch), η of a FedAvg client, and a label ('fedsgd' without)."""
+    if fedavg is None:
+        return {"client": "fedsgd", "fedavg_epochs": 0, "fedavg_minibatch": 0, "fedavg_lr": math.nan}
+    return {"client": fedavg.label(), "fedavg_epochs": fedavg.epochs, "fedavg_minibatch": fedavg.minibatch,
+            "fedavg_lr": float(fedavg.lr)}
 
 
 def dp_columns(dp: DPConfig | None) -> dict[str, Any]:
@@ -188,4 +250,5 @@ def json_safe(value: Any) -> Any:
 
 
 def spec_dict(spec: CellSpec) -> dict[str, Any]:
-    return asdict(spec)
+    """The spec as plain data; fields added later are left out at their defaults, so old ids stay valid."""
+    return {k: v for k, v in asdict(spec).items() if k not in NEW_FIELD_DEFAULTS or v != NEW_FIELD_DEFAULTS[k]}

@@ -46,10 +46,22 @@ def _script(name: str, script: str) -> Callable[..., list[Path]]:
     return run
 
 
-PAPERS.register("spear-batch-size", _suite("spear-batch-size"),
-                "SPEAR (NeurIPS 2024) batch-size table: TinyImageNet, FC-6 width 200, b = 1…20 (needs --data-root)")
-PAPERS.register("spear-layers", _suite("spear-layers"),
-                "SPEAR layer table: layers 1–5 of FC-6 at b = 16 and 20 (needs --data-root)")
+SUITES = (
+    ("spear-batch-size",
+     "SPEAR (NeurIPS 2024) batch-size table: TinyImageNet, FC-6 width 200, b = 1…20 (needs --data-root)"),
+    ("spear-layers", "SPEAR layer table: layers 1–5 of FC-6 at b = 16 and 20 (needs --data-root)"),
+    ("layers-images",
+     "SPEAR layers 1–5 of FC-6, b = 20: feature exact % and image PSNR after inversion (needs --data-root)"),
+    ("conv", "conv+FC victim on TinyImageNet: SPEAR/CPA on the first FC layer + inversion vs IG (needs --data-root)"),
+    ("conv-embedded", "conv+FC victim on the embedded 32×32 patches: SPEAR/CPA + inversion vs IG"),
+    ("dp", "every attack against DP-SGD σ ∈ {0 … 1} with ε (TinyImageNet FC-6, b = 8; needs --data-root)"),
+    ("fedavg", "FedAvg table: E ∈ {1, 5}, mini-batch ∈ {b, b/4}, η ∈ {0.1, 0.01} "
+               "(TinyImageNet FC-6, b = 20; needs --data-root)"),
+)
+"""Paper entries that are suites under benchmarks/paper/ (name = file stem) and their descriptions."""
+
+for _name, _description in SUITES:
+    PAPERS.register(_name, _suite(_name), _description)
 PAPERS.register("spear-draws", _script("spear-draws", "spear_draws.py"),
                 "SPEAR draws against their expectation and failure rate against the bound (figure), "
                 "by benchmarks/spear_draws.py (needs --data-root)")

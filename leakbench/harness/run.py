@@ -123,7 +123,8 @@ def _run_with_progress(todo: list[Task], total: int, *, executor: str, jobs: int
     def on_start(task: Task) -> None:
         spec = task.spec
         dp = spec.dp.label() if spec.dp else "none"
-        running.update(name=f"{spec.attack} b={spec.batch_size} layer={spec.layer} dp={dp}", start=time.monotonic())
+        client = f" {spec.fedavg.label()}" if spec.fedavg else ""
+        running.update(name=f"{spec.attack} b={spec.batch_size} layer={spec.layer} dp={dp}{client}", start=time.monotonic())
 
     stop = threading.Event()
     ticker = threading.Thread(target=_tick, args=(bar, running, stop), daemon=True)

@@ -128,7 +128,8 @@ def git_revision() -> str | None:
 
 CELLS_DIR = "cells"
 AXIS_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", "layer", "seed", "dp",
-                "dp_sigma", "dp_clip", "dp_delta", "dp_q", "dp_steps", "dp_epsilon", "dp_accountant")
+                "dp_sigma", "dp_clip", "dp_delta", "dp_q", "dp_steps", "dp_epsilon", "dp_accountant", "arch",
+                "client", "fedavg_epochs", "fedavg_minibatch", "fedavg_lr", "inversion_steps")
 SUMMARY_COLUMNS = ("space", "status", "reason", "seconds", "n_images", "exact_fraction", "psnr_mean",
                    "psnr_median", "psnr_min", "ssim_mean", "lpips_mean", "lpips_note", "matching")
 

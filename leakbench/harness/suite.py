@@ -6,6 +6,11 @@ axis applies only to attacks whose Config has a `layer` field (SPEAR, CPA); the 
 remaining combination with layer 1 (they reconstruct images from the whole update / layer 1).
 
     dp = ["none", {sigma = 1e-4, clip = 1.0}, {sigma = 1e-2, clip = 1.0, delta = 1e-5, q = 0.01, steps = 1}]
+
+`arch = "conv"` picks the conv victim (layer 1 is its trunk; its first FC layer is layer 2, the
+default there). `fedavg` levels are "none" (FedSGD) or {epochs, minibatch (0 = b), lr}, an axis like
+`dp` (a suite cannot sweep both). `inversion = {steps = 300}` (optional lr, tv) inverts recovered
+features of inner layers to images (cells of image attacks such as IG get none).
 """
 
 from __future__ import annotations
@@ -19,17 +24,22 @@ from typing import Any
 
 from leakbench.attacks import attack_class
 from leakbench.errors import ConfigError, LeakbenchError
+from leakbench.attacks.inversion import InversionConfig
 from leakbench.fl.dp import DPConfig
+from leakbench.fl.fedavg import FedAvgConfig
 from leakbench.harness.cell import CellSpec
+from leakbench.models import ARCHS, first_attackable_layer
 
 SUITE_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 KEYS = {"name": str, "description": str, "dataset": str, "datasets": list, "attacks": list,
         "batch_sizes": list, "layers": list, "layer": int, "seeds": list, "dp": list, "width": int,
         "depth": int, "image_size": int, "data_root": str, "hyperparameters": dict, "grid_images": int,
-        "grid_seed": int}
+        "grid_seed": int, "arch": str, "fedavg": list, "inversion": dict}
 REQUIRED = ("name", "attacks", "batch_sizes")
 INT_LISTS = ("batch_sizes", "layers", "seeds")
 DP_KEYS = {"sigma": float, "clip": float, "delta": float, "q": float, "steps": int}
+FEDAVG_KEYS = {"epochs": int, "minibatch": int, "lr": float}
+INVERSION_KEYS = {"steps": int, "lr": float, "tv": float}
 DEFAULT_GRID_IMAGES = 8
 
 
@@ -67,22 +77,27 @@ def load_suite(path: Path, *, data_root: str | None = None) -> Suite:
     try:
         _validate(raw)
         dp_levels = [_dp_level(v, i) for i, v in enumerate(raw.get("dp", ["none"]))]
+        fedavg_levels = [_fedavg_level(v, i) for i, v in enumerate(raw.get("fedavg", ["none"]))]
+        inversion = _table(raw["inversion"], "key 'inversion'", INVERSION_KEYS, InversionConfig, ()) \
+            if "inversion" in raw else None
         layerless = tuple(a for a in raw["attacks"] if not _has_layer(a))
     except LeakbenchError as exc:
         raise ConfigError(f"suite {path}: {exc}") from None
     params = raw.get("hyperparameters", {})
     datasets = raw.get("datasets") or [raw["dataset"]]
-    layers = raw.get("layers") or [raw.get("layer", 1)]
+    arch = raw.get("arch", "fc")
+    layers = raw.get("layers") or [raw.get("layer", first_attackable_layer(arch))]
     cells = []
-    for dataset, attack, b, layer, dp, seed in product(datasets, raw["attacks"], raw["batch_sizes"], layers,
-                                                         dp_levels, raw.get("seeds", [0])):
+    for dataset, attack, b, layer, dp, fedavg, seed in product(datasets, raw["attacks"], raw["batch_sizes"], layers,
+                                                                 dp_levels, fedavg_levels, raw.get("seeds", [0])):
         if attack in layerless and layer != layers[0]:
             continue
         cells.append(CellSpec(attack=attack, dataset=dataset, batch_size=b, seed=seed,
-                              width=raw.get("width", 200), depth=raw.get("depth", 6),
+                              width=raw.get("width", 200), depth=raw.get("depth", 3 if arch == "conv" else 6),
                               layer=1 if attack in layerless else layer,
                               data_root=data_root or raw.get("data_root"), image_size=raw.get("image_size"),
-                              hyperparameters=dict(params.get(attack, {})), dp=dp))
+                              hyperparameters=dict(params.get(attack, {})), dp=dp, arch=arch, fedavg=fedavg,
+                              inversion=None if attack in layerless else inversion))
     return Suite(name=raw["name"], cells=cells, grid_seed=raw.get("grid_seed", 0),
                  grid_images=raw.get("grid_images", DEFAULT_GRID_IMAGES), text=text, layerless=layerless)
 
@@ -111,10 +126,16 @@ def _validate(raw: dict[str, Any]) -> None:
         values = raw.get(key, [1])
         if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
             raise ConfigError(f"key {key!r} must list integers ≥ 0")
-    depth = raw.get("depth", 6)
-    for layer in raw.get("layers", [raw.get("layer", 1)]):
-        if not 1 <= layer <= depth - 1:
-            raise ConfigError(f"key 'layers': layer {layer} is not attackable in FC-{depth} (valid: 1..{depth - 1})")
+    arch = raw.get("arch", "fc")
+    if arch not in ARCHS:
+        raise ConfigError(f"key 'arch' must be one of {', '.join(ARCHS)}, got {arch!r}")
+    depth, first = raw.get("depth", 3 if arch == "conv" else 6), first_attackable_layer(arch)
+    for layer in raw.get("layers", [raw.get("layer", first)]):
+        if not first <= layer <= depth - 1:
+            raise ConfigError(f"key 'layers': layer {layer} is not attackable in {arch} depth {depth} "
+                              f"(valid: {first}..{depth - 1})")
+    if "dp" in raw and "fedavg" in raw:
+        raise ConfigError("a suite sweeps either 'dp' or 'fedavg', not both")
     if raw.get("grid_images", 1) < 1:
         raise ConfigError("key 'grid_images' must be at least 1")
     if raw.get("grid_seed", 0) < 0:
@@ -130,22 +151,38 @@ def _validate(raw: dict[str, Any]) -> None:
 
 def _dp_level(value: Any, index: int) -> DPConfig | None:
     """One entry of `dp`: "none" or a table {sigma, clip[, delta, q, steps]}."""
-    where = f"key 'dp[{index}]'"
+    return _level(value, f"key 'dp[{index}]'", "sigma and clip", DP_KEYS, DPConfig, ("sigma", "clip"))
+
+
+def _fedavg_level(value: Any, index: int) -> FedAvgConfig | None:
+    """One entry of `fedavg`: "none" (FedSGD) or a table {epochs, minibatch, lr}."""
+    return _level(value, f"key 'fedavg[{index}]'", "epochs, minibatch, lr", FEDAVG_KEYS, FedAvgConfig, ())
+
+
+def _level(value: Any, where: str, what: str, keys: dict[str, type], cls: type, required: tuple[str, ...]) -> Any:
+    """"none" → None, or a table checked by `_table`."""
     if value == "none":
         return None
     if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be \"none\" or a table with sigma and clip")
+        raise ConfigError(f"{where} must be \"none\" or a table with {what}")
+    return _table(value, where, keys, cls, required)
+
+
+def _table(value: Any, where: str, keys: dict[str, type], cls: type, required: tuple[str, ...]) -> Any:
+    """A TOML table of numbers checked against `keys` and turned into the config `cls`."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a table")
     for key, val in value.items():
-        if key not in DP_KEYS:
-            raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(DP_KEYS)})")
-        ok = isinstance(val, (int, float)) if DP_KEYS[key] is float else isinstance(val, int)
+        if key not in keys:
+            raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(keys)})")
+        ok = isinstance(val, (int, float)) if keys[key] is float else isinstance(val, int)
         if not ok or isinstance(val, bool):
-            raise ConfigError(f"{where}: key {key!r} must be a number" + (" (integer)" if key == "steps" else ""))
-    for key in ("sigma", "clip"):
+            raise ConfigError(f"{where}: key {key!r} must be a number" + ("" if keys[key] is float else " (integer)"))
+    for key in required:
         if key not in value:
             raise ConfigError(f"{where}: missing key {key!r}")
-    args = {k: (float(v) if DP_KEYS[k] is float else v) for k, v in value.items()}
+    args = {k: (float(v) if keys[k] is float else v) for k, v in value.items()}
     try:
-        return DPConfig(**args)
+        return cls(**args)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None

@@ -6,9 +6,10 @@ import torch
 from torch import nn
 
 from leakbench.errors import ConfigError
+from leakbench.models.base import ImageVictim, build_seeded
 
 
-class FCNet(nn.Module):
+class FCNet(ImageVictim):
     """FC-`depth` network of hidden width `width` on images of shape `input_shape`.
 
     The input is normalised with public per-model constants `(x − mean) / std`, so layer 1
@@ -33,14 +34,6 @@ class FCNet(nn.Module):
             layers += [nn.Linear(n_in if i == 0 else width, width), nn.ReLU()]
         layers.append(nn.Linear(width if depth > 1 else n_in, num_classes))
         self.body = nn.Sequential(*layers)
-
-    def normalize(self, images: torch.Tensor) -> torch.Tensor:
-        """Images in [0,1] (N,C,H,W) → flat normalised inputs of layer 1 (N, C·H·W)."""
-        return ((images - self.mean) / self.std).flatten(1)
-
-    def denormalize(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Flat inputs of layer 1 → images (N,C,H,W); the inverse of `normalize`."""
-        return (inputs * self.std + self.mean).reshape(-1, *self.input_shape)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.body(self.normalize(images))
@@ -74,7 +67,4 @@ class FCNet(nn.Module):
 def build_fc(input_shape: tuple[int, int, int], num_classes: int, *, width: int = 200, depth: int = 6,
              seed: int = 0, dtype: torch.dtype = torch.float32) -> FCNet:
     """Build an FC victim with PyTorch's default init drawn from `seed` (the paper's default: FC-6, width 200)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = FCNet(input_shape, num_classes, width=width, depth=depth)
-    return model.to(dtype)
+    return build_seeded(FCNet, input_shape, num_classes, width=width, depth=depth, seed=seed, dtype=dtype)

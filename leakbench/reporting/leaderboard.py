@@ -1,7 +1,7 @@
 """`leakbench leaderboard`: rank attacks per setting from stored records only (deterministic output).
 
 Every run folder under `--results` (a folder holding records.parquet and cells.parquet) contributes.
-A setting is (suite, dataset, model, batch size, layer, DP level), seeds pooled. Attacks are ranked
+A setting is (suite, dataset, model, batch size, layer, DP level, client), seeds pooled. Attacks are ranked
 by exact % (failed images count as not exact), then PSNR median, then fewer failures, then name.
 The same records always give byte-identical files: nothing depends on time, order on disk or host.
 """
@@ -17,7 +17,7 @@ from leakbench.errors import LeakbenchError
 from leakbench.reporting.aggregate import fmt, grouped, stat_cells, STAT_HEADER
 from leakbench.reporting.render import Block, Table, html_document, markdown
 
-SETTING = ["dataset", "model", "batch_size", "layer", "dp"]
+SETTING = ["dataset", "model", "batch_size", "layer", "dp", "client"]
 TITLE = "leakbench leaderboard"
 
 
@@ -33,7 +33,10 @@ def load_results(results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not cells:
         raise LeakbenchError(f"no stored runs under {results} (expected RUN/records.parquet and RUN/cells.parquet)")
     cells_all = pd.concat(cells, ignore_index=True)
-    cells_all["model"] = "FC-" + cells_all["depth"].astype(str) + " w" + cells_all["width"].astype(str)
+    for column, default in (("arch", "fc"), ("client", "fedsgd")):  # runs stored before these existed
+        cells_all[column] = cells_all[column].fillna(default) if column in cells_all else default
+    prefix = cells_all["arch"].map({"fc": "FC-"}).fillna(cells_all["arch"] + "-")
+    cells_all["model"] = prefix + cells_all["depth"].astype(str) + " w" + cells_all["width"].astype(str)
     return pd.concat(records, ignore_index=True), cells_all
 
 
@@ -58,15 +61,15 @@ def leaderboard_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block
             ranked = sorted(settings[setting], key=lambda item: (rank_key(item[1]), item[0]))
             for rank, (attack, s) in enumerate(ranked, 1):
                 rows.append([*(str(v) for v in setting), str(rank), attack, *stat_cells(s)])
-        blocks.append(Table(f"Suite '{suite}'", ["dataset", "model", "b", "layer", "dp", "rank", "attack", *STAT_HEADER],
+        blocks.append(Table(f"Suite '{suite}'", ["dataset", "model", "b", "layer", "dp", "client", "rank", "attack", *STAT_HEADER],
                             rows, [f"{len(sub_cells)} cells, {int((sub_cells['status'] != 'ok').sum())} failed; "
                                    "seeds pooled per setting."]))
     return blocks
 
 
 def _setting_order(setting: tuple) -> tuple:
-    dataset, model, b, layer, dp = setting
-    return (dataset, model, int(b), int(layer), dp != "none", dp)
+    dataset, model, b, layer, dp, client = setting
+    return (dataset, model, int(b), int(layer), dp != "none", dp, client != "fedsgd", client)
 
 
 def write_leaderboard(results: Path, reports: Path) -> list[Path]:

@@ -23,7 +23,8 @@ from leakbench.reporting.aggregate import STAT_HEADER, grouped, stat_cells
 from leakbench.reporting.figures import axis_figure
 from leakbench.reporting.render import Block, Images, Table, html_document, markdown
 
-AXES = {"batch_size": "batch size b", "layer": "attacked layer", "dp": "DP level"}
+AXES = {"batch_size": "batch size b", "layer": "attacked layer", "dp": "DP level",
+        "client": "client (FedSGD, or FedAvg E, mini-batch, η)"}
 
 
 def load_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
@@ -54,7 +55,11 @@ def epsilon_labels(cells: pd.DataFrame) -> dict[str, str]:
 
 def baseline(cells: pd.DataFrame) -> dict[str, Any]:
     """The value each axis is held at while another axis varies: smallest layer, least noise."""
-    return {"layer": int(cells["layer"].min()), "dp": dp_order(cells)[0]}
+    base = {"layer": int(cells["layer"].min()), "dp": dp_order(cells)[0]}
+    if "client" in cells:  # runs stored before FedAvg existed have no client column
+        clients = set(cells["client"])
+        base["client"] = "fedsgd" if "fedsgd" in clients else min(clients)
+    return base
 
 
 def axis_blocks(records: pd.DataFrame, cells: pd.DataFrame, layerless: list[str]) -> tuple[list[Block], dict[str, pd.DataFrame]]:
@@ -70,7 +75,7 @@ def axis_blocks(records: pd.DataFrame, cells: pd.DataFrame, layerless: list[str]
             subset = subset[subset[key] == value]
         if axis == "layer":
             subset = subset[~subset["attack"].isin(layerless)]
-        if subset[axis].nunique() < 2 and axis != "batch_size":
+        if axis not in subset or (subset[axis].nunique() < 2 and axis != "batch_size"):
             continue
         by = ["dataset", "attack", axis] + (["batch_size"] if axis != "batch_size" else [])
         rows = [[*(_show(k, v, eps) for k, v in zip(by, key)), *stat_cells(s)] for key, s in grouped(records, subset, by)]

@@ -1,0 +1,103 @@
+"""FedAvg client updates: E local epochs of mini-batch SGD, shared as a weight difference.
+
+The client starts from the public weights θ₀, runs `epochs` passes over its batch of b samples in
+mini-batches of `minibatch` samples (reshuffled every epoch by a generator seeded from the cell's
+seed; the last mini-batch of an epoch is smaller when `minibatch` does not divide b), each step
+θ ← θ − η ∇ mean-loss(mini-batch). It shares Δ = θ₀ − θ_K after K = epochs · ⌈b / minibatch⌉ steps.
+
+What attacks receive: `ClientUpdate.gradients = Δ / (η K)`, the average gradient along the local
+trajectory, so gradient attacks get a gradient-like object on the usual scale. With one epoch over
+the whole batch (K = 1) it is exactly the FedSGD gradient (up to float rounding); otherwise it mixes
+gradients taken at K different weights, which is what makes FedAvg harder to attack. `kind` is
+"fedavg"; the model in the update is the public start θ₀ (the server knows it, not θ_K).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from leakbench.datasets.base import Batch
+from leakbench.errors import ConfigError
+from leakbench.fl.update import ClientUpdate, ThreatModel
+
+
+@dataclass(frozen=True)
+class FedAvgConfig:
+    """Local training of one FedAvg client.
+
+    epochs: local epochs E over the client's batch.
+    minibatch: samples per local SGD step; 0 means the whole batch (b).
+    lr: local learning rate η.
+    """
+
+    epochs: int = 1
+    minibatch: int = 0
+    lr: float = 0.1
+
+    def __post_init__(self) -> None:
+        for key in ("epochs", "minibatch"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (1 if key == "epochs" else 0):
+                raise ConfigError(f"fedavg: {key} must be an integer ≥ {1 if key == 'epochs' else 0}, got {value!r}")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"fedavg: lr must be a finite number > 0, got {self.lr!r}")
+
+    def steps(self, batch_size: int) -> int:
+        """K, the number of local SGD steps on a batch of `batch_size` samples."""
+        return self.epochs * math.ceil(batch_size / self.size(batch_size))
+
+    def size(self, batch_size: int) -> int:
+        """Samples per mini-batch for a batch of `batch_size` (0 → the whole batch)."""
+        if self.minibatch > batch_size:
+            raise ConfigError(f"fedavg: minibatch {self.minibatch} is larger than the batch size {batch_size}")
+        return self.minibatch or batch_size
+
+    def label(self) -> str:
+        """A short readable name, e.g. 'E=5 mb=5 η=0.1' ('mb=b' for the whole batch)."""
+        return f"E={self.epochs} mb={self.minibatch or 'b'} η={self.lr:g}"
+
+
+def local_training(model: nn.Module, batch: Batch, config: FedAvgConfig, *, seed: int) -> int:
+    """Train `model` in place for the configured epochs; returns the number of steps K."""
+    b = batch.size
+    size = config.size(b)
+    dtype = next(model.parameters()).dtype
+    images, labels = batch.images.to(dtype), batch.labels
+    params = [p for p in model.parameters()]
+    gen = torch.Generator().manual_seed(seed)
+    steps = 0
+    for _ in range(config.epochs):
+        order = torch.randperm(b, generator=gen)
+        for start in range(0, b, size):
+            idx = order[start:start + size]
+            loss = nn.functional.cross_entropy(model(images[idx]), labels[idx])
+            grads = torch.autograd.grad(loss, params)
+            with torch.no_grad():
+                for p, g in zip(params, grads):
+                    p.sub_(config.lr * g)
+            steps += 1
+    return steps
+
+
+def fedavg_update(model: nn.Module, batch: Batch, config: FedAvgConfig, *, seed: int,
+                  threat: ThreatModel = ThreatModel()) -> ClientUpdate:
+    """The FedAvg update of `model` on `batch`: (θ₀ − θ_K) / (η K) per parameter; `model` is not modified."""
+    public = copy.deepcopy(model).requires_grad_(False).eval()
+    client = copy.deepcopy(model).requires_grad_(True)
+    steps = local_training(client, batch, config, seed=seed)
+    start, end = dict(public.named_parameters()), dict(client.named_parameters())
+    scale = config.lr * steps
+    gradients = {name: ((start[name] - end[name].detach()) / scale).clone() for name in start}
+    return ClientUpdate(
+        model=public,
+        gradients=gradients,
+        threat=threat,
+        batch_size=batch.size if threat.batch_size_known else None,
+        labels=batch.labels.clone() if threat.labels_known else None,
+        kind="fedavg",
+    )

@@ -1,0 +1,34 @@
+"""What every victim shares: public normalisation constants inside the model, images in [0, 1] outside."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+M = TypeVar("M", bound=nn.Module)
+
+
+class ImageVictim(nn.Module):
+    """Base of the victims: `input_shape` (C, H, W), `mean`, `std`, and the flat normalised input view."""
+
+    input_shape: tuple[int, int, int]
+    mean: float
+    std: float
+
+    def normalize(self, images: torch.Tensor) -> torch.Tensor:
+        """Images in [0,1] (N,C,H,W) → flat normalised images (N, C·H·W)."""
+        return ((images - self.mean) / self.std).flatten(1)
+
+    def denormalize(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Flat normalised images → images (N,C,H,W); the inverse of `normalize`."""
+        return (inputs * self.std + self.mean).reshape(-1, *self.input_shape)
+
+
+def build_seeded(cls: type[M], *args: Any, seed: int, dtype: torch.dtype, **kwargs: Any) -> M:
+    """`cls(*args, **kwargs)` with PyTorch's default init drawn from `seed` (global RNG untouched), cast to `dtype`."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls(*args, **kwargs)
+    return model.to(dtype)
