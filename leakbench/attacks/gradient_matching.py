@@ -154,6 +154,12 @@ class _GradientMatchingAttack(Attack):
         _check_strategy(self.config.label_strategy)
         _check_batch(update)
 
+    def _begin(self, update: ClientUpdate, seed: int) -> tuple[float, int, GradientOracle, torch.Generator]:
+        """Check the update; return the start time, batch size, gradient oracle and seeded generator."""
+        self.check_update(update)
+        start = time.perf_counter()
+        return start, int(update.batch_size), GradientOracle(update), torch.Generator().manual_seed(seed)
+
 
 @register_attack
 class InvertingGradientsAttack(_GradientMatchingAttack):
@@ -163,13 +169,9 @@ class InvertingGradientsAttack(_GradientMatchingAttack):
     counts = ("iterations", "restarts")
 
     def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
-        self.check_update(update)
         cfg = self.config
-        start = time.perf_counter()
-        b = int(update.batch_size)
-        oracle = GradientOracle(update)
+        start, b, oracle, gen = self._begin(update, seed)
         labels, strategy = _labels(update, b, cfg.label_strategy)
-        gen = torch.Generator().manual_seed(seed)
         trials: list[dict[str, Any]] = []
         for _ in range(cfg.restarts):
             z0 = torch.randn((b, *oracle.image_shape), generator=gen, dtype=oracle.dtype)
@@ -257,12 +259,8 @@ class DeepLeakageAttack(_GradientMatchingAttack):
     counts = ("iterations", "inner_iterations")
 
     def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
-        self.check_update(update)
         cfg = self.config
-        start = time.perf_counter()
-        b = int(update.batch_size)
-        oracle = GradientOracle(update)
-        gen = torch.Generator().manual_seed(seed)
+        start, b, oracle, gen = self._begin(update, seed)
         z = torch.randn((b, *oracle.image_shape), generator=gen, dtype=oracle.dtype).requires_grad_(True)
         variables = [z]
         stats: dict[str, Any] = {}
