@@ -2,7 +2,9 @@
 
 from leakbench.attacks import register_attack
 from leakbench.attacks.spear.attack import SpearAttack, SpearConfig
+from leakbench.attacks.spear.guided_attack import GuidedSpearAttack, GuidedSpearConfig
 
 register_attack(SpearAttack)
+register_attack(GuidedSpearAttack)
 
-__all__ = ["SpearAttack", "SpearConfig"]
+__all__ = ["GuidedSpearAttack", "GuidedSpearConfig", "SpearAttack", "SpearConfig"]

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
 from leakbench.attacks.spear.factors import LayerProblem, factorize
-from leakbench.attacks.spear.search import SearchSettings, search_columns, zero_tolerance
+from leakbench.attacks.spear.search import SearchSettings, SearchState, search_columns, zero_tolerance
 from leakbench.attacks.spear.deflation import search_samples
 from leakbench.attacks.spear.solve import solve_batch, solve_from_samples
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
+
+ChunkSource = Callable[[SearchState], bool]
+StatsFn = Callable[[], dict]
 
 
 @dataclass(frozen=True)
@@ -122,9 +126,15 @@ class SpearAttack(Attack):
         next_weight, _ = model.layer_param_names(cfg.layer + 1)
         G_next = update.gradients[next_weight].to(device) if cfg.next_layer_check else None
         problem = factorize(G, g, W, bias, b, G_next=G_next)
-        return self._search(problem, seed)
+        return self._search(problem, seed, update)
 
-    def _search(self, problem: LayerProblem, seed: int) -> tuple[str, torch.Tensor | None, dict]:
+    def _chunk_source(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
+                      settings: SearchSettings, gen: torch.Generator) -> tuple[ChunkSource | None, StatsFn]:
+        """Extra draws for the deflation search and a function giving their stats (none in SPEAR)."""
+        return None, dict
+
+    def _search(self, problem: LayerProblem, seed: int, update: ClientUpdate
+                ) -> tuple[str, torch.Tensor | None, dict]:
         cfg = self.config
         tol = zero_tolerance(problem, cfg.zero_tol, cfg.noise_factor)
         chunk = cfg.chunk or max(1024, min(65536, int(8e6 // max(problem.m, 1))))
@@ -135,8 +145,10 @@ class SpearAttack(Attack):
                                   max_new_per_chunk=cfg.max_new_per_chunk, last_column=cfg.last_column,
                                   sampler=cfg.sampler)
         gen = torch.Generator(device=problem.Ln.device).manual_seed(seed)
+        extra_stats: StatsFn = dict
         if problem.P_next is not None:
-            state, solution = search_samples(problem, tol, settings, gen, cfg.residual_tol)
+            source, extra_stats = self._chunk_source(problem, update, seed, tol, settings, gen)
+            state, solution = search_samples(problem, tol, settings, gen, cfg.residual_tol, chunk_source=source)
             mode = "deflation+next-layer"
         else:
             state = search_columns(problem, tol, settings, gen)
@@ -149,7 +161,7 @@ class SpearAttack(Attack):
                  "patterns": state.patterns, "fits_or_lp_checks": state.lp_checks,
                  "samples_found": int(state.accepted.shape[0]), "retries": state.retries,
                  "last_sample_closed_form": state.last_column_used, "neurons_used": problem.m,
-                 "noise_estimate": problem.noise, "search_seconds": state.seconds}
+                 "noise_estimate": problem.noise, "search_seconds": state.seconds, **extra_stats()}
         if solution is None:
             why = "time" if state.seconds >= cfg.max_seconds else "draw"
             return (f"{why} budget spent after {state.draws} draws with {state.accepted.shape[0]} of "

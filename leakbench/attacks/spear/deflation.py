@@ -9,6 +9,8 @@ Candidate patterns are turned into samples and tested with the next layer's grad
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from leakbench.attacks.spear.active import BatchSpan, draw_active, find_batch_span
@@ -45,16 +47,20 @@ def reduced_rows(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor
 
 
 def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, state: SearchState,
-                  settings: SearchSettings, gen: torch.Generator) -> torch.Tensor:
-    """One chunk of draws in the reduced space; the new loose zero masks (k, m), sparsest first."""
+                  settings: SearchSettings, gen: torch.Generator,
+                  weights: torch.Tensor | None = None) -> torch.Tensor:
+    """One chunk of draws in the reduced space; the new loose zero masks (k, m), sparsest first.
+
+    `weights` (draws, m), if given, sets the chunk size and each draw's row weights (guided.py).
+    """
     bp = N.shape[1]
     LNn, tol_r, live = reduced_rows(problem, N, tol)
     loose = tol_r * settings.sample_tol_factor
-    count = min(settings.chunk, settings.max_draws - state.draws)
+    count = min(settings.chunk, settings.max_draws - state.draws) if weights is None else weights.shape[0]
     if int(live.sum()) < bp - 1:
         state.draws += count
         return torch.zeros(0, problem.m, dtype=torch.bool, device=problem.L.device)
-    y = draw_directions(LNn[live], bp, count, gen)
+    y = draw_directions(LNn[live], bp, count, gen, None if weights is None else weights[:, live])
     state.draws += count
     y = y[torch.isfinite(y).all(dim=1)]
     need = bp - 1 + extra_zeros(int(live.sum()), settings)
@@ -166,7 +172,9 @@ ZERO_ROUTE_TAIL = 4
 
 
 def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSettings,
-                   gen: torch.Generator, residual_tol: float) -> tuple[SearchState, Solution | None]:
+                   gen: torch.Generator, residual_tol: float,
+                   chunk_source: Callable[[SearchState], bool] | None = None
+                   ) -> tuple[SearchState, Solution | None]:
     """Find all b samples (rows of C) by deflated sampling, or stop at the budget.
 
     The last sample needs no search: it follows from the other b−1 (`complete_last_sample`). When
@@ -174,6 +182,8 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
     the fits), those are verified first.
     When the completed batch fails verification, the found sample with the most ReLU
     violations is dropped (and never accepted again) and the search goes on.
+    `chunk_source`, if given, runs a chunk of its own draws (guided.py) and returns False once it
+    has nothing left to try; the usual routes take over then.
     """
     b = problem.b
     state = SearchState(accepted=torch.empty(0, b, dtype=problem.L.dtype, device=problem.L.device))
@@ -182,7 +192,9 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
     state.two_sided = span is not None
     while not out_of_budget(state, settings):
         if state.accepted.shape[0] < b - 1:
-            if use_active(problem, span, state, settings):
+            if chunk_source is not None and chunk_source(state):
+                pass
+            elif use_active(problem, span, state, settings):
                 active_chunk(problem, span, state, settings, gen, residual_tol)
             else:
                 before = state.accepted.shape[0]

@@ -9,8 +9,9 @@ def draw_directions(Ln: torch.Tensor, b: int, count: int, gen: torch.Generator,
                     weights: torch.Tensor | None = None) -> torch.Tensor:
     """Kernel directions (count, b) of `count` random (b−1)-row submatrices of `Ln`.
 
-    Rows are drawn without replacement, uniformly or (with `weights`) by the Gumbel-top-k trick,
-    so no Python loop runs per draw. The kernel comes from one batched LU solve: q = (y, 1) with
+    Rows are drawn without replacement, uniformly or (with `weights`, shape (m,) for all draws or
+    (count, m) per draw; zero weight = never drawn) by the Gumbel-top-k trick, so no Python loop
+    runs per draw. The kernel comes from one batched LU solve: q = (y, 1) with
     L_A[:, :b−1] y = −L_A[:, b−1]. Singular blocks give non-finite rows, dropped by the caller.
     """
     m = Ln.shape[0]

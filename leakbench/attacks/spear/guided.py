@@ -1,0 +1,106 @@
+"""Guided SPEAR: draws led by an approximate reconstruction from another attack.
+
+Plain SPEAR isolates a sample when all b−1 drawn neurons are inactive for it, probability
+≈ 2^−(b−1). An approximate reconstruction x̂_j (CPA, gradient matching) predicts each neuron's
+pre-activation ẑ_j = W x̂_j + bias; neurons far below zero are almost surely inactive for the
+sample x̂_j resembles. Drawing the b−1 rows among sample j's most confidently inactive neurons
+hits with probability ≈ p^(b−1) for a pool precision p close to one (notes, "Going past b ≈ 25").
+Everything after the draw is SPEAR's: zero-count filter, refinement, next-layer fit, deflation,
+closed-form last sample and the final verification, so the answer is exact or reported failed.
+The guide is only a proposal distribution: which guide image matches which sample never matters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from leakbench.attacks.spear.deflation import accept_patterns, draw_patterns, null_basis, reduced_rows
+from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.search import SearchSettings, SearchState
+
+
+@dataclass
+class Guide:
+    """Per guide sample (rows): the signed distance of its predicted pre-activation to zero.
+
+    `margin` (g, m) is ẑ_r / ‖A_r‖ in the layer's input space, negative where the neuron is
+    predicted inactive. `pool` (g,) is each guide's current pool size as a multiple of the rows a
+    draw needs; it grows while the guide finds nothing. `open` marks guides not yet matched to a
+    found sample.
+    """
+
+    margin: torch.Tensor
+    pool: torch.Tensor
+    open: torch.Tensor
+    draws: int = 0
+
+    @property
+    def matched(self) -> int:
+        return int((~self.open).sum())
+
+
+def make_guide(problem: LayerProblem, features: torch.Tensor, pool_start: float) -> Guide:
+    """A guide from approximate layer inputs (g, n): project onto the gradient's input span first.
+
+    Every true input lies in the row space of R (x = Rᵀc), so only the guide's component there
+    predicts anything; the projection also removes whatever the guide got wrong outside it.
+    """
+    c = features.to(problem.R.dtype).to(problem.R.device).reshape(features.shape[0], -1) @ problem.R.T
+    z = c @ problem.A.T + problem.bias
+    margin = z / problem.A.norm(dim=1).clamp_min(1e-300)
+    g = margin.shape[0]
+    return Guide(margin=margin, pool=torch.full((g,), pool_start, dtype=torch.float64),
+                 open=torch.ones(g, dtype=torch.bool))
+
+
+def match_guides(guide: Guide, problem: LayerProblem, C: torch.Tensor) -> None:
+    """Close the guides that found samples: greedy one-to-one matching on ReLU-pattern agreement."""
+    guide.open[:] = True
+    if C.shape[0] == 0:
+        return
+    zero = (C @ problem.A.T + problem.bias) <= 0
+    agree = ((guide.margin < 0).unsqueeze(1) == zero.unsqueeze(0)).to(torch.float64).mean(-1)
+    for _ in range(min(agree.shape)):
+        flat = int(agree.argmax())
+        i, k = divmod(flat, agree.shape[1])
+        if agree[i, k] < 0:
+            break
+        guide.open[i] = False
+        agree[i, :] = -1.0
+        agree[:, k] = -1.0
+
+
+def pool_weights(guide: Guide, live: torch.Tensor, need: int, per_guide: int) -> torch.Tensor:
+    """Row weights (draws, m): each open guide's `pool` most confident predicted-inactive live rows."""
+    conf = torch.where(live, -guide.margin[guide.open], torch.full_like(guide.margin[guide.open], -math.inf))
+    n_live = int(live.sum())
+    size = (guide.pool[guide.open] * need).ceil().long().clamp(min=need, max=n_live)
+    rank = conf.argsort(dim=1, descending=True).argsort(dim=1)
+    weights = (rank < size[:, None]).to(torch.float64)
+    return weights.repeat_interleave(per_guide, dim=0)
+
+
+def guided_chunk(problem: LayerProblem, guide: Guide, tol: torch.Tensor, state: SearchState,
+                 settings: SearchSettings, gen: torch.Generator, residual_tol: float,
+                 growth: float) -> bool:
+    """One chunk of guided draws in the deflated space; False when no guide is left to follow."""
+    match_guides(guide, problem, state.accepted)
+    N = null_basis(state.accepted, problem.b)
+    need = N.shape[1] - 1
+    _, _, live = reduced_rows(problem, N, tol)
+    n_open = int(guide.open.sum())
+    if n_open == 0 or need < 1 or int(live.sum()) < need:
+        return False
+    per_guide = max(1, min(settings.chunk, settings.max_draws - state.draws) // n_open)
+    weights = pool_weights(guide, live.cpu(), need, per_guide).to(problem.L.device)
+    before = state.draws
+    accept_patterns(problem, N, draw_patterns(problem, N, tol, state, settings, gen, weights=weights), tol,
+                    state, residual_tol)
+    guide.draws += state.draws - before
+    still_open = guide.open.clone()
+    match_guides(guide, problem, state.accepted)
+    guide.pool[still_open & guide.open] *= growth
+    return True

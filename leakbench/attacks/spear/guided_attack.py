@@ -1,0 +1,91 @@
+"""Guided SPEAR as a registered attack: run a guide attack on the same update, then SPEAR led by it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from leakbench.attacks.base import Reconstruction
+from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn
+from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.guided import Guide, guided_chunk, make_guide
+from leakbench.attacks.spear.search import SearchSettings
+from leakbench.errors import ConfigError
+from leakbench.fl.update import ClientUpdate
+
+
+@dataclass(frozen=True)
+class GuidedSpearConfig(SpearConfig):
+    """SPEAR's hyperparameters plus the guide's.
+
+    guide: registered attack whose reconstruction predicts the ReLU patterns (it sees only the
+        update, like every attack); "cpa" is fast and accurate enough at b = 50–100.
+    guide_options: that attack's hyperparameters (its `layer` is set to SPEAR's); CPA on layer 1
+        defaults to the derivative prefilter.
+    pool_start: each guide draws its rows among its pool_start·(rows needed) most confidently
+        inactive neurons at first; pool_growth: the pool grows by this factor after every chunk
+        in which the guide is not matched to a found sample.
+    sampler: "zeros" (no two-sided span search) once the guide's draws are exhausted.
+    """
+
+    guide: str = "cpa"
+    guide_options: dict[str, Any] = field(default_factory=dict)
+    pool_start: float = 1.5
+    pool_growth: float = 1.25
+    sampler: str = "zeros"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.guide in ("spear", "spear-guided"):
+            raise ConfigError(f"spear-guided: the guide must be another attack, got {self.guide!r}")
+        if not self.pool_start >= 1 or not self.pool_growth > 1:
+            raise ConfigError(f"spear-guided: need pool_start ≥ 1 and pool_growth > 1, got "
+                              f"{self.pool_start!r} and {self.pool_growth!r}")
+
+
+class GuidedSpearAttack(SpearAttack):
+    name = "spear-guided"
+    description = ("SPEAR with draws led by another attack's approximate reconstruction (default CPA); "
+                   "exact or reported failed, for batches past b ≈ 25")
+    Config = GuidedSpearConfig
+
+    def _chunk_source(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
+                      settings: SearchSettings, gen: torch.Generator) -> tuple[ChunkSource | None, StatsFn]:
+        cfg = self.config
+        start = time.perf_counter()
+        features, reason = self._guide_features(update, seed)
+        seconds = time.perf_counter() - start
+        if features is None:
+            return None, lambda: {"guide": cfg.guide, "guide_seconds": seconds, "guide_failed": reason}
+        guide = make_guide(problem, features, cfg.pool_start)
+
+        def source(state) -> bool:
+            return guided_chunk(problem, guide, tol, state, settings, gen, cfg.residual_tol, cfg.pool_growth)
+
+        return source, lambda: guide_stats(cfg.guide, seconds, guide)
+
+    def _guide_features(self, update: ClientUpdate, seed: int) -> tuple[torch.Tensor | None, str]:
+        """The guide's reconstruction of this layer's inputs, or None and why it failed."""
+        from leakbench.attacks import attack_class, create_attack
+
+        cfg = self.config
+        options = dict(cfg.guide_options)
+        if "layer" in attack_class(cfg.guide).Config.__dataclass_fields__:
+            options["layer"] = cfg.layer
+        if cfg.guide == "cpa" and cfg.layer == 1:
+            options.setdefault("prefilter", "derivative")
+        rec: Reconstruction = create_attack(cfg.guide, **options).reconstruct(update, seed=seed)
+        if rec.status != "ok":
+            return None, rec.reason
+        if rec.features is not None and rec.layer == cfg.layer:
+            return rec.features, ""
+        with torch.no_grad():
+            return update.model.layer_inputs(rec.images, cfg.layer).flatten(1), ""
+
+
+def guide_stats(name: str, seconds: float, guide: Guide) -> dict[str, Any]:
+    return {"guide": name, "guide_seconds": seconds, "guided_draws": guide.draws,
+            "guides_matched": guide.matched}
