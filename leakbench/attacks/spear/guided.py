@@ -83,16 +83,22 @@ def pool_weights(guide: Guide, live: torch.Tensor, need: int, per_guide: int) ->
     return weights.repeat_interleave(per_guide, dim=0)
 
 
+def exhausted(guide: Guide, n_live: int, need: int) -> bool:
+    """Every open guide's pool holds all live rows: its draws are SPEAR's own, nothing left to lead."""
+    return bool((guide.pool[guide.open] * need >= n_live).all())
+
+
 def guided_chunk(problem: LayerProblem, guide: Guide, tol: torch.Tensor, state: SearchState,
                  settings: SearchSettings, gen: torch.Generator, residual_tol: float,
                  growth: float) -> bool:
-    """One chunk of guided draws in the deflated space; False when no guide is left to follow."""
+    """One chunk of guided draws in the deflated space; False when no guide is left to follow
+    (all matched, or all exhausted), so that SPEAR's own routes take over."""
     match_guides(guide, problem, state.accepted)
     N = null_basis(state.accepted, problem.b)
     need = N.shape[1] - 1
     _, _, live = reduced_rows(problem, N, tol)
     n_open = int(guide.open.sum())
-    if n_open == 0 or need < 1 or int(live.sum()) < need:
+    if n_open == 0 or need < 1 or int(live.sum()) < need or exhausted(guide, int(live.sum()), need):
         return False
     per_guide = max(1, min(settings.chunk, settings.max_draws - state.draws) // n_open)
     weights = pool_weights(guide, live.cpu(), need, per_guide).to(problem.L.device)

@@ -28,14 +28,13 @@ class GuidedSpearConfig(SpearConfig):
     pool_start: each guide draws its rows among its pool_start·(rows needed) most confidently
         inactive neurons at first; pool_growth: the pool grows by this factor after every chunk
         in which the guide is not matched to a found sample.
-    sampler: "zeros" (no two-sided span search) once the guide's draws are exhausted.
+    Once every unmatched guide's pool holds all live neurons, SPEAR's own routes (`sampler`) go on.
     """
 
     guide: str = "cpa"
     guide_options: dict[str, Any] = field(default_factory=dict)
     pool_start: float = 1.5
     pool_growth: float = 1.25
-    sampler: str = "zeros"
 
     def __post_init__(self) -> None:
         super().__post_init__()

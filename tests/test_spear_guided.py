@@ -1,0 +1,114 @@
+"""Guided SPEAR: guide margins, matching, per-draw row pools, and exact answers with good or useless guides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from leakbench.attacks import create_attack
+from leakbench.attacks.spear.factors import factorize
+from leakbench.attacks.spear.guided import make_guide, match_guides, pool_weights
+from leakbench.attacks.spear.sampling import draw_directions
+from leakbench.datasets import load_dataset, sample_batch
+from leakbench.errors import ConfigError
+from leakbench.fl import ThreatModel, fedsgd_update
+from leakbench.harness.cell import CellSpec, run_cell
+from leakbench.models import build_fc
+
+
+def _problem(b: int = 8, width: int = 64, seed: int = 0):
+    ds = load_dataset("embedded")
+    batch = sample_batch(ds, b, seed=seed)
+    model = build_fc(ds.image_shape, ds.num_classes, width=width, depth=3, seed=seed)
+    update = fedsgd_update(model, batch, ThreatModel())
+    w, bn = model.layer_param_names(1)
+    w2, _ = model.layer_param_names(2)
+    params = dict(model.named_parameters())
+    problem = factorize(update.gradients[w], update.gradients[bn], params[w], params[bn], b,
+                        G_next=update.gradients[w2])
+    with torch.no_grad():
+        X = model.layer_inputs(batch.images, 1).flatten(1).double()
+    return problem, X
+
+
+def test_exact_guide_predicts_every_relu_pattern() -> None:
+    problem, X = _problem()
+    guide = make_guide(problem, X, pool_start=1.5)
+    z = (X @ problem.R.T) @ problem.A.T + problem.bias
+    assert torch.equal(guide.margin < 0, z < 0)
+    # margins are distances: scaling A's rows leaves them unchanged up to rounding
+    assert torch.allclose(guide.margin * problem.A.norm(dim=1), z, atol=1e-9)
+
+
+def test_match_guides_is_one_to_one_and_reopens() -> None:
+    problem, X = _problem()
+    C = X @ problem.R.T
+    guide = make_guide(problem, X.flip(0), pool_start=1.5)  # guide order is irrelevant
+    match_guides(guide, problem, C[:3])
+    assert guide.matched == 3
+    assert not guide.open[-3:].any() and guide.open[:-3].all()
+    match_guides(guide, problem, C[:0])
+    assert guide.matched == 0
+
+
+def test_pool_weights_take_most_confident_live_rows() -> None:
+    problem, X = _problem()
+    guide = make_guide(problem, X, pool_start=1.0)
+    live = torch.ones(problem.m, dtype=torch.bool)
+    live[0] = False
+    w = pool_weights(guide, live, need=5, per_guide=3)
+    assert w.shape == (3 * X.shape[0], problem.m)
+    assert (w.sum(1) == 5).all() and (w[:, 0] == 0).all()
+    conf = -guide.margin[0].clone()
+    conf[0] = -float("inf")
+    assert set(torch.nonzero(w[0]).flatten().tolist()) == set(conf.topk(5).indices.tolist())
+
+
+def test_draws_stay_inside_per_draw_pools() -> None:
+    gen = torch.Generator().manual_seed(0)
+    L = torch.randn(30, 4, dtype=torch.float64, generator=gen)
+    weights = torch.zeros(2, 30, dtype=torch.float64)
+    weights[0, :3] = 1.0
+    weights[1, 10:13] = 1.0
+    q = draw_directions(L, 4, 2, gen, weights=weights)
+    assert (L[:3] @ q[0]).abs().max() < 1e-10
+    assert (L[10:13] @ q[1]).abs().max() < 1e-10
+    assert (L[10:13] @ q[0]).abs().max() > 1e-6
+
+
+def test_config_rejects_self_guide_and_bad_pools() -> None:
+    with pytest.raises(ConfigError, match="another attack"):
+        create_attack("spear-guided", guide="spear")
+    with pytest.raises(ConfigError, match="pool_start"):
+        create_attack("spear-guided", pool_start=0.5)
+
+
+def _exact_cell(spec: CellSpec) -> dict:
+    s = run_cell(spec).summary
+    assert s["status"] == "ok", s["reason"]
+    assert s["exact_fraction"] == 1.0
+    return s
+
+
+def test_guided_exact_on_embedded_with_cpa_guide() -> None:
+    s = _exact_cell(CellSpec(attack="spear-guided", dataset="embedded", batch_size=24, seed=0,
+                             hyperparameters={"max_draws": 2_000_000}))
+    stats = s["attack_stats"]
+    assert stats["guide"] == "cpa" and stats["guides_matched"] >= 20
+    assert stats["guided_draws"] == stats["draws"]
+
+
+def test_useless_guide_still_exact_or_honest() -> None:
+    """A few steps of DLG from noise predict nothing; the pools grow and SPEAR still answers exactly."""
+    s = _exact_cell(CellSpec(attack="spear-guided", dataset="embedded", batch_size=6, seed=1,
+                             hyperparameters={"guide": "dlg", "guide_options": {"iterations": 1},
+                                              "max_draws": 2_000_000}))
+    assert s["attack_stats"]["guide"] == "dlg"
+
+
+@pytest.mark.slow
+def test_guided_exact_on_tinyimagenet_b50(tinyimagenet_root: Path) -> None:
+    _exact_cell(CellSpec(attack="spear-guided", dataset="tinyimagenet", batch_size=50, seed=0, width=400,
+                         data_root=str(tinyimagenet_root), hyperparameters={"max_draws": 5_000_000}))
