@@ -19,7 +19,7 @@ import torch
 
 from leakbench.attacks.spear.deflation import accept_patterns, draw_patterns, null_basis, reduced_rows
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.search import SearchSettings, SearchState
+from leakbench.attacks.spear.search import SearchSettings, SearchState, new_patterns
 
 
 @dataclass
@@ -90,9 +90,15 @@ def exhausted(guide: Guide, n_live: int, need: int) -> bool:
 
 def guided_chunk(problem: LayerProblem, guide: Guide, tol: torch.Tensor, state: SearchState,
                  settings: SearchSettings, gen: torch.Generator, residual_tol: float,
-                 growth: float) -> bool:
+                 growth: float, refine_first: bool = False) -> bool:
     """One chunk of guided draws in the deflated space; False when no guide is left to follow
-    (all matched, or all exhausted), so that SPEAR's own routes take over."""
+    (all matched, or all exhausted), so that SPEAR's own routes take over.
+
+    `refine_first`: before drawing, hand each open guide's whole pool to SPEAR's refinement as a
+    zero set (least-squares kernel on all its rows, then the exact zero set): one "draw" per
+    guide that succeeds when the pool holds no active neuron; draws follow only if nothing new
+    was found.
+    """
     match_guides(guide, problem, state.accepted)
     N = null_basis(state.accepted, problem.b)
     need = N.shape[1] - 1
@@ -100,12 +106,19 @@ def guided_chunk(problem: LayerProblem, guide: Guide, tol: torch.Tensor, state: 
     n_open = int(guide.open.sum())
     if n_open == 0 or need < 1 or int(live.sum()) < need or exhausted(guide, int(live.sum()), need):
         return False
-    per_guide = max(1, min(settings.chunk, settings.max_draws - state.draws) // n_open)
-    weights = pool_weights(guide, live.cpu(), need, per_guide).to(problem.L.device)
-    before = state.draws
-    accept_patterns(problem, N, draw_patterns(problem, N, tol, state, settings, gen, weights=weights), tol,
-                    state, residual_tol)
-    guide.draws += state.draws - before
+    found = state.accepted.shape[0]
+    if refine_first:
+        pools = pool_weights(guide, live.cpu(), need, 1).to(problem.L.device) > 0
+        state.draws += n_open
+        guide.draws += n_open
+        accept_patterns(problem, N, pools[new_patterns(pools, state, n_open)], tol, state, residual_tol)
+    if state.accepted.shape[0] == found:
+        per_guide = max(1, min(settings.chunk, settings.max_draws - state.draws) // n_open)
+        weights = pool_weights(guide, live.cpu(), need, per_guide).to(problem.L.device)
+        before = state.draws
+        accept_patterns(problem, N, draw_patterns(problem, N, tol, state, settings, gen, weights=weights), tol,
+                        state, residual_tol)
+        guide.draws += state.draws - before
     still_open = guide.open.clone()
     match_guides(guide, problem, state.accepted)
     guide.pool[still_open & guide.open] *= growth

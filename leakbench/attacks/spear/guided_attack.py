@@ -28,6 +28,7 @@ class GuidedSpearConfig(SpearConfig):
     pool_start: each guide draws its rows among its pool_start·(rows needed) most confidently
         inactive neurons at first; pool_growth: the pool grows by this factor after every chunk
         in which the guide is not matched to a found sample.
+    refine_first: try each guide's whole pool as a zero set before drawing subsets of it (guided.py).
     Once every unmatched guide's pool holds all live neurons, SPEAR's own routes (`sampler`) go on.
     """
 
@@ -35,6 +36,7 @@ class GuidedSpearConfig(SpearConfig):
     guide_options: dict[str, Any] = field(default_factory=dict)
     pool_start: float = 1.5
     pool_growth: float = 1.25
+    refine_first: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -62,7 +64,8 @@ class GuidedSpearAttack(SpearAttack):
         guide = make_guide(problem, features, cfg.pool_start)
 
         def source(state) -> bool:
-            return guided_chunk(problem, guide, tol, state, settings, gen, cfg.residual_tol, cfg.pool_growth)
+            return guided_chunk(problem, guide, tol, state, settings, gen, cfg.residual_tol, cfg.pool_growth,
+                                cfg.refine_first)
 
         return source, lambda: guide_stats(cfg.guide, seconds, guide)
 
