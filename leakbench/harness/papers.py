@@ -55,6 +55,8 @@ SUITES = (
     ("conv", "conv+FC victim on TinyImageNet: SPEAR/CPA on the first FC layer + inversion vs IG (needs --data-root)"),
     ("conv-embedded", "conv+FC victim on the embedded 32×32 patches: SPEAR/CPA + inversion vs IG"),
     ("dp", "every attack against DP-SGD σ ∈ {0 … 1} with ε (TinyImageNet FC-6, b = 8; needs --data-root)"),
+    ("spear-guided-w400", "guided SPEAR vs CPA, b = 25…100, FC-6 width 400 (TinyImageNet; needs --data-root)"),
+    ("spear-guided-w2000", "guided SPEAR vs CPA, b = 25…100, FC-6 width 2000 (TinyImageNet; needs --data-root)"),
     ("fedavg", "FedAvg table: E ∈ {1, 5}, mini-batch ∈ {b, b/4}, η ∈ {0.1, 0.01} "
                "(TinyImageNet FC-6, b = 20; needs --data-root)"),
 )
@@ -65,6 +67,11 @@ for _name, _description in SUITES:
 PAPERS.register("spear-draws", _script("spear-draws", "spear_draws.py"),
                 "SPEAR draws against their expectation and failure rate against the bound (figure), "
                 "by benchmarks/spear_draws.py (needs --data-root)")
+
+
+PAPERS.register("spear-guided", _script("spear-guided", "spear_guided.py"),
+                "guided SPEAR frontier with the guide's sign accuracy, and draws against a controlled guide's "
+                "quality, by benchmarks/spear_guided.py (needs --data-root)")
 
 
 def list_papers() -> list[tuple[str, str]]:
