@@ -12,7 +12,9 @@ from (its 1.5·(b−1) most confidently inactive neurons).
 Part 2 (`quality.csv`, `--quality-levels`): how the guide's quality sets the number of draws. The
 guide is the true batch plus Gaussian noise of a given relative size (a controlled guide, built
 here, outside the attack registry); the table gives sign accuracy, pool precision and the draws
-and seconds the search needed.
+and seconds the search needed, next to the draws expected if every guide kept drawing from its
+first pool (b × the coupon-collector time over the guides' hit probabilities C(correct, b−1) /
+C(pool, b−1); the search beats it by deflating and growing pools).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from spear_speed import parse_range  # noqa: E402
 
 from leakbench.attacks import create_attack  # noqa: E402
 from leakbench.attacks.spear import GuidedSpearAttack  # noqa: E402
+from leakbench.attacks.spear.theory import coupon_draws, hit_probability  # noqa: E402
 from leakbench.harness.cell import CellSpec, prepare, run_cell  # noqa: E402
 from leakbench.metrics.image import psnr  # noqa: E402
 
@@ -48,11 +51,15 @@ def guide_quality(model, batch, guide: torch.Tensor, pool_start: float) -> dict[
     b = truth.shape[0]
     size = int(np.ceil(pool_start * (b - 1)))
     margin = zg / W.norm(dim=1)
-    precision = [float((zt[c][margin[r].argsort()[:size]] < 0).double().mean()) for r, c in zip(rows, cols)]
+    correct = np.array([int((zt[c][margin[r].argsort()[:size]] < 0).sum()) for r, c in zip(rows, cols)])
+    precision = correct / size
+    # every guide draws in parallel from its first pool: E[draws] = b × E[max_j Geometric(p_j)]
+    expected = b * coupon_draws(hit_probability(correct, size, b - 1))
     with torch.no_grad():
         images = model.denormalize(guide.float().reshape(batch.images.shape)).clamp(0, 1)
     return {"sign_accuracy": float(agree[rows, cols].mean()), "sign_accuracy_min": float(agree[rows, cols].min()),
             "pool_precision": float(np.mean(precision)), "pool_precision_min": float(np.min(precision)),
+            "expected_draws_first_pool": expected,
             "guide_psnr": float(psnr(images[rows], batch.images[cols]).median())}
 
 
@@ -101,7 +108,8 @@ def quality_sweep(args: argparse.Namespace) -> pd.DataFrame:
                 truth = model.layer_inputs(batch.images, 1).flatten(1)
             gen = torch.Generator().manual_seed(1000 + seed)
             noise = torch.randn(truth.shape, generator=gen)
-            attack = NoisyTruthGuide(NoisyTruthGuide.Config(max_seconds=args.max_seconds))
+            attack = NoisyTruthGuide(NoisyTruthGuide.Config(max_seconds=args.max_seconds,
+                                                            chunk=args.quality_draws_per_guide * b))
             attack.given = truth + level * noise * truth.norm(dim=1, keepdim=True) / noise.norm(dim=1, keepdim=True)
             rec = attack.reconstruct(update, seed=seed)
             exact = 0.0
@@ -134,10 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0-2")
     parser.add_argument("--guide", default="cpa")
     parser.add_argument("--max-seconds", type=float, default=900.0)
-    parser.add_argument("--quality-levels", default="0.1,0.2,0.3,0.5,0.7",
+    parser.add_argument("--quality-levels", default="0.3,0.5,1,1.5,2,3",
                         help="relative noise of the controlled guide; empty to skip part 2")
     parser.add_argument("--quality-batch", type=int, default=50)
     parser.add_argument("--quality-width", type=int, default=400)
+    parser.add_argument("--quality-draws-per-guide", type=int, default=16,
+                        help="draws per guide per chunk in part 2 (small, so draw counts resolve the quality)")
     parser.add_argument("--skip-frontier", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("reports/spear-guided"))
     args = parser.parse_args(argv)
@@ -157,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         print(dq.groupby("noise").agg(
             n=("seed", "size"), exact_pct=("exact_fraction", lambda v: 100 * v.mean()),
             sign_accuracy=("sign_accuracy", "mean"), pool_precision=("pool_precision", "mean"),
-            draws_median=("draws", "median"), seconds_median=("seconds", "median")
+            draws_median=("draws", "median"), expected_first_pool=("expected_draws_first_pool", "median"),
+            seconds_median=("seconds", "median")
         ).to_string(float_format=lambda v: f"{v:.3g}"))
     print(f"wrote {args.out}")
     return 0
