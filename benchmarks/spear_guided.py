@@ -73,7 +73,7 @@ def frontier(args: argparse.Namespace) -> pd.DataFrame:
                                 hyperparameters={"max_seconds": args.max_seconds, "guide": args.guide})
                 batch, model, update = prepare(spec)
                 attack = create_attack("spear-guided", guide=args.guide)
-                features, _ = attack._guide_features(update, seed)
+                features, _ = attack.guide_features(update, seed)
                 quality = guide_quality(model, batch, features, attack.config.pool_start) if features is not None else {}
                 s = run_cell(spec).summary
                 stats = s["attack_stats"]
@@ -92,7 +92,7 @@ class NoisyTruthGuide(GuidedSpearAttack):
 
     given: torch.Tensor
 
-    def _guide_features(self, update, seed):
+    def guide_features(self, update, seed):
         return self.given, ""
 
 

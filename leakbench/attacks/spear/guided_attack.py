@@ -57,7 +57,7 @@ class GuidedSpearAttack(SpearAttack):
                       settings: SearchSettings, gen: torch.Generator) -> tuple[ChunkSource | None, StatsFn]:
         cfg = self.config
         start = time.perf_counter()
-        features, reason = self._guide_features(update, seed)
+        features, reason = self.guide_features(update, seed)
         seconds = time.perf_counter() - start
         if features is None:
             return None, lambda: {"guide": cfg.guide, "guide_seconds": seconds, "guide_failed": reason}
@@ -69,9 +69,12 @@ class GuidedSpearAttack(SpearAttack):
 
         return source, lambda: guide_stats(cfg.guide, seconds, guide)
 
-    def _guide_features(self, update: ClientUpdate, seed: int) -> tuple[torch.Tensor | None, str]:
-        """The guide's reconstruction of this layer's inputs, or None and why it failed."""
-        from leakbench.attacks import attack_class, create_attack
+    def guide_features(self, update: ClientUpdate, seed: int) -> tuple[torch.Tensor | None, str]:
+        """The guide's reconstruction of this layer's inputs (b, n), or None and why it failed.
+
+        Public so that a benchmark can measure the guide's quality, or substitute a controlled guide.
+        """
+        from leakbench.attacks import attack_class, create_attack  # the registry imports this module
 
         cfg = self.config
         options = dict(cfg.guide_options)
