@@ -367,7 +367,11 @@ def test_paper_suites_parse() -> None:
 
     names = {name for name, _ in list_papers()}
     assert names == {"spear-batch-size", "spear-layers", "spear-draws", "layers-images", "conv", "conv-embedded", "dp",
-                     "fedavg"}
+                     "fedavg", "spear-guided", "spear-guided-w400", "spear-guided-w2000"}
+    for width in (400, 2000):
+        guided = load_suite(PAPER_DIR / f"spear-guided-w{width}.toml").cells
+        assert sorted({c.batch_size for c in guided}) == [25, 32, 50, 64, 100]
+        assert {c.width for c in guided} == {width} and {c.attack for c in guided} == {"spear-guided", "cpa"}
     sizes = load_suite(PAPER_DIR / "spear-batch-size.toml").cells
     assert sorted({c.batch_size for c in sizes}) == [1, 2, 4, 8, 12, 16, 20]
     layers = load_suite(PAPER_DIR / "spear-layers.toml").cells
