@@ -26,7 +26,7 @@ class SpearConfig:
 
     layer: which linear layer (1-based) of the victim to attack; it must be followed by a ReLU.
     max_draws / max_seconds: budget of the sampling search; past it the attack reports failure.
-    chunk: submatrices drawn per vectorised step (0 = choose from the layer size).
+    chunk: submatrices drawn per vectorised step (0 = choose from the layer size and b: `auto_chunk`).
     min_extra_zeros / min_zero_fraction: a candidate needs b−1 zeros plus the larger of these
         (a count, and a fraction of the live neurons) before it is examined.
     zero_tol: relative floor under which |Ln_r·q| counts as zero (rounding of the gradient).
@@ -77,6 +77,12 @@ class SpearConfig:
             raise ConfigError(f"spear: sampler must be auto, zeros, actives or both, got {self.sampler!r}")
         if self.device.split(":")[0] not in ("cpu", "cuda"):
             raise ConfigError(f"spear: device must be cpu or cuda, got {self.device!r}")
+
+
+def auto_chunk(m: int, b: int) -> int:
+    """Draws per vectorised step: the zero test holds chunk×m and the LU blocks chunk×b² numbers;
+    both stay near 200 MB in float64 (b = 150 at width 400 took 8.6 GB with the old m-only rule)."""
+    return max(256, min(65536, int(8e6 // max(m, 1)), int(2.5e7 // (b * b))))
 
 
 class SpearAttack(Attack):
@@ -137,7 +143,7 @@ class SpearAttack(Attack):
                 ) -> tuple[str, torch.Tensor | None, dict]:
         cfg = self.config
         tol = zero_tolerance(problem, cfg.zero_tol, cfg.noise_factor)
-        chunk = cfg.chunk or max(1024, min(65536, int(8e6 // max(problem.m, 1))))
+        chunk = cfg.chunk or auto_chunk(problem.m, problem.b)
         settings = SearchSettings(max_draws=cfg.max_draws, max_seconds=cfg.max_seconds, chunk=chunk,
                                   min_extra_zeros=cfg.min_extra_zeros,
                                   min_zero_fraction=cfg.min_zero_fraction,
