@@ -55,7 +55,8 @@ def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, sta
     if int(live.sum()) < bp - 1:
         state.draws += count
         return torch.zeros(0, problem.m, dtype=torch.bool, device=problem.L.device)
-    y = draw_directions(LNn[live], bp, count, gen)
+    weights = row_weights(problem, N, live, settings.row_weight_power, state)
+    y = draw_directions(LNn[live], bp, count, gen, weights=weights)
     state.draws += count
     y = y[torch.isfinite(y).all(dim=1)]
     need = bp - 1 + extra_zeros(int(live.sum()), settings)
@@ -65,6 +66,24 @@ def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, sta
     state.candidates += int(hits.shape[0])
     masks = zero_masks(LNn, hits, loose)
     return masks[new_patterns(masks, state, settings.max_new_per_chunk)]
+
+
+def row_weights(problem: LayerProblem, N: torch.Tensor, live: torch.Tensor, power: float,
+                state: SearchState) -> torch.Tensor | None:
+    """Draw weights |L_r N|^−power for the live rows, on every other chunk (None: uniform).
+
+    Row r of the gradient is L_r = Σ_i D_ir c_i over the samples for which neuron r passed a
+    gradient, so rows with a small norm tend to be inactive for more of the remaining samples, and
+    b−1 of them lie in one sample's zero set far more often (measured with ground truth on
+    TinyImageNet FC-6, b = 20, power 2: 8× more hits at layer 1, 40× at layer 2, > 1000× at
+    layer 3). Uniform chunks alternate with weighted ones so that a sample whose zeros sit on large
+    rows is never found more than 2× slower than by SPEAR's uniform draws.
+    """
+    state.zero_chunks += 1
+    if power <= 0 or state.zero_chunks % 2 == 0:
+        return None
+    norms = (problem.L @ N)[live].norm(dim=1)
+    return (norms / norms.max()).clamp_min(1e-6).pow(-power)
 
 
 def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor, tol: torch.Tensor,
