@@ -44,6 +44,8 @@ class SpearConfig:
         active for the whole batch), "both" (alternating, favouring the route that found a sample
         more recently) or "auto" (two-sided when the batch span is found, else zeros; measured
         best: at layers 4–5 of FC-6 zero draws misread near-zero rows, see docs/spear.md).
+    row_weight_power: zero draws (with the next-layer check) pick rows with probability ∝
+        |row|^−power on every other chunk (deflation.row_weights; 0 = SPEAR's uniform draws).
     device: torch device for the linear algebra ("cpu" or "cuda").
     """
 
@@ -62,6 +64,7 @@ class SpearConfig:
     next_layer_check: bool = True
     residual_tol: float = 1e-4
     sampler: str = "auto"
+    row_weight_power: float = 2.0
     device: str = "cpu"
 
     def __post_init__(self) -> None:
@@ -70,7 +73,7 @@ class SpearConfig:
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ConfigError(f"spear: {name} must be positive, got {getattr(self, name)!r}")
-        for name in ("chunk", "min_zero_fraction", "noise_factor"):
+        for name in ("chunk", "min_zero_fraction", "noise_factor", "row_weight_power"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"spear: {name} must not be negative, got {getattr(self, name)!r}")
         if self.sampler not in ("auto", "zeros", "actives", "both"):
@@ -149,7 +152,7 @@ class SpearAttack(Attack):
                                   min_zero_fraction=cfg.min_zero_fraction,
                                   sample_tol_factor=cfg.sample_tol_factor, unique_gap=cfg.unique_gap,
                                   max_new_per_chunk=cfg.max_new_per_chunk, last_column=cfg.last_column,
-                                  sampler=cfg.sampler)
+                                  sampler=cfg.sampler, row_weight_power=cfg.row_weight_power)
         gen = torch.Generator(device=problem.Ln.device).manual_seed(seed)
         extra_stats: StatsFn = dict
         if problem.P_next is not None:

@@ -18,6 +18,7 @@ from leakbench.attacks.spear.candidates import canonical, is_new, kernel_on, zer
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import (SampleFit, complete_last_sample, complete_samples, fit_samples,
                                          same_samples)
+from leakbench.attacks.spear.joint import next_layer_residuals, refine_batch
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
 from leakbench.attacks.spear.solve import Solution, solve_from_samples
 from leakbench.attacks.spear.search import SearchSettings, SearchState, extra_zeros, new_patterns
@@ -60,7 +61,11 @@ def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, sta
     if int(live.sum()) < bp - 1:
         state.draws += count
         return torch.zeros(0, problem.m, dtype=torch.bool, device=problem.L.device)
-    y = draw_directions(LNn[live], bp, count, gen, None if weights is None else weights[:, live])
+    if weights is None:
+        weights = row_weights(problem, N, live, settings.row_weight_power, state)
+    else:
+        weights = weights[:, live]
+    y = draw_directions(LNn[live], bp, count, gen, weights=weights)
     state.draws += count
     y = y[torch.isfinite(y).all(dim=1)]
     need = bp - 1 + extra_zeros(int(live.sum()), settings)
@@ -70,6 +75,24 @@ def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, sta
     state.candidates += int(hits.shape[0])
     masks = zero_masks(LNn, hits, loose)
     return masks[new_patterns(masks, state, settings.max_new_per_chunk)]
+
+
+def row_weights(problem: LayerProblem, N: torch.Tensor, live: torch.Tensor, power: float,
+                state: SearchState) -> torch.Tensor | None:
+    """Draw weights |L_r N|^−power for the live rows, on every other chunk (None: uniform).
+
+    Row r of the gradient is L_r = Σ_i D_ir c_i over the samples for which neuron r passed a
+    gradient, so rows with a small norm tend to be inactive for more of the remaining samples, and
+    b−1 of them lie in one sample's zero set far more often (measured with ground truth on
+    TinyImageNet FC-6, b = 20, power 2: 8× more hits at layer 1, 40× at layer 2, > 1000× at
+    layer 3). Uniform chunks alternate with weighted ones so that a sample whose zeros sit on large
+    rows is never found more than 2× slower than by SPEAR's uniform draws.
+    """
+    state.zero_chunks += 1
+    if power <= 0 or state.zero_chunks % 2 == 0:
+        return None
+    norms = (problem.L @ N)[live].norm(dim=1)
+    return (norms / norms.max()).clamp_min(1e-6).pow(-power)
 
 
 def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor, tol: torch.Tensor,
@@ -202,20 +225,19 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
                 accept_patterns(problem, N, draw_patterns(problem, N, tol, state, settings, gen), tol, state,
                                 residual_tol)
                 state.zero_misses = 0 if state.accepted.shape[0] > before else state.zero_misses + 1
-            solution = try_directions(problem, state, tol)
+            solution = try_directions(problem, state, tol, residual_tol)
             if solution is not None:
                 return state, solution
             continue
         order = torch.argsort(state.residuals)
         state.accepted, state.residuals = state.accepted[order], state.residuals[order]
         if state.accepted.shape[0] >= b:
-            solution = solve_from_samples(problem, state.accepted[:b], tol)
+            C, solution = verify_batch(problem, state.accepted[:b], tol, residual_tol)
             if solution.ok:
-                state.accepted = state.accepted[:b]
+                state.accepted = C
                 return state, solution
         state.accepted, state.residuals = state.accepted[: b - 1], state.residuals[: b - 1]
-        C = complete_last_sample(problem, state.accepted, tol)
-        solution = solve_from_samples(problem, C, tol)
+        C, solution = verify_batch(problem, complete_last_sample(problem, state.accepted, tol), tol, residual_tol)
         state.last_column_used = True
         if solution.ok:
             state.accepted = C
@@ -229,6 +251,26 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
     return state, solution
 
 
+def verify_batch(problem: LayerProblem, C: torch.Tensor, tol: torch.Tensor,
+                 residual_tol: float) -> tuple[torch.Tensor, Solution]:
+    """Verify a complete batch C (b×b); if it fails, refine all samples jointly and verify again.
+
+    The refined batch (joint.py) is kept only if it passes the same verification and every sample
+    still explains the next layer's gradient within the acceptance tolerance; otherwise C and its
+    failed verification are returned unchanged (the caller bans its worst sample).
+    """
+    solution = solve_from_samples(problem, C, tol)
+    if solution.ok or problem.P_next is None:
+        return C, solution
+    refined = refine_batch(problem, C)
+    if not bool(torch.isfinite(refined).all()):
+        return C, solution
+    if float(next_layer_residuals(problem, refined).max()) > max(residual_tol, problem.slack):
+        return C, solution
+    check = solve_from_samples(problem, refined, tol)
+    return (refined, check) if check.ok else (C, solution)
+
+
 def out_of_budget(state: SearchState, settings: SearchSettings) -> bool:
     return state.draws >= settings.max_draws or state.seconds >= settings.max_seconds
 
@@ -239,7 +281,8 @@ def remember_directions(state: SearchState, q: torch.Tensor) -> None:
     state.directions = torch.cat([state.directions, q[fresh]])
 
 
-def try_directions(problem: LayerProblem, state: SearchState, tol: torch.Tensor) -> Solution | None:
+def try_directions(problem: LayerProblem, state: SearchState, tol: torch.Tensor,
+                   residual_tol: float) -> Solution | None:
     """If remembered directions cover all k missing columns, complete the batch and verify it.
 
     Directions inside the current null space are either missing columns or mixtures of them;
@@ -261,8 +304,7 @@ def try_directions(problem: LayerProblem, state: SearchState, tol: torch.Tensor)
             chosen = torch.cat([chosen, q[None]])
     if chosen.shape[0] < k:
         return None
-    C = complete_samples(problem, state.accepted, chosen.T)
-    solution = solve_from_samples(problem, C, tol)
+    C, solution = verify_batch(problem, complete_samples(problem, state.accepted, chosen.T), tol, residual_tol)
     if solution.ok:
         state.accepted = C
         state.last_column_used = True

@@ -29,6 +29,7 @@ class SearchSettings:
     max_new_per_chunk: int
     last_column: bool
     sampler: str = "auto"
+    row_weight_power: float = 0.0
 
 
 @dataclass
@@ -50,6 +51,7 @@ class SearchState:
     active_misses: int = 0
     zero_misses: int = 0
     chunks: int = 0
+    zero_chunks: int = 0
     started: float = field(default_factory=time.perf_counter)
 
     directions: torch.Tensor | None = None

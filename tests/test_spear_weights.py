@@ -1,0 +1,55 @@
+"""Row-norm weighted zero draws (deflation.row_weights): small gradient rows are more often inactive."""
+
+from __future__ import annotations
+
+import torch
+
+from leakbench.attacks.spear.deflation import null_basis, row_weights
+from leakbench.attacks.spear.factors import factorize
+from leakbench.attacks.spear.search import SearchState
+from leakbench.harness.cell import CellSpec, prepare
+
+
+def _problem_and_zeros(layer: int, b: int = 8):
+    spec = CellSpec(attack="spear", dataset="embedded", batch_size=b, seed=0, layer=layer)
+    batch, model, update = prepare(spec)
+    weight, bias = model.layer_param_names(layer)
+    next_weight, _ = model.layer_param_names(layer + 1)
+    params = dict(model.named_parameters())
+    problem = factorize(update.gradients[weight], update.gradients[bias], params[weight].detach(),
+                        params[bias].detach(), b, G_next=update.gradients[next_weight])
+    with torch.no_grad():
+        C = model.layer_inputs(batch.images, layer).double() @ problem.R.T
+    return problem, (C @ problem.A.T + problem.bias) <= 0
+
+
+def _state(b: int) -> SearchState:
+    return SearchState(accepted=torch.empty(0, b, dtype=torch.float64))
+
+
+def test_row_weights_alternate_with_uniform_and_favour_small_rows() -> None:
+    problem, _ = _problem_and_zeros(2)
+    N = null_basis(problem.L[:0], problem.b)
+    live = torch.ones(problem.m, dtype=torch.bool)
+    state = _state(problem.b)
+    w = row_weights(problem, N, live, 2.0, state)
+    assert w is not None and w.shape == (problem.m,)
+    norms = problem.L.norm(dim=1)
+    assert torch.equal(torch.argsort(w), torch.argsort(norms, descending=True))
+    assert row_weights(problem, N, live, 2.0, state) is None  # the next chunk is uniform
+    assert row_weights(problem, N, live, 0.0, state) is None
+
+
+def test_weighted_draws_land_in_one_samples_zero_set_more_often() -> None:
+    problem, zero = _problem_and_zeros(2)
+    b, m = problem.b, problem.m
+    w = problem.L.norm(dim=1).pow(-2.0)
+    gen = torch.Generator().manual_seed(0)
+    hits = []
+    for weights in (None, w):
+        keys = torch.rand(20000, m, generator=gen, dtype=torch.float64)
+        if weights is not None:
+            keys = keys.log().neg().log().neg() + weights.log()
+        idx = keys.topk(b - 1, dim=1).indices
+        hits.append(int(zero[:, idx].all(dim=-1).any(dim=0).sum()))
+    assert hits[1] >= 2 * max(hits[0], 1)
