@@ -50,7 +50,7 @@ def make_guide(problem: LayerProblem, features: torch.Tensor, pool_start: float)
     """
     c = features.to(problem.R.dtype).to(problem.R.device).reshape(features.shape[0], -1) @ problem.R.T
     z = c @ problem.A.T + problem.bias
-    margin = z / problem.A.norm(dim=1).clamp_min(1e-300)
+    margin = (z / problem.A.norm(dim=1).clamp_min(1e-300)).cpu()  # guide bookkeeping stays on the CPU
     g = margin.shape[0]
     return Guide(margin=margin, pool=torch.full((g,), pool_start, dtype=torch.float64),
                  open=torch.ones(g, dtype=torch.bool))
@@ -61,13 +61,10 @@ def match_guides(guide: Guide, problem: LayerProblem, C: torch.Tensor) -> None:
     guide.open[:] = True
     if C.shape[0] == 0:
         return
-    zero = (C @ problem.A.T + problem.bias) <= 0
+    zero = ((C @ problem.A.T + problem.bias) <= 0).cpu()
     agree = ((guide.margin < 0).unsqueeze(1) == zero.unsqueeze(0)).to(torch.float64).mean(-1)
     for _ in range(min(agree.shape)):
-        flat = int(agree.argmax())
-        i, k = divmod(flat, agree.shape[1])
-        if agree[i, k] < 0:
-            break
+        i, k = divmod(int(agree.argmax()), agree.shape[1])
         guide.open[i] = False
         agree[i, :] = -1.0
         agree[:, k] = -1.0
