@@ -199,3 +199,13 @@ def test_attack_seed_does_not_change_answer() -> None:
         got = sorted(tuple(row) for row in (recon.images * 255).round().flatten(1).to(torch.int64).tolist())
         want = sorted(tuple(row) for row in (batch.images * 255).round().flatten(1).to(torch.int64).tolist())
         assert got == want
+
+
+def test_auto_chunk_bounds_memory_in_m_and_b() -> None:
+    from leakbench.attacks.spear.attack import auto_chunk
+
+    assert auto_chunk(200, 20) == 40_000  # the measured b ≤ 25 regime keeps its chunk
+    for m, b in ((400, 150), (2000, 100), (2000, 300), (64, 4)):
+        chunk = auto_chunk(m, b)
+        assert 256 <= chunk <= 65_536
+        assert chunk * max(m, b * b) <= 2.5e7 or chunk == 256
