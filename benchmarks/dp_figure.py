@@ -124,7 +124,7 @@ def figure(pts: pd.DataFrame, path: Path, title: str) -> Path:
         psnr_ax.scatter([], [], marker="x", color="grey", label="every image failed")
     for ax in axes:
         ax.set_xscale("log")
-        ax.set_xlabel("ε (δ, q, steps below)")
+        ax.set_xlabel("ε (δ, q, steps in the title; log scale)")
         ax.set_xticks(levels["x"])
         ax.set_xticklabels([_eps_text(e) for e in levels["epsilon"]], rotation=30, fontsize=8)
         ax.minorticks_off()
