@@ -26,7 +26,7 @@ leaderboard: $(STAMP)
 # Issue 6: DP sweep of every attack (resumable) and the PSNR / exact % against ε figure from its records.
 dp-figure: $(STAMP)
 	$(RUN) -m leakbench run benchmarks/review/dp-mid.toml --data-root $(DATA_ROOT)
-	$(RUN) benchmarks/dp_figure.py results/review-dp-mid --out docs/figures/dp-psnr-vs-epsilon.png \
+	$(RUN) benchmarks/dp_figure.py results/review-dp-mid --out docs/figures/dp-psnr-vs-epsilon.png --data-root $(DATA_ROOT) \
 		--title "TinyImageNet, FC-6 w200, b = 8, one DP-SGD step, seeds 0–2 (review-dp-mid)"
 
 test: $(STAMP)

@@ -1,6 +1,6 @@
 """PSNR and exact % against ε for every attack of a DP sweep (issue 6), from stored records.
 
-    python benchmarks/dp_figure.py RUN_DIR [RUN_DIR ...] [--out PNG]
+    python benchmarks/dp_figure.py RUN_DIR [RUN_DIR ...] [--out PNG] [--data-root DIR]
 
 Reads RUN_DIR/records.parquet (written by `leakbench run` on a suite with a `dp` axis, e.g.
 benchmarks/review/dp-mid.toml), prints a markdown table (one row per DP level with σ, C, q, steps,
@@ -9,6 +9,8 @@ images count as not exact and carry no PSNR) and draws two panels against ε (lo
 attack, σ on the top axis): PSNR median with the inter-quartile range of the images, and exact %.
 Clipping without noise (σ = 0) has ε = ∞ and sits at the right edge; levels without DP ("none")
 are in the table only. A level where every image of an attack failed is drawn as × at the bottom.
+With --data-root, the PSNR of a grey image and of the dataset's mean image on the same batches
+(benchmarks/floor_psnr.py: what an attack that learned nothing scores) is drawn as dashed lines.
 `make dp-figure` runs the suite (resumable) and this script.
 """
 
@@ -93,8 +95,31 @@ def markdown(pts: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def figure(pts: pd.DataFrame, path: Path, title: str) -> Path:
-    """Two panels against ε (log x): PSNR median (IQR bars, × where every image failed) and exact %."""
+def floor_lines(records: pd.DataFrame, data_root: Path | None) -> dict[str, float]:
+    """PSNR of batch-agnostic images (grey, dataset mean) on the records' batches (one dataset and b)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from floor_psnr import floors
+
+    from leakbench.datasets import load_dataset
+    from leakbench.errors import LeakbenchError
+
+    if records["dataset"].nunique() != 1 or records["batch_size"].nunique() != 1:
+        raise SystemExit("dp_figure: --data-root needs records of one dataset and one batch size")
+    try:
+        dataset = load_dataset(str(records["dataset"].iloc[0]), data_root=data_root)
+    except LeakbenchError as exc:
+        raise SystemExit(f"dp_figure: {exc}") from None
+    result = floors(dataset, int(records["batch_size"].iloc[0]), sorted(int(s) for s in records["seed"].unique()))
+    result.pop("images")
+    return result
+
+
+def figure(pts: pd.DataFrame, path: Path, title: str, floor: dict[str, float] | None = None,
+           cap: float = 60.0) -> Path:
+    """Two panels against ε (log x): PSNR median (IQR bars, × where every image failed) and exact %.
+
+    PSNR above `cap` (an exact reconstruction: ~140 dB) is drawn at the top edge with its value written.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -109,17 +134,24 @@ def figure(pts: pd.DataFrame, path: Path, title: str) -> Path:
     markers = "osD^vP*X"
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     psnr_ax, exact_ax = axes
-    floor = 0.0
+    bottom = 0.0
     for i, attack in enumerate(attacks):
         a = shown[shown["attack"] == attack].sort_values("x")
         style = {"marker": markers[i % len(markers)], "label": attack, "color": f"C{i}"}
-        ok = a[np.isfinite(a["psnr_median"])]
+        ok = a[np.isfinite(a["psnr_median"]) & (a["psnr_median"] <= cap)]
         err = np.vstack([ok["psnr_median"] - ok["psnr_q1"], ok["psnr_q3"] - ok["psnr_median"]])
         psnr_ax.errorbar(ok["x"], ok["psnr_median"], yerr=err, capsize=3, **style)
+        for _, high in a[a["psnr_median"] > cap].iterrows():
+            psnr_ax.scatter([high["x"]], [cap], marker="^", s=70, color=f"C{i}", zorder=3, clip_on=False)
+            psnr_ax.annotate(f"{high['psnr_median']:.0f} dB", (high["x"], cap), textcoords="offset points",
+                             xytext=(-6, -14), ha="right", fontsize=8, color=f"C{i}")
         gone = a[~np.isfinite(a["psnr_median"])]
         if len(gone):
-            psnr_ax.scatter(gone["x"], np.full(len(gone), floor), marker="x", s=60, color=f"C{i}", zorder=3)
+            psnr_ax.scatter(gone["x"], np.full(len(gone), bottom), marker="x", s=60, color=f"C{i}", zorder=3)
         exact_ax.plot(a["x"], a["exact_pct"], **style)
+    for j, (name, value) in enumerate((floor or {}).items()):
+        psnr_ax.axhline(value, color="grey", linestyle=("--", ":")[j % 2], linewidth=1,
+                        label=f"{name} ({value:.1f} dB)")
     if shown["psnr_median"].isna().any():
         psnr_ax.scatter([], [], marker="x", color="grey", label="every image failed")
     for ax in axes:
@@ -133,10 +165,11 @@ def figure(pts: pd.DataFrame, path: Path, title: str) -> Path:
         sig.set_xticks(levels["x"])
         sig.set_xticklabels([f"σ={s:g}" for s in levels["sigma"]], rotation=30, fontsize=8)
         sig.tick_params(axis="x", which="minor", top=False)
-    psnr_ax.set_ylabel("PSNR median (dB), bars: image IQR")
+    psnr_ax.set_ylabel(f"PSNR median (dB), bars: image IQR; ▲ above {cap:g}")
     exact_ax.set_ylabel("exact % (8-bit identical images)")
     exact_ax.set_ylim(-5, 105)
-    psnr_ax.legend(fontsize=8)
+    psnr_ax.set_ylim(-3, cap)
+    psnr_ax.legend(fontsize=8, loc="upper left")
     first = shown.iloc[0]
     fig.suptitle(f"{title}\nε: Opacus RDP, δ = {first['delta']:g}, q = {first['q']:g}, steps = {first['steps']}, "
                  f"C = {first['clip']:g}; ε = ∞ is clipping only (σ = 0); noise grows to the left", fontsize=10)
@@ -158,10 +191,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("runs", nargs="+", type=Path, help="run folders holding records.parquet")
     parser.add_argument("--out", type=Path, default=Path("docs/figures/dp-psnr-vs-epsilon.png"))
     parser.add_argument("--title", default=None, help="figure title (default: the run folders' names)")
+    parser.add_argument("--psnr-cap", type=float, default=60.0, help="top of the PSNR axis (higher: ▲ at the edge)")
+    parser.add_argument("--data-root", type=Path, default=None,
+                        help="dataset folder: also draw the grey / mean-image PSNR floor of the same batches")
     args = parser.parse_args(argv)
-    pts = points(load(args.runs))
+    records = load(args.runs)
+    pts = points(records)
+    floor = floor_lines(records, args.data_root) if args.data_root else None
     print(markdown(pts))
-    path = figure(pts, args.out, args.title or " + ".join(r.name for r in args.runs))
+    if floor:
+        print("\nfloor (same batches): " + ", ".join(f"{k} {v:.1f} dB" for k, v in floor.items()))
+    path = figure(pts, args.out, args.title or " + ".join(r.name for r in args.runs), floor, args.psnr_cap)
     print(f"\nfigure: {path}", file=sys.stderr)
 
 

@@ -27,12 +27,12 @@ def _records(tmp_path):
         for attack in ("a", "b"):
             for image, psnr in enumerate((20.0, 30.0) if attack == "b" else (140.0, 150.0)):
                 failed = attack == "a" and sigma == 0.1
-                rows.append({"attack": attack, "dp": dp, "dp_sigma": sigma, "dp_clip": 1.0, "dp_q": 0.01,
+                rows.append({"attack": attack, "dataset": "embedded", "batch_size": 2, "seed": 0, "dp": dp, "dp_sigma": sigma, "dp_clip": 1.0, "dp_q": 0.01,
                              "dp_steps": 1, "dp_delta": 1e-5, "dp_epsilon": eps, "image": image,
                              "psnr": math.nan if failed else psnr - 10 * (sigma == 0.1),
                              "exact": attack == "a" and not failed, "status": "failed" if failed else "ok"})
     run = tmp_path / "run"
-    run.mkdir()
+    run.mkdir(exist_ok=True)
     pd.DataFrame(rows).to_parquet(run / "records.parquet", index=False)
     return run
 
@@ -54,6 +54,8 @@ def test_points_table_and_png(tmp_path, capsys):
     assert "| σ=0 C=1 | 0 | ∞ | 100 / 145.0 | 0 / 25.0 |" in text
     assert "q = 0.01, steps = 1, δ = 1e-05" in text
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    dp_figure.main([str(run), "--out", str(out), "--data-root", str(tmp_path)])
+    assert "floor (same batches): grey 0.5 " in capsys.readouterr().out
 
 
 def test_bad_input_is_one_line(tmp_path):
@@ -65,6 +67,11 @@ def test_bad_input_is_one_line(tmp_path):
     pd.DataFrame({"attack": ["a"], "psnr": [1.0]}).to_parquet(run / "records.parquet")
     with pytest.raises(SystemExit, match="lacks column"):
         dp_figure.main([str(run)])
+    mixed = pd.read_parquet(_records(tmp_path) / "records.parquet")
+    mixed.loc[0, "batch_size"] = 4
+    mixed.to_parquet(run / "records.parquet")
+    with pytest.raises(SystemExit, match="one dataset and one batch size"):
+        dp_figure.main([str(run), "--out", str(tmp_path / "x.png"), "--data-root", str(tmp_path)])
     frame = pd.read_parquet(_records(tmp_path) / "records.parquet").assign(dp_sigma=np.nan)
     frame.to_parquet(run / "records.parquet")
     with pytest.raises(SystemExit, match="no DP level"):
