@@ -3,7 +3,7 @@
     python benchmarks/review_tables.py [--by COLUMN] [--per-seed] RUN_DIR [RUN_DIR ...]
 
 Reads RUN_DIR/records.parquet (written by `leakbench run`) and prints one markdown table per run:
-rows = the run's varying setting (client, DP level with ε, layer, dataset), columns = attack;
+rows = the run's varying setting (client, DP level with ε, batch size, layer, dataset), columns = attack;
 cells "exact % / PSNR median (dB)" (seeds pooled; failed images count as not exact, carry no PSNR)
 plus the feature relative error where an attack worked in feature space. `--per-seed` appends the
 exact % of each seed in seed order (e.g. "seeds 100/0/100"), to tell a partly failing setting from
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-AXES = ("client", "dp", "layer", "dataset")
+AXES = ("client", "dp", "batch_size", "layer", "dataset")
 
 
 def setting_column(records: pd.DataFrame) -> str:
@@ -70,7 +70,7 @@ def table(run_dir: Path, by: str | None = None, per_seed: bool = False) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--by", choices=AXES, help="row axis (default: the first of client, dp, layer, dataset that varies)")
+    parser.add_argument("--by", choices=AXES, help="row axis (default: the first of client, dp, batch_size, layer, dataset that varies)")
     parser.add_argument("--per-seed", action="store_true", help="append the exact %% of each seed")
     parser.add_argument("runs", nargs="+", type=Path)
     args = parser.parse_args(argv)

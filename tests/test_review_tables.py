@@ -43,6 +43,14 @@ def test_per_seed_column(tmp_path, capsys):
     assert "| 3 | 67 / 11.5 (feat. err 1.0e-07) seeds 100/0/100 [2 failed] |" in capsys.readouterr().out
 
 
+def test_batch_size_axis(tmp_path):
+    run = _run(tmp_path)
+    records = pd.read_parquet(run / "records.parquet").assign(batch_size=lambda f: 4 + 4 * (f["layer"] == 3))
+    records.to_parquet(run / "records.parquet", index=False)
+    text = _module().table(run)
+    assert "| batch_size | spear |" in text and "| 8 | 67 / 11.5" in text
+
+
 def test_missing_run_is_one_line(tmp_path):
     with pytest.raises(SystemExit, match="no .*records.parquet"):
         _module().main([str(tmp_path / "nothing")])
