@@ -9,7 +9,7 @@ RUN := PYTHONPATH=$(CURDIR) $(PY)
 JOBS ?= 1
 DATA_ROOT ?= ../shared/data
 
-.PHONY: run test venv nightly leaderboard clean
+.PHONY: run test venv nightly leaderboard dp-figure clean
 
 # Resumable: a rerun skips finished cells (`leakbench run --no-resume` reruns all).
 run: $(STAMP)
@@ -22,6 +22,12 @@ nightly: $(STAMP)
 
 leaderboard: $(STAMP)
 	$(RUN) -m leakbench leaderboard
+
+# Issue 6: DP sweep of every attack (resumable) and the PSNR / exact % against ε figure from its records.
+dp-figure: $(STAMP)
+	$(RUN) -m leakbench run benchmarks/review/dp-mid.toml --data-root $(DATA_ROOT)
+	$(RUN) benchmarks/dp_figure.py results/review-dp-mid --out docs/figures/dp-psnr-vs-epsilon.png --data-root $(DATA_ROOT) \
+		--title "TinyImageNet, FC-6 w200, b = 8, one DP-SGD step, seeds 0–2 (review-dp-mid)"
 
 test: $(STAMP)
 	$(RUN) -m pytest -q
