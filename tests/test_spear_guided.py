@@ -112,3 +112,15 @@ def test_useless_guide_still_exact_or_honest() -> None:
 def test_guided_exact_on_tinyimagenet_b50(tinyimagenet_root: Path) -> None:
     _exact_cell(CellSpec(attack="spear-guided", dataset="tinyimagenet", batch_size=50, seed=0, width=400,
                          data_root=str(tinyimagenet_root), hyperparameters={"max_draws": 5_000_000}))
+
+
+def test_stalled_guides_share_chunks_with_spear() -> None:
+    """After SHARE_AFTER fruitless guided chunks, every other chunk goes to SPEAR's own routes."""
+    from leakbench.attacks.spear.guided import SHARE_AFTER, guided_chunk
+
+    problem, X = _problem()
+    guide = make_guide(problem, X, pool_start=1.5)
+    guide.misses, guide.calls = SHARE_AFTER, 1
+    # the state is never touched on a shared turn, so None stands in for it
+    assert guided_chunk(problem, guide, None, None, None, None, 1e-4, 1.25) is False  # type: ignore[arg-type]
+    assert guide.calls == 2

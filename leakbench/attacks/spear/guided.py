@@ -36,6 +36,8 @@ class Guide:
     pool: torch.Tensor
     open: torch.Tensor
     draws: int = 0
+    misses: int = 0
+    calls: int = 0
 
     @property
     def matched(self) -> int:
@@ -91,11 +93,16 @@ def guided_chunk(problem: LayerProblem, guide: Guide, tol: torch.Tensor, state: 
     """One chunk of guided draws in the deflated space; False when no guide is left to follow
     (all matched, or all exhausted), so that SPEAR's own routes take over.
 
+    Once `SHARE_AFTER` guided chunks in a row found nothing (samples the guide did not separate),
+    every other chunk is left to SPEAR's own routes until a guided chunk finds a sample again.
     `refine_first`: before drawing, hand each open guide's whole pool to SPEAR's refinement as a
     zero set (least-squares kernel on all its rows, then the exact zero set): one "draw" per
     guide that succeeds when the pool holds no active neuron; draws follow only if nothing new
     was found.
     """
+    guide.calls += 1
+    if guide.misses >= SHARE_AFTER and guide.calls % 2 == 0:
+        return False
     match_guides(guide, problem, state.accepted)
     N = null_basis(state.accepted, problem.b)
     need = N.shape[1] - 1
@@ -116,7 +123,11 @@ def guided_chunk(problem: LayerProblem, guide: Guide, tol: torch.Tensor, state: 
         accept_patterns(problem, N, draw_patterns(problem, N, tol, state, settings, gen, weights=weights), tol,
                         state, residual_tol)
         guide.draws += state.draws - before
+    guide.misses = 0 if state.accepted.shape[0] > found else guide.misses + 1
     still_open = guide.open.clone()
     match_guides(guide, problem, state.accepted)
     guide.pool[still_open & guide.open] *= growth
     return True
+
+
+SHARE_AFTER = 2
