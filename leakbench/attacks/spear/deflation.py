@@ -18,7 +18,7 @@ from leakbench.attacks.spear.candidates import canonical, is_new, kernel_on, zer
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import (SampleFit, complete_last_sample, complete_samples, fit_samples,
                                          same_samples)
-from leakbench.attacks.spear.joint import next_layer_residuals, refine_batch
+from leakbench.attacks.spear.joint import JOINT_MAX_B, next_layer_residuals, refine_batch
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
 from leakbench.attacks.spear.solve import Solution, solve_from_samples
 from leakbench.attacks.spear.search import SearchSettings, SearchState, extra_zeros, new_patterns
@@ -257,10 +257,11 @@ def verify_batch(problem: LayerProblem, C: torch.Tensor, tol: torch.Tensor,
 
     The refined batch (joint.py) is kept only if it passes the same verification and every sample
     still explains the next layer's gradient within the acceptance tolerance; otherwise C and its
-    failed verification are returned unchanged (the caller bans its worst sample).
+    failed verification are returned unchanged (the caller bans its worst sample). Batches above
+    `JOINT_MAX_B` skip the refinement (its dense least squares has b² unknowns).
     """
     solution = solve_from_samples(problem, C, tol)
-    if solution.ok or problem.P_next is None:
+    if solution.ok or problem.P_next is None or problem.b > JOINT_MAX_B:
         return C, solution
     refined = refine_batch(problem, C)
     if not bool(torch.isfinite(refined).all()):

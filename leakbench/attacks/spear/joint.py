@@ -32,6 +32,11 @@ from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import bias_direction
 
 FLOOR_MULTIPLE = 5.0
+JOINT_MAX_B = 32
+"""Largest batch refined jointly: the Gauss–Newton least squares has b² unknowns and ≈ b·m/2 + b²
+rows, so its cost grows like m·b⁵ (measured: b = 50, width 400, 58 s per call on the loaded 2-core
+CPU; b = 100, width 2000 would need ≈ 8 GB for the Jacobian alone). It is needed at deep layers
+around b = 20; the guided search at b ≥ 50 recovers from a failed verification by banning instead."""
 
 
 def refine_batch(problem: LayerProblem, C: torch.Tensor, *, iterations: int = 3) -> torch.Tensor:
