@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +123,8 @@ def figure(pts: pd.DataFrame, path: Path, title: str, floor: dict[str, float] | 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from leakbench.reporting.figures import save_figure
+
     shown = pts[np.isfinite(pts["sigma"])].copy()
     finite = shown.loc[np.isfinite(shown["epsilon"]), "epsilon"]
     top = 10.0 ** (math.ceil(math.log10(finite.max())) + 1) if len(finite) else 1.0
@@ -174,16 +174,7 @@ def figure(pts: pd.DataFrame, path: Path, title: str, floor: dict[str, float] | 
     fig.suptitle(f"{title}\nε: Opacus RDP, δ = {first['delta']:g}, q = {first['q']:g}, steps = {first['steps']}, "
                  f"C = {first['clip']:g}; ε = ∞ is clipping only (σ = 0); noise grows to the left", fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110, metadata={"Software": None})
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -39,6 +39,13 @@ def axis_figure(per_cell: pd.DataFrame, axis: str, order: list, label: str, path
     axes[1].set_ylim(-5, 105)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Write `fig` to `path` atomically (temp file + rename; byte-stable PNG metadata) and close it."""
+    import matplotlib.pyplot as plt
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
     os.close(fd)
