@@ -124,3 +124,11 @@ def test_stalled_guides_share_chunks_with_spear() -> None:
     # the state is never touched on a shared turn, so None stands in for it
     assert guided_chunk(problem, guide, None, None, None, None, 1e-4, 1.25) is False  # type: ignore[arg-type]
     assert guide.calls == 2
+
+
+def test_batch_found_by_the_last_chunk_is_still_verified() -> None:
+    """Regression: embedded b = 8, layer 3 (CPA is a poor guide there) finds the 8th sample with the
+    chunk that spends the 300 k draw budget; the batch must be verified, not reported as a failure."""
+    s = _exact_cell(CellSpec(attack="spear-guided", dataset="embedded", batch_size=8, seed=0, layer=3,
+                             hyperparameters={"max_draws": 300_000}))
+    assert s["attack_stats"]["draws"] == 300_000

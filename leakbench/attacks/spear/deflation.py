@@ -213,42 +213,58 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
     solution = None
     span = find_batch_span(problem) if settings.sampler != "zeros" else None
     state.two_sided = span is not None
-    while not out_of_budget(state, settings):
+    while True:
+        if state.accepted.shape[0] >= b - 1:  # verified even when the budget ran out with this chunk
+            solution = complete_batch(problem, state, tol, residual_tol)
+            if solution.ok:
+                return state, solution
+        if out_of_budget(state, settings):
+            break
+        if chunk_source is not None and chunk_source(state):
+            pass
+        elif use_active(problem, span, state, settings):
+            active_chunk(problem, span, state, settings, gen, residual_tol)
+        else:
+            before = state.accepted.shape[0]
+            N = null_basis(state.accepted, b)
+            accept_patterns(problem, N, draw_patterns(problem, N, tol, state, settings, gen), tol, state,
+                            residual_tol)
+            state.zero_misses = 0 if state.accepted.shape[0] > before else state.zero_misses + 1
         if state.accepted.shape[0] < b - 1:
-            if chunk_source is not None and chunk_source(state):
-                pass
-            elif use_active(problem, span, state, settings):
-                active_chunk(problem, span, state, settings, gen, residual_tol)
-            else:
-                before = state.accepted.shape[0]
-                N = null_basis(state.accepted, b)
-                accept_patterns(problem, N, draw_patterns(problem, N, tol, state, settings, gen), tol, state,
-                                residual_tol)
-                state.zero_misses = 0 if state.accepted.shape[0] > before else state.zero_misses + 1
             solution = try_directions(problem, state, tol, residual_tol)
             if solution is not None:
                 return state, solution
-            continue
-        order = torch.argsort(state.residuals)
-        state.accepted, state.residuals = state.accepted[order], state.residuals[order]
-        if state.accepted.shape[0] >= b:
-            C, solution = verify_batch(problem, state.accepted[:b], tol, residual_tol)
-            if solution.ok:
-                state.accepted = C
-                return state, solution
-        state.accepted, state.residuals = state.accepted[: b - 1], state.residuals[: b - 1]
-        C, solution = verify_batch(problem, complete_last_sample(problem, state.accepted, tol), tol, residual_tol)
-        state.last_column_used = True
+    return state, solution
+
+
+def complete_batch(problem: LayerProblem, state: SearchState, tol: torch.Tensor,
+                   residual_tol: float) -> Solution:
+    """With ≥ b−1 samples found: verify them (all b if found, else b−1 plus the closed-form last).
+
+    On success `state.accepted` becomes the batch. On failure the sample with the most ReLU
+    violations is banned and dropped, so the search goes on with b−2 samples.
+    """
+    b = problem.b
+    order = torch.argsort(state.residuals)
+    state.accepted, state.residuals = state.accepted[order], state.residuals[order]
+    if state.accepted.shape[0] >= b:
+        C, solution = verify_batch(problem, state.accepted[:b], tol, residual_tol)
         if solution.ok:
             state.accepted = C
-            return state, solution
-        worst = int(solution.per_sample[: b - 1].argmax())
-        state.banned = torch.cat([state.banned, state.accepted[worst: worst + 1]])
-        state.accepted = torch.cat([state.accepted[:worst], state.accepted[worst + 1:]])
-        state.residuals = torch.cat([state.residuals[:worst], state.residuals[worst + 1:]])
-        state.retries += 1
-        state.seen.clear()
-    return state, solution
+            return solution
+    state.accepted, state.residuals = state.accepted[: b - 1], state.residuals[: b - 1]
+    C, solution = verify_batch(problem, complete_last_sample(problem, state.accepted, tol), tol, residual_tol)
+    state.last_column_used = True
+    if solution.ok:
+        state.accepted = C
+        return solution
+    worst = int(solution.per_sample[: b - 1].argmax())
+    state.banned = torch.cat([state.banned, state.accepted[worst: worst + 1]])
+    state.accepted = torch.cat([state.accepted[:worst], state.accepted[worst + 1:]])
+    state.residuals = torch.cat([state.residuals[:worst], state.residuals[worst + 1:]])
+    state.retries += 1
+    state.seen.clear()
+    return solution
 
 
 def verify_batch(problem: LayerProblem, C: torch.Tensor, tol: torch.Tensor,
