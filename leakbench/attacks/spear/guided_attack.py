@@ -12,7 +12,7 @@ from leakbench.attacks.base import Reconstruction
 from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.guided import Guide, guided_chunk, make_guide
-from leakbench.attacks.spear.search import SearchSettings
+from leakbench.attacks.spear.search import SearchSettings, SearchState
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 
@@ -63,7 +63,7 @@ class GuidedSpearAttack(SpearAttack):
             return None, lambda: {"guide": cfg.guide, "guide_seconds": seconds, "guide_failed": reason}
         guide = make_guide(problem, features, cfg.pool_start)
 
-        def source(state) -> bool:
+        def source(state: SearchState) -> bool:
             return guided_chunk(problem, guide, tol, state, settings, gen, cfg.residual_tol, cfg.pool_growth,
                                 cfg.refine_first)
 
