@@ -27,6 +27,16 @@ if "OMP_NUM_THREADS" not in os.environ:
     torch.set_num_threads(1)
 
 
+def load_benchmark(name: str):
+    """Import the script benchmarks/NAME.py as a module (benchmarks are scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT

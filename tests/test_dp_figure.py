@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import load_benchmark
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("dp_figure", REPO_ROOT / "benchmarks" / "dp_figure.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("dp_figure")
 
 
 def _records(tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 
 import numpy as np
 import pytest
@@ -10,14 +9,11 @@ import torch
 
 from leakbench.datasets import load_dataset
 from leakbench.datasets.base import sample_batch
-from tests.conftest import REPO_ROOT
+from tests.conftest import load_benchmark
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("floor_psnr", REPO_ROOT / "benchmarks" / "floor_psnr.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("floor_psnr")
 
 
 def test_grey_floor_matches_direct_computation(capsys):

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pandas as pd
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import load_benchmark
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("review_tables", REPO_ROOT / "benchmarks" / "review_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("review_tables")
 
 
 def _run(tmp_path):
