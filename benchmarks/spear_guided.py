@@ -35,6 +35,7 @@ from leakbench.attacks import create_attack  # noqa: E402
 from leakbench.attacks.spear import GuidedSpearAttack  # noqa: E402
 from leakbench.attacks.spear.theory import coupon_draws, hit_probability  # noqa: E402
 from leakbench.harness.cell import CellSpec, prepare, run_cell  # noqa: E402
+from leakbench.metrics import score_images  # noqa: E402
 from leakbench.metrics.image import psnr  # noqa: E402
 
 
@@ -113,8 +114,7 @@ def quality_sweep(args: argparse.Namespace) -> pd.DataFrame:
             rec = attack.reconstruct(update, seed=seed)
             exact = 0.0
             if rec.status == "ok":
-                pair = match_exact(rec.images, batch.images)
-                exact = float(pair.mean())
+                exact = float(score_images(rec.images, batch.images, lpips=None)["exact"].mean())
             row = {"noise": level, "seed": seed, "status": rec.status, "exact_fraction": exact,
                    "seconds": rec.stats["seconds"], "draws": rec.stats.get("draws", 0),
                    **guide_quality(model, batch, attack.given, attack.config.pool_start)}
@@ -133,14 +133,6 @@ def mixing_noise(truth: torch.Tensor, seed: int) -> torch.Tensor:
     """
     gen = torch.Generator().manual_seed(1000 + seed)
     return torch.randn(truth.shape[0], truth.shape[0], generator=gen, dtype=truth.dtype) @ truth
-
-
-def match_exact(recon: torch.Tensor, truth: torch.Tensor) -> np.ndarray:
-    """Per true image: does some reconstruction equal it pixel for pixel (8-bit)?"""
-    r = (recon.flatten(1) * 255).round()
-    t = (truth.flatten(1) * 255).round()
-    same = (r.unsqueeze(0) == t.unsqueeze(1)).all(-1)
-    return same.any(1).numpy()
 
 
 def main(argv: list[str] | None = None) -> int:
