@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -106,8 +107,13 @@ def test_grid_selection_is_in_the_manifest_before_cells_run(tmp_path: Path, monk
     manifest = json.loads((sweep.run_dir / "manifest.json").read_text())
     assert manifest["grid_seed"] == 5 and len(manifest["cells"]) == 12
     for cell in manifest["cells"]:
-        assert cell["grid_selection"] == grid_selection(cell["cell_id"], cell["batch_size"], 1, 5)
+        assert cell["grid_selection"] == grid_selection(cell["batch_id"], cell["batch_size"], 1, 5)
     assert sweep.ran == 12 and sweep.cells.empty
+    # Every attack, layer and DP level on one batch shows the same images (side-by-side grids).
+    by_batch: dict[str, set] = {}
+    for cell in manifest["cells"]:
+        by_batch.setdefault(cell["batch_id"], set()).add(tuple(cell["grid_selection"]))
+    assert len(by_batch) == 2 and all(len(picks) == 1 for picks in by_batch.values())
 
 
 def test_stored_grid_selection_matches_the_plan(reference: Path) -> None:
@@ -237,3 +243,32 @@ def test_sweep_on_real_data(tmp_path: Path, tinyimagenet_root: Path) -> None:
     assert sweep.ran == 4 and set(sweep.records["dataset"]) == {"tinyimagenet"}
     plain = sweep.cells[(sweep.cells["dp"] == "none") & (sweep.cells["batch_size"] == 1)]
     assert list(plain["status"]) == ["ok"] and (sweep.records["dp_epsilon"] > 0).all()
+
+
+def test_one_statistic_everywhere(reference: Path, tmp_path: Path) -> None:
+    """cells.parquet, each cell's summary.json, the report's per-cell table and the leaderboard agree."""
+    import math
+
+    from leakbench.reporting.aggregate import group_stats, psnr_cell
+
+    records, cells = pd.read_parquet(reference / "records.parquet"), pd.read_parquet(reference / "cells.parquet")
+    write_report(reference, tmp_path / "rep")
+    report = (tmp_path / "rep" / "sweep.md").read_text()
+    for _, cell in cells.iterrows():
+        s = group_stats(records[records["cell_id"] == cell["cell_id"]], cells[cells["cell_id"] == cell["cell_id"]])
+        summary = json.loads((reference / "cells" / cell["cell_id"] / "summary.json").read_text())
+        for key in ("psnr_mean", "psnr_median", "ssim_mean"):
+            stored = [cell[key], summary[key]]
+            assert all((v is None or math.isnan(v)) if math.isnan(s[key]) else v == pytest.approx(s[key]) for v in stored), key
+        assert cell["psnr_inf"] == summary["psnr_inf"] == s["psnr_inf"]
+        row = next(line for line in report.splitlines() if line.endswith(f"| {cell['cell_id']} |"))
+        assert f"| {psnr_cell(s)} |" in row
+
+
+def test_psnr_mean_counts_infinity_explicitly() -> None:
+    from leakbench.metrics.stats import describe
+
+    s = describe([math.inf, 40.0, math.nan])
+    assert (s.n, s.n_missing, s.n_inf, s.mean, s.median, s.min, s.max) == (3, 1, 1, 40.0, math.inf, 40.0, math.inf)
+    assert math.isnan(describe([]).mean) and math.isnan(describe([math.nan]).median)
+    assert describe([math.inf]).n_inf == 1 and math.isnan(describe([math.inf]).mean)

@@ -23,6 +23,7 @@ from leakbench.fl.dp import ACCOUNTANT
 from leakbench.metrics import MATCHING, LpipsScorer, apply_matching, match_by_mse, score_features, score_images
 from leakbench.metrics.image import exact, mse, psnr, ssim
 from leakbench.metrics.matching import UNMATCHED
+from leakbench.metrics.stats import describe, or_none
 from leakbench.models import build_model
 
 
@@ -204,33 +205,37 @@ def cell_id(spec: CellSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def batch_id(spec: CellSpec) -> str:
+    """A hash of what chooses the batch (dataset, image size, batch size, seed): the same for every attack,
+    layer, DP level and client on that batch, so their grids can show the same images side by side."""
+    config = {"dataset": spec.dataset, "image_size": spec.image_size, "batch_size": spec.batch_size, "seed": spec.seed}
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def summarize(spec: CellSpec, recon: Reconstruction, records: pd.DataFrame, seconds: float,
               have_lpips: bool, lpips_note: str) -> dict[str, Any]:
     """The one-object summary printed by `leakbench attack --json`."""
-    psnr = records["psnr"].to_numpy(dtype=float) if "psnr" in records else np.array([np.nan])
-    ssim = records["ssim"].to_numpy(dtype=float) if "ssim" in records else np.array([np.nan])
-    lp = records["lpips"].to_numpy(dtype=float) if "lpips" in records else np.array([np.nan])
+    psnr, ssim, lp = (describe(_values(records, name)) for name in ("psnr", "ssim", "lpips"))
     out: dict[str, Any] = dict(cell_columns(spec))
     out.update({
         "space": recon.space,
         "n_images": int(len(records)),
         "exact_fraction": float(records["exact"].astype(bool).mean()),
-        "psnr_mean": _stat(np.mean, psnr), "psnr_median": _stat(np.median, psnr),
-        "psnr_min": _stat(np.min, psnr), "ssim_mean": _stat(np.mean, ssim),
-        "lpips_mean": _stat(np.mean, lp) if have_lpips else None,
+        "psnr_mean": or_none(psnr.mean), "psnr_median": or_none(psnr.median), "psnr_min": or_none(psnr.min),
+        "psnr_inf": psnr.n_inf, "ssim_mean": or_none(ssim.mean),
+        "lpips_mean": or_none(lp.mean) if have_lpips else None,
         "lpips_note": "" if have_lpips else lpips_note,
         "seconds": seconds, "status": recon.status, "reason": recon.reason,
         "matching": MATCHING, "attack_stats": _plain(recon.stats),
     })
     if recon.space == "feature":
-        out["feature_rel_error_max"] = _stat(np.max, records["rel_error"].to_numpy(dtype=float))
+        out["feature_rel_error_max"] = or_none(describe(_values(records, "rel_error")).max)
     return out
 
 
-def _stat(fn, values: np.ndarray) -> float | None:
-    """A statistic over the finite-or-infinite values; None when there are none (all NaN)."""
-    values = values[~np.isnan(values)]
-    return float(fn(values)) if values.size else None
+def _values(records: pd.DataFrame, name: str) -> np.ndarray:
+    """A metric column as floats (empty when the records have no such column)."""
+    return records[name].to_numpy(dtype=float) if name in records else np.array([], dtype=float)
 
 
 def _plain(stats: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from leakbench.harness.cell import CellSpec, build_attack, cell_id, prepare, spec_dict
+from leakbench.harness.cell import CellSpec, batch_id, build_attack, cell_id, prepare, spec_dict
 from leakbench.harness.executors import Task, execute
 from leakbench.harness.selection import grid_selection
 from leakbench.harness.store import (cell_path, consolidate, environment, finished_cells, remove_partial_cells,
@@ -57,11 +57,12 @@ def check_cells(cells: list[CellSpec]) -> None:
 
 
 def plan(suite: Suite, run_dir: Path, lpips_weights: str | None = None) -> list[Task]:
-    """One task per cell, in suite order, with its folder and its pre-drawn grid selection."""
+    """One task per cell, in suite order, with its folder and its pre-drawn grid selection (per batch, so
+    every attack on a batch shows the same images)."""
     tasks = []
     for spec in suite.cells:
         cid = cell_id(spec)
-        pick = grid_selection(cid, spec.batch_size, suite.grid_images, suite.grid_seed)
+        pick = grid_selection(batch_id(spec), spec.batch_size, suite.grid_images, suite.grid_seed)
         tasks.append(Task(spec=spec, out=cell_path(run_dir, cid), selection=tuple(pick),
                           grid_seed=suite.grid_seed, lpips_weights=lpips_weights))
     return tasks
@@ -69,7 +70,7 @@ def plan(suite: Suite, run_dir: Path, lpips_weights: str | None = None) -> list[
 
 def run_manifest(suite: Suite, tasks: list[Task], extra: dict[str, Any]) -> dict[str, Any]:
     """The run's manifest: suite, environment, seeds, every cell with its grid selection."""
-    cells = [{"cell_id": t.out.name, "grid_selection": list(t.selection),
+    cells = [{"cell_id": t.out.name, "batch_id": batch_id(t.spec), "grid_selection": list(t.selection),
               **{k: v for k, v in spec_dict(t.spec).items() if k != "data_root"}} for t in tasks]
     return {"suite": suite.name, "suite_text": suite.text, **environment(),
             "seeds": sorted({t.spec.seed for t in tasks}), "grid_seed": suite.grid_seed,

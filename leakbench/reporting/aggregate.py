@@ -14,28 +14,25 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from leakbench.metrics.stats import describe
+
 LPIPS_MISSING = "n/a — weights not available"
 
 
 def group_stats(records: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:
-    """Numbers for one group of records (rows of records.parquet) and their cells."""
-    psnr = _column(records, "psnr")
-    finite = psnr[np.isfinite(psnr)]
-    present = psnr[~np.isnan(psnr)]
-    rel = _column(records, "rel_error")
+    """Numbers for one group of records (rows of records.parquet) and their cells (see metrics.stats)."""
+    psnr = describe(_column(records, "psnr"))
     return {
         "cells": int(len(cells)),
         "failed_cells": int((cells["status"] != "ok").sum()) if len(cells) else 0,
         "n": int(len(records)),
         "failures": int((records["status"] != "ok").sum()),
         "exact_pct": 100.0 * float(records["exact"].astype(bool).mean()) if len(records) else math.nan,
-        "psnr_mean": float(finite.mean()) if finite.size else math.nan,
-        "psnr_std": float(finite.std()) if finite.size else math.nan,
-        "psnr_median": float(np.median(present)) if present.size else math.nan,
-        "ssim_mean": _mean(_column(records, "ssim")),
-        "lpips_mean": _mean(_column(records, "lpips")),
-        "rel_error_median": float(np.median(rel[~np.isnan(rel)])) if (~np.isnan(rel)).any() else math.nan,
-        "seconds_mean": float(cells["seconds"].mean()) if len(cells) else math.nan,
+        "psnr_mean": psnr.mean, "psnr_std": psnr.std, "psnr_median": psnr.median, "psnr_inf": psnr.n_inf,
+        "ssim_mean": describe(_column(records, "ssim")).mean,
+        "lpips_mean": describe(_column(records, "lpips")).mean,
+        "rel_error_median": describe(_column(records, "rel_error")).median,
+        "seconds_mean": describe(cells["seconds"].to_numpy(dtype=float)).mean if len(cells) else math.nan,
         "space": "/".join(sorted(set(records["space"]))) if "space" in records and len(records) else "",
         "reasons": sorted({str(r) for r in cells.get("reason", pd.Series(dtype=str)) if r}),
     }
@@ -51,6 +48,18 @@ def grouped(records: pd.DataFrame, cells: pd.DataFrame, by: Sequence[str]) -> li
     return out
 
 
+def dp_order(cells: pd.DataFrame) -> list[str]:
+    """DP labels from no noise to most noise ("none" first)."""
+    table = cells.drop_duplicates("dp").assign(s=lambda d: d["dp_sigma"].fillna(-1.0), c=lambda d: d["dp_clip"].fillna(-1.0))
+    return list(table.sort_values(["s", "c"])["dp"])
+
+
+def epsilon_labels(cells: pd.DataFrame) -> dict[str, str]:
+    """'σ=0.01 C=1 (ε=…)' for every DP label."""
+    eps = cells.drop_duplicates("dp").set_index("dp")["dp_epsilon"]
+    return {dp: f"{dp} (ε={'∞' if math.isinf(e) else f'{e:.3g}'})" for dp, e in eps.items()}
+
+
 def fmt(value: float | None, digits: int = 1) -> str:
     """A number for a table: '–' when missing, '∞' when infinite."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -62,11 +71,19 @@ def fmt(value: float | None, digits: int = 1) -> str:
 
 def stat_cells(s: dict[str, Any], *, lpips_note: str = LPIPS_MISSING) -> list[str]:
     """The shared statistic columns of every table (see STAT_HEADER)."""
-    psnr = "–" if math.isnan(s["psnr_mean"]) else f"{s['psnr_mean']:.1f} ± {s['psnr_std']:.1f}"
+    psnr = psnr_cell(s)
     lpips = fmt(s["lpips_mean"], 3) if not math.isnan(s["lpips_mean"]) else lpips_note
     failures = str(s["failures"]) + (f" ({s['failed_cells']} of {s['cells']} cells)" if s["failed_cells"] else "")
     return [str(s["n"]), failures, fmt(s["exact_pct"], 0), psnr, fmt(s["psnr_median"]),
             fmt(s["ssim_mean"], 4), lpips, _sci(s["rel_error_median"]), fmt(s["seconds_mean"], 2), s["space"]]
+
+
+def psnr_cell(s: dict[str, Any]) -> str:
+    """'mean ± std' over finite PSNRs, with the count of infinite (bit-identical) ones beside it."""
+    inf = s.get("psnr_inf", 0)
+    if math.isnan(s["psnr_mean"]):
+        return f"∞ ({inf} of {inf})" if inf else "–"
+    return f"{s['psnr_mean']:.1f} ± {s['psnr_std']:.1f}" + (f" (+{inf} ∞)" if inf else "")
 
 
 STAT_HEADER = ["n", "failures", "exact %", "PSNR mean ± std", "PSNR median", "SSIM", "LPIPS",
@@ -81,8 +98,3 @@ def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
     if name not in frame or not len(frame):
         return np.array([], dtype=float)
     return frame[name].to_numpy(dtype=float)
-
-
-def _mean(values: np.ndarray) -> float:
-    values = values[~np.isnan(values)]
-    return float(values.mean()) if values.size else math.nan

@@ -17,6 +17,7 @@ import os
 import tempfile
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -209,6 +210,11 @@ def save_grid(
         draw.text((MARGIN, y), ln, fill=TEXT, font=caption_font)
         y += line_h
 
+    save_png(canvas, path)
+
+
+def save_png(canvas: Image.Image, path: Path) -> None:
+    """Write `canvas` as PNG atomically: a temporary file in the same folder, then ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -224,4 +230,51 @@ def save_grid(
         raise
 
 
-__all__ = ["MAX_COLUMNS", "MIN_TILE", "save_grid"]
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One attack's row of a comparison figure: its reconstructions aligned with the ground truth shown
+    (None when it produced none), a short text under each tile, and which tiles failed."""
+
+    label: str
+    images: Tensor | None
+    captions: Sequence[str]
+    failed: Sequence[bool]
+
+
+def save_comparison(path: Path, truth: Tensor, rows: Sequence[ComparisonRow], *, caption: str) -> None:
+    """The figure papers print: ground truth on top, one row per attack below, the same images in every
+    row, a metric line under each tile, failures as grey tiles with a red X."""
+    b, _, h, w = truth.shape
+    scale = max(1, math.ceil(MIN_TILE / min(h, w)))
+    tw, th = w * scale, h * scale
+    label_font, small = _font(max(11, min(16, th // 4))), _font(11)
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    label_w = max(_text_size(probe, r, label_font)[0] for r in ["truth", *(row.label for row in rows)]) + 10
+    text_h = _text_size(probe, "Ag", small)[1] + 3
+    row_h = th + GAP + 2 * text_h
+    cap_lines = textwrap.wrap(caption, width=max(40, (label_w + b * (tw + 3 * GAP)) // 7)) or [""]
+    col = tw + 3 * GAP
+    canvas = Image.new("RGB", (2 * MARGIN + label_w + b * col, 2 * MARGIN + th + GAP + len(rows) * row_h
+                               + 10 + len(cap_lines) * (text_h + 2)), BACKGROUND)
+    draw = ImageDraw.Draw(canvas)
+    truth_px = _to_uint8(truth)
+    failed_tile = _failed_tile(tw, th)
+    for r, (label, px, texts, flags) in enumerate([("truth", truth_px, [""] * b, [False] * b), *(
+            (row.label, _to_uint8(row.images) if row.images is not None else None, row.captions,
+             _check(truth, row.images, row.failed)) for row in rows)]):
+        y = MARGIN + (0 if r == 0 else th + GAP + (r - 1) * row_h)
+        lw, lh = _text_size(draw, label, label_font)
+        draw.text((MARGIN + label_w - 10 - lw, y + (th - lh) // 2), label, fill=TEXT, font=label_font)
+        for i in range(b):
+            x = MARGIN + label_w + i * col
+            canvas.paste(failed_tile if px is None or flags[i] else _tile(px[i], scale), (x, y))
+            for k, line in enumerate(texts[i].splitlines()[:2]):
+                draw.text((x + 1, y + th + 1 + k * text_h), line, fill=FAILED_MARK if flags[i] else TEXT, font=small)
+    y = canvas.height - MARGIN - len(cap_lines) * (text_h + 2)
+    for line in cap_lines:
+        draw.text((MARGIN, y), line, fill=TEXT, font=small)
+        y += text_h + 2
+    save_png(canvas, path)
+
+
+__all__ = ["MAX_COLUMNS", "MIN_TILE", "ComparisonRow", "save_comparison", "save_grid", "save_png"]

@@ -6,13 +6,27 @@ import html
 from dataclasses import dataclass, field
 
 
+@dataclass(frozen=True)
+class Link:
+    """A table cell whose text links to `href` (a path relative to the document)."""
+
+    text: str
+    href: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+Cell = str | Link
+
+
 @dataclass
 class Table:
     """A titled table with notes under it."""
 
     title: str
     header: list[str]
-    rows: list[list[str]]
+    rows: list[list[Cell]]
     notes: list[str] = field(default_factory=list)
 
 
@@ -43,7 +57,18 @@ def markdown(title: str, intro: list[str], blocks: list[Block]) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def html_document(title: str, intro: list[str], blocks: list[Block]) -> str:
+SORT_SCRIPT = (
+    "<script>document.querySelectorAll('table.sortable').forEach(t=>t.querySelectorAll('th').forEach((th,i)=>{"
+    "th.title='click to sort';th.style.cursor='pointer';th.onclick=()=>{const rows=[...t.rows].slice(1),"
+    "up=th.dataset.up=th.dataset.up==='1'?'0':'1',key=r=>{const x=r.cells[i].textContent,n=parseFloat(x);"
+    "return isNaN(n)?x:n};rows.sort((a,b)=>{const p=key(a),q=key(b),c=typeof p==='number'&&typeof q==='number'"
+    "?p-q:String(p).localeCompare(String(q));return up==='1'?c:-c});rows.forEach(r=>t.tBodies[0].appendChild(r))}"
+    "}))</script>")
+"""Click a column header to sort the table by it (numbers numerically); works offline, no library."""
+
+
+def html_document(title: str, intro: list[str], blocks: list[Block], *, sortable: bool = False) -> str:
+    """The blocks as one HTML page; `sortable` makes every table sortable by a click on a header."""
     e = html.escape
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{e(title)}</title>",
              "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
@@ -53,16 +78,29 @@ def html_document(title: str, intro: list[str], blocks: list[Block]) -> str:
     for block in blocks:
         parts.append(f"<h2>{e(block.title)}</h2>")
         if isinstance(block, Table):
-            parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in block.header) + "</tr>")
-            parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in block.rows]
+            parts.append(("<table class=\"sortable\"><tr>" if sortable else "<table><tr>")
+                         + "".join(f"<th>{e(h)}</th>" for h in block.header) + "</tr>")
+            parts += ["<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in block.rows]
             parts.append("</table>")
         else:
             parts += [f'<figure><img src="{e(path)}" alt="{e(cap)}"><figcaption>{e(cap)}</figcaption></figure>'
                       for path, cap in block.items]
         parts += [f"<p>{e(n)}</p>" for n in block.notes if n]
+    parts += [SORT_SCRIPT] if sortable else []
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
 
-def _md_row(cells: list[str]) -> str:
-    return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+def _html_cell(cell: Cell) -> str:
+    if isinstance(cell, Link):
+        return f'<a href="{html.escape(cell.href)}">{html.escape(cell.text)}</a>'
+    return html.escape(str(cell))
+
+
+def _md_row(cells: list[Cell]) -> str:
+    return "| " + " | ".join(_md_cell(c) for c in cells) + " |"
+
+
+def _md_cell(cell: Cell) -> str:
+    text = str(cell).replace("|", "\\|").replace("\n", " ")
+    return f"[{text}]({cell.href})" if isinstance(cell, Link) else text

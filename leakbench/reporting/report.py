@@ -19,7 +19,7 @@ import pandas as pd
 from leakbench.errors import LeakbenchError
 from leakbench.harness.store import CELLS_DIR, collect, replace_dir
 from leakbench.metrics import MATCHING
-from leakbench.reporting.aggregate import STAT_HEADER, grouped, stat_cells
+from leakbench.reporting.aggregate import STAT_HEADER, dp_order, epsilon_labels, grouped, stat_cells
 from leakbench.reporting.figures import axis_figure
 from leakbench.reporting.render import Block, Images, Table, html_document, markdown
 
@@ -39,18 +39,6 @@ def load_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]
     except (OSError, ValueError, KeyError) as exc:
         raise LeakbenchError(f"{run_dir} is not a finished run folder ({type(exc).__name__}: {exc})".replace("\n", " ")) from None
     return manifest, records, cells
-
-
-def dp_order(cells: pd.DataFrame) -> list[str]:
-    """DP labels from no noise to most noise ("none" first)."""
-    table = cells.drop_duplicates("dp").assign(s=lambda d: d["dp_sigma"].fillna(-1.0), c=lambda d: d["dp_clip"].fillna(-1.0))
-    return list(table.sort_values(["s", "c"])["dp"])
-
-
-def epsilon_labels(cells: pd.DataFrame) -> dict[str, str]:
-    """'σ=0.01 C=1 (ε=…)' for every DP label."""
-    eps = cells.drop_duplicates("dp").set_index("dp")["dp_epsilon"]
-    return {dp: f"{dp} (ε={'∞' if math.isinf(e) else f'{e:.3g}'})" for dp, e in eps.items()}
 
 
 def baseline(cells: pd.DataFrame) -> dict[str, Any]:
