@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -59,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="tables, figures and grids of a stored run folder")
     report.add_argument("run_dir", type=Path, help="a run folder, e.g. results/default")
     report.add_argument("--reports", type=Path, default=Path("reports"), help="where to write (default reports/)")
+    rescore = sub.add_parser("rescore", help="score a run folder again from its stored reconstructions (no attack runs)")
+    rescore.add_argument("run_dir", type=Path, help="a run folder, e.g. results/default")
+    rescore.add_argument("--reports", type=Path, default=Path("reports"), help="where to write the report")
+    rescore.add_argument("--data-root", help="where the run's dataset lies now (default: where it was run from)")
+    rescore.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
     board = sub.add_parser("leaderboard", help="rank attacks per setting from stored records")
     board.add_argument("--results", type=Path, default=Path("results"), help="folder of run folders (default results/)")
     board.add_argument("--reports", type=Path, default=Path("reports"), help="where to write (default reports/)")
@@ -86,7 +92,7 @@ def _sweep_options(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        commands = {"attack": cmd_attack, "run": cmd_run, "report": cmd_report, "leaderboard": cmd_leaderboard,
+        commands = {"attack": cmd_attack, "run": cmd_run, "report": cmd_report, "rescore": cmd_rescore, "leaderboard": cmd_leaderboard,
                     "reproduce": cmd_reproduce, "list": cmd_list}
         return commands[args.command](args)
     except LeakbenchError as exc:
@@ -131,6 +137,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
     from leakbench.models import first_attackable_layer
     from leakbench.harness.store import check_out_dir, write_cell
     from leakbench.progress import attack_progress
+    from leakbench.reporting.grid import save_grid
     from leakbench.reporting.table import cell_caption
 
     if args.out is not None:
@@ -146,7 +153,10 @@ def cmd_attack(args: argparse.Namespace) -> int:
     with attack_progress(sys.stderr if sys.stderr.isatty() else None):
         result = run_cell(spec, lpips=scorer, lpips_note=note)
     if args.out is not None:
-        write_cell(result, args.out, caption=cell_caption(result.summary))
+        write_cell(result, args.out)
+        failed = [result.reconstruction.status != "ok"] * len(result.truth)
+        save_grid(args.out / "grid.png", result.truth, result.aligned, caption=cell_caption(result.summary),
+                  failed=failed)
     print(json.dumps(json_safe(result.summary)) if args.json else human_summary(result.summary))
     return 0
 
@@ -212,7 +222,7 @@ def sweep_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from leakbench.harness.run import run_suite
+    from leakbench.pipeline import run_suite
 
     report = run_suite(args.suite, **sweep_kwargs(args))
     print(f"wrote {report}")
@@ -226,6 +236,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rescore(args: argparse.Namespace) -> int:
+    from leakbench.errors import ConfigError
+    from leakbench.harness.rescore import rescore_run
+    from leakbench.harness.store import check_out_dir
+    from leakbench.reporting.report import write_report
+
+    check_out_dir(args.reports)
+    if args.lpips_weights is not None and not args.lpips_weights.is_file():
+        raise ConfigError(f"--lpips-weights {args.lpips_weights} does not exist")
+    start = time.perf_counter()
+    _, cells = rescore_run(args.run_dir, lpips_weights=str(args.lpips_weights) if args.lpips_weights else None,
+                           data_root=args.data_root)
+    seconds = time.perf_counter() - start
+    print(f"rescored {len(cells)} cells in {seconds:.1f} s ({seconds / max(1, len(cells)):.2f} s per cell)")
+    print(f"wrote {write_report(args.run_dir, args.reports)}")
+    return 0
+
+
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from leakbench.reporting.leaderboard import write_leaderboard
 
@@ -235,7 +263,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from leakbench.harness.papers import reproduce
+    from leakbench.papers import reproduce
 
     for path in reproduce(args.name, **sweep_kwargs(args)):
         print(f"wrote {path}")
@@ -246,7 +274,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.what == "attacks":
         from leakbench.attacks import list_attacks as entries
     elif args.what == "papers":
-        from leakbench.harness.papers import list_papers as entries
+        from leakbench.papers import list_papers as entries
     else:
         from leakbench.datasets import list_datasets as entries
     for name, description in entries():

@@ -354,7 +354,7 @@ def test_reproduce_unknown_name(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_reproduce_missing_script(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from leakbench.harness import papers
+    from leakbench import papers
 
     monkeypatch.setattr(papers, "SUITE_DIR", tmp_path)  # a benchmarks folder without spear_draws.py
     line = _one_line_error(capsys, ["reproduce", "spear-draws", "--reports", str(tmp_path / "rep")])
@@ -362,7 +362,7 @@ def test_reproduce_missing_script(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_paper_suites_parse() -> None:
-    from leakbench.harness.papers import PAPER_DIR, list_papers
+    from leakbench.papers import PAPER_DIR, list_papers
     from leakbench.harness.suite import load_suite
 
     names = {name for name, _ in list_papers()}

@@ -11,7 +11,7 @@ import pytest
 from leakbench.errors import ConfigError
 from leakbench.harness import store
 from leakbench.harness.cell import CellResult, CellSpec, run_cell
-from leakbench.harness.run import run_suite
+from leakbench.pipeline import run_suite
 from leakbench.harness.store import check_out_dir, write_cell
 from leakbench.harness.suite import KEYS, REQUIRED, SUITE_DIR, find_suite, load_suite
 

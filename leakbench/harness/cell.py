@@ -17,6 +17,7 @@ import torch
 from leakbench.attacks import Reconstruction, attack_class, create_attack
 from leakbench.attacks.inversion import InversionConfig, invert_features
 from leakbench.datasets import Batch, load_dataset, sample_batch
+from leakbench.harness.artifacts import AttackOutput, json_safe, plain_stats
 from leakbench.errors import ConfigError
 from leakbench.fl import ClientUpdate, DPConfig, FedAvgConfig, dp_update, fedavg_update, fedsgd_update
 from leakbench.fl.dp import ACCOUNTANT
@@ -59,25 +60,43 @@ NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None}
 
 @dataclass
 class CellResult:
-    """The outcome of a cell: a summary row, per-image records and what a grid needs."""
+    """The outcome of a cell: the attack's stored output, a summary row, per-image records and what a
+    grid needs (the ground truth and the reconstruction aligned to it; neither is stored)."""
 
     spec: CellSpec
     summary: dict[str, Any]
     records: pd.DataFrame
     truth: torch.Tensor
     aligned: torch.Tensor | None
-    reconstruction: Reconstruction
+    output: AttackOutput
+
+    @property
+    def reconstruction(self) -> Reconstruction:
+        return self.output.reconstruction
+
+
+def load_batch(spec: CellSpec) -> Batch:
+    """The cell's private batch, re-derived from its dataset, image size, batch size and seed."""
+    return victim(spec, with_model=False)[0]
+
+
+def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, torch.nn.Module | None]:
+    """The cell's private batch and its victim at initialisation (both re-derived from the spec)."""
+    root = Path(spec.data_root) if spec.data_root else None
+    dataset = load_dataset(spec.dataset, data_root=root, image_size=spec.image_size)
+    batch = sample_batch(dataset, spec.batch_size, spec.seed)
+    if not with_model:
+        return batch, None
+    model = build_model(spec.arch, dataset.image_shape, dataset.num_classes, width=spec.width, depth=spec.depth,
+                        seed=spec.seed)
+    return batch, model
 
 
 def prepare(spec: CellSpec) -> tuple[Batch, torch.nn.Module, ClientUpdate]:
     """Load the batch, build the victim and compute the client's update (no attack yet)."""
     if spec.dp is not None and spec.fedavg is not None:
         raise ConfigError("a cell runs either DP-SGD or FedAvg, not both")
-    root = Path(spec.data_root) if spec.data_root else None
-    dataset = load_dataset(spec.dataset, data_root=root, image_size=spec.image_size)
-    batch = sample_batch(dataset, spec.batch_size, spec.seed)
-    model = build_model(spec.arch, dataset.image_shape, dataset.num_classes, width=spec.width, depth=spec.depth,
-                        seed=spec.seed)
+    batch, model = victim(spec)
     if spec.dp is not None:
         update = dp_update(model, batch, spec.dp, seed=spec.seed)
     elif spec.fedavg is not None:
@@ -98,22 +117,39 @@ def build_attack(spec: CellSpec):
 def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: str = "") -> CellResult:
     """Run one cell end to end. Bad input raises a LeakbenchError before the attack starts."""
     batch, model, update = prepare(spec)
+    output = attack_cell(spec, update)
+    return score_cell(spec, output, batch, model, lpips=lpips, lpips_note=lpips_note)
+
+
+def attack_cell(spec: CellSpec, update: ClientUpdate) -> AttackOutput:
+    """The attack step: the attack's answer from the update alone (and, for recovered features with
+    `spec.inversion`, the images the public model inverts them to)."""
     attack = build_attack(spec)
     attack.check_update(update)
     start = time.perf_counter()
     recon = _reconstruct(attack, update, spec)
-    seconds = time.perf_counter() - start
+    output = AttackOutput(recon, time.perf_counter() - start, attack.hyperparameters())
+    if spec.inversion is not None and spec.inversion.steps and recon.space == "feature" and recon.status == "ok":
+        start = time.perf_counter()
+        output.inverted = invert_features(update.model, recon.features, recon.layer or spec.layer, spec.inversion,
+                                          seed=spec.seed)
+        recon.stats["inversion_seconds"] = time.perf_counter() - start
+    return output
+
+
+def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: torch.nn.Module, *,
+               lpips: LpipsScorer | None = None, lpips_note: str = "") -> CellResult:
+    """The scoring step: a pure function of the attack's output and the re-derived ground truth."""
+    recon = output.reconstruction
     records, aligned = score(recon, batch, model, lpips)
     if spec.inversion is not None and spec.inversion.steps and recon.space == "feature":
-        start = time.perf_counter()
-        aligned = add_inversion(records, recon, batch, update, spec, lpips)
-        recon.stats["inversion_seconds"] = time.perf_counter() - start
+        aligned = add_inversion(records, output.inverted, batch, lpips)
     records.insert(0, "dataset_index", list(batch.indices))
     for key, value in reversed(list(cell_columns(spec).items())):
         records.insert(0, key, value)
-    summary = summarize(spec, recon, records, seconds, lpips is not None, lpips_note)
-    summary["hyperparameters"] = attack.hyperparameters()
-    return CellResult(spec, summary, records, batch.images, aligned, recon)
+    summary = summarize(spec, recon, records, output.seconds, lpips is not None, lpips_note)
+    summary["hyperparameters"] = output.hyperparameters
+    return CellResult(spec, summary, records, batch.images, aligned, output)
 
 
 def _reconstruct(attack, update: ClientUpdate, spec: CellSpec) -> Reconstruction:
@@ -144,9 +180,9 @@ def score(recon: Reconstruction, batch: Batch, model: torch.nn.Module, lpips: Lp
     return records, aligned
 
 
-def add_inversion(records: pd.DataFrame, recon: Reconstruction, batch: Batch, update: ClientUpdate,
-                  spec: CellSpec, lpips: LpipsScorer | None) -> torch.Tensor | None:
-    """Invert the recovered features to images (public model only) and add image metrics to `records`.
+def add_inversion(records: pd.DataFrame, images: torch.Tensor | None, batch: Batch, lpips: LpipsScorer | None
+                  ) -> torch.Tensor | None:
+    """Add image metrics of the inverted images (`images`, from recovered features) to `records`.
 
     Each ground-truth row keeps the reconstruction the feature matching gave it; the image metrics
     (mse, psnr, ssim, lpips, image_exact) are of that reconstruction's inverted image. `exact` stays
@@ -155,9 +191,8 @@ def add_inversion(records: pd.DataFrame, recon: Reconstruction, batch: Batch, up
     nan = np.full(len(records), np.nan)
     records["mse"], records["psnr"], records["ssim"], records["lpips"] = nan, nan.copy(), nan.copy(), nan.copy()
     records["image_exact"] = False
-    if recon.status != "ok" or recon.features is None:
+    if images is None:
         return None
-    images = invert_features(update.model, recon.features, recon.layer or spec.layer, spec.inversion, seed=spec.seed)
     perm = records["matched_recon"].to_numpy()
     rows = np.flatnonzero(perm != UNMATCHED)
     rr, tt = images[torch.as_tensor(perm[rows])], batch.images[torch.as_tensor(rows)].to(torch.float32)
@@ -226,7 +261,7 @@ def summarize(spec: CellSpec, recon: Reconstruction, records: pd.DataFrame, seco
         "lpips_mean": or_none(lp.mean) if have_lpips else None,
         "lpips_note": "" if have_lpips else lpips_note,
         "seconds": seconds, "status": recon.status, "reason": recon.reason,
-        "matching": MATCHING, "attack_stats": _plain(recon.stats),
+        "matching": MATCHING, "attack_stats": plain_stats(recon.stats),
     })
     if recon.space == "feature":
         out["feature_rel_error_max"] = or_none(describe(_values(records, "rel_error")).max)
@@ -238,20 +273,10 @@ def _values(records: pd.DataFrame, name: str) -> np.ndarray:
     return records[name].to_numpy(dtype=float) if name in records else np.array([], dtype=float)
 
 
-def _plain(stats: dict[str, Any]) -> dict[str, Any]:
-    """Attack stats as JSON-friendly plain values."""
-    return {k: (v.item() if hasattr(v, "item") else v) for k, v in stats.items()}
-
-
-def json_safe(value: Any) -> Any:
-    """Replace non-finite floats (JSON has none) by None, recursively; +inf PSNR means identical."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
+def spec_from_dict(data: dict[str, Any]) -> CellSpec:
+    """The spec `spec_dict` wrote (as stored in a cell's manifest)."""
+    configs = {"dp": DPConfig, "fedavg": FedAvgConfig, "inversion": InversionConfig}
+    return CellSpec(**{k: (configs[k](**v) if k in configs and v is not None else v) for k, v in data.items()})
 
 
 def spec_dict(spec: CellSpec) -> dict[str, Any]:

@@ -39,19 +39,17 @@ def run_task(task: Task) -> dict[str, Any]:
 
     from leakbench.harness.cell import json_safe, run_cell
     from leakbench.harness.store import write_cell
-    from leakbench.reporting.table import cell_caption
 
     torch.set_num_threads(1)
-    scorer, note = _lpips(task.lpips_weights)
+    scorer, note = lpips_scorer(task.lpips_weights)
     result = run_cell(task.spec, lpips=scorer, lpips_note=note)
-    caption = (cell_caption(result.summary) + f" · images {list(task.selection)} of the batch drawn "
-               f"before the attack with grid seed {task.grid_seed}")
-    write_cell(result, task.out, caption=caption, selection=list(task.selection))
+    write_cell(result, task.out, selection=list(task.selection))
     return json_safe(result.summary)
 
 
 @lru_cache(maxsize=2)
-def _lpips(path: str | None):
+def lpips_scorer(path: str | None):
+    """The LPIPS scorer and its note for a weights path (None: the default search), once per process."""
     import warnings
 
     from leakbench.metrics import load_lpips

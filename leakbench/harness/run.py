@@ -144,15 +144,3 @@ def _tick(bar: Any, running: dict[str, Any], stop: threading.Event) -> None:
     while not stop.wait(1.0):
         if running:
             bar.set_postfix_str(f"running {running['name']}: {time.monotonic() - running['start']:.0f} s")
-
-
-def run_suite(name: str | None, *, data_root: str | None = None, out: Path = Path("results"),
-              reports: Path = Path("reports"), executor: str = "serial", jobs: int = 1,
-              address: str | None = None, resume: bool = True, lpips_weights: str | None = None,
-              progress: TextIO | None = None) -> Path:
-    """Run a suite (see `run_sweep`) and write its report under `reports/`; return the Markdown path."""
-    from leakbench.reporting.report import write_report
-
-    sweep = run_sweep(name, data_root=data_root, out=out, executor=executor, jobs=jobs, address=address,
-                      resume=resume, lpips_weights=lpips_weights, progress=progress)
-    return write_report(sweep.run_dir, reports)

@@ -6,7 +6,8 @@ Run folder layout (`leakbench run --out DIR`, default `results/`)::
     DIR/SUITE/manifest.json          suite text, versions, git revision, machine, seeds, grid selections
     DIR/SUITE/records.parquet        one row per image per cell (every axis a column)
     DIR/SUITE/cells.parquet          one row per cell (status, reason, seconds, attack stats)
-    DIR/SUITE/cells/CELL_ID/         records.parquet, summary.json, manifest.json[, grid.png]
+    DIR/SUITE/cells/CELL_ID/         reconstruction.npz, attack.json (the attack's answer: see artifacts),
+                                     records.parquet, summary.json, manifest.json[, grid.png] (its scoring)
 
 A cell folder appears complete or not at all (temporary folder, then rename); a cell counts as
 finished when its folder exists. The consolidated tables are rebuilt from the cell folders.
@@ -27,8 +28,8 @@ from typing import Any
 import pandas as pd
 
 from leakbench.errors import ConfigError
+from leakbench.harness.artifacts import save_attack_output
 from leakbench.harness.cell import CellResult, json_safe, spec_dict
-from leakbench.reporting.grid import save_grid
 
 PACKAGES = ("torch", "torchvision", "numpy", "scipy", "scikit-learn", "scikit-image", "pandas",
             "pyarrow", "torchmetrics", "lpips", "opacus", "matplotlib", "seaborn", "tqdm", "ray")
@@ -66,27 +67,21 @@ def manifest(result: CellResult, selection: list[int] | None = None) -> dict[str
     }
 
 
-def write_cell(result: CellResult, out: Path, caption: str, selection: list[int] | None = None) -> None:
-    """Write records.parquet, summary.json, manifest.json and grid.png into `out` atomically.
-
-    The grid shows the batch positions in `selection` (default: every image); failed
-    reconstructions are drawn as failed tiles, never left out.
+def write_cell(result: CellResult, out: Path, selection: list[int] | None = None) -> None:
+    """Write the cell's stored answer (reconstruction.npz, attack.json) and its scoring (records.parquet,
+    summary.json, manifest.json with the grid's pre-drawn batch positions `selection`) into `out`.
 
     Everything is written to a temporary folder beside `out` first; only the complete folder
     replaces `out` (no stale files from an earlier run survive), so an interrupted run leaves no
-    half-written output.
+    half-written output. Grids are drawn by the report from these files.
     """
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
+        save_attack_output(tmp, result.output)
         result.records.to_parquet(tmp / "records.parquet", index=False)
         _write_json(tmp / "summary.json", result.summary)
         _write_json(tmp / "manifest.json", manifest(result, selection))
-        if result.spec.batch_size and result.summary["space"] == "image":
-            pick = list(range(result.spec.batch_size)) if selection is None else selection
-            failed = [result.reconstruction.status != "ok"] * len(pick)
-            aligned = result.aligned[pick] if result.aligned is not None else None
-            save_grid(tmp / "grid.png", result.truth[pick], aligned, caption=caption, failed=failed)
         replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -60,6 +60,17 @@ def epsilon_labels(cells: pd.DataFrame) -> dict[str, str]:
     return {dp: f"{dp} (ε={'∞' if math.isinf(e) else f'{e:.3g}'})" for dp, e in eps.items()}
 
 
+def with_model(cells: pd.DataFrame) -> pd.DataFrame:
+    """`cells` with a readable `model` column ('FC-6 w200', 'conv-3 w200'); runs stored before the
+    arch and client axes existed get their defaults."""
+    cells = cells.copy()
+    for column, default in (("arch", "fc"), ("client", "fedsgd")):
+        cells[column] = cells[column].fillna(default) if column in cells else default
+    prefix = cells["arch"].map({"fc": "FC-"}).fillna(cells["arch"] + "-")
+    cells["model"] = prefix + cells["depth"].astype(str) + " w" + cells["width"].astype(str)
+    return cells
+
+
 def fmt(value: float | None, digits: int = 1) -> str:
     """A number for a table: '–' when missing, '∞' when infinite."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

@@ -9,13 +9,14 @@ same records (nothing depends on time, order on disk or host); wall-clock second
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
 
 from leakbench.errors import LeakbenchError
-from leakbench.reporting.aggregate import epsilon_labels, fmt, grouped
+from leakbench.reporting.aggregate import epsilon_labels, fmt, grouped, with_model
+from leakbench.reporting.compare import grid_name
+from leakbench.reporting.pivot import pivot_table
 from leakbench.reporting.render import Block, Table, html_document, markdown
 
 BOARD = ["suite", "dataset", "model", "layer", "client"]
@@ -36,52 +37,22 @@ def load_results(results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             cells.append(run_cells.assign(suite=run.name))
     if not cells:
         raise LeakbenchError(f"no stored runs under {results} (expected RUN/records.parquet and RUN/cells.parquet)")
-    cells_all = pd.concat(cells, ignore_index=True)
-    for column, default in (("arch", "fc"), ("client", "fedsgd")):  # runs stored before these existed
-        cells_all[column] = cells_all[column].fillna(default) if column in cells_all else default
-    prefix = cells_all["arch"].map({"fc": "FC-"}).fillna(cells_all["arch"] + "-")
-    cells_all["model"] = prefix + cells_all["depth"].astype(str) + " w" + cells_all["width"].astype(str)
-    return pd.concat(records, ignore_index=True), cells_all
-
-
-def headline(s: dict) -> str:
-    """One number per setting: exact % when any image is exact, else the PSNR median; LPIPS beside it."""
-    main = f"{fmt(s['exact_pct'], 0)} %" if s["exact_pct"] > 0 else (
-        f"{fmt(s['psnr_median'])} dB" if not math.isnan(s["psnr_median"]) else "failed")
-    return main + ("" if math.isnan(s["lpips_mean"]) else f" · {s['lpips_mean']:.3f}")
-
-
-def rank_key(row: list[dict]) -> tuple:
-    """An attack's rank over a table's settings: mean exact % high first, then mean PSNR median, then failures.
-
-    A setting the attack did not run counts as 0 % exact with no PSNR; a missing PSNR counts as 0 dB.
-    """
-    exact = [s["exact_pct"] if s else 0.0 for s in row]
-    psnr = [s["psnr_median"] if s and not math.isnan(s["psnr_median"]) else 0.0 for s in row]
-    return (-sum(exact) / len(row), -sum(psnr) / len(row), sum(s["failures"] for s in row if s))
+    return pd.concat(records, ignore_index=True), with_model(pd.concat(cells, ignore_index=True))
 
 
 def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple, eps: dict[str, str]) -> Table:
     """One RobustBench-style table: attacks ranked as rows, batch size × DP level as columns."""
-    stats = dict(grouped(records, cells, ["attack", *COLUMN]))
-    columns = sorted({key[1:] for key in stats}, key=lambda c: (int(c[0]), c[1] != "none", _sigma(cells, c[1]), c[1]))
-    attacks = sorted({key[0] for key in stats})
-    rows = {a: [stats.get((a, *c)) for c in columns] for a in attacks}
-    ranked = sorted(attacks, key=lambda a: (rank_key(rows[a]), a))
-    several_dp = len({c[1] for c in columns}) > 1
-    header = ["rank", "attack", *[f"b={b}" + (f" {eps.get(dp, dp)}" if several_dp else "") for b, dp in columns],
-              "n", "failures"]
-    body = [[str(i), a, *[headline(s) if s else "–" for s in rows[a]], str(sum(s["n"] for s in rows[a] if s)),
-             str(sum(s["failures"] for s in rows[a] if s))] for i, a in enumerate(ranked, 1)]
     suite, dataset, model, layer, client = board
+    several_dp = cells["dp"].nunique() > 1
     title = f"{dataset} · {model} · layer {layer}" + ("" if client == "fedsgd" else f" · {client}") + f" (suite {suite})"
-    return Table(title, header, body, [f"{len(cells)} cells, {int((cells['status'] != 'ok').sum())} failed; "
-                                       "seeds pooled per setting."])
+    images = bool(((cells["space"] == "image") | (cells["inversion_steps"] > 0)).any())
+    seed = int(cells["seed"].min())
 
-
-def _sigma(cells: pd.DataFrame, dp: str) -> float:
-    sigma = cells.loc[cells["dp"] == dp, "dp_sigma"]
-    return float(sigma.iloc[0]) if len(sigma) and not math.isnan(sigma.iloc[0]) else -1.0
+    def link(attack: str, setting: tuple) -> str | None:  # the comparison grid of the setting's first seed
+        b, dp = setting
+        return f"{suite}/grids/{grid_name(dataset, model, b, layer, dp, client, seed)}" if images else None
+    return pivot_table(records, cells, title=title, columns=COLUMN, link=link,
+                       label=lambda c: f"b={c[0]}" + (f" {eps.get(c[1], c[1])}" if several_dp else ""))
 
 
 def leaderboard_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:

@@ -19,8 +19,10 @@ import pandas as pd
 from leakbench.errors import LeakbenchError
 from leakbench.harness.store import CELLS_DIR, collect, replace_dir
 from leakbench.metrics import MATCHING
-from leakbench.reporting.aggregate import STAT_HEADER, dp_order, epsilon_labels, grouped, stat_cells
+from leakbench.reporting.aggregate import STAT_HEADER, dp_order, epsilon_labels, grouped, stat_cells, with_model
+from leakbench.reporting.compare import comparison_figures
 from leakbench.reporting.figures import axis_figure
+from leakbench.reporting.pivot import pivot_table, triple
 from leakbench.reporting.render import Block, Images, Table, html_document, markdown
 
 AXES = {"batch_size": "batch size b", "layer": "attacked layer", "dp": "DP level",
@@ -48,6 +50,25 @@ def baseline(cells: pd.DataFrame) -> dict[str, Any]:
         clients = set(cells["client"])
         base["client"] = "fedsgd" if "fedsgd" in clients else min(clients)
     return base
+
+
+PIVOT_FIXED = ["dataset", "model", "layer", "dp", "client"]
+"""What one pivot of the report holds fixed; its columns are batch sizes, its rows attacks."""
+
+
+def pivot_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
+    """Per dataset and setting: attacks × batch size, each entry exact % · PSNR median · LPIPS."""
+    cells, eps = with_model(cells), epsilon_labels(cells)
+    blocks: list[Block] = []
+    for setting, sub in cells.groupby(PIVOT_FIXED, sort=True):
+        dataset, model, layer, dp, client = setting
+        title = f"{dataset} · {model} · layer {layer} · DP {eps.get(dp, dp)}" + ("" if client == "fedsgd" else f" · {client}")
+        table = pivot_table(records[records["cell_id"].isin(set(sub["cell_id"]))], sub, title=title,
+                            columns=["batch_size"], label=lambda c: f"b={c[0]}", entry=triple)
+        table.notes.append("Each entry: exact % · PSNR median · mean LPIPS (– where not computed); attacks ranked "
+                           "by mean exact %, then mean PSNR median.")
+        blocks.append(table)
+    return blocks
 
 
 def axis_blocks(records: pd.DataFrame, cells: pd.DataFrame, layerless: list[str]) -> tuple[list[Block], dict[str, pd.DataFrame]]:
@@ -119,23 +140,20 @@ def figures(figure_data: dict[str, pd.DataFrame], records: pd.DataFrame, cells: 
                                      "not exact and carry no PSNR."])
 
 
-def grids(run_dir: Path, manifest: dict[str, Any], cells: pd.DataFrame, folder: Path, suite: str) -> Images:
-    """Every image-space cell's grid of pre-drawn images, failures included, in plan order."""
-    by_id = cells.set_index("cell_id")
-    items = []
-    for cell in manifest["cells"]:
-        src = run_dir / CELLS_DIR / cell["cell_id"] / "grid.png"
-        if cell["cell_id"] not in by_id.index or not src.is_file():
-            continue
-        shutil.copyfile(src, folder / f"{cell['cell_id']}.png")
-        row = by_id.loc[cell["cell_id"]]
-        caption = (f"{row['attack']} · b={row['batch_size']} · layer {row['layer']} · dp {row['dp']} · seed {row['seed']} · "
-                   f"{row['status']} · images {cell['grid_selection']} drawn with grid seed {manifest['grid_seed']}")
-        items.append((f"{suite}/grids/{cell['cell_id']}.png", caption))
-    return Images("Grids (uncherry-picked)", items, [
-        f"The images of each grid were drawn by a seeded RNG (grid seed {manifest['grid_seed']}, "
-        f"{manifest['grid_images']} per cell) when the sweep was planned, before any attack ran; all are shown, "
-        "failed reconstructions as grey tiles with a red X. Feature-space cells (layer > 1) have no images."])
+def grids(run_dir: Path, manifest: dict[str, Any], records: pd.DataFrame, cells: pd.DataFrame, folder: Path,
+          suite: str) -> Images:
+    """One comparison figure per batch and setting: every attack on the same pre-drawn images."""
+    try:
+        figures = comparison_figures(run_dir, manifest, records, with_model(cells), folder)
+    except LeakbenchError as exc:  # the dataset the truth is re-derived from is not here
+        return Images("Comparison grids (uncherry-picked)", [], [f"No grids: {exc}"])
+    items = [(f"{suite}/grids/{name}", caption) for name, caption, _ in figures]
+    return Images("Comparison grids (uncherry-picked)", items, [
+        f"The images of each grid were drawn by a seeded RNG from the batch (grid seed {manifest['grid_seed']}, "
+        f"{manifest['grid_images']} per batch) when the sweep was planned, before any attack ran, so every attack "
+        "on a batch shows the same images; all are shown, failed reconstructions as grey tiles with a red X. "
+        "Ground truth on top, one row per attack, PSNR and LPIPS under each tile. Feature-space cells (layer > 1) "
+        "appear only with feature inversion."])
 
 
 def write_report(run_dir: Path, reports: Path) -> Path:
@@ -148,10 +166,10 @@ def write_report(run_dir: Path, reports: Path) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{suite}.tmp-", dir=reports))
     try:
         (staging / "grids").mkdir()
-        blocks, figure_data = axis_blocks(records, cells, manifest.get("layerless_attacks", []))
-        blocks.append(all_cells_table(records, cells, [c["cell_id"] for c in manifest["cells"]]))
-        blocks.append(figures(figure_data, records, cells, staging / "figures", suite))
-        blocks.append(grids(run_dir, manifest, cells, staging / "grids", suite))
+        axis_tables, figure_data = axis_blocks(records, cells, manifest.get("layerless_attacks", []))
+        blocks = [*pivot_blocks(records, cells), figures(figure_data, records, cells, staging / "figures", suite),
+                  grids(run_dir, manifest, records, cells, staging / "grids", suite), *axis_tables,
+                  all_cells_table(records, cells, [c["cell_id"] for c in manifest["cells"]])]
         intro = _intro(manifest, cells)
         title = f"leakbench suite '{suite}'"
         _write_text(reports / f"{suite}.md", markdown(title, intro, blocks))

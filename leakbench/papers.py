@@ -23,7 +23,7 @@ PAPERS: Registry[Callable[..., list[Path]]] = Registry("paper table")
 
 def _suite(name: str) -> Callable[..., list[Path]]:
     def run(**kwargs: Any) -> list[Path]:
-        from leakbench.harness.run import run_suite
+        from leakbench.pipeline import run_suite
 
         return [run_suite(str(PAPER_DIR / f"{name}.toml"), **kwargs)]
 

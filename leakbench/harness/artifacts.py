@@ -1,0 +1,86 @@
+"""An attack's stored answer for one cell: what scoring starts from, and all that `rescore` needs.
+
+A cell folder keeps
+
+    reconstruction.npz   `images` (float32, NCHW, in [0, 1], the attack's own output order) and/or
+                         `features` (float32, (b, n), inputs of an inner layer), and `inverted`
+                         (float32, NCHW: features turned back into images with the public model)
+    attack.json          status, reason, space, layer, the attack's stats, seconds, hyperparameters
+
+Ground truth is never stored: scoring re-derives it from the cell's dataset, indices and seed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from leakbench.attacks import Reconstruction
+
+RECONSTRUCTION_FILE = "reconstruction.npz"
+ATTACK_FILE = "attack.json"
+
+
+@dataclass
+class AttackOutput:
+    """What the attack step produced: the reconstruction, its wall time and the attack's settings.
+
+    `inverted` holds images inverted from recovered features (None unless feature inversion ran).
+    """
+
+    reconstruction: Reconstruction
+    seconds: float
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    inverted: torch.Tensor | None = None
+
+
+def arrays(output: AttackOutput) -> dict[str, np.ndarray]:
+    """The tensors of an attack output as float32 arrays (only those present)."""
+    recon = output.reconstruction
+    named = {"images": recon.images, "features": recon.features, "inverted": output.inverted}
+    return {k: v.detach().to("cpu", torch.float32).numpy() for k, v in named.items() if v is not None}
+
+
+def save_attack_output(folder: Path, output: AttackOutput) -> None:
+    """Write reconstruction.npz (deterministic bytes for the same arrays) and attack.json into `folder`."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays(output))
+    (folder / RECONSTRUCTION_FILE).write_bytes(buffer.getvalue())
+    recon = output.reconstruction
+    meta = {"status": recon.status, "reason": recon.reason, "space": recon.space, "layer": recon.layer,
+            "stats": plain_stats(recon.stats), "seconds": output.seconds, "hyperparameters": output.hyperparameters}
+    (folder / ATTACK_FILE).write_text(json.dumps(json_safe(meta), indent=2, sort_keys=True) + "\n")
+
+
+def load_attack_output(folder: Path) -> AttackOutput:
+    """Read back what `save_attack_output` wrote (raises OSError/ValueError/KeyError when damaged)."""
+    meta = json.loads((folder / ATTACK_FILE).read_text())
+    with np.load(folder / RECONSTRUCTION_FILE, allow_pickle=False) as data:
+        tensors = {k: torch.from_numpy(data[k].copy()) for k in data.files}
+    recon = Reconstruction(status=meta["status"], space=meta["space"], images=tensors.get("images"),
+                           features=tensors.get("features"), layer=meta["layer"], reason=meta["reason"],
+                           stats=meta["stats"])
+    return AttackOutput(recon, float(meta["seconds"]), meta["hyperparameters"], tensors.get("inverted"))
+
+
+def plain_stats(stats: dict[str, Any]) -> dict[str, Any]:
+    """Attack stats as JSON-friendly plain values."""
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in stats.items()}
+
+
+def json_safe(value: Any) -> Any:
+    """Replace non-finite floats (JSON has none) by None, recursively; +inf PSNR means identical."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value

@@ -1,0 +1,23 @@
+"""The steps of a benchmark run in order — plan and attack (harness), then report (reporting).
+
+The only module besides the CLI that calls both rooms: the harness stores records and knows nothing
+of rendering; the reporting reads what the harness stored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TextIO
+
+from leakbench.harness.run import run_sweep
+from leakbench.reporting.report import write_report
+
+
+def run_suite(name: str | None, *, data_root: str | None = None, out: Path = Path("results"),
+              reports: Path = Path("reports"), executor: str = "serial", jobs: int = 1,
+              address: str | None = None, resume: bool = True, lpips_weights: str | None = None,
+              progress: TextIO | None = None) -> Path:
+    """Run a suite (see `harness.run.run_sweep`) and write its report under `reports/`; return the Markdown path."""
+    sweep = run_sweep(name, data_root=data_root, out=out, executor=executor, jobs=jobs, address=address,
+                      resume=resume, lpips_weights=lpips_weights, progress=progress)
+    return write_report(sweep.run_dir, reports)

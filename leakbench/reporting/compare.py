@@ -1,0 +1,120 @@
+"""Grids drawn from stored artifacts: a cell's reconstructions, aligned with a re-derived ground truth.
+
+A cell folder keeps the attack's answer (`reconstruction.npz`) and its scored records, whose
+`matched_recon` column pairs each ground-truth image with a reconstruction; the ground truth itself is
+re-derived from the cell's spec (never stored). Comparison figures put every attack on the same batch
+and setting side by side — ground truth on top, one row per attack, the images chosen before any
+attack ran (`harness.selection`), PSNR and LPIPS under each tile, failures shown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from leakbench.harness.artifacts import load_attack_output
+from leakbench.harness.cell import CellSpec, load_batch, spec_from_dict
+from leakbench.metrics.matching import UNMATCHED
+from leakbench.reporting.grid import ComparisonRow, save_comparison, save_grid
+
+GROUP = ["dataset", "model", "batch_size", "seed", "layer", "dp", "client"]
+"""Cells that share these share a batch and a setting: one comparison figure."""
+
+
+@lru_cache(maxsize=16)
+def _truth(dataset: str, data_root: str | None, image_size: int | None, batch_size: int, seed: int) -> torch.Tensor:
+    spec = CellSpec(attack="", dataset=dataset, batch_size=batch_size, seed=seed, data_root=data_root,
+                    image_size=image_size)
+    return load_batch(spec).images
+
+
+def truth_images(spec: CellSpec) -> torch.Tensor:
+    """The cell's ground-truth batch, re-derived from its dataset, batch size and seed."""
+    return _truth(spec.dataset, spec.data_root, spec.image_size, spec.batch_size, spec.seed)
+
+
+def cell_spec(cell_dir: Path) -> CellSpec:
+    return spec_from_dict(json.loads((cell_dir / "manifest.json").read_text())["spec"])
+
+
+def aligned_images(cell_dir: Path, records: pd.DataFrame, truth: torch.Tensor) -> torch.Tensor | None:
+    """The cell's reconstructed images (or images inverted from its features) in ground-truth order;
+    unmatched positions are NaN (drawn as failed). None when the attack produced no images."""
+    output = load_attack_output(cell_dir)
+    images = output.reconstruction.images if output.reconstruction.space == "image" else output.inverted
+    if images is None or output.reconstruction.status != "ok":
+        return None
+    perm = records.sort_values("image")["matched_recon"].to_numpy()
+    aligned = torch.full_like(truth, math.nan, dtype=torch.float32)
+    rows = np.flatnonzero(perm != UNMATCHED)
+    aligned[torch.as_tensor(rows)] = images[torch.as_tensor(perm[rows])].to(torch.float32)
+    return aligned
+
+
+def cell_grid(cell_dir: Path, records: pd.DataFrame, path: Path, caption: str) -> None:
+    """The classic two-row grid of one cell (reconstructions above ground truth), every image."""
+    truth = truth_images(cell_spec(cell_dir))
+    aligned = aligned_images(cell_dir, records, truth)
+    failed = [aligned is None or not bool(torch.isfinite(aligned[i]).all()) for i in range(len(truth))]
+    save_grid(path, truth, aligned, caption=caption, failed=failed)
+
+
+def tile_text(row: pd.Series) -> str:
+    """PSNR and LPIPS under a tile ('failed' when the image has no reconstruction)."""
+    psnr = row.get("psnr", math.nan)
+    if row["status"] != "ok" or psnr is None or math.isnan(psnr):
+        return "failed"
+    lpips = row.get("lpips", math.nan)
+    return ("∞ dB" if math.isinf(psnr) else f"{psnr:.1f} dB") + ("" if math.isnan(lpips) else f"\nLPIPS {lpips:.3f}")
+
+
+def slug(*parts: Any) -> str:
+    """A readable file name from setting values ('σ=0.01 C=1' → 'sigma0.01-C1')."""
+    text = "_".join(str(p) for p in parts).replace("σ", "sigma").replace("η", "eta").replace("=", "")
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+
+
+def grid_name(dataset: str, model: str, b: int, layer: int, dp: str, client: str, seed: int) -> str:
+    """The file name of a comparison figure, e.g. 'embedded_FC-6-w200_b4_layer1_dp-none_fedsgd_seed0.png'."""
+    return slug(dataset, model, f"b{b}", f"layer{layer}", f"dp-{dp}", client, f"seed{seed}") + ".png"
+
+
+def comparison_figures(run_dir: Path, manifest: dict[str, Any], records: pd.DataFrame, cells: pd.DataFrame,
+                       folder: Path) -> list[tuple[str, str, tuple]]:
+    """One figure per batch and setting with every attack that has images; (file name, caption, key)."""
+    picks = {c["cell_id"]: c["grid_selection"] for c in manifest["cells"]}
+    with_images = cells[(cells["space"] == "image") | (cells["inversion_steps"] > 0)]
+    out = []
+    for key, group in with_images.groupby(GROUP, sort=True):
+        dataset, model, b, seed, layer, dp, client = key
+        name = grid_name(dataset, model, b, layer, dp, client, seed)
+        first = group.iloc[0]
+        selection = picks[first["cell_id"]]
+        truth = truth_images(cell_spec(run_dir / "cells" / first["cell_id"]))[selection]
+        rows = [_row(run_dir, cell, records[records["cell_id"] == cell["cell_id"]], selection)
+                for _, cell in group.sort_values("attack").iterrows()]
+        caption = (f"{dataset} · {model} · b={b} · layer {layer} · dp {dp} · {client} · seed {seed} · images "
+                   f"{selection} of the batch, drawn before any attack ran (grid seed {manifest['grid_seed']})")
+        save_comparison(folder / name, truth, rows, caption=caption)
+        out.append((name, caption, key))
+    return out
+
+
+def _row(run_dir: Path, cell: pd.Series, records: pd.DataFrame, selection: list[int]) -> ComparisonRow:
+    cell_dir = run_dir / "cells" / cell["cell_id"]
+    truth = truth_images(cell_spec(cell_dir))
+    aligned = aligned_images(cell_dir, records, truth)
+    by_image = records.set_index("image")
+    texts = [tile_text(by_image.loc[i]) for i in selection]
+    shown = aligned[selection] if aligned is not None else None
+    failed = [shown is None or not bool(torch.isfinite(shown[k]).all()) for k in range(len(selection))]
+    label = str(cell["attack"]) + ("" if cell["space"] == "image" else " + inversion")
+    return ComparisonRow(label, shown, texts, failed)

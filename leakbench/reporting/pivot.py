@@ -1,0 +1,81 @@
+"""Compact pivot tables: attacks as rows (ranked), settings as columns, one short entry per setting.
+
+The leaderboard (one headline number per entry, batch size × DP level as columns) and the report
+(exact %, PSNR median and LPIPS per entry, batch size as columns) are both built here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pandas as pd
+
+from leakbench.reporting.aggregate import fmt, grouped
+from leakbench.reporting.render import Cell, Table
+
+Stats = dict[str, Any]
+
+
+def headline(s: Stats) -> str:
+    """One number: exact % when any image is exact, else the PSNR median; mean LPIPS after the dot."""
+    main = f"{fmt(s['exact_pct'], 0)} %" if s["exact_pct"] > 0 else (
+        f"{fmt(s['psnr_median'])} dB" if not math.isnan(s["psnr_median"]) else "failed")
+    return main + ("" if math.isnan(s["lpips_mean"]) else f" · {s['lpips_mean']:.3f}")
+
+
+def triple(s: Stats) -> str:
+    """Exact %, PSNR median and LPIPS of one setting."""
+    psnr = "–" if math.isnan(s["psnr_median"]) else f"{fmt(s['psnr_median'])} dB"
+    return f"{fmt(s['exact_pct'], 0)} % · {psnr} · {fmt(s['lpips_mean'], 3)}"
+
+
+def rank_key(row: Sequence[Stats | None]) -> tuple:
+    """Rank over a table's settings: mean exact % high first, then mean PSNR median, then fewer failures.
+
+    A setting the attack did not run counts as 0 % exact; a missing PSNR counts as 0 dB.
+    """
+    exact = [s["exact_pct"] if s else 0.0 for s in row]
+    psnr = [s["psnr_median"] if s and not math.isnan(s["psnr_median"]) else 0.0 for s in row]
+    return (-sum(exact) / len(row), -sum(psnr) / len(row), sum(s["failures"] for s in row if s))
+
+
+def column_order(cells: pd.DataFrame, columns: Sequence[str]) -> Callable[[tuple], tuple]:
+    """Sort key for column settings: batch size ascending, DP from none to most noise."""
+    sigma = {dp: (-1.0 if math.isnan(s) else float(s)) for dp, s in
+             cells.drop_duplicates("dp").set_index("dp")["dp_sigma"].items()} if "dp" in cells else {}
+
+    def key(setting: tuple) -> tuple:
+        out: list[Any] = []
+        for name, value in zip(columns, setting):
+            out += [sigma.get(value, 0.0), str(value)] if name == "dp" else [value]
+        return tuple(out)
+    return key
+
+
+def pivot_table(records: pd.DataFrame, cells: pd.DataFrame, *, title: str, columns: Sequence[str],
+                label: Callable[[tuple], str], entry: Callable[[Stats], str] = headline,
+                link: Callable[[str, tuple], str | None] | None = None) -> Table:
+    """Attacks ranked as rows, every combination of `columns` present in `cells` as a column.
+
+    `label(setting)` names a column; `link(attack, setting)`, when given, is the target of its entry.
+    """
+    from leakbench.reporting.render import Link
+
+    stats = dict(grouped(records, cells, ["attack", *columns]))
+    settings = sorted({key[1:] for key in stats}, key=column_order(cells, columns))
+    attacks = sorted({key[0] for key in stats})
+    rows = {a: [stats.get((a, *c)) for c in settings] for a in attacks}
+    body: list[list[Cell]] = []
+    for rank, attack in enumerate(sorted(attacks, key=lambda a: (rank_key(rows[a]), a)), 1):
+        entries: list[Cell] = []
+        for setting, s in zip(settings, rows[attack]):
+            target = link(attack, setting) if (link and s) else None
+            text = entry(s) if s else "–"
+            entries.append(Link(text, target) if target else text)
+        n = sum(s["n"] for s in rows[attack] if s)
+        failures = sum(s["failures"] for s in rows[attack] if s)
+        body.append([str(rank), attack, *entries, str(n), str(failures)])
+    notes = [f"{len(cells)} cells, {int((cells['status'] != 'ok').sum())} failed; seeds pooled per setting."]
+    return Table(title, ["rank", "attack", *map(label, settings), "n", "failures"], body, notes)
