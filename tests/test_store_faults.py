@@ -8,13 +8,12 @@ import json
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import run_cli_many
+from conftest import load_benchmark, run_cli_many
 from leakbench.errors import ConfigError, LeakbenchWarning
 from leakbench.harness import executors, folders, suite as suite_module
 from leakbench.harness.executors import Task
@@ -192,31 +191,8 @@ def test_suite_names_and_stored_names_share_one_check(tmp_path: Path, reference:
 # --------------------------------------------------------------------------- 3: damaged cells
 
 
-def _truncate(path: Path) -> None:
-    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
-
-
-def _copy_files(cell: Path, other: Path) -> None:
-    for name in ("records.parquet", "summary.json", "manifest.json", "grid.png"):
-        shutil.copyfile(other / name, cell / name)
-
-
-def _copy_folder(cell: Path, other: Path) -> None:
-    shutil.rmtree(cell)
-    shutil.copytree(other, cell)
-
-
-DAMAGE: dict[str, Callable[[Path, Path], None]] = {
-    "truncated_records": lambda cell, other: _truncate(cell / "records.parquet"),
-    "missing_records": lambda cell, other: (cell / "records.parquet").unlink(),
-    "missing_summary": lambda cell, other: (cell / "summary.json").unlink(),
-    "invalid_summary": lambda cell, other: (cell / "summary.json").write_text("{not json"),
-    "invalid_manifest": lambda cell, other: (cell / "manifest.json").write_text("{not json"),
-    "missing_grid": lambda cell, other: (cell / "grid.png").unlink(),
-    "invalid_grid": lambda cell, other: (cell / "grid.png").write_bytes(b"\x89PNG half"),
-    "other_cells_files": _copy_files,
-    "other_cells_folder": _copy_folder,
-}
+DAMAGE = load_benchmark("resume_check").DAMAGE
+"""Ways a stored image cell gets damaged (shared with the corrupt-and-resume check)."""
 
 
 def _damage(run_dir: Path, kind: str, *, legacy: bool = False) -> Path:
@@ -266,7 +242,7 @@ def test_legacy_cells_without_seals_are_read_and_not_rerun(tmp_path: Path, refer
 def test_report_cli_on_damaged_cells_warns_one_line_each(tmp_path: Path, reference: Path) -> None:
     run_dir = _copy_run(reference, tmp_path)
     damaged = [_damage(run_dir, "truncated_records").name]
-    _truncate(_cell(run_dir, 1, layer=2) / "records.parquet")
+    DAMAGE["truncated_records"](_cell(run_dir, 1, layer=2), _cell(run_dir, 1))
     damaged.append(_cell(run_dir, 1, layer=2).name)
     done = run_cli_many({"report": (["report", str(run_dir), "--reports", str(tmp_path / "rep")], tmp_path)})
     proc = done["report"]
@@ -304,6 +280,17 @@ def test_run_with_duplicate_attacks_is_refused_before_anything_runs(tmp_path: Pa
                                   "--reports", str(tmp_path / "rep")], tmp_path)})
     _bad_input(done["run"], "'attacks' lists 'spear' twice")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["suite.toml"]
+
+
+def test_report_of_a_run_that_planned_a_cell_twice(tmp_path: Path, reference: Path) -> None:
+    """Run folders stored before duplicates were refused list a cell twice in their manifest: reported once."""
+    run_dir = _copy_run(reference, tmp_path)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "cells": manifest["cells"] * 2}))
+    text = write_report(run_dir, tmp_path / "rep").read_text()
+    assert "4 of 4 planned cells finished;" in text
+    table = text.split("## All cells")[1].split("## ")[0]
+    assert sum(line.startswith("| spear |") for line in table.splitlines()) == 4
 
 
 # --------------------------------------------------------------------------- 9: Ctrl-C with a process pool
