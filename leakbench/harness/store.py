@@ -6,7 +6,7 @@ Run folder layout (`leakbench run --out DIR`, default `results/`)::
     DIR/SUITE/manifest.json          suite text, versions, git revision, machine, seeds, grid selections
     DIR/SUITE/records.parquet        one row per image per cell (every axis a column)
     DIR/SUITE/cells.parquet          one row per cell (status, reason, seconds, attack stats)
-    DIR/SUITE/cells/CELL_ID/         records.parquet, summary.json, manifest.json[, grid.png]
+    DIR/SUITE/cells/CELL_ID/         records.parquet, summary.json, manifest.json[, grid.png], seal.json
 
 A cell folder appears complete or not at all (temporary folder, then rename) and carries a seal
 (`leakbench.harness.seal`); a cell counts as finished when its folder is intact. A damaged one is
