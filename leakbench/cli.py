@@ -6,10 +6,11 @@ import argparse
 import json
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Sequence
 
-from leakbench.errors import LeakbenchError
+from leakbench.errors import LeakbenchError, LeakbenchWarning
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -88,13 +89,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         commands = {"attack": cmd_attack, "run": cmd_run, "report": cmd_report, "leaderboard": cmd_leaderboard,
                     "reproduce": cmd_reproduce, "list": cmd_list}
-        return commands[args.command](args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", LeakbenchWarning)
+            warnings.showwarning = _one_line_warnings(warnings.showwarning)
+            return commands[args.command](args)
     except LeakbenchError as exc:
         print(f"leakbench: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("leakbench: interrupted; finished cells are stored, the same command resumes", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
+    """`warnings.showwarning` that prints leakbench's warnings as one line `leakbench: warning: …` on stderr
+    and passes the others to `show`."""
+
+    def showwarning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if issubclass(category, LeakbenchWarning):
+            print(f"leakbench: warning: {message}", file=sys.stderr, flush=True)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:
@@ -129,12 +146,12 @@ def cmd_attack(args: argparse.Namespace) -> int:
     from leakbench.attacks.inversion import InversionConfig
     from leakbench.harness.cell import CellSpec, json_safe, run_cell
     from leakbench.models import first_attackable_layer
-    from leakbench.harness.store import check_out_dir, write_cell
+    from leakbench.harness.store import check_cell_out, write_cell
     from leakbench.progress import attack_progress
     from leakbench.reporting.table import cell_caption
 
     if args.out is not None:
-        check_out_dir(args.out)
+        check_cell_out(args.out)
     spec = CellSpec(attack=args.attack, dataset=args.dataset, batch_size=args.batch_size, seed=args.seed,
                     width=args.width, depth=(3 if args.arch == "conv" else 6) if args.depth is None else args.depth,
                     layer=default_layer(args) if args.layer is None else args.layer,

@@ -26,7 +26,7 @@ depth = 3
 layer = 1
 """
 
-CELL_FILES = ["grid.png", "manifest.json", "records.parquet", "summary.json"]
+CELL_FILES = ["grid.png", "manifest.json", "records.parquet", "seal.json", "summary.json"]
 
 def _suite(tmp_path: Path, text: str, name: str = "suite.toml") -> Path:
     path = tmp_path / name
