@@ -24,6 +24,7 @@ from leakbench.harness.selection import grid_selection
 from leakbench.harness.store import (cell_path, consolidate, environment, finished_cells, remove_partial_cells,
                                      write_json_atomic)
 from leakbench.harness.suite import Suite, find_suite, load_suite
+from leakbench.metrics.lpips_metric import check_net
 
 
 @dataclass
@@ -56,14 +57,14 @@ def check_cells(cells: list[CellSpec]) -> None:
         build_attack(plain).check_update(update)
 
 
-def plan(suite: Suite, run_dir: Path, lpips_weights: str | None = None) -> list[Task]:
+def plan(suite: Suite, run_dir: Path, lpips_weights: str | None = None, lpips_net: str = "alex") -> list[Task]:
     """One task per cell, in suite order, with its folder and its pre-drawn grid selection."""
     tasks = []
     for spec in suite.cells:
         cid = cell_id(spec)
         pick = grid_selection(cid, spec.batch_size, suite.grid_images, suite.grid_seed)
         tasks.append(Task(spec=spec, out=cell_path(run_dir, cid), selection=tuple(pick),
-                          grid_seed=suite.grid_seed, lpips_weights=lpips_weights))
+                          grid_seed=suite.grid_seed, lpips_weights=lpips_weights, lpips_net=lpips_net))
     return tasks
 
 
@@ -79,22 +80,28 @@ def run_manifest(suite: Suite, tasks: list[Task], extra: dict[str, Any]) -> dict
 
 def run_sweep(name: str | None, *, data_root: str | None = None, out: Path = Path("results"),
               executor: str = "serial", jobs: int = 1, address: str | None = None, resume: bool = True,
-              lpips_weights: str | None = None, progress: TextIO | None = None) -> Sweep:
-    """Run every unfinished cell of a suite into `out/SUITE/` and consolidate its records."""
+              lpips_weights: str | None = None, lpips_net: str = "alex", progress: TextIO | None = None) -> Sweep:
+    """Run every unfinished cell of a suite into `out/SUITE/` and consolidate its records.
+
+    `lpips_net` (alex or vgg) scores the cells that run now; it is not part of a cell's id, so
+    resumed cells keep the LPIPS they were stored with (each cell records its `lpips_net`).
+    """
     suite = load_suite(find_suite(name), data_root=data_root)
     check_cells(suite.cells)
     run_dir = out / suite.name
-    tasks = plan(suite, run_dir, lpips_weights)
+    check_net(lpips_net)
+    tasks = plan(suite, run_dir, lpips_weights, lpips_net)
     remove_partial_cells(run_dir)
     done = finished_cells(run_dir) if resume else set()
     todo = [t for t in tasks if t.out.name not in done]
-    write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs}))
+    write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs,
+                                                                          "lpips_net": lpips_net}))
     start = time.perf_counter()
     _run_with_progress(todo, len(tasks), executor=executor, jobs=jobs, address=address, progress=progress)
     seconds = time.perf_counter() - start
     records, cells = consolidate(run_dir, [t.out.name for t in tasks])
     write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {
-        "executor": executor, "jobs": jobs, "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),
+        "executor": executor, "jobs": jobs, "lpips_net": lpips_net, "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),
                                                            "seconds": round(seconds, 3)}}))
     return Sweep(run_dir, suite, len(todo), len(tasks) - len(todo), seconds, records, cells)
 
@@ -148,10 +155,10 @@ def _tick(bar: Any, running: dict[str, Any], stop: threading.Event) -> None:
 def run_suite(name: str | None, *, data_root: str | None = None, out: Path = Path("results"),
               reports: Path = Path("reports"), executor: str = "serial", jobs: int = 1,
               address: str | None = None, resume: bool = True, lpips_weights: str | None = None,
-              progress: TextIO | None = None) -> Path:
+              lpips_net: str = "alex", progress: TextIO | None = None) -> Path:
     """Run a suite (see `run_sweep`) and write its report under `reports/`; return the Markdown path."""
     from leakbench.reporting.report import write_report
 
     sweep = run_sweep(name, data_root=data_root, out=out, executor=executor, jobs=jobs, address=address,
-                      resume=resume, lpips_weights=lpips_weights, progress=progress)
+                      resume=resume, lpips_weights=lpips_weights, lpips_net=lpips_net, progress=progress)
     return write_report(sweep.run_dir, reports)
