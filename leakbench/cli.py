@@ -7,10 +7,11 @@ import json
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Sequence
 
-from leakbench.errors import LeakbenchError
+from leakbench.errors import LeakbenchError, LeakbenchWarning
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -52,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--invert-steps", type=int, default=0,
                         help="invert recovered features of an inner layer to images with N Adam steps (default 0: off)")
     attack.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
+    attack.add_argument("--lpips-net", choices=["alex", "vgg"], default="alex",
+                        help="LPIPS trunk: alex (default; breaching, SPEAR) or vgg (CPA)")
     attack.add_argument("--out", type=Path, help="write records, manifest and grid here")
     attack.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     run = sub.add_parser("run", help="run a suite (default: benchmarks/default.toml), store records, write a report")
@@ -87,6 +90,8 @@ def _sweep_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                         help="skip cells already finished in --out (default: on)")
     parser.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
+    parser.add_argument("--lpips-net", choices=["alex", "vgg"], default="alex",
+                        help="LPIPS trunk: alex (default; breaching, SPEAR) or vgg (CPA)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -94,13 +99,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         commands = {"attack": cmd_attack, "run": cmd_run, "report": cmd_report, "rescore": cmd_rescore, "leaderboard": cmd_leaderboard,
                     "reproduce": cmd_reproduce, "list": cmd_list}
-        return commands[args.command](args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", LeakbenchWarning)
+            warnings.showwarning = _one_line_warnings(warnings.showwarning)
+            return commands[args.command](args)
     except LeakbenchError as exc:
         print(f"leakbench: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("leakbench: interrupted; finished cells are stored, the same command resumes", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
+    """`warnings.showwarning` that prints leakbench's warnings as one line `leakbench: warning: …` on stderr
+    and passes the others to `show`."""
+
+    def showwarning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if issubclass(category, LeakbenchWarning):
+            print(f"leakbench: warning: {message}", file=sys.stderr, flush=True)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:
@@ -119,7 +140,7 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
     return params
 
 
-def lpips_for(path: Path | None):
+def lpips_for(path: Path | None, net: str = "alex"):
     """The LPIPS scorer and a note; an explicit weights path that does not exist is bad input."""
     from leakbench.errors import ConfigError
     from leakbench.metrics import load_lpips
@@ -128,20 +149,20 @@ def lpips_for(path: Path | None):
         raise ConfigError(f"--lpips-weights {path} does not exist")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return load_lpips(path)
+        return load_lpips(path, net=net)
 
 
 def cmd_attack(args: argparse.Namespace) -> int:
     from leakbench.attacks.inversion import InversionConfig
     from leakbench.harness.cell import CellSpec, json_safe, run_cell
     from leakbench.models import first_attackable_layer
-    from leakbench.harness.store import check_out_dir, write_cell
+    from leakbench.harness.store import check_cell_out, write_cell
     from leakbench.progress import attack_progress
     from leakbench.reporting.grid import save_grid
     from leakbench.reporting.table import cell_caption
 
     if args.out is not None:
-        check_out_dir(args.out)
+        check_cell_out(args.out)
     spec = CellSpec(attack=args.attack, dataset=args.dataset, batch_size=args.batch_size, seed=args.seed,
                     width=args.width, depth=(3 if args.arch == "conv" else 6) if args.depth is None else args.depth,
                     layer=default_layer(args) if args.layer is None else args.layer,
@@ -149,14 +170,13 @@ def cmd_attack(args: argparse.Namespace) -> int:
                     hyperparameters=parse_params(args.param), dp=dp_config(args), arch=args.arch,
                     fedavg=fedavg_config(args),
                     inversion=InversionConfig(steps=args.invert_steps) if args.invert_steps else None)
-    scorer, note = lpips_for(args.lpips_weights)
+    scorer, note = lpips_for(args.lpips_weights, args.lpips_net)
     with attack_progress(sys.stderr if sys.stderr.isatty() else None):
         result = run_cell(spec, lpips=scorer, lpips_note=note)
     if args.out is not None:
-        write_cell(result, args.out)
         failed = [result.reconstruction.status != "ok"] * len(result.truth)
-        save_grid(args.out / "grid.png", result.truth, result.aligned, caption=cell_caption(result.summary),
-                  failed=failed)
+        write_cell(result, args.out, extra=lambda folder: save_grid(
+            folder / "grid.png", result.truth, result.aligned, caption=cell_caption(result.summary), failed=failed))
     print(json.dumps(json_safe(result.summary)) if args.json else human_summary(result.summary))
     return 0
 
@@ -218,6 +238,7 @@ def sweep_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {"data_root": args.data_root, "out": args.out, "reports": args.reports, "jobs": args.jobs,
             "executor": args.executor or ("pool" if args.jobs > 1 else "serial"), "address": args.address,
             "resume": args.resume, "lpips_weights": str(args.lpips_weights) if args.lpips_weights else None,
+            "lpips_net": args.lpips_net,
             "progress": sys.stderr}
 
 

@@ -13,3 +13,7 @@ class DatasetError(LeakbenchError):
 
 class ConfigError(LeakbenchError):
     """An argument or a suite setting is invalid."""
+
+
+class LeakbenchWarning(UserWarning):
+    """Something the user should know that does not stop the command (the CLI prints one line)."""

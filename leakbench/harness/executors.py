@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import islice
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -31,6 +33,7 @@ class Task:
     selection: tuple[int, ...]
     grid_seed: int
     lpips_weights: str | None = None
+    lpips_net: str = "alex"
 
 
 def run_task(task: Task) -> dict[str, Any]:
@@ -41,22 +44,23 @@ def run_task(task: Task) -> dict[str, Any]:
     from leakbench.harness.store import write_cell
 
     torch.set_num_threads(1)
-    scorer, note = lpips_scorer(task.lpips_weights)
+    scorer, note = lpips_scorer(task.lpips_weights, task.lpips_net)
     result = run_cell(task.spec, lpips=scorer, lpips_note=note)
     write_cell(result, task.out, selection=list(task.selection))
     return json_safe(result.summary)
 
 
-@lru_cache(maxsize=2)
-def lpips_scorer(path: str | None):
-    """The LPIPS scorer and its note for a weights path (None: the default search), once per process."""
+@lru_cache(maxsize=4)
+def lpips_scorer(path: str | None, net: str = "alex"):
+    """The verified LPIPS scorer and its note for a weights path (None: the default search) and net,
+    built and checked once per process."""
     import warnings
 
     from leakbench.metrics import load_lpips
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return load_lpips(Path(path) if path else None)
+        return load_lpips(Path(path) if path else None, net=net)
 
 
 def execute(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], *, executor: str = "serial",
@@ -85,17 +89,43 @@ def execute(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], *, exe
                 on_done(run_task(task))
 
 
-def _pool(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int) -> None:
-    """A local process pool (spawned workers: no state inherited from this process)."""
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"))
+def _pool(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int,
+          work: Callable[[Task], dict[str, Any]] = run_task) -> None:
+    """A local process pool (spawned workers: no state inherited from this process).
+
+    At most `jobs` tasks are in the pool at a time, so nothing is queued behind the running cells;
+    workers ignore Ctrl-C, and on any interruption this process terminates them at once (their
+    half-written temporary folders are removed by the sweep).
+    """
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_ignore_interrupts)
+    waiting = iter(tasks)
     try:
-        futures = [pool.submit(run_task, task) for task in tasks]
-        for future in as_completed(futures):
-            on_done(future.result())
+        running: set[Future] = {pool.submit(work, task) for task in islice(waiting, jobs)}
+        while running:
+            finished, running = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                on_done(future.result())
+                running |= {pool.submit(work, task) for task in islice(waiting, 1)}
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        _terminate(pool)
         raise
     pool.shutdown(wait=True)
+
+
+def _ignore_interrupts() -> None:
+    """Pool workers leave Ctrl-C to the parent, which stops them (see `_pool`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and end the workers now (Python 3.14 has `terminate_workers` for this)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.join(timeout=10)
 
 
 def _ray(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int, address: str | None) -> None:

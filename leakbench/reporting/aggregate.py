@@ -83,7 +83,10 @@ def fmt(value: float | None, digits: int = 1) -> str:
 def stat_cells(s: dict[str, Any], *, lpips_note: str = LPIPS_MISSING) -> list[str]:
     """The shared statistic columns of every table (see STAT_HEADER)."""
     psnr = psnr_cell(s)
-    lpips = fmt(s["lpips_mean"], 3) if not math.isnan(s["lpips_mean"]) else lpips_note
+    if not math.isnan(s["lpips_mean"]):
+        lpips = fmt(s["lpips_mean"], 3)
+    else:  # feature-space groups have no images to score: not a missing-weights case
+        lpips = "–" if s["space"] == "feature" or s["n"] == s["failures"] else lpips_note
     failures = str(s["failures"]) + (f" ({s['failed_cells']} of {s['cells']} cells)" if s["failed_cells"] else "")
     return [str(s["n"]), failures, fmt(s["exact_pct"], 0), psnr, fmt(s["psnr_median"]),
             fmt(s["ssim_mean"], 4), lpips, _sci(s["rel_error_median"]), fmt(s["seconds_mean"], 2), s["space"]]

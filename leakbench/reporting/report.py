@@ -1,7 +1,8 @@
 """`leakbench report RUN_DIR`: Markdown and HTML tables per axis, seaborn figures and grids of a run.
 
-Reads only the run folder (records.parquet, cells.parquet, manifest.json and the cells' grid.png)
-and writes `REPORTS/SUITE.md`, `REPORTS/SUITE.html` and `REPORTS/SUITE/{figures,grids}/`.
+Reads only the run folder (its manifest.json and the intact cell folders; a damaged cell is left
+out with one warning line) and writes `REPORTS/SUITE.md`, `REPORTS/SUITE.html` and
+`REPORTS/SUITE/{figures,grids}/`, replacing only an earlier report of leakbench's (`target`).
 """
 
 from __future__ import annotations
@@ -10,20 +11,23 @@ import json
 import math
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from leakbench.errors import LeakbenchError
-from leakbench.harness.store import CELLS_DIR, collect, replace_dir
+from leakbench.errors import LeakbenchError, LeakbenchWarning
+from leakbench.harness.folders import replace_folder
+from leakbench.harness.store import CELLS_DIR, collect, read_run_manifest
 from leakbench.metrics import MATCHING
 from leakbench.reporting.aggregate import STAT_HEADER, dp_order, epsilon_labels, grouped, stat_cells, with_model
 from leakbench.reporting.compare import comparison_figures
 from leakbench.reporting.figures import axis_figure
 from leakbench.reporting.pivot import pivot_table, triple
 from leakbench.reporting.render import Block, Images, Table, html_document, markdown
+from leakbench.reporting.target import check_report_target, foreign_report_entries, write_marker
 
 AXES = {"batch_size": "batch size b", "layer": "attacked layer", "dp": "DP level",
         "client": "client (FedSGD, or FedAvg E, mini-batch, η)"}
@@ -33,14 +37,18 @@ def load_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]
     """The manifest, per-image records and per-cell table of a run folder.
 
     Read from the cell folders, so an interrupted sweep (whose consolidated tables are older than
-    its last cells) reports every cell that finished.
+    its last cells) reports every cell that finished. A damaged cell folder is left out, with a
+    warning; the manifest's `damaged` lists it (id → why).
     """
+    manifest = read_run_manifest(run_dir)
     try:
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-        records, cells = collect(run_dir, [c["cell_id"] for c in manifest["cells"]])
+        records, cells, damaged = collect(run_dir, [c["cell_id"] for c in manifest["cells"]])
     except (OSError, ValueError, KeyError) as exc:
         raise LeakbenchError(f"{run_dir} is not a finished run folder ({type(exc).__name__}: {exc})".replace("\n", " ")) from None
-    return manifest, records, cells
+    for cid, reason in damaged.items():
+        warnings.warn(LeakbenchWarning(f"cell {cid} in {run_dir} is damaged ({reason}); left out of the report "
+                                       "(`leakbench run` recomputes it)"), stacklevel=2)
+    return {**manifest, "damaged": damaged}, records, cells
 
 
 def baseline(cells: pd.DataFrame) -> dict[str, Any]:
@@ -162,6 +170,7 @@ def write_report(run_dir: Path, reports: Path) -> Path:
     suite = manifest["suite"]
     if cells.empty:
         raise LeakbenchError(f"{run_dir} holds no finished cells")
+    check_report_target(reports, suite)
     reports.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{suite}.tmp-", dir=reports))
     try:
@@ -172,9 +181,10 @@ def write_report(run_dir: Path, reports: Path) -> Path:
                   all_cells_table(records, cells, [c["cell_id"] for c in manifest["cells"]])]
         intro = _intro(manifest, cells)
         title = f"leakbench suite '{suite}'"
+        write_marker(staging, suite)
         _write_text(reports / f"{suite}.md", markdown(title, intro, blocks))
         _write_text(reports / f"{suite}.html", html_document(title, intro, blocks))
-        replace_dir(staging, reports / suite)
+        replace_folder(staging, reports / suite, foreign_report_entries)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return reports / f"{suite}.md"
@@ -183,14 +193,38 @@ def write_report(run_dir: Path, reports: Path) -> Path:
 def _intro(manifest: dict[str, Any], cells: pd.DataFrame) -> list[str]:
     failed = int((cells["status"] != "ok").sum())
     planned = len(manifest["cells"])
-    missing = planned - len(cells)
-    return [f"{len(cells)} of {planned} planned cells finished" + (f" ({missing} not run yet)" if missing else "")
+    damaged = manifest.get("damaged", {})
+    missing = planned - len(cells) - len(damaged)
+    left_out = []
+    if missing:
+        left_out.append(f"{missing} not run yet")
+    if damaged:
+        left_out.append(f"{len(damaged)} damaged, left out: {', '.join(damaged)}")
+    return [f"{len(cells)} of {planned} planned cells finished" + (f" ({'; '.join(left_out)})" if left_out else "")
             + f"; {failed} failed (shown in every table, counted in n and failures). "
             f"Git revision {manifest.get('git_revision') or 'unknown'}.",
             f"Matching: {MATCHING} (reconstructions assigned to ground truth by the Hungarian method on MSE). "
             "PSNR peak 1, on images in [0, 1]; mean ± std over finite values, ∞ = bit-identical. "
             "Exact = every pixel rounds to the same 8-bit value (feature space: max error ≤ 1e-4 of scale). "
-            "Failed images count as not exact and carry no PSNR/SSIM."]
+            "Failed images count as not exact and carry no PSNR/SSIM.", _lpips_line(cells)]
+
+
+def _lpips_line(cells: pd.DataFrame) -> str:
+    """Which LPIPS network scored the cells (net and weight source), or why there is none."""
+    nets = cells["lpips_net"].fillna("").astype(str) if "lpips_net" in cells else pd.Series([""] * len(cells))
+    sources = (cells["lpips_source"].fillna("").astype(str) if "lpips_source" in cells
+               else pd.Series([""] * len(cells)))
+    used = sorted({(n, src) for n, src in zip(nets, sources) if n})
+    unscored = int((nets == "").sum())
+    if not used:
+        return "LPIPS: not computed (no verified LPIPS weights; see the README, Metrics)."
+    parts = [f"{net} (weights: {src})" for net, src in used]
+    text = ("LPIPS v0.1, " + "; ".join(parts) + ", verified against published values at load time")
+    if len(used) > 1:
+        text += " — cells were scored with different networks, compare with care"
+    if unscored:
+        text += f"; {unscored} cells were stored without LPIPS"
+    return text + "."
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -1,0 +1,706 @@
+"""Try leakbench as a careless user and a flaky machine would, and count what holds.
+
+    PYTHONPATH=. python benchmarks/fault_check.py [--scratch DIR] [--only NAME[,NAME...]] [--jobs N] [--list]
+
+Two kinds of case, each in a folder of its own under the scratch folder:
+
+* **bad input** — one CLI call that must be refused: exit code 2, exactly one stderr line starting
+  `leakbench: error:`, nothing on stdout, and the case folder unchanged afterwards (nothing written,
+  nothing deleted; every case folder holds a user's file, and some put user files where leakbench
+  is told to write).
+* **fault** — a run that is interrupted, killed or damaged on disk and then resumed, or a command
+  pointed at folders that hold a user's files: recovered when the resumed run's records equal an
+  uninterrupted reference run's (timing aside), no cell is stored twice, no temporary folder is
+  left, and every user file is intact.
+
+Cases carry the number of the item of issue 12 they reproduce (0: a case that behaved before issue
+12 and is kept as a regression case). Prints a line per case that misbehaves, then
+
+    bad inputs N, clean N; faults K, recovered K; files outside the output folders 0; user files deleted 0
+
+and exits 1 when any case misbehaves. `tests/test_fault_check.py` runs the issue-12 cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+USER_FILE = "user-notes.txt"
+"""Every case folder holds this file of a user's; it must survive every case unchanged."""
+OUTPUT_DIRS = ("out", "results", "reports", "ro")
+"""Top-level names in a case folder that cases name as leakbench's output folders."""
+CASE_FILES = (USER_FILE, "suite.toml", "a")
+"""What a fault case folder holds besides outputs before leakbench runs."""
+TIMEOUT_S = 120
+
+# --------------------------------------------------------------------------- running the CLI
+
+
+def cli(args: list[str], cwd: Path, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """`python -m leakbench ARGS` from `cwd` with this checkout first on the path (exit 124 on time-out)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    try:
+        return subprocess.run([sys.executable, "-m", "leakbench", *args], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        return subprocess.CompletedProcess(exc.cmd, 124, exc.stdout or "", f"timed out after {timeout:.0f} s")
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Relative path → content hash of every file below `folder` (folders as 'dir')."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        rel = str(path.relative_to(folder))
+        out[rel] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "other"
+    return out
+
+
+def refusal_problem(proc: subprocess.CompletedProcess[str]) -> str:
+    """'' when `proc` is a clean refusal (exit 2, one `leakbench: error:` line, empty stdout), else why not."""
+    lines = proc.stderr.strip().splitlines()
+    if "Traceback" in proc.stderr:
+        return f"traceback: {lines[-1] if lines else ''}"
+    if proc.returncode != 2:
+        return f"exit {proc.returncode} (want 2): {' | '.join(lines[-2:])}"
+    if len(lines) != 1 or not lines[0].startswith("leakbench: error:"):
+        return f"{len(lines)} stderr lines: {' | '.join(lines[:3])}"
+    if proc.stdout.strip():
+        return f"stdout not empty: {proc.stdout.strip()[:80]}"
+    return ""
+
+
+# --------------------------------------------------------------------------- cases
+
+
+Setup = Callable[[Path], None]
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """A CLI call that must be refused; `{d}` in an argument is the case folder."""
+
+    name: str
+    item: int
+    args: tuple[str, ...]
+    files: dict[str, str] = field(default_factory=dict)
+    """Files to create in the case folder first (relative path → text)."""
+    setup: Setup | None = None
+    mention: str = ""
+    """Text the error line must contain."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    detail: str = ""
+    outside: int = 0
+    deleted: int = 0
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A scenario run by `run(case_folder, reference_run_folder)`."""
+
+    name: str
+    item: int
+    run: Callable[[Path, Path], Outcome]
+
+
+SUITE = """\
+name = "{name}"
+dataset = "embedded"
+attacks = {attacks}
+batch_sizes = {batch_sizes}
+seeds = {seeds}
+width = 200
+depth = 6
+grid_images = 2
+{extra}"""
+
+
+def suite(name: str = "mini", attacks: str = '["spear"]', batch_sizes: str = "[1, 2]", seeds: str = "[0]",
+          extra: str = "") -> str:
+    return SUITE.format(name=name, attacks=attacks, batch_sizes=batch_sizes, seeds=seeds, extra=extra)
+
+
+def run_args(suite_file: str = "{d}/suite.toml", *extra: str) -> tuple[str, ...]:
+    return ("run", suite_file, "--out", "{d}/results", "--reports", "{d}/reports", *extra)
+
+
+def attack(*extra: str) -> tuple[str, ...]:
+    return ("attack", "--attack", "spear", "--batch-size", "2", "--out", "{d}/out", *extra)
+
+
+def _immutable(rel: str) -> Setup:
+    """A folder that not even root can write into (chattr +i; released again by `release`)."""
+    def setup(d: Path) -> None:
+        (d / rel).mkdir(parents=True, exist_ok=True)
+        subprocess.run(["chattr", "+i", str(d / rel)], check=True)
+    return setup
+
+
+def release(d: Path) -> None:
+    """Undo `_immutable` for every folder below `d` so the scratch folder can be removed."""
+    for path in [d, *d.rglob("*")]:
+        if path.is_dir():
+            subprocess.run(["chattr", "-i", str(path)], capture_output=True)
+
+
+def _big_suite(d: Path) -> None:
+    seeds = ", ".join(str(i) for i in range(1000))
+    (d / "suite.toml").write_text(suite(attacks='["spear", "cpa", "ig", "dlg"]', batch_sizes="[1, 2, 3, 4, 5, 6, 7, 8]",
+                                        seeds=f"[{seeds}]", extra="layers = [1, 2, 3]\n"
+                                        'dp = ["none", {sigma = 1e-4, clip = 1.0}, {sigma = 1e-3, clip = 1.0}, '
+                                        '{sigma = 1e-2, clip = 1.0}, {sigma = 1e-1, clip = 1.0}]\n'))
+
+
+def _tiny_annotations(d: Path) -> None:
+    """A tiny-imagenet-200 folder whose val annotations name a file outside the data root."""
+    from PIL import Image
+
+    root = d / "data" / "tiny-imagenet-200"
+    (root / "val" / "images").mkdir(parents=True)
+    (root / "wnids.txt").write_text("n01443537\n")
+    secret = d / "secret.JPEG"
+    Image.new("RGB", (64, 64), (200, 10, 10)).save(secret, format="JPEG")
+    lines = [f"../../../secret.JPEG\tn01443537\t0\t0\t63\t63"] * 4
+    (root / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
+
+
+ISSUE_12: list[BadInput] = [
+    # 4: duplicate cells
+    BadInput("suite_duplicate_attacks", 4, run_args(), {"suite.toml": suite(attacks='["spear", "spear"]')}),
+    BadInput("suite_duplicate_batch_sizes", 4, run_args(), {"suite.toml": suite(batch_sizes="[2, 2]")}),
+    # 5: nested options of spear-guided
+    BadInput("guide_unknown", 5, ("attack", "--attack", "spear-guided", "--batch-size", "2", "--param", "guide=nope",
+                                  "--out", "{d}/out")),
+    BadInput("guide_options_not_table", 5, ("attack", "--attack", "spear-guided", "--batch-size", "2",
+                                            "--param", "guide_options=5", "--out", "{d}/out")),
+    BadInput("guide_options_unknown_key", 5, ("attack", "--attack", "spear-guided", "--batch-size", "2",
+                                              "--param", 'guide_options={"bogus": 1}', "--out", "{d}/out")),
+    BadInput("suite_guide_unknown", 5, run_args(), {"suite.toml": suite(
+        attacks='["spear-guided"]', extra='[hyperparameters.spear-guided]\nguide = "nope"\n')}),
+    BadInput("suite_guide_options_unknown_key", 5, run_args(), {"suite.toml": suite(
+        attacks='["spear-guided"]', extra='[hyperparameters.spear-guided]\nguide_options = { bogus = 1 }\n')}),
+    # 6: options that do nothing without the option they qualify
+    *[BadInput(f"{flag[2:].replace('-', '_')}_alone", 6, attack(flag, value), mention=flag)
+      for flag, value in (("--dp-q", "0.5"), ("--dp-clip", "2"), ("--dp-delta", "1e-6"), ("--dp-steps", "3"),
+                          ("--fedavg-lr", "0.5"), ("--fedavg-minibatch", "1"))],
+    # 7: sizes, seeds and outputs checked before the first cell
+    BadInput("seed_negative", 7, attack("--seed", "-1"), mention="seed"),
+    BadInput("seed_over_2_63", 7, attack("--seed", str(2 ** 63 + 5)), mention="seed"),
+    BadInput("width_huge", 7, attack("--width", "100000000"), mention="width"),
+    BadInput("attack_out_dot", 7, ("attack", "--attack", "spear", "--batch-size", "2", "--out", ".")),
+    BadInput("attack_out_readonly", 7, ("attack", "--attack", "spear", "--batch-size", "2", "--out", "{d}/ro/out"),
+             setup=_immutable("ro")),
+    BadInput("run_out_readonly", 7, ("run", "{d}/suite.toml", "--out", "{d}/ro/results", "--reports", "{d}/reports"),
+             {"suite.toml": suite()}, setup=_immutable("ro")),
+    BadInput("run_reports_readonly", 7, ("run", "{d}/suite.toml", "--out", "{d}/results", "--reports", "{d}/ro/rep"),
+             {"suite.toml": suite()}, setup=_immutable("ro")),
+    # 8: suite and option corners
+    BadInput("suite_dp_empty", 8, run_args(), {"suite.toml": suite(extra="dp = []\n")}, mention="dp"),
+    BadInput("suite_fedavg_empty", 8, run_args(), {"suite.toml": suite(extra="fedavg = []\n")}, mention="fedavg"),
+    BadInput("suite_layer_and_layers", 8, run_args(), {"suite.toml": suite(extra="layer = 1\nlayers = [1, 2]\n")},
+             mention="layer"),
+    BadInput("suite_400k_cells", 8, run_args(), setup=_big_suite),
+    BadInput("lpips_weights_garbage", 8, attack("--lpips-weights", "{d}/garbage.pth"),
+             {"garbage.pth": "not a torch file\n" * 50}),
+    BadInput("run_reports_is_file", 8, ("run", "{d}/suite.toml", "--out", "{d}/results", "--reports", "{d}/rep.txt"),
+             {"suite.toml": suite(), "rep.txt": "a user's file\n"}, mention="--reports"),
+    BadInput("image_size_1", 8, attack("--image-size", "1"), mention="image"),
+    # 10: annotation paths stay inside the data root
+    BadInput("tinyimagenet_path_outside_root", 10, ("attack", "--attack", "spear", "--dataset", "tinyimagenet",
+                                                    "--data-root", "{d}/data", "--batch-size", "2", "--out", "{d}/out"),
+             setup=_tiny_annotations),
+]
+
+_BAD_SUITES = {
+    "unknown_key": suite(extra='colour = "red"\n'),
+    "missing_attacks": "name = \"x\"\ndataset = \"embedded\"\nbatch_sizes = [1]\n",
+    "missing_batch_sizes": "name = \"x\"\ndataset = \"embedded\"\nattacks = [\"spear\"]\n",
+    "missing_name": "dataset = \"embedded\"\nattacks = [\"spear\"]\nbatch_sizes = [1]\n",
+    "width_string": suite().replace("width = 200", 'width = "wide"'),
+    "depth_float": suite().replace("depth = 6", "depth = 6.5"),
+    "layer_out_of_model": suite(extra="layers = [1, 6]\n"),
+    "layer_zero": suite(extra="layers = [0]\n"),
+    "dp_negative_sigma": suite(extra='dp = ["none", {sigma = -1.0, clip = 1.0}]\n'),
+    "dp_missing_clip": suite(extra='dp = [{sigma = 1.0}]\n'),
+    "dp_unknown_key": suite(extra='dp = [{sigma = 1.0, clip = 1.0, colour = 2}]\n'),
+    "dp_string": suite(extra='dp = ["lots"]\n'),
+    "dp_and_fedavg": suite(extra='dp = ["none"]\nfedavg = ["none"]\n'),
+    "fedavg_bad_epochs": suite(extra='fedavg = [{epochs = 0, minibatch = 0, lr = 0.1}]\n'),
+    "fedavg_unknown_key": suite(extra='fedavg = [{epochs = 1, minibatch = 0, lr = 0.1, momentum = 0.9}]\n'),
+    "bad_name_slash": suite(name="a/b"),
+    "bad_name_dotdot": suite(name=".."),
+    "unknown_attack": suite(attacks='["nope"]'),
+    "empty_attacks": suite(attacks="[]"),
+    "attacks_not_strings": suite(attacks="[1, 2]"),
+    "batch_sizes_empty": suite(batch_sizes="[]"),
+    "batch_sizes_negative": suite(batch_sizes="[-1]"),
+    "batch_sizes_zero": suite(batch_sizes="[0]"),
+    "batch_over_width": suite(batch_sizes="[300]"),
+    "seeds_string": suite(seeds='["a"]'),
+    "hyper_unlisted_attack": suite(extra="[hyperparameters.cpa]\nmax_iter = 5\n"),
+    "hyper_unknown_param": suite(extra="[hyperparameters.spear]\ncolour = 5\n"),
+    "hyper_wrong_type": suite(extra='[hyperparameters.spear]\nmax_draws = "many"\n'),
+    "hyper_layer": suite(extra="[hyperparameters.spear]\nlayer = 2\n"),
+    "grid_images_zero": suite(extra="grid_images = 0\n").replace("grid_images = 2\n", "", 1),
+    "grid_seed_negative": suite(extra="grid_seed = -1\n"),
+    "arch_unknown": suite(extra='arch = "transformer"\n'),
+    "dataset_and_datasets": suite(extra='datasets = ["digits"]\n'),
+    "unknown_dataset": suite().replace('"embedded"', '"nope"'),
+    "toml_syntax": "name = \n",
+    "inversion_unknown_key": suite(extra="inversion = { steps = 5, colour = 1 }\n"),
+    "inversion_not_table": suite(extra="inversion = 5\n"),
+    "bool_width": suite().replace("width = 200", "width = true"),
+}
+
+_BAD_ATTACK_ARGS: dict[str, tuple[str, ...]] = {
+    "no_attack": ("attack", "--batch-size", "2"),
+    "no_batch_size": ("attack", "--attack", "spear"),
+    "unknown_attack": ("attack", "--attack", "nope", "--batch-size", "2"),
+    "unknown_dataset": ("attack", "--attack", "spear", "--dataset", "nope", "--batch-size", "2"),
+    "batch_size_text": attack("--batch-size", "two"),
+    "batch_size_zero": ("attack", "--attack", "spear", "--batch-size", "0", "--out", "{d}/out"),
+    "batch_size_negative": ("attack", "--attack", "spear", "--batch-size", "-3", "--out", "{d}/out"),
+    "batch_over_width": ("attack", "--attack", "spear", "--batch-size", "9", "--width", "8", "--out", "{d}/out"),
+    "batch_over_input": ("attack", "--attack", "spear", "--dataset", "digits", "--batch-size", "65", "--out", "{d}/out"),
+    "width_zero": attack("--width", "0"),
+    "width_negative": attack("--width", "-5"),
+    "depth_one": attack("--depth", "1"),
+    "depth_zero": attack("--depth", "0"),
+    "layer_zero": attack("--layer", "0"),
+    "layer_past_depth": attack("--layer", "6"),
+    "layer_text": attack("--layer", "x"),
+    "arch_unknown": attack("--arch", "mlp"),
+    "conv_layer_1": attack("--arch", "conv", "--layer", "1"),
+    "seed_text": attack("--seed", "abc"),
+    "param_no_equals": attack("--param", "max_draws"),
+    "param_empty_key": attack("--param", "=3"),
+    "param_unknown_key": attack("--param", "colour=3"),
+    "param_wrong_type": attack("--param", "max_draws=many"),
+    "param_negative_budget": attack("--param", "max_draws=-1"),
+    "param_layer_conflict": attack("--param", "layer=2", "--layer", "3"),
+    "dp_sigma_negative": attack("--dp-sigma", "-1"),
+    "dp_sigma_text": attack("--dp-sigma", "lots"),
+    "dp_clip_zero": attack("--dp-sigma", "1", "--dp-clip", "0"),
+    "dp_delta_one": attack("--dp-sigma", "1", "--dp-delta", "1"),
+    "dp_q_two": attack("--dp-sigma", "1", "--dp-q", "2"),
+    "dp_steps_zero": attack("--dp-sigma", "1", "--dp-steps", "0"),
+    "dp_with_fedavg": attack("--dp-sigma", "1", "--fedavg-epochs", "1"),
+    "fedavg_epochs_zero": attack("--fedavg-epochs", "0"),
+    "fedavg_lr_negative": attack("--fedavg-epochs", "1", "--fedavg-lr", "-1"),
+    "fedavg_minibatch_negative": attack("--fedavg-epochs", "1", "--fedavg-minibatch", "-1"),
+    "invert_steps_negative": attack("--invert-steps", "-1"),
+    "image_size_zero": attack("--image-size", "0"),
+    "image_size_text": attack("--image-size", "big"),
+    "lpips_weights_missing": attack("--lpips-weights", "{d}/none.pth"),
+    "lpips_weights_folder": attack("--lpips-weights", "{d}"),
+    "data_root_missing": ("attack", "--attack", "spear", "--dataset", "mnist", "--data-root", "{d}/none",
+                          "--batch-size", "2", "--out", "{d}/out"),
+    "tinyimagenet_no_root": ("attack", "--attack", "spear", "--dataset", "tinyimagenet", "--batch-size", "2",
+                             "--out", "{d}/out"),
+    "imagefolder_empty": ("attack", "--attack", "spear", "--dataset", "imagefolder", "--data-root", "{d}/imgs",
+                          "--batch-size", "1", "--out", "{d}/out"),
+    "imagefolder_bad_png": ("attack", "--attack", "spear", "--dataset", "imagefolder", "--data-root", "{d}/bad",
+                            "--batch-size", "1", "--out", "{d}/out"),
+    "cifar_no_root": ("attack", "--attack", "spear", "--dataset", "cifar10", "--data-root", "{d}/none",
+                      "--batch-size", "2", "--out", "{d}/out"),
+    "out_is_file": ("attack", "--attack", "spear", "--batch-size", "2", "--out", "{d}/" + USER_FILE),
+    "unknown_option": attack("--colour", "red"),
+    "cuda_without_cuda": attack("--param", "device=cuda"),
+}
+
+_FILES = {"imagefolder_empty": {"imgs/cls/.keep": ""}, "imagefolder_bad_png": {"bad/cls/x.png": "garbage" * 30}}
+
+_OTHER: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
+    "no_command": ((), {}),
+    "unknown_command": (("frobnicate",), {}),
+    "list_unknown": (("list", "spells"), {}),
+    "run_missing_suite": (("run", "{d}/none.toml", "--out", "{d}/results", "--reports", "{d}/reports"), {}),
+    "run_unknown_suite_name": (("run", "no-such-suite", "--out", "{d}/results", "--reports", "{d}/reports"), {}),
+    "run_jobs_zero": (run_args("{d}/suite.toml", "--jobs", "0"), {"suite.toml": suite()}),
+    "run_jobs_text": (run_args("{d}/suite.toml", "--jobs", "two"), {"suite.toml": suite()}),
+    "run_executor_unknown": (run_args("{d}/suite.toml", "--executor", "slurm"), {"suite.toml": suite()}),
+    "run_address_without_ray": (run_args("{d}/suite.toml", "--address", "x:1"), {"suite.toml": suite()}),
+    "run_out_is_file": (("run", "{d}/suite.toml", "--out", "{d}/" + USER_FILE, "--reports", "{d}/reports"),
+                        {"suite.toml": suite()}),
+    "run_lpips_missing": (run_args("{d}/suite.toml", "--lpips-weights", "{d}/none.pth"), {"suite.toml": suite()}),
+    "run_suite_not_utf8": (run_args(), {"suite.toml": "name = \"\udcff\"\n"}),
+    "run_data_root_missing": (("run", "{d}/suite.toml", "--data-root", "{d}/none", "--out", "{d}/results",
+                               "--reports", "{d}/reports"), {"suite.toml": suite().replace('"embedded"', '"mnist"')}),
+    "report_missing_folder": (("report", "{d}/none", "--reports", "{d}/reports"), {}),
+    "report_not_a_run": (("report", "{d}", "--reports", "{d}/reports"), {}),
+    "report_bad_manifest": (("report", "{d}/run", "--reports", "{d}/reports"), {"run/manifest.json": "{not json"}),
+    "report_manifest_no_cells": (("report", "{d}/run", "--reports", "{d}/reports"), {"run/manifest.json": "{}"}),
+    "leaderboard_no_runs": (("leaderboard", "--results", "{d}/none", "--reports", "{d}/reports"), {}),
+    "reproduce_unknown": (("reproduce", "nope", "--out", "{d}/results", "--reports", "{d}/reports"), {}),
+    "reproduce_jobs_zero": (("reproduce", "spear-batch-size", "--jobs", "0", "--out", "{d}/results",
+                             "--reports", "{d}/reports"), {}),
+    "reproduce_needs_data": (("reproduce", "spear-batch-size", "--data-root", "{d}/none", "--out", "{d}/results",
+                              "--reports", "{d}/reports"), {}),
+}
+
+REGRESSION: list[BadInput] = [
+    *[BadInput(f"suite_{key}", 0, run_args(), {"suite.toml": text}) for key, text in _BAD_SUITES.items()],
+    *[BadInput(f"attack_{key}", 0, args, _FILES.get(key, {})) for key, args in _BAD_ATTACK_ARGS.items()],
+    *[BadInput(key, 0, args, files) for key, (args, files) in _OTHER.items()],
+]
+
+
+def check_bad_input(case: BadInput, root: Path) -> Outcome:
+    """Run one bad input in a fresh folder below `root` and judge it."""
+    d = root / case.name
+    d.mkdir(parents=True)
+    (d / USER_FILE).write_text("a user's notes; leakbench must never touch this\n")
+    for rel, text in case.files.items():
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text(text, errors="surrogateescape")
+    if case.setup is not None:
+        case.setup(d)
+    before = snapshot(d)
+    try:
+        proc = cli([a.replace("{d}", str(d)) for a in case.args], cwd=d)
+    finally:
+        release(d)
+    after = snapshot(d)
+    problem = refusal_problem(proc)
+    if not problem and case.mention and case.mention not in proc.stderr:
+        problem = f"error line does not mention {case.mention!r}: {proc.stderr.strip()}"
+    added = sorted(set(after) - set(before))
+    deleted = sorted(k for k in before if k not in after or after[k] != before[k])
+    if added:
+        problem = problem or f"wrote {added[:3]}"
+    if deleted:
+        problem = problem or f"deleted or changed {deleted[:3]}"
+    return Outcome(not problem, problem, outside=len(outside_outputs(added)), deleted=len(deleted))
+
+
+def outside_outputs(paths: list[str]) -> list[str]:
+    """The relative paths that lie outside every output folder of a case."""
+    return [p for p in paths if Path(p).parts[0] not in OUTPUT_DIRS]
+
+
+# --------------------------------------------------------------------------- faults
+
+FAULT_SUITE = suite(name="faults", attacks='["spear", "cpa"]', batch_sizes="[1, 2]", seeds="[0, 1]")
+SLOW_SUITE = suite(name="slow", attacks='["spear"]', batch_sizes="[1, 2, 3, 4, 5, 6, 7, 8]",
+                   seeds="[" + ", ".join(map(str, range(8))) + "]",
+                   extra='[hyperparameters.spear]\nmax_draws = 300000\n')
+
+
+def reference_run(root: Path) -> Path:
+    """An uninterrupted run of FAULT_SUITE; returns its run folder."""
+    d = root / "_reference"
+    d.mkdir(parents=True)
+    (d / "suite.toml").write_text(FAULT_SUITE)
+    proc = cli([a.replace("{d}", str(d)) for a in run_args()], cwd=d)
+    if proc.returncode != 0:
+        raise SystemExit(f"fault_check: the reference run failed: {proc.stderr.strip()[-500:]}")
+    return d / "results" / "faults"
+
+
+def _fresh(d: Path, reference: Path | None = None) -> None:
+    """A case folder with the suite, a user's file and (optionally) a copy of the finished reference run."""
+    d.mkdir(parents=True)
+    (d / USER_FILE).write_text("a user's notes\n")
+    (d / "suite.toml").write_text(FAULT_SUITE)
+    if reference is not None:
+        shutil.copytree(reference.parent.parent, d, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("suite.toml", USER_FILE))
+
+
+def _judge_resume(d: Path, reference: Path, proc: subprocess.CompletedProcess[str], user_files: list[Path]) -> Outcome:
+    """The rerun recovered: exit 0, no traceback, records equal the reference, no duplicate or temp left."""
+    sys.path.insert(0, str(REPO))
+    import pandas as pd
+
+    from leakbench.harness.store import records_difference
+
+    deleted = sum(1 for p in user_files if not p.is_file())
+    run = d / "results" / reference.name
+    if proc.returncode != 0 or "Traceback" in proc.stderr:
+        return Outcome(False, f"rerun exit {proc.returncode}: {proc.stderr.strip()[-300:]}", deleted=deleted)
+    cells = pd.read_parquet(run / "cells.parquet")
+    if len(cells) != cells["cell_id"].nunique():
+        return Outcome(False, f"{len(cells) - cells['cell_id'].nunique()} duplicate cell rows", deleted=deleted)
+    leftovers = [p.name for p in (run / "cells").iterdir() if p.name.startswith(".")]
+    if leftovers:
+        return Outcome(False, f"temporary folders left: {leftovers}", deleted=deleted)
+    difference = records_difference(run, reference)
+    if difference:
+        return Outcome(False, f"records differ from the uninterrupted run: {difference}", deleted=deleted)
+    damaged = [str(p.relative_to(run)) for cell in (run / "cells").iterdir() for p in cell.iterdir() if not _readable(p)]
+    if damaged:
+        return Outcome(False, f"damaged files left in place: {damaged[:3]}", deleted=deleted)
+    return Outcome(deleted == 0, "" if not deleted else f"{deleted} user files deleted", deleted=deleted)
+
+
+def _readable(path: Path) -> bool:
+    """A cell file that parses as what its name says (JSON, Parquet, PNG)."""
+    import pandas as pd
+    from PIL import Image
+
+    try:
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".parquet":
+            pd.read_parquet(path)
+        elif path.suffix == ".png":
+            with Image.open(path) as image:
+                image.load()
+    except Exception:  # noqa: BLE001 — any failure to parse is damage
+        return False
+    return True
+
+
+def _damage(action: Callable[[Path, list[Path]], None]) -> Callable[[Path, Path], Outcome]:
+    """A finished run, one cell damaged by `action(cell_folder, all_cell_folders)`, then resumed."""
+    def scenario(d: Path, reference: Path) -> Outcome:
+        _fresh(d, reference)
+        cells = sorted(p for p in (d / "results" / reference.name / "cells").iterdir())
+        action(cells[0], cells)
+        proc = cli([a.replace("{d}", str(d)) for a in run_args()], cwd=d)
+        return _judge_resume(d, reference, proc, [d / USER_FILE])
+    return scenario
+
+
+def _truncate(cell: Path, _: list[Path]) -> None:
+    data = (cell / "records.parquet").read_bytes()
+    (cell / "records.parquet").write_bytes(data[: len(data) // 2])
+
+
+def _remove(name: str) -> Callable[[Path, list[Path]], None]:
+    return lambda cell, _: (cell / name).unlink()
+
+
+def _garble(name: str) -> Callable[[Path, list[Path]], None]:
+    return lambda cell, _: (cell / name).write_text("{ this is not what leakbench wrote")
+
+
+def _swap(cell: Path, cells: list[Path]) -> None:
+    """Another cell's files copied over this one's."""
+    for path in cells[1].iterdir():
+        shutil.copy2(path, cell / path.name)
+
+
+def _stale_temp(cell: Path, _: list[Path]) -> None:
+    tmp = cell.parent / f".{cell.name}.tmp-abc123"
+    shutil.copytree(cell, tmp)
+
+
+def _damaged_consolidated(cell: Path, _: list[Path]) -> None:
+    run = cell.parent.parent
+    (run / "records.parquet").write_bytes(b"PAR1 truncated")
+
+
+def _signal_and_resume(sig: int, jobs: int, suite_text: str, after: int) -> Callable[[Path, Path], Outcome]:
+    """Interrupt a run once `after` cells are stored; resumed, it must equal an uninterrupted run.
+
+    With `jobs` > 1 the interrupted run must also stop at once: no more than `jobs` cells may be
+    stored after the signal (those already running), and it must exit within 20 s.
+    """
+    def scenario(d: Path, reference: Path) -> Outcome:
+        _fresh(d)
+        (d / "suite.toml").write_text(suite_text)
+        name = "faults" if suite_text is FAULT_SUITE else "slow"
+        ref = reference if name == "faults" else _slow_reference(d.parent)
+        cells_dir = d / "results" / name / "cells"
+        args = [a.replace("{d}", str(d)) for a in run_args("{d}/suite.toml", "--jobs", str(jobs))]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+        first = subprocess.Popen([sys.executable, "-m", "leakbench", *args], cwd=d, env=env, start_new_session=True,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        count = lambda: len([p for p in cells_dir.iterdir() if not p.name.startswith(".")]) if cells_dir.is_dir() else 0
+        while first.poll() is None and count() < after:
+            time.sleep(0.05)
+        at_signal, start = count(), time.monotonic()
+        if first.poll() is None:
+            os.kill(first.pid, sig) if sig == signal.SIGINT else os.killpg(first.pid, sig)
+        try:
+            first.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+        stopped_s, after_signal = time.monotonic() - start, count() - at_signal
+        if jobs > 1 and (after_signal > jobs or stopped_s > 20):
+            return Outcome(False, f"kept running after {signal.Signals(sig).name}: {after_signal} more cells "
+                                  f"stored, exit after {stopped_s:.1f} s")
+        proc = cli(args, cwd=d)
+        return _judge_resume(d, ref, proc, [d / USER_FILE])
+    return scenario
+
+
+def _slow_reference(root: Path) -> Path:
+    """An uninterrupted run of SLOW_SUITE (made once per scratch folder)."""
+    d = root / "_reference_slow"
+    run = d / "results" / "slow"
+    if not (run / "cells.parquet").is_file():
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        (d / "suite.toml").write_text(SLOW_SUITE)
+        proc = cli([a.replace("{d}", str(d)) for a in run_args()], cwd=d, timeout=600)
+        if proc.returncode != 0:
+            raise SystemExit(f"fault_check: the slow reference run failed: {proc.stderr.strip()[-500:]}")
+    return run
+
+
+def _user_files_in_outputs(command: str) -> Callable[[Path, Path], Outcome]:
+    """User files inside the folders leakbench writes to must survive (`attack --out`, `run`, `report`)."""
+    def scenario(d: Path, reference: Path) -> Outcome:
+        _fresh(d, reference if command == "report" else None)
+        if command == "attack":
+            keep = [d / "out" / "thesis.tex", d / "out" / "sub" / "data.csv"]
+            args = ["attack", "--attack", "spear", "--batch-size", "2", "--out", f"{d}/out"]
+        else:
+            keep = [d / "reports" / "faults" / "my-figure.png", d / "reports" / "faults" / "grids" / "notes.txt"]
+            args = (["report", f"{d}/results/faults", "--reports", f"{d}/reports"] if command == "report"
+                    else [a.replace("{d}", str(d)) for a in run_args()])
+        for path in keep:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("a user's file\n")
+        before = {p: p.read_bytes() for p in keep}
+        proc = cli(args, cwd=d)
+        deleted = sum(1 for p in keep if not p.is_file() or p.read_bytes() != before[p])
+        deleted += 0 if (d / USER_FILE).is_file() else 1
+        if "Traceback" in proc.stderr:
+            return Outcome(False, f"traceback: {proc.stderr.strip().splitlines()[-1]}", deleted=deleted)
+        if proc.returncode == 2 and refusal_problem(proc):
+            return Outcome(False, refusal_problem(proc), deleted=deleted)
+        if proc.returncode not in (0, 2):
+            return Outcome(False, f"exit {proc.returncode}", deleted=deleted)
+        return Outcome(deleted == 0, f"{deleted} user files deleted or changed" if deleted else "", deleted=deleted)
+    return scenario
+
+
+def _report_name_escapes(d: Path, reference: Path) -> Outcome:
+    """`report` on a run folder whose manifest names the suite './../../x/victim': refused, nothing written
+    (today it writes a/x/victim.md beside a user's folder a/x/victim/, and replaces that folder)."""
+    _fresh(d, reference)
+    manifest = d / "results" / "faults" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "suite": "./../../x/victim"}))
+    keep = d / "a" / "x" / "victim" / "thesis.tex"
+    keep.parent.mkdir(parents=True)
+    keep.write_text("a user's file\n")
+    before = snapshot(d)
+    proc = cli(["report", f"{d}/results/faults", "--reports", f"{d}/a/b/reports"], cwd=d)
+    after = snapshot(d)
+    added = sorted(set(after) - set(before))
+    deleted = sorted(k for k in before if after.get(k) != before[k])
+    problem = refusal_problem(proc) or (f"wrote {added[:3]}" if added else "") or (f"deleted {deleted[:3]}" if deleted else "")
+    return Outcome(not problem, problem, outside=len(outside_outputs(added)), deleted=len(deleted))
+
+
+def _report_of_damaged(d: Path, reference: Path) -> Outcome:
+    """`report` on a run folder with a damaged cell: no traceback; the damaged cell is not reported as data."""
+    _fresh(d, reference)
+    cell = sorted((d / "results" / "faults" / "cells").iterdir())[0]
+    _truncate(cell, [])
+    proc = cli(["report", f"{d}/results/faults", "--reports", f"{d}/reports"], cwd=d)
+    if "Traceback" in proc.stderr or proc.returncode not in (0, 2):
+        return Outcome(False, f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
+    if proc.returncode == 2 and refusal_problem(proc):
+        return Outcome(False, refusal_problem(proc))
+    return Outcome(True)
+
+
+FAULTS: list[Fault] = [
+    Fault("report_manifest_name_escapes", 2, _report_name_escapes),
+    Fault("user_files_in_attack_out", 1, _user_files_in_outputs("attack")),
+    Fault("user_files_in_run_reports", 1, _user_files_in_outputs("run")),
+    Fault("user_files_in_report_reports", 1, _user_files_in_outputs("report")),
+    Fault("cell_records_truncated", 3, _damage(_truncate)),
+    Fault("cell_records_missing", 3, _damage(_remove("records.parquet"))),
+    Fault("cell_summary_invalid", 3, _damage(_garble("summary.json"))),
+    Fault("cell_manifest_missing", 3, _damage(_remove("manifest.json"))),
+    Fault("cell_manifest_invalid", 3, _damage(_garble("manifest.json"))),
+    Fault("cell_files_of_another_cell", 3, _damage(_swap)),
+    Fault("cell_grid_invalid", 3, _damage(_garble("grid.png"))),
+    Fault("report_of_damaged_cell", 3, _report_of_damaged),
+    Fault("interrupt_jobs_2", 9, _signal_and_resume(signal.SIGINT, 2, SLOW_SUITE, after=3)),
+    Fault("cell_summary_missing", 0, _damage(_remove("summary.json"))),
+    Fault("stale_temporary_folder", 0, _damage(_stale_temp)),
+    Fault("consolidated_records_damaged", 0, _damage(_damaged_consolidated)),
+    Fault("interrupt_serial", 0, _signal_and_resume(signal.SIGINT, 1, FAULT_SUITE, after=2)),
+    Fault("kill_serial", 0, _signal_and_resume(signal.SIGKILL, 1, FAULT_SUITE, after=3)),
+    Fault("kill_jobs_2", 0, _signal_and_resume(signal.SIGKILL, 2, SLOW_SUITE, after=5)),
+]
+
+# --------------------------------------------------------------------------- main
+
+
+def selected(only: str | None) -> tuple[list[BadInput], list[Fault]]:
+    """The cases named in `only` (comma-separated names or 'item:N' / 'issue12'), else all."""
+    bad, faults = [*ISSUE_12, *REGRESSION], FAULTS
+    if not only:
+        return bad, faults
+    keys = set(only.split(","))
+
+    def keep(case: BadInput | Fault) -> bool:
+        return case.name in keys or f"item:{case.item}" in keys or ("issue12" in keys and case.item > 0)
+    return [c for c in bad if keep(c)], [f for f in faults if keep(f)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scratch", type=Path, help="scratch folder (default: a new temporary folder, removed after)")
+    parser.add_argument("--only", help="comma-separated case names, item:N, or issue12")
+    parser.add_argument("--jobs", type=int, default=4, help="bad-input cases run side by side (default 4)")
+    parser.add_argument("--list", action="store_true", help="print the cases and exit")
+    args = parser.parse_args(argv)
+    bad, faults = selected(args.only)
+    if args.list:
+        for case in [*bad, *faults]:
+            print(f"{'bad input' if isinstance(case, BadInput) else 'fault':9s} item {case.item:2d}  {case.name}")
+        return 0
+    root = args.scratch or Path(tempfile.mkdtemp(prefix="leakbench-faults-"))
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        return report(bad, faults, root, args.jobs)
+    finally:
+        if args.scratch is None:
+            release(root)
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def run_fault(fault: Fault, d: Path, reference: Path) -> Outcome:
+    """Run a fault scenario in folder `d`; files it leaves outside the output folders count against it."""
+    outcome = fault.run(d, reference)
+    stray = [p for p in outside_outputs(list(snapshot(d))) if Path(p).parts[0] not in CASE_FILES]
+    if stray:
+        return Outcome(False, outcome.detail or f"wrote outside the output folders: {stray[:3]}",
+                       outside=len(stray), deleted=outcome.deleted)
+    return outcome
+
+
+def report(bad: list[BadInput], faults: list[Fault], root: Path, jobs: int) -> int:
+    """Run the cases, print every misbehaving one and the totals; 1 if any misbehaved."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        bad_out = list(pool.map(lambda c: check_bad_input(c, root / "bad"), bad))
+    reference = reference_run(root) if faults else None
+    fault_out = [run_fault(f, root / "faults" / f.name, reference) for f in faults]
+    for case, outcome in [*zip(bad, bad_out), *zip(faults, fault_out)]:
+        if not outcome.ok:
+            print(f"FAIL {case.name} (item {case.item}): {outcome.detail}", flush=True)
+    outcomes = [*bad_out, *fault_out]
+    print(f"bad inputs {len(bad)}, clean {sum(o.ok for o in bad_out)}; faults {len(faults)}, "
+          f"recovered {sum(o.ok for o in fault_out)}; files outside the output folders "
+          f"{sum(o.outside for o in outcomes)}; user files deleted {sum(o.deleted for o in outcomes)}")
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Paths leakbench writes: names read from files made safe, and folders replaced only when leakbench wrote them.
+
+A name that becomes a path (a suite's name, a cell id) must be a single folder name: every name read
+from a suite file or a stored manifest goes through `folder_name`. An existing folder is replaced
+only when it holds nothing but what leakbench writes there (`foreign` lists anything else); leakbench
+never deletes a file it did not write.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from leakbench.errors import ConfigError
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+Foreign = Callable[[Path], list[str]]
+"""Lists the entries of a folder that leakbench did not write there ([] when it is absent)."""
+
+
+def folder_name(value: object, what: str) -> str:
+    """`value` when it is one folder name (letters, digits, '.', '_', '-'; no separator, not '.' or '..')."""
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise ConfigError(f"{what} must be a folder name (letters, digits, '.', '_', '-'), got {value!r}")
+    return value
+
+
+def foreign_entries(folder: Path, allowed: Callable[[Path], bool]) -> list[str]:
+    """Names of the entries of `folder` that `allowed` rejects; [folder name] when it is not a folder."""
+    if not os.path.lexists(folder):
+        return []
+    if folder.is_symlink() or not folder.is_dir():
+        return [folder.name]
+    return sorted(p.name for p in folder.iterdir() if not allowed(p))
+
+
+def is_plain_file(path: Path) -> bool:
+    """A regular file, not a link (leakbench writes no links)."""
+    return path.is_file() and not path.is_symlink()
+
+
+def refusal(folder: Path, foreign: list[str]) -> str:
+    """The one-line error for a folder holding files leakbench did not write."""
+    shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+    return (f"{folder} holds files leakbench did not write ({shown}); leakbench replaces only its own output: "
+            "move them away or choose another folder")
+
+
+def check_owned(folder: Path, foreign: Foreign) -> None:
+    """Raise a one-line ConfigError when `folder` exists and holds anything leakbench did not write."""
+    found = foreign(folder)
+    if found:
+        raise ConfigError(refusal(folder, found))
+
+
+def replace_folder(new: Path, out: Path, foreign: Foreign) -> None:
+    """Put the complete folder `new` at `out`; an older `out` of leakbench's own is moved aside, then deleted.
+
+    An `out` holding anything else is left untouched and ConfigError is raised.
+    """
+    check_owned(out, foreign)
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+    os.replace(new, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

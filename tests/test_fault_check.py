@@ -1,0 +1,52 @@
+"""Issue 12's bad inputs and faults, one test each, through `benchmarks/fault_check.py`'s own cases.
+
+Every bad input runs the real CLI in a subprocess (all of them at once: they are mostly interpreter
+start-up) and must be refused cleanly: exit 2, exactly one `leakbench: error:` line on stderr, nothing
+on stdout, the case folder unchanged. Every fault scenario (damaged cell folders, user files in output
+folders, Ctrl-C with --jobs 2, a manifest naming a path outside --reports) must recover. The regression
+cases that behaved before issue 12 run with the whole script (`python benchmarks/fault_check.py`).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from conftest import load_benchmark
+
+fault_check = load_benchmark("fault_check")
+BAD = [case for case in fault_check.ISSUE_12]
+FAULTS = [case for case in fault_check.FAULTS if case.item > 0]
+
+
+@pytest.fixture(scope="module")
+def bad_outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    root = tmp_path_factory.mktemp("bad")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        outcomes = list(pool.map(lambda case: fault_check.check_bad_input(case, root), BAD))
+    return {case.name: outcome for case, outcome in zip(BAD, outcomes)}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return fault_check.reference_run(tmp_path_factory.mktemp("faults"))
+
+
+@pytest.mark.parametrize("case", BAD, ids=[f"item{c.item}-{c.name}" for c in BAD])
+def test_bad_input_is_refused_cleanly(bad_outcomes: dict[str, object], case) -> None:
+    outcome = bad_outcomes[case.name]
+    assert outcome.ok, outcome.detail
+    assert outcome.outside == 0 and outcome.deleted == 0
+
+
+@pytest.mark.parametrize("case", FAULTS, ids=[f"item{c.item}-{c.name}" for c in FAULTS])
+def test_fault_is_recovered(reference: Path, case, tmp_path: Path) -> None:
+    outcome = fault_check.run_fault(case, tmp_path / case.name, reference)
+    assert outcome.ok, outcome.detail
+    assert outcome.outside == 0 and outcome.deleted == 0
+
+
+def test_every_issue_12_item_has_a_case() -> None:
+    assert {c.item for c in [*BAD, *FAULTS]} == set(range(1, 11))

@@ -1,0 +1,320 @@
+"""Store, run and executor faults (issue 12, items 1–4 and 9): foreign folders are never replaced,
+names read from disk are checked, damaged cells are detected and recomputed, duplicate cells are
+refused, and an interrupted process pool stops at once."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import load_benchmark, run_cli_many
+from leakbench.errors import ConfigError, LeakbenchWarning
+from leakbench.harness import executors, folders, suite as suite_module
+from leakbench.harness.executors import Task
+from leakbench.harness.run import run_sweep
+from leakbench.harness.store import read_run_manifest, records_difference
+from leakbench.harness.suite import load_suite
+from leakbench.reporting.report import write_report
+
+SUITE = """\
+name = "tiny"
+dataset = "embedded"
+attacks = ["spear"]
+batch_sizes = [1, 2]
+layers = [1, 2]
+width = 32
+depth = 3
+grid_images = 2
+"""
+CELL_FILES = ["attack.json", "manifest.json", "reconstruction.npz", "records.parquet", "seal.json", "summary.json"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted run of SUITE (4 cells: b ∈ {1, 2} × layers {1, 2}); its suite file is beside it."""
+    root = tmp_path_factory.mktemp("ref")
+    (root / "suite.toml").write_text(SUITE)
+    return run_sweep(str(root / "suite.toml"), out=root / "res").run_dir
+
+
+def _copy_run(reference: Path, tmp_path: Path) -> Path:
+    """A copy of the reference run folder under tmp_path/res/tiny, and its suite file at tmp_path/suite.toml."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "suite.toml").write_text(SUITE)
+    return Path(shutil.copytree(reference, tmp_path / "res" / "tiny"))
+
+
+def _cell(run_dir: Path, batch_size: int, layer: int = 1) -> Path:
+    cells = pd.read_parquet(run_dir / "cells.parquet")
+    row = cells[(cells["batch_size"] == batch_size) & (cells["layer"] == layer)]
+    return run_dir / "cells" / row["cell_id"].iloc[0]
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _bad_input(proc: subprocess.CompletedProcess[str], mention: str = "") -> str:
+    """Exit 2, exactly one `leakbench: error:` line on stderr, nothing on stdout."""
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("leakbench: error:"), proc.stderr
+    assert mention in lines[0] and proc.stdout == ""
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- 1: never delete a user's files
+
+
+ATTACK = ["attack", "--attack", "spear", "--batch-size", "2", "--width", "32", "--depth", "3", "--json"]
+
+
+def test_attack_out_replaces_only_leakbench_output(tmp_path: Path, reference: Path) -> None:
+    """A non-empty --out that is not a leakbench cell folder is refused untouched; an earlier output is replaced."""
+    foreign, lone_png, own, legacy = (tmp_path / k for k in ("foreign", "lone_png", "own", "legacy"))
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("precious\n")
+    (foreign / "summary.json").write_text('{"mine": 1}\n')
+    lone_png.mkdir()
+    (lone_png / "grid.png").write_bytes(b"my holiday photo")
+    shutil.copytree(_cell(reference, 1), own)
+    shutil.copytree(_cell(reference, 1), legacy)
+    (legacy / "seal.json").unlink()  # written before seals existed
+    before = {k: _tree(tmp_path / k) for k in ("foreign", "lone_png")}
+    done = run_cli_many({k: ([*ATTACK, "--out", str(tmp_path / k)], tmp_path) for k in ("foreign", "lone_png", "own", "legacy")})
+    for key in ("foreign", "lone_png"):
+        _bad_input(done[key], "not a leakbench cell folder")
+        assert _tree(tmp_path / key) == before[key]
+    for key in ("own", "legacy"):
+        assert done[key].returncode == 0, done[key].stderr[-3000:]
+        assert sorted(p.name for p in (tmp_path / key).iterdir()) == sorted([*CELL_FILES, "grid.png"])
+        assert json.loads((tmp_path / key / "summary.json").read_text())["batch_size"] == 2
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_report_refuses_a_foreign_report_folder_or_page(tmp_path: Path, reference: Path) -> None:
+    folder, page = tmp_path / "folder", tmp_path / "page"
+    (folder / "tiny" / "figures").mkdir(parents=True)
+    (folder / "tiny" / "notes.txt").write_text("precious\n")
+    (folder / "tiny" / "figures" / "layer.png").write_bytes(b"mine")
+    page.mkdir()
+    (page / "tiny.md").write_text("# my own notes\n")
+    before = {k: _tree(tmp_path / k) for k in ("folder", "page")}
+    done = run_cli_many({k: (["report", str(reference), "--reports", str(tmp_path / k)], tmp_path)
+                         for k in ("folder", "page")})
+    assert "notes.txt" in _bad_input(done["folder"], "did not write")
+    assert "tiny.md" in _bad_input(done["page"], "not written by leakbench")
+    for key in ("folder", "page"):
+        assert _tree(tmp_path / key) == before[key]
+
+
+def test_run_refuses_a_foreign_report_folder_before_running(tmp_path: Path) -> None:
+    (tmp_path / "suite.toml").write_text(SUITE)
+    (tmp_path / "rep" / "tiny").mkdir(parents=True)
+    (tmp_path / "rep" / "tiny" / "notes.txt").write_text("precious\n")
+    done = run_cli_many({"run": (["run", str(tmp_path / "suite.toml"), "--out", str(tmp_path / "res"),
+                                  "--reports", str(tmp_path / "rep")], tmp_path)})
+    _bad_input(done["run"], "notes.txt")
+    assert not (tmp_path / "res").exists()
+    assert _tree(tmp_path / "rep") == {"tiny/notes.txt": b"precious\n"}
+
+
+def test_report_replaces_its_own_report_and_a_legacy_one(tmp_path: Path, reference: Path) -> None:
+    reports = tmp_path / "rep"
+    write_report(reference, reports)
+    marker = json.loads((reports / "tiny" / "report.json").read_text())
+    assert set(marker["files"]) == set(_tree(reports / "tiny"))
+    write_report(reference, reports)  # its own report: replaced
+    (reports / "tiny" / "report.json").unlink()  # a report written before markers: figures and grids only
+    write_report(reference, reports)
+    assert (reports / "tiny" / "report.json").is_file()
+    assert sorted(p.name for p in reports.iterdir()) == ["tiny", "tiny.html", "tiny.md"]
+
+
+def test_run_refuses_foreign_files_in_a_cell_folder(tmp_path: Path, reference: Path) -> None:
+    run_dir = _copy_run(reference, tmp_path)
+    (_cell(run_dir, 2) / "notes.txt").write_text("precious\n")
+    before = _tree(run_dir)
+    with pytest.raises(ConfigError, match="notes.txt"):
+        run_sweep(str(tmp_path / "suite.toml"), out=tmp_path / "res", resume=False)
+    assert _tree(run_dir) == before
+
+
+def test_only_leakbench_temporary_folders_are_removed(tmp_path: Path, reference: Path) -> None:
+    run_dir = _copy_run(reference, tmp_path)
+    mine, partial = run_dir / "cells" / ".backup", run_dir / "cells" / f".{_cell(run_dir, 1).name}.tmp-ab12_x"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine\n")
+    partial.mkdir()
+    (partial / "records.parquet").write_bytes(b"half")
+    assert run_sweep(str(tmp_path / "suite.toml"), out=tmp_path / "res").ran == 0
+    assert (mine / "keep.txt").read_text() == "mine\n" and not partial.exists()
+
+
+# --------------------------------------------------------------------------- 2: names read from disk
+
+
+@pytest.mark.parametrize("field,value", [("suite", "./../../x/victim"), ("cell_id", "../../../outside")])
+def test_report_refuses_unsafe_names_in_the_manifest(tmp_path: Path, reference: Path, field: str, value: str) -> None:
+    run_dir = _copy_run(reference, tmp_path / "a" / "b")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    if field == "suite":
+        manifest["suite"] = value
+    else:
+        manifest["cells"][0]["cell_id"] = value
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    before = _tree(tmp_path)
+    done = run_cli_many({"report": (["report", str(run_dir), "--reports", str(tmp_path / "a" / "b" / "rep")], tmp_path)})
+    assert "must be a folder name" in _bad_input(done["report"], value)
+    assert _tree(tmp_path) == before
+
+
+def test_suite_names_and_stored_names_share_one_check(tmp_path: Path, reference: Path) -> None:
+    assert suite_module.folder_name is folders.folder_name
+    (tmp_path / "s.toml").write_text(SUITE.replace('name = "tiny"', 'name = "../up"'))
+    with pytest.raises(ConfigError, match="key 'name' must be a folder name"):
+        load_suite(tmp_path / "s.toml")
+    run_dir = _copy_run(reference, tmp_path)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "suite": "a/b"}))
+    with pytest.raises(ConfigError, match="'suite' must be a folder name"):
+        read_run_manifest(run_dir)
+
+
+# --------------------------------------------------------------------------- 3: damaged cells
+
+
+DAMAGE = load_benchmark("resume_check").DAMAGE
+"""Ways a stored image cell gets damaged (shared with the corrupt-and-resume check)."""
+
+
+def _damage(run_dir: Path, kind: str, *, legacy: bool = False) -> Path:
+    """Damage the b=2 image cell (with the b=1 cell as the 'other' one); `legacy` drops every seal first."""
+    if legacy:  # a folder from before seals and stored reconstructions
+        if "reconstruction" in kind:
+            pytest.skip("legacy cell folders hold no stored reconstruction")
+        for name in ("seal.json", "reconstruction.npz", "attack.json"):
+            for path in run_dir.glob(f"cells/*/{name}"):
+                path.unlink()
+    cell = _cell(run_dir, 2)
+    DAMAGE[kind](cell, _cell(run_dir, 1))
+    return cell
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["sealed", "legacy"])
+@pytest.mark.parametrize("kind", list(DAMAGE))
+def test_damaged_cell_is_recomputed_on_resume(tmp_path: Path, reference: Path, kind: str, legacy: bool) -> None:
+    run_dir = _copy_run(reference, tmp_path)
+    cell = _damage(run_dir, kind, legacy=legacy)
+    with pytest.warns(LeakbenchWarning, match=f"cell {cell.name} .* is damaged .*recomputing it"):
+        sweep = run_sweep(str(tmp_path / "suite.toml"), out=tmp_path / "res")
+    assert (sweep.ran, sweep.skipped) == (1, 3)
+    assert sweep.cells["cell_id"].is_unique and len(sweep.cells) == 4
+    assert records_difference(run_dir, reference) == ""
+    assert sorted(p.name for p in cell.iterdir()) == CELL_FILES
+    assert not [p for p in (run_dir / "cells").iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("kind", list(DAMAGE))
+def test_report_leaves_out_a_damaged_cell(tmp_path: Path, reference: Path, kind: str) -> None:
+    run_dir = _copy_run(reference, tmp_path)
+    cell = _damage(run_dir, kind)
+    with pytest.warns(LeakbenchWarning, match=f"cell {cell.name} .* is damaged"):
+        text = write_report(run_dir, tmp_path / "rep").read_text()
+    assert f"3 of 4 planned cells finished (1 damaged, left out: {cell.name})" in text
+    table = text.split("## All cells")[1].split("## ")[0]
+    assert cell.name not in table and sum(line.startswith("| spear |") for line in table.splitlines()) == 3
+
+
+def test_legacy_cells_without_seals_are_read_and_not_rerun(tmp_path: Path, reference: Path) -> None:
+    run_dir = _copy_run(reference, tmp_path)
+    for seal in run_dir.glob("cells/*/seal.json"):
+        seal.unlink()
+    sweep = run_sweep(str(tmp_path / "suite.toml"), out=tmp_path / "res")
+    assert (sweep.ran, sweep.skipped) == (0, 4)
+    assert records_difference(run_dir, reference) == ""
+
+
+def test_report_cli_on_damaged_cells_warns_one_line_each(tmp_path: Path, reference: Path) -> None:
+    run_dir = _copy_run(reference, tmp_path)
+    damaged = [_damage(run_dir, "truncated_records").name]
+    DAMAGE["truncated_records"](_cell(run_dir, 1, layer=2), _cell(run_dir, 1))
+    damaged.append(_cell(run_dir, 1, layer=2).name)
+    done = run_cli_many({"report": (["report", str(run_dir), "--reports", str(tmp_path / "rep")], tmp_path)})
+    proc = done["report"]
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2 and all(ln.startswith("leakbench: warning: cell ") for ln in lines), proc.stderr
+    assert sorted(ln.split()[3] for ln in lines) == sorted(damaged)
+    assert proc.stdout.startswith("wrote ")
+
+
+# --------------------------------------------------------------------------- 4: duplicate cells
+
+
+@pytest.mark.parametrize("line,key", [
+    ('attacks = ["spear", "spear"]', "attacks"),
+    ("batch_sizes = [1, 2, 1]", "batch_sizes"),
+    ("seeds = [0, 0]", "seeds"),
+    ("layers = [1, 1]", "layers"),
+    ('datasets = ["embedded", "embedded"]', "datasets"),
+    ('dp = ["none", "none"]', "dp"),
+    ("dp = [{sigma = 0.1, clip = 1.0}, {sigma = 0.1, clip = 1.0, delta = 1e-5}]", "dp"),
+    ('fedavg = [{epochs = 1, minibatch = 0, lr = 0.1}, {epochs = 1, minibatch = 0, lr = 0.1}]', "fedavg"),
+])
+def test_duplicate_axis_values_are_refused(tmp_path: Path, line: str, key: str) -> None:
+    replaced = "dataset" if key == "datasets" else key.split(" ")[0]
+    text = "".join(ln + "\n" for ln in SUITE.splitlines() if ln.split(" ")[0] != replaced) + line + "\n"
+    (tmp_path / "s.toml").write_text(text)
+    with pytest.raises(ConfigError, match=f"key '{key}' lists .* twice"):
+        load_suite(tmp_path / "s.toml")
+
+
+def test_run_with_duplicate_attacks_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    (tmp_path / "suite.toml").write_text(SUITE.replace('attacks = ["spear"]', 'attacks = ["spear", "spear"]'))
+    done = run_cli_many({"run": (["run", str(tmp_path / "suite.toml"), "--out", str(tmp_path / "res"),
+                                  "--reports", str(tmp_path / "rep")], tmp_path)})
+    _bad_input(done["run"], "'attacks' lists 'spear' twice")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["suite.toml"]
+
+
+def test_report_of_a_run_that_planned_a_cell_twice(tmp_path: Path, reference: Path) -> None:
+    """Run folders stored before duplicates were refused list a cell twice in their manifest: reported once."""
+    run_dir = _copy_run(reference, tmp_path)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "cells": manifest["cells"] * 2}))
+    text = write_report(run_dir, tmp_path / "rep").read_text()
+    assert "4 of 4 planned cells finished;" in text
+    table = text.split("## All cells")[1].split("## ")[0]
+    assert sum(line.startswith("| spear |") for line in table.splitlines()) == 4
+
+
+# --------------------------------------------------------------------------- 9: Ctrl-C with a process pool
+
+
+def test_pool_interrupt_stops_at_once(tmp_path: Path) -> None:
+    """Ctrl-C (here: raised as the first cell reports) cancels what is queued and ends the running workers."""
+    from pool_helpers import slow_task
+
+    tasks = [Task(spec=0.2 if i == 0 else 6.0, out=tmp_path / str(i), selection=(), grid_seed=0) for i in range(6)]
+
+    raised: list[float] = []
+
+    def interrupt(summary: dict) -> None:
+        raised.append(time.monotonic())
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        executors._pool(tasks, interrupt, 2, work=slow_task)
+    assert time.monotonic() - raised[0] < 3.0  # task 1 had about 6 s left: it was not waited for
+    time.sleep(1.0)  # a queued task would have started by now
+    started = sorted(p.parent.name for p in tmp_path.glob("*/started"))
+    finished = sorted(p.parent.name for p in tmp_path.glob("*/finished"))
+    assert started == ["0", "1"] and finished == ["0"]
