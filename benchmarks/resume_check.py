@@ -37,7 +37,8 @@ def _truncate(path: Path) -> None:
 
 def _copy_files(cell: Path, other: Path) -> None:
     for name in ("records.parquet", "summary.json", "manifest.json", "reconstruction.npz", "attack.json"):
-        shutil.copyfile(other / name, cell / name)
+        if (other / name).is_file():  # folders from before stored reconstructions have fewer files
+            shutil.copyfile(other / name, cell / name)
 
 
 def _copy_folder(cell: Path, other: Path) -> None:

