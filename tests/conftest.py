@@ -33,6 +33,7 @@ def load_benchmark(name: str):
 
     spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)  # dataclasses look their module up while the script runs
     spec.loader.exec_module(module)
     return module
 
