@@ -72,7 +72,7 @@ def html_document(title: str, intro: list[str], blocks: list[Block], *, sortable
     e = html.escape
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{e(title)}</title>",
              "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-             "td,th{border:1px solid #bbb;padding:2px 6px;text-align:right}th{background:#eee}"
+             "td,th{border:1px solid #bbb;padding:2px 6px;text-align:right;white-space:nowrap}th{background:#eee}"
              "td:first-child,th:first-child{text-align:left}img{max-width:100%}</style>",
              "</head><body>", f"<h1>{e(title)}</h1>", *[f"<p>{e(p)}</p>" for p in intro if p]]
     for block in blocks:
