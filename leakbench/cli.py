@@ -135,16 +135,17 @@ def lpips_for(path: Path | None):
 
 
 def cmd_attack(args: argparse.Namespace) -> int:
+    check_attack_options(args)  # before the heavy imports below: refusing takes no torch start-up
+    if args.out is not None:
+        check_attack_out(args.out)
+
     from leakbench.attacks.inversion import InversionConfig
-    from leakbench.harness.cell import CellSpec, json_safe, run_cell
-    from leakbench.models import first_attackable_layer
+    from leakbench.harness.cell import CellSpec, build_attack, json_safe, run_cell
     from leakbench.harness.store import check_out_dir, write_cell
     from leakbench.progress import attack_progress
     from leakbench.reporting.table import cell_caption
 
-    check_attack_options(args)
     if args.out is not None:
-        check_attack_out(args.out)
         check_out_dir(args.out)
     spec = CellSpec(attack=args.attack, dataset=args.dataset, batch_size=args.batch_size, seed=args.seed,
                     width=args.width, depth=(3 if args.arch == "conv" else 6) if args.depth is None else args.depth,
@@ -153,6 +154,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
                     hyperparameters=parse_params(args.param), dp=dp_config(args), arch=args.arch,
                     fedavg=fedavg_config(args),
                     inversion=InversionConfig(steps=args.invert_steps) if args.invert_steps else None)
+    build_attack(spec)  # hyperparameters (nested ones too) checked before any data is loaded
     scorer, note = lpips_for(args.lpips_weights)
     with attack_progress(sys.stderr if sys.stderr.isatty() else None):
         result = run_cell(spec, lpips=scorer, lpips_note=note)
@@ -263,9 +265,11 @@ def sweep_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    options = sweep_kwargs(args)  # before importing the harness (torch): refusing is quick
+
     from leakbench.harness.run import run_suite
 
-    report = run_suite(args.suite, **sweep_kwargs(args))
+    report = run_suite(args.suite, **options)
     print(f"wrote {report}")
     return 0
 
@@ -290,9 +294,11 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    options = sweep_kwargs(args)
+
     from leakbench.harness.papers import reproduce
 
-    for path in reproduce(args.name, **sweep_kwargs(args)):
+    for path in reproduce(args.name, **options):
         print(f"wrote {path}")
     return 0
 

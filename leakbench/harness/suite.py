@@ -22,7 +22,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-from leakbench.attacks import attack_class
+from leakbench.attacks import attack_class, build_config
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.attacks.inversion import InversionConfig
 from leakbench.fl.dp import DPConfig
@@ -163,6 +163,10 @@ def _validate(raw: dict[str, Any]) -> None:
             raise ConfigError(f"key 'hyperparameters.{attack}' must be a table for a listed attack")
         if "layer" in table:
             raise ConfigError(f"key 'hyperparameters.{attack}.layer': set the attacked layer with 'layers'")
+        try:  # types, ranges and nested options (spear-guided's guide and guide_options) at parse time
+            build_config(attack_class(attack).Config, table)
+        except ConfigError as exc:
+            raise ConfigError(f"key 'hyperparameters.{attack}': {exc}") from None
 
 
 def _dp_level(value: Any, index: int) -> DPConfig | None:
