@@ -83,7 +83,7 @@ CASES: dict[str, Case] = {
     "seed_2_63": _attack("--attack", "spear", "--seed", str(BIG_SEED), mention="--seed"),
     "seed_huge": _attack("--attack", "spear", "--seed", str(10**20), mention="--seed"),
     "width_huge": _attack("--attack", "spear", "--width", "100000000", mention="--width"),
-    "depth_huge": _attack("--attack", "spear", "--depth", "100000", mention="--depth"),
+    "depth_huge": _attack("--attack", "spear", "--depth", "65", mention="--depth"),
     "out_dot": _attack("--attack", "spear", "--out", ".", mention="--out", files={"precious.txt": "keep me\n"}),
     "out_under_a_file": _attack("--attack", "spear", "--out", "afile/out", mention="--out", files={"afile": "x\n"}),
     "out_read_only": _attack("--attack", "spear", "--out", "ro/out", mention="not writable",
@@ -96,7 +96,7 @@ CASES: dict[str, Case] = {
     "suite_seed_2_63": _suite(SUITE.format(attack="spear") + f"seeds = [0, {BIG_SEED}]\n", "seeds[1]"),
     "suite_grid_seed_2_63": _suite(SUITE.format(attack="spear") + f"grid_seed = {BIG_SEED}\n", "grid_seed"),
     "suite_width_huge": _suite(SUITE.format(attack="spear") + "width = 100000000\n", "width"),
-    "suite_depth_huge": _suite(SUITE.format(attack="spear") + "depth = 100000\n", "depth"),
+    "suite_depth_huge": _suite(SUITE.format(attack="spear") + "depth = 65\n", "depth"),
     # item 8: empty axes, layer with layers, huge suites, garbage weights, option names, tiny images
     "suite_dp_empty": _suite(SUITE.format(attack="spear") + "dp = []\n", "'dp'"),
     "suite_fedavg_empty": _suite(SUITE.format(attack="spear") + "fedavg = []\n", "'fedavg'"),
