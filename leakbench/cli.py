@@ -181,7 +181,7 @@ def check_attack_options(args: argparse.Namespace) -> None:
         given = [f"--{prefix}-{key}" for key in keys if getattr(args, f"{prefix}_{key}") is not None]
         if given:
             raise ConfigError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} {main_flag} "
-                              "(without it they would be ignored)")
+                              "(ignored without it)")
     check_seed(args.seed, "--seed")
     check_width(args.width, "--width")
     if args.depth is not None:
