@@ -36,20 +36,23 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--batch-size", type=int, required=True)
     attack.add_argument("--arch", choices=["fc", "conv"], default="fc",
                         help="victim: fc (FC-depth) or conv (VGG-style trunk = layer 1, FC head = layers 2..depth)")
-    attack.add_argument("--width", type=int, default=200, help="hidden width of the FC layers (default 200)")
-    attack.add_argument("--depth", type=int, help="layers of the victim (default 6 for fc, 3 for conv)")
+    attack.add_argument("--width", type=int, default=200, help="hidden width of the FC layers, 1..65536 (default 200)")
+    attack.add_argument("--depth", type=int, help="layers of the victim, at most 64 (default 6 for fc, 3 for conv)")
     attack.add_argument("--layer", type=int, help="linear layer to attack (default 1 for fc, 2 for conv)")
-    attack.add_argument("--seed", type=int, default=0, help="seed of batch choice, init and attack")
+    attack.add_argument("--seed", type=int, default=0, help="seed of batch choice, init and attack, in [0, 2^63)")
     attack.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="attack hyperparameter override (repeatable), e.g. max_seconds=60")
     attack.add_argument("--dp-sigma", type=float, help="run one DP-SGD step with noise multiplier σ (default: no DP)")
-    attack.add_argument("--dp-clip", type=float, default=1.0, help="DP per-sample clipping norm C (default 1)")
-    attack.add_argument("--dp-delta", type=float, default=1e-5, help="DP δ for ε (default 1e-5)")
-    attack.add_argument("--dp-q", type=float, default=0.01, help="DP sampling rate q for ε (default 0.01)")
-    attack.add_argument("--dp-steps", type=int, default=1, help="DP-SGD steps ε accounts for (default 1)")
+    # The DP and FedAvg sub-options default to None so that "given" is detectable: they are refused
+    # without --dp-sigma / --fedavg-epochs, and their defaults (DP_DEFAULTS, FEDAVG_DEFAULTS) applied later.
+    attack.add_argument("--dp-clip", type=float, help="DP per-sample clipping norm C (default 1; needs --dp-sigma)")
+    attack.add_argument("--dp-delta", type=float, help="DP δ for ε (default 1e-5; needs --dp-sigma)")
+    attack.add_argument("--dp-q", type=float, help="DP sampling rate q for ε (default 0.01; needs --dp-sigma)")
+    attack.add_argument("--dp-steps", type=int, help="DP-SGD steps ε accounts for (default 1; needs --dp-sigma)")
     attack.add_argument("--fedavg-epochs", type=int, help="run a FedAvg client with E local epochs (default: FedSGD)")
-    attack.add_argument("--fedavg-minibatch", type=int, default=0, help="FedAvg mini-batch size (default 0 = b)")
-    attack.add_argument("--fedavg-lr", type=float, default=0.1, help="FedAvg local learning rate η (default 0.1)")
+    attack.add_argument("--fedavg-minibatch", type=int,
+                        help="FedAvg mini-batch size (default 0 = b; needs --fedavg-epochs)")
+    attack.add_argument("--fedavg-lr", type=float, help="FedAvg local learning rate η (default 0.1; needs --fedavg-epochs)")
     attack.add_argument("--invert-steps", type=int, default=0,
                         help="invert recovered features of an inner layer to images with N Adam steps (default 0: off)")
     attack.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
@@ -104,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = _one_line_warnings(warnings.showwarning)
             return commands[args.command](args)
     except LeakbenchError as exc:
-        print(f"leakbench: error: {exc}", file=sys.stderr)
+        print(f"leakbench: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("leakbench: interrupted; finished cells are stored, the same command resumes", file=sys.stderr)
@@ -122,6 +125,12 @@ def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
             show(message, category, filename, lineno, file, line)
 
     return showwarning
+
+
+def one_line(exc: BaseException) -> str:
+    """An error message on one line: messages quoting other libraries' errors may hold newlines
+    (torch.load's, for a garbage --lpips-weights file, holds several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:
@@ -153,9 +162,12 @@ def lpips_for(path: Path | None, net: str = "alex"):
 
 
 def cmd_attack(args: argparse.Namespace) -> int:
+    check_attack_options(args)  # before the heavy imports below: refusing takes no torch start-up
+    if args.out is not None:
+        check_attack_out(args.out)
+
     from leakbench.attacks.inversion import InversionConfig
-    from leakbench.harness.cell import CellSpec, json_safe, run_cell
-    from leakbench.models import first_attackable_layer
+    from leakbench.harness.cell import CellSpec, build_attack, json_safe, run_cell
     from leakbench.harness.store import check_cell_out, write_cell
     from leakbench.progress import attack_progress
     from leakbench.reporting.grid import save_grid
@@ -170,6 +182,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
                     hyperparameters=parse_params(args.param), dp=dp_config(args), arch=args.arch,
                     fedavg=fedavg_config(args),
                     inversion=InversionConfig(steps=args.invert_steps) if args.invert_steps else None)
+    build_attack(spec)  # hyperparameters (nested ones too) checked before any data is loaded
     scorer, note = lpips_for(args.lpips_weights, args.lpips_net)
     with attack_progress(sys.stderr if sys.stderr.isatty() else None):
         result = run_cell(spec, lpips=scorer, lpips_note=note)
@@ -181,13 +194,52 @@ def cmd_attack(args: argparse.Namespace) -> int:
     return 0
 
 
+DP_DEFAULTS = {"clip": 1.0, "delta": 1e-5, "q": 0.01, "steps": 1}
+"""Defaults of --dp-clip, --dp-delta, --dp-q, --dp-steps, applied when --dp-sigma is given."""
+FEDAVG_DEFAULTS = {"minibatch": 0, "lr": 0.1}
+"""Defaults of --fedavg-minibatch and --fedavg-lr, applied when --fedavg-epochs is given."""
+
+
+def check_attack_options(args: argparse.Namespace) -> None:
+    """Refuse sub-options given without the option that enables them, and out-of-bounds sizes and seeds."""
+    from leakbench.errors import ConfigError
+    from leakbench.harness.limits import check_depth, check_seed, check_width
+
+    for main_flag, prefix, keys in (("--dp-sigma", "dp", DP_DEFAULTS), ("--fedavg-epochs", "fedavg", FEDAVG_DEFAULTS)):
+        if getattr(args, f"{prefix}_{'sigma' if prefix == 'dp' else 'epochs'}") is not None:
+            continue
+        given = [f"--{prefix}-{key}" for key in keys if getattr(args, f"{prefix}_{key}") is not None]
+        if given:
+            raise ConfigError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} {main_flag} "
+                              "(ignored without it)")
+    check_seed(args.seed, "--seed")
+    check_width(args.width, "--width")
+    if args.depth is not None:
+        check_depth(args.depth, "--depth")
+
+
+def check_attack_out(out: Path) -> None:
+    """`attack --out DIR` replaces DIR as a whole: refuse the current folder or one holding it, and unwritable places."""
+    from leakbench.errors import ConfigError
+    from leakbench.harness.limits import check_writable_dir
+
+    try:
+        holds_cwd = Path.cwd().resolve().is_relative_to(out.resolve())
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: {exc.strerror or exc}") from None
+    if holds_cwd:
+        raise ConfigError(f"--out {out} is the current folder or holds it; name a new folder for the outputs")
+    check_writable_dir(out, "--out")
+
+
 def dp_config(args: argparse.Namespace):
     """The DP setting of `attack`, or None without --dp-sigma."""
     from leakbench.fl import DPConfig
 
     if args.dp_sigma is None:
         return None
-    return DPConfig(sigma=args.dp_sigma, clip=args.dp_clip, delta=args.dp_delta, q=args.dp_q, steps=args.dp_steps)
+    given = {key: getattr(args, f"dp_{key}") for key in DP_DEFAULTS}
+    return DPConfig(sigma=args.dp_sigma, **{k: DP_DEFAULTS[k] if v is None else v for k, v in given.items()})
 
 
 def default_layer(args: argparse.Namespace) -> int:
@@ -205,7 +257,8 @@ def fedavg_config(args: argparse.Namespace):
 
     if args.fedavg_epochs is None:
         return None
-    return FedAvgConfig(epochs=args.fedavg_epochs, minibatch=args.fedavg_minibatch, lr=args.fedavg_lr)
+    given = {key: getattr(args, f"fedavg_{key}") for key in FEDAVG_DEFAULTS}
+    return FedAvgConfig(epochs=args.fedavg_epochs, **{k: FEDAVG_DEFAULTS[k] if v is None else v for k, v in given.items()})
 
 
 def human_summary(s: dict[str, Any]) -> str:
@@ -225,16 +278,16 @@ def human_summary(s: dict[str, Any]) -> str:
 def sweep_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """Options shared by `run` and `reproduce`, checked before anything runs."""
     from leakbench.errors import ConfigError
-    from leakbench.harness.store import check_out_dir
+    from leakbench.harness.limits import check_writable_dir
 
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
     if args.address and args.executor != "ray":
         raise ConfigError("--address needs --executor ray")
-    if args.lpips_weights is not None and not args.lpips_weights.is_file():
-        raise ConfigError(f"--lpips-weights {args.lpips_weights} does not exist")
-    for path in (args.out, args.reports):
-        check_out_dir(path)
+    if args.lpips_weights is not None:
+        lpips_for(args.lpips_weights)  # an unusable file fails here, in one line, not in every cell
+    for option, path in (("--out", args.out), ("--reports", args.reports)):
+        check_writable_dir(path, option)  # before the first cell: not a traceback after all of them
     return {"data_root": args.data_root, "out": args.out, "reports": args.reports, "jobs": args.jobs,
             "executor": args.executor or ("pool" if args.jobs > 1 else "serial"), "address": args.address,
             "resume": args.resume, "lpips_weights": str(args.lpips_weights) if args.lpips_weights else None,
@@ -243,16 +296,20 @@ def sweep_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    options = sweep_kwargs(args)  # before importing the harness (torch): refusing is quick
+
     from leakbench.pipeline import run_suite
 
-    report = run_suite(args.suite, **sweep_kwargs(args))
+    report = run_suite(args.suite, **options)
     print(f"wrote {report}")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from leakbench.harness.limits import check_writable_dir
     from leakbench.reporting.report import write_report
 
+    check_writable_dir(args.reports, "--reports")
     print(f"wrote {write_report(args.run_dir, args.reports)}")
     return 0
 
@@ -276,17 +333,21 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from leakbench.harness.limits import check_writable_dir
     from leakbench.reporting.leaderboard import write_leaderboard
 
+    check_writable_dir(args.reports, "--reports")
     for path in write_leaderboard(args.results, args.reports):
         print(f"wrote {path}")
     return 0
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    options = sweep_kwargs(args)
+
     from leakbench.papers import reproduce
 
-    for path in reproduce(args.name, **sweep_kwargs(args)):
+    for path in reproduce(args.name, **options):
         print(f"wrote {path}")
     return 0
 

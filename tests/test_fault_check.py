@@ -50,3 +50,10 @@ def test_fault_is_recovered(reference: Path, case, tmp_path: Path) -> None:
 
 def test_every_issue_12_item_has_a_case() -> None:
     assert {c.item for c in [*BAD, *FAULTS]} == set(range(1, 11))
+
+
+def test_layer_as_a_hyperparameter_is_refused(tmp_path: Path) -> None:
+    """Found by the regression cases: `--param layer=2 --layer 3` attacked layer 2 and recorded layer 3."""
+    case = next(c for c in fault_check.REGRESSION if c.name == "attack_param_layer_conflict")
+    outcome = fault_check.check_bad_input(case, tmp_path)
+    assert outcome.ok, outcome.detail

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -85,12 +85,28 @@ def build_config(config_cls: type, overrides: dict[str, Any]) -> Any:
         raise ConfigError(f"unknown hyperparameter(s) {', '.join(unknown)} for {config_cls.__name__} "
                           f"(known: {', '.join(sorted(known))})")
     fields = config_cls.__dataclass_fields__
-    return config_cls(**{key: _coerce(config_cls.__name__, key, value, fields[key].default)
+    return config_cls(**{key: _coerce(config_cls.__name__, key, value, _default(fields[key]))
                          for key, value in overrides.items()})
+
+
+def _default(f: Any) -> Any:
+    """A field's default value, also for fields with a default factory (dicts, lists)."""
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return None
 
 
 def _coerce(owner: str, key: str, value: Any, default: Any) -> Any:
     """Check `value` against the type of the field's default (ints accepted for floats)."""
+    if isinstance(default, (dict, list, tuple)):
+        ok = isinstance(value, type(default)) or (isinstance(default, tuple) and isinstance(value, list))
+        value = tuple(value) if ok and isinstance(default, tuple) else value
+        if not ok:
+            kind = "table (JSON object)" if isinstance(default, dict) else "list"
+            raise ConfigError(f"hyperparameter {key}={value!r} of {owner} must be a {kind}")
+        return value
     if isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, int):

@@ -30,6 +30,9 @@ EMBEDDED_MIN_STD = 0.02
 """Patches of `embedded` whose pixel standard deviation is below this are dropped."""
 
 _MAX_IMAGE_SIZE = 1024
+MIN_IMAGE_SIZE = 8
+"""Smallest image side a dataset is resized to: digits' native 8×8 (an image of a few pixels is no image;
+the conv victim needs 16 or more, a side of 8·2^k, and says so itself)."""
 _IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg"})
 _SKIMAGE_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket")
 _PIL_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
@@ -44,8 +47,9 @@ def _check_size(dataset: str, image_size: int | None, default: int) -> int:
         return default
     if isinstance(image_size, bool) or not isinstance(image_size, (int, np.integer)):
         raise DatasetError(f"{dataset}: image size must be an integer, got {image_size!r}")
-    if not 1 <= int(image_size) <= _MAX_IMAGE_SIZE:
-        raise DatasetError(f"{dataset}: image size must be between 1 and {_MAX_IMAGE_SIZE}, got {image_size}")
+    if not MIN_IMAGE_SIZE <= int(image_size) <= _MAX_IMAGE_SIZE:
+        raise DatasetError(f"{dataset}: image size must be between {MIN_IMAGE_SIZE} and {_MAX_IMAGE_SIZE}, "
+                           f"got {image_size}")
     return int(image_size)
 
 
@@ -283,6 +287,25 @@ def _read_lines(path: Path, dataset: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+def _confined(base: Path, name: str, where: str, resolved_base: Path | None = None) -> Path:
+    """`base / name` for a file name read from an annotation file, refused unless it stays inside `base`.
+
+    A relative name without '..' parts, whose resolved path (symbolic links followed) lies inside the
+    resolved `base`: an annotation file cannot make the loader read files outside the data root.
+    """
+    rel = Path(name)
+    if not name or rel.is_absolute() or ".." in rel.parts:
+        raise DatasetError(f"tinyimagenet: {where} names {name!r}, not a file inside {base}")
+    path = base / rel
+    try:
+        inside = path.resolve().is_relative_to(resolved_base or base.resolve())
+    except (OSError, RuntimeError) as exc:  # a symbolic-link loop
+        raise DatasetError(f"tinyimagenet: {where} names {name!r}: {exc}") from None
+    if not inside:
+        raise DatasetError(f"tinyimagenet: {where} names {name!r}, which leads outside {base}")
+    return path
+
+
 @lru_cache(maxsize=2)
 def _tinyimagenet_cached(folder: Path, size: int) -> ImageDataset:
     wnids = _read_lines(folder / "wnids.txt", "tinyimagenet")
@@ -292,11 +315,14 @@ def _tinyimagenet_cached(folder: Path, size: int) -> ImageDataset:
         raise DatasetError(f"tinyimagenet: {folder / 'val' / 'val_annotations.txt'} lists no images")
     images = np.empty((len(annotations), size, size, 3), dtype=np.uint8)
     labels = np.empty(len(annotations), dtype=np.int64)
+    image_dir = folder / "val" / "images"
+    resolved_dir = image_dir.resolve()
     for i, line in enumerate(annotations):
         fields = line.split("\t")
         if len(fields) < 2 or fields[1] not in class_of:
             raise DatasetError(f"tinyimagenet: bad line {i + 1} in {folder / 'val' / 'val_annotations.txt'}")
-        path = folder / "val" / "images" / fields[0]
+        path = _confined(image_dir, fields[0], f"line {i + 1} of {folder / 'val' / 'val_annotations.txt'}",
+                          resolved_dir)
         if not path.is_file():
             raise DatasetError(f"tinyimagenet: missing image {path}")
         img = _open_rgb(path)

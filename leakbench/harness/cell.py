@@ -107,10 +107,16 @@ def prepare(spec: CellSpec) -> tuple[Batch, torch.nn.Module, ClientUpdate]:
 
 
 def build_attack(spec: CellSpec):
-    """The configured attack; `layer` is passed to attacks whose Config has that field."""
+    """The configured attack; `layer` is passed to attacks whose Config has that field.
+
+    The attacked layer is an axis of the cell (recorded in every row), never a hyperparameter: a
+    `layer` among the hyperparameters would attack one layer and record another, so it is refused.
+    """
     params = dict(spec.hyperparameters)
+    if "layer" in params:
+        raise ConfigError("set the attacked layer with --layer (or 'layers' in a suite), not as a hyperparameter")
     if "layer" in attack_class(spec.attack).Config.__dataclass_fields__:
-        params.setdefault("layer", spec.layer)
+        params["layer"] = spec.layer
     return create_attack(spec.attack, **params)
 
 

@@ -9,7 +9,7 @@ damaged cell folder is reported (one warning line) and recomputed.
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import sys
 import threading
 import time
@@ -22,7 +22,7 @@ from typing import Any, TextIO
 import pandas as pd
 
 from leakbench.errors import LeakbenchWarning
-from leakbench.harness.cell import CellSpec, batch_id, build_attack, cell_id, prepare, spec_dict
+from leakbench.harness.cell import CellSpec, batch_id, build_attack, cell_id, spec_dict
 from leakbench.harness.executors import Task, execute
 from leakbench.harness.selection import grid_selection
 from leakbench.harness.store import (cell_path, check_cell_folders, consolidate, environment, remove_partial_cells,
@@ -47,18 +47,35 @@ class Sweep:
 def check_cells(cells: list[CellSpec]) -> None:
     """Raise on the first cell that cannot run (names, data, sizes, hyperparameters), before any runs.
 
-    DP does not change what an attack can be run on, so it is left out of the check (it is cheap
-    to validate and costly to compute).
+    Cheap: whether a cell can run depends on its data and victim only through the shapes of the
+    update, not on its seed, DP level or client. So each distinct (dataset, data root, image size,
+    batch size, victim) gets one FedSGD update of seed 0, built once and dropped when its cells are
+    checked, each dataset is loaded once, and each distinct attack configuration is checked once on it.
     """
-    seen: set[str] = set()
+    from leakbench.datasets import load_dataset, sample_batch
+    from leakbench.fl import fedsgd_update
+    from leakbench.models import build_model
+
+    groups: dict[tuple[Any, ...], list[CellSpec]] = {}
     for spec in cells:
-        plain = dataclasses.replace(spec, dp=None)
-        key = cell_id(plain)
-        if key in seen:
-            continue
-        seen.add(key)
-        _, _, update = prepare(plain)
-        build_attack(plain).check_update(update)
+        key = (spec.dataset, spec.data_root, spec.image_size, spec.batch_size, spec.arch, spec.width, spec.depth)
+        groups.setdefault(key, []).append(spec)
+    datasets: dict[tuple[Any, ...], Any] = {}
+    for (name, root, size, b, arch, width, depth), specs in groups.items():
+        if (name, root, size) not in datasets:
+            datasets[name, root, size] = load_dataset(name, data_root=Path(root) if root else None, image_size=size)
+        dataset = datasets[name, root, size]
+        batch = sample_batch(dataset, b, 0)
+        model = build_model(arch, dataset.image_shape, dataset.num_classes, width=width, depth=depth, seed=0)
+        update = fedsgd_update(model, batch)
+        seen: set[str] = set()
+        for spec in specs:
+            if spec.fedavg is not None:
+                spec.fedavg.size(b)  # a mini-batch larger than the batch
+            attack_key = json.dumps([spec.attack, spec.hyperparameters, spec.layer], sort_keys=True, default=str)
+            if attack_key not in seen:
+                seen.add(attack_key)
+                build_attack(spec).check_update(update)
 
 
 def plan(suite: Suite, run_dir: Path, lpips_weights: str | None = None, lpips_net: str = "alex") -> list[Task]:

@@ -21,13 +21,14 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-from leakbench.attacks import attack_class
+from leakbench.attacks import attack_class, build_config
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.attacks.inversion import InversionConfig
 from leakbench.fl.dp import DPConfig
 from leakbench.fl.fedavg import FedAvgConfig
 from leakbench.harness.cell import CellSpec, cell_id
 from leakbench.harness.folders import folder_name
+from leakbench.harness.limits import MAX_CELLS, check_depth, check_seed, check_width
 from leakbench.models import ARCHS, first_attackable_layer
 
 SUITE_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -88,6 +89,11 @@ def load_suite(path: Path, *, data_root: str | None = None) -> Suite:
     datasets = raw.get("datasets") or [raw["dataset"]]
     arch = raw.get("arch", "fc")
     layers = raw.get("layers") or [raw.get("layer", first_attackable_layer(arch))]
+    count = len(datasets) * sum(1 if a in layerless else len(layers) for a in raw["attacks"]) \
+        * len(raw["batch_sizes"]) * len(dp_levels) * len(fedavg_levels) * len(raw.get("seeds", [0]))
+    if count > MAX_CELLS:  # refused before expanding, checking or running anything
+        raise ConfigError(f"suite {path}: expands to {count:,} cells, more than the {MAX_CELLS:,} a suite may hold; "
+                          "split it into several suites")
     cells = []
     for dataset, attack, b, layer, dp, fedavg, seed in product(datasets, raw["attacks"], raw["batch_sizes"], layers,
                                                                  dp_levels, fedavg_levels, raw.get("seeds", [0])):
@@ -140,6 +146,11 @@ def _validate(raw: dict[str, Any]) -> None:
     folder_name(raw["name"], "key 'name'")
     if ("dataset" in raw) == ("datasets" in raw):
         raise ConfigError("exactly one of key 'dataset' or key 'datasets' must be given")
+    if "layer" in raw and "layers" in raw:
+        raise ConfigError("give key 'layer' or key 'layers', not both")
+    for key in ("dp", "fedavg"):
+        if key in raw and not raw[key]:
+            raise ConfigError(f"key {key!r} must list at least one level (\"none\" for none)")
     for key in ("attacks", "datasets"):
         if key in raw and (not raw[key] or not all(isinstance(v, str) for v in raw[key])):
             raise ConfigError(f"key {key!r} must list names")
@@ -147,6 +158,12 @@ def _validate(raw: dict[str, Any]) -> None:
         values = raw.get(key, [1])
         if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
             raise ConfigError(f"key {key!r} must list integers ≥ 0")
+    for i, seed in enumerate(raw.get("seeds", [])):
+        check_seed(seed, f"key 'seeds[{i}]'")
+    if "width" in raw:
+        check_width(raw["width"], "key 'width'")
+    if "depth" in raw:
+        check_depth(raw["depth"], "key 'depth'")
     arch = raw.get("arch", "fc")
     if arch not in ARCHS:
         raise ConfigError(f"key 'arch' must be one of {', '.join(ARCHS)}, got {arch!r}")
@@ -159,8 +176,7 @@ def _validate(raw: dict[str, Any]) -> None:
         raise ConfigError("a suite sweeps either 'dp' or 'fedavg', not both")
     if raw.get("grid_images", 1) < 1:
         raise ConfigError("key 'grid_images' must be at least 1")
-    if raw.get("grid_seed", 0) < 0:
-        raise ConfigError("key 'grid_seed' must not be negative")
+    check_seed(raw.get("grid_seed", 0), "key 'grid_seed'")
     for attack in raw["attacks"]:
         attack_class(attack)  # unknown attack: ConfigError naming it
     for attack, table in raw.get("hyperparameters", {}).items():
@@ -168,6 +184,10 @@ def _validate(raw: dict[str, Any]) -> None:
             raise ConfigError(f"key 'hyperparameters.{attack}' must be a table for a listed attack")
         if "layer" in table:
             raise ConfigError(f"key 'hyperparameters.{attack}.layer': set the attacked layer with 'layers'")
+        try:  # types, ranges and nested options (spear-guided's guide and guide_options) at parse time
+            build_config(attack_class(attack).Config, table)
+        except ConfigError as exc:
+            raise ConfigError(f"key 'hyperparameters.{attack}': {exc}") from None
 
 
 def _dp_level(value: Any, index: int) -> DPConfig | None:

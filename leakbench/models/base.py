@@ -26,6 +26,20 @@ class ImageVictim(nn.Module):
         return (inputs * self.std + self.mean).reshape(-1, *self.input_shape)
 
 
+MAX_PARAMETERS = 2**28
+"""A victim may hold at most 2^28 (≈ 268 million) parameters, 1 GiB in float32: beyond, building it is
+refused with one line instead of an allocation error (per-sample DP gradients multiply it by b)."""
+
+
+def check_parameter_count(count: int, what: str) -> None:
+    """Raise a ConfigError before allocating a victim of more than MAX_PARAMETERS parameters."""
+    from leakbench.errors import ConfigError
+
+    if count > MAX_PARAMETERS:
+        raise ConfigError(f"{what} would hold {count:,} parameters, more than the {MAX_PARAMETERS:,} allowed "
+                          "(lower the width, the depth or the image size)")
+
+
 def build_seeded(cls: type[M], *args: Any, seed: int, dtype: torch.dtype, **kwargs: Any) -> M:
     """`cls(*args, **kwargs)` with PyTorch's default init drawn from `seed` (global RNG untouched), cast to `dtype`."""
     with torch.random.fork_rng(devices=[]):

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from leakbench.errors import ConfigError
-from leakbench.models.base import ImageVictim, build_seeded
+from leakbench.models.base import ImageVictim, build_seeded, check_parameter_count
 
 FEATURE_SIDE = 8
 """The trunk pools until the feature map is 8×8 (2 blocks at 32×32, 3 at 64×64)."""
@@ -44,6 +44,8 @@ class ConvNet(ImageVictim):
             trunk += [nn.Conv2d(c if i == 0 else channels, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
         self.trunk = nn.Sequential(*trunk, nn.Flatten())
         n_features = channels * FEATURE_SIDE * FEATURE_SIDE
+        check_parameter_count((n_features + 1) * width + (depth - 3) * (width + 1) * width + (width + 1) * num_classes,
+                              f"conv net of depth {depth} and width {width}")
         head: list[nn.Module] = []
         for i in range(depth - 2):
             head += [nn.Linear(n_features if i == 0 else width, width), nn.ReLU()]

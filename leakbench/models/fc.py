@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from leakbench.errors import ConfigError
-from leakbench.models.base import ImageVictim, build_seeded
+from leakbench.models.base import ImageVictim, build_seeded, check_parameter_count
 
 
 class FCNet(ImageVictim):
@@ -29,6 +29,8 @@ class FCNet(ImageVictim):
         self.width, self.depth = width, depth
         self.mean, self.std = mean, std
         n_in = input_shape[0] * input_shape[1] * input_shape[2]
+        check_parameter_count((n_in + 1) * width + (depth - 2) * (width + 1) * width + (width + 1) * num_classes,
+                              f"FC-{depth} of width {width} on {n_in} inputs")
         layers: list[nn.Module] = []
         for i in range(depth - 1):
             layers += [nn.Linear(n_in if i == 0 else width, width), nn.ReLU()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 
 
@@ -43,18 +44,44 @@ Block = Table | Images
 
 
 def markdown(title: str, intro: list[str], blocks: list[Block]) -> str:
-    lines = [f"# {title}", "", *intro, ""]
+    """The document as Markdown; every string is text, escaped like the HTML is (suite names,
+    hyperparameters and failure reasons come from users and attacks, and must not become markup)."""
+    e = md_escape
+    lines = [f"# {e(title)}", "", *(md_paragraph(p) for p in intro), ""]
     for block in blocks:
-        lines += [f"## {block.title}", ""]
+        lines += [f"## {e(block.title)}", ""]
         if isinstance(block, Table):
             lines += [_md_row(block.header), "|" + "---|" * len(block.header)]
             lines += [_md_row(row) for row in block.rows]
             lines.append("")
         else:
             for path, caption in block.items:
-                lines += [f"![{caption}]({path})", "", caption, ""]
-        lines += [*block.notes, ""] if block.notes else []
+                lines += [f"![{e(caption)}]({_md_url(path)})", "", md_paragraph(caption), ""]
+        lines += [*(md_paragraph(n) for n in block.notes), ""] if block.notes else []
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+_MD_SPECIAL = "\\`*_{}[]<>|~&#!$"
+"""ASCII punctuation that can start or end Markdown (or inline HTML) anywhere in a line; each is
+backslash-escaped (CommonMark lets any ASCII punctuation be escaped so)."""
+_MD_TABLE = str.maketrans({c: "\\" + c for c in _MD_SPECIAL})
+_MD_LINE_START = re.compile(r"^(\s*)(?:([-+=])|(\d+)([.)]))")
+
+
+def md_escape(text: object) -> str:
+    """`text` as literal Markdown text on one line: special characters escaped, line breaks as spaces."""
+    return " ".join(str(text).split("\n")).replace("\r", " ").translate(_MD_TABLE)
+
+
+def md_paragraph(text: object) -> str:
+    """`md_escape`, and a leading list or heading marker (`-`, `+`, `1.`, …) made literal."""
+    return _MD_LINE_START.sub(lambda m: m.group(1) + (f"\\{m.group(2)}" if m.group(2) else f"{m.group(3)}\\{m.group(4)}"),
+                              md_escape(text))
+
+
+def _md_url(path: str) -> str:
+    """An image path as a link destination: characters that would end or break it percent-encoded."""
+    return "".join(f"%{ord(c):02X}" if c in " ()<>\\\n\r\t" else c for c in str(path))
 
 
 SORT_SCRIPT = (
@@ -102,5 +129,5 @@ def _md_row(cells: list[Cell]) -> str:
 
 
 def _md_cell(cell: Cell) -> str:
-    text = str(cell).replace("|", "\\|").replace("\n", " ")
-    return f"[{text}]({cell.href})" if isinstance(cell, Link) else text
+    text = md_escape(cell)
+    return f"[{text}]({_md_url(cell.href)})" if isinstance(cell, Link) else text

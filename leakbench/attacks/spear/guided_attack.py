@@ -42,6 +42,7 @@ class GuidedSpearConfig(SpearConfig):
         super().__post_init__()
         if self.guide in ("spear", "spear-guided"):
             raise ConfigError(f"spear-guided: the guide must be another attack, got {self.guide!r}")
+        check_guide(self)
         if not self.pool_start >= 1 or not self.pool_growth > 1:
             raise ConfigError(f"spear-guided: need pool_start ≥ 1 and pool_growth > 1, got "
                               f"{self.pool_start!r} and {self.pool_growth!r}")
@@ -74,21 +75,47 @@ class GuidedSpearAttack(SpearAttack):
 
         Public so that a benchmark can measure the guide's quality, or substitute a controlled guide.
         """
-        from leakbench.attacks import attack_class, create_attack  # the registry imports this module
+        from leakbench.attacks import create_attack  # the registry imports this module
 
         cfg = self.config
-        options = dict(cfg.guide_options)
-        if "layer" in attack_class(cfg.guide).Config.__dataclass_fields__:
-            options["layer"] = cfg.layer
-        if cfg.guide == "cpa" and cfg.layer == 1:
-            options.setdefault("prefilter", "derivative")
-        rec: Reconstruction = create_attack(cfg.guide, **options).reconstruct(update, seed=seed)
+        rec: Reconstruction = create_attack(cfg.guide, **guide_options(cfg)).reconstruct(update, seed=seed)
         if rec.status != "ok":
             return None, rec.reason
         if rec.features is not None and rec.layer == cfg.layer:
             return rec.features, ""
         with torch.no_grad():
             return update.model.layer_inputs(rec.images, cfg.layer).flatten(1), ""
+
+
+def guide_options(cfg: GuidedSpearConfig) -> dict[str, Any]:
+    """The guide attack's hyperparameters: `guide_options`, its `layer` set to SPEAR's, CPA's prefilter default."""
+    from leakbench.attacks import attack_class  # the registry imports this module
+
+    options = dict(cfg.guide_options)
+    if "layer" in attack_class(cfg.guide).Config.__dataclass_fields__:
+        options["layer"] = cfg.layer
+    if cfg.guide == "cpa" and cfg.layer == 1:
+        options.setdefault("prefilter", "derivative")
+    return options
+
+
+def check_guide(cfg: GuidedSpearConfig) -> None:
+    """Refuse, when the config is built (so at parse time), a guide that is not a registered attack, and
+    guide_options that are not a table or that the guide's own Config refuses (unknown keys, wrong types)."""
+    from leakbench.attacks import attack_class, build_config  # the registry imports this module
+
+    if not isinstance(cfg.guide, str):
+        raise ConfigError(f"spear-guided: guide must be an attack name, got {cfg.guide!r}")
+    if not isinstance(cfg.guide_options, dict):
+        raise ConfigError(f"spear-guided: guide_options must be a table of the guide's hyperparameters, "
+                          f"got {cfg.guide_options!r}")
+    if "layer" in cfg.guide_options:
+        raise ConfigError("spear-guided: guide_options cannot set 'layer' (the guide attacks SPEAR's layer)")
+    try:
+        cls = attack_class(cfg.guide)
+        build_config(cls.Config, guide_options(cfg))
+    except ConfigError as exc:
+        raise ConfigError(f"spear-guided: guide {cfg.guide!r}: {exc}") from None
 
 
 def guide_stats(name: str, seconds: float, guide: Guide) -> dict[str, Any]:
