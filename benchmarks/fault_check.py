@@ -452,6 +452,7 @@ def _judge_resume(d: Path, reference: Path, proc: subprocess.CompletedProcess[st
 
 def _readable(path: Path) -> bool:
     """A cell file that parses as what its name says (JSON, Parquet, PNG)."""
+    import numpy as np
     import pandas as pd
     from PIL import Image
 
@@ -463,6 +464,9 @@ def _readable(path: Path) -> bool:
         elif path.suffix == ".png":
             with Image.open(path) as image:
                 image.load()
+        elif path.suffix == ".npz":
+            with np.load(path) as data:
+                [data[k] for k in data.files]
     except Exception:  # noqa: BLE001 — any failure to parse is damage
         return False
     return True
@@ -479,9 +483,14 @@ def _damage(action: Callable[[Path, list[Path]], None]) -> Callable[[Path, Path]
     return scenario
 
 
-def _truncate(cell: Path, _: list[Path]) -> None:
-    data = (cell / "records.parquet").read_bytes()
-    (cell / "records.parquet").write_bytes(data[: len(data) // 2])
+def _truncate_file(name: str) -> Callable[[Path, list[Path]], None]:
+    def truncate(cell: Path, _: list[Path]) -> None:
+        data = (cell / name).read_bytes()
+        (cell / name).write_bytes(data[: len(data) // 2])
+    return truncate
+
+
+_truncate = _truncate_file("records.parquet")
 
 
 def _remove(name: str) -> Callable[[Path, list[Path]], None]:
@@ -628,7 +637,7 @@ FAULTS: list[Fault] = [
     Fault("cell_manifest_missing", 3, _damage(_remove("manifest.json"))),
     Fault("cell_manifest_invalid", 3, _damage(_garble("manifest.json"))),
     Fault("cell_files_of_another_cell", 3, _damage(_swap)),
-    Fault("cell_grid_invalid", 3, _damage(_garble("grid.png"))),
+    Fault("cell_reconstruction_truncated", 3, _damage(_truncate_file("reconstruction.npz"))),
     Fault("report_of_damaged_cell", 3, _report_of_damaged),
     Fault("interrupt_jobs_2", 9, _signal_and_resume(signal.SIGINT, 2, SLOW_SUITE, after=3)),
     Fault("cell_summary_missing", 0, _damage(_remove("summary.json"))),
