@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from leakbench.errors import LeakbenchError
 from leakbench.harness.artifacts import RECONSTRUCTION_FILE, load_attack_output
@@ -47,6 +48,7 @@ def rescore_run(run_dir: Path, *, lpips_weights: str | None = None,
         plan = [c["cell_id"] for c in json.loads((run_dir / "manifest.json").read_text())["cells"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise LeakbenchError(f"{run_dir} is not a run folder ({type(exc).__name__}: {exc})".replace("\n", " ")) from None
+    torch.set_num_threads(1)  # as every executor scores: the same float rounding, the same bytes
     done = finished_cells(run_dir)
     for cid in (c for c in plan if c in done):
         rescore_cell(cell_path(run_dir, cid), lpips_weights=lpips_weights, data_root=data_root)
