@@ -20,7 +20,15 @@ def list_datasets() -> list[tuple[str, str]]:
     return [(e.name, e.description) for e in DATASETS.entries()]
 
 
+def describe_dataset(name: str) -> list[str]:
+    """What `leakbench show dataset NAME` prints: its description and its loader's documentation."""
+    import inspect
+
+    entry = DATASETS.entry(name)
+    return [f"{entry.name}: {entry.description}", "", inspect.getdoc(entry.factory) or ""]
+
+
 # Loaders register themselves on import.
 from leakbench.datasets import loaders as _loaders  # noqa: E402,F401
 
-__all__ = ["Batch", "ImageDataset", "DATASETS", "load_dataset", "list_datasets", "sample_batch"]
+__all__ = ["Batch", "ImageDataset", "DATASETS", "describe_dataset", "load_dataset", "list_datasets", "sample_batch"]
