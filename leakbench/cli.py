@@ -59,10 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="LPIPS trunk: alex (default; breaching, SPEAR) or vgg (CPA)")
     attack.add_argument("--out", type=Path, help="write records, manifest and grid here")
     attack.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    _plugin_option(attack)
     run = sub.add_parser("run", help="run a suite (default: the shipped `default`), store records, write a report")
     run.add_argument("suite", nargs="?", help="a shipped suite's name (`leakbench list suites`) or a path to a .toml file")
     _sweep_options(run)
     _plan_option(run)
+    _plugin_option(run)
     report = sub.add_parser("report", help="tables, figures and grids of a stored run folder")
     report.add_argument("run_dir", type=Path, help="a run folder, e.g. results/default")
     report.add_argument("--reports", type=Path, default=Path("reports"), help="where to write (default reports/)")
@@ -72,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     repro = sub.add_parser("reproduce", help="reproduce a paper table or figure into reports/")
     repro.add_argument("name", help="see `leakbench list papers`")
     _sweep_options(repro)
+    _plugin_option(repro)
     _discovery_commands(sub)
     return parser
 
@@ -85,6 +88,8 @@ def _discovery_commands(sub: argparse._SubParsersAction) -> None:
     show = sub.add_parser("show", help="describe one attack (every hyperparameter) or dataset")
     show.add_argument("what", choices=["attack", "dataset"])
     show.add_argument("name", help="see `leakbench list attacks|datasets`")
+    for parser in (lst, show):
+        _plugin_option(parser)
 
 
 def _sweep_options(parser: argparse.ArgumentParser) -> None:
@@ -108,6 +113,21 @@ def _plan_option(parser: argparse.ArgumentParser) -> None:
                              "checks the suite file, loads no data, runs and writes nothing")
 
 
+def _plugin_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                        help="import MODULE first, so that the attacks and datasets it registers can be used "
+                             "(repeatable; installed plugins' entry points load by themselves)")
+
+
+def load_plugins(args: argparse.Namespace) -> None:
+    """Import the --plugin modules (a ConfigError naming the first that cannot be loaded)."""
+    if getattr(args, "plugin", None):
+        from leakbench.plugins import load_plugin
+
+        for module in args.plugin:
+            load_plugin(module)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -116,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("always", LeakbenchWarning)
             warnings.showwarning = _one_line_warnings(warnings.showwarning)
+            load_plugins(args)
             return commands[args.command](args)
     except LeakbenchError as exc:
         print(f"leakbench: error: {one_line(exc)}", file=sys.stderr)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from leakbench.attacks.base import Attack, Reconstruction, Requirements, build_config
+from leakbench.plugins import load_installed
 from leakbench.registry import Registry
 
-ATTACKS: Registry[type[Attack]] = Registry("attack")
+ATTACKS: Registry[type[Attack]] = Registry("attack", on_first_use=load_installed)  # entry-point plugins
 
 
 def register_attack(cls: type[Attack]) -> type[Attack]:

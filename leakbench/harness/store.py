@@ -34,6 +34,7 @@ from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.harness.cell import CellResult, json_safe, spec_dict
 from leakbench.harness.folders import check_owned, folder_name, replace_folder
 from leakbench.harness.seal import damage, foreign_cell_entries, is_cell_folder, write_seal
+from leakbench.plugins import loaded_plugins
 from leakbench.reporting.grid import save_grid
 
 PACKAGES = ("torch", "torchvision", "numpy", "scipy", "scikit-learn", "scikit-image", "pandas",
@@ -55,7 +56,7 @@ def check_cell_out(out: Path) -> None:
 
 
 def environment() -> dict[str, Any]:
-    """Package versions, Python, machine and git revision."""
+    """Package versions, Python, machine, git revision and loaded plugins."""
     return {
         "leakbench": _version("leakbench"),
         "packages": {name: _version(name) for name in PACKAGES},
@@ -63,6 +64,7 @@ def environment() -> dict[str, Any]:
         "machine": {"platform": platform.platform(), "processor": platform.machine(),
                     "cpus": os.cpu_count()},
         "git_revision": git_revision(),
+        "plugins": loaded_plugins(),  # module, distribution, version and registered names of each plugin
     }
 
 

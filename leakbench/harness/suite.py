@@ -41,7 +41,7 @@ SUITE_NAME = re.compile(r"^(paper/)?[A-Za-z0-9][\w.-]*$")
 KEYS = {"name": str, "description": str, "dataset": str, "datasets": list, "attacks": list,
         "batch_sizes": list, "layers": list, "layer": int, "seeds": list, "dp": list, "width": int,
         "depth": int, "image_size": int, "data_root": str, "hyperparameters": dict, "grid_images": int,
-        "grid_seed": int, "arch": str, "fedavg": list, "inversion": dict}
+        "grid_seed": int, "arch": str, "fedavg": list, "inversion": dict, "plugins": list}
 REQUIRED = ("name", "attacks", "batch_sizes")
 INT_LISTS = ("batch_sizes", "layers", "seeds")
 DP_KEYS = {"sigma": float, "clip": float, "delta": float, "q": float, "steps": int}
@@ -103,6 +103,7 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"suite {path}: {exc}".replace("\n", " ")) from None
     try:
+        _load_plugins(raw)
         _validate(raw)
         dp_levels = [_dp_level(v, i) for i, v in enumerate(raw.get("dp", ["none"]))]
         fedavg_levels = [_fedavg_level(v, i) for i, v in enumerate(raw.get("fedavg", ["none"]))]
@@ -135,6 +136,17 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
     _unique_cells(cells, path)
     return Suite(name=raw["name"], cells=cells, grid_seed=raw.get("grid_seed", 0),
                  grid_images=raw.get("grid_images", DEFAULT_GRID_IMAGES), text=text, layerless=layerless)
+
+
+def _load_plugins(raw: dict[str, Any]) -> None:
+    """Import the modules of key 'plugins' (before the attack names are checked: they may register some)."""
+    from leakbench.plugins import load_plugin
+
+    plugins = raw.get("plugins", [])
+    if not isinstance(plugins, list) or not all(isinstance(m, str) for m in plugins):
+        raise ConfigError("key 'plugins' must list module paths, like [\"package.module\"]")
+    for module in plugins:
+        load_plugin(module)
 
 
 def _no_duplicates(axes: dict[str, Any]) -> None:
