@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--layer", type=int, help="linear layer to attack (default 1 for fc, 2 for conv)")
     attack.add_argument("--seed", type=int, default=0, help="seed of batch choice, init and attack, in [0, 2^63)")
     attack.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                        help="attack hyperparameter override (repeatable), e.g. max_seconds=60")
+                        help="attack hyperparameter override (repeatable), e.g. max_seconds=60; "
+                             "`leakbench show attack NAME` lists them with types, defaults and help")
     attack.add_argument("--dp-sigma", type=float, help="run one DP-SGD step with noise multiplier σ (default: no DP)")
     # The DP and FedAvg sub-options default to None so that "given" is detectable: they are refused
     # without --dp-sigma / --fedavg-epochs, and their defaults (DP_DEFAULTS, FEDAVG_DEFAULTS) applied later.
