@@ -152,10 +152,11 @@ def _load_plugins(raw: dict[str, Any]) -> None:
 def _no_duplicates(axes: dict[str, Any]) -> None:
     """Refuse an axis that lists one value twice (its cells would run, and be stored, twice)."""
     for key in ("datasets", "attacks", "batch_sizes", "layers", "seeds", "dp", "fedavg"):
-        values = axes.get(key, [])
-        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
-        if twice is not None or values.count(None) > 1:
-            raise ConfigError(f"key {key!r} lists {'none' if twice is None else twice!r} twice")
+        seen: set[Any] = set()  # levels are frozen dataclasses or None: hashable; linear in the axis length
+        for value in axes.get(key, []):
+            if value in seen:
+                raise ConfigError(f"key {key!r} lists {'none' if value is None else repr(value)} twice")
+            seen.add(value)
 
 
 def _unique_cells(cells: list[CellSpec], path: Path | Traversable) -> None:
