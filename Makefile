@@ -1,4 +1,5 @@
 # leakbench — `make run` (default suite on embedded data), `make test`, `make nightly`.
+# Shipped suites live in leakbench/suites/ (package data); benchmarks/ holds scripts and review suites.
 # VENV may point outside the clone (CI reuses one venv under ~/.cache keyed on the requirements files).
 VENV ?= .venv
 PYTHON ?= python3

@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--layer", type=int, help="linear layer to attack (default 1 for fc, 2 for conv)")
     attack.add_argument("--seed", type=int, default=0, help="seed of batch choice, init and attack, in [0, 2^63)")
     attack.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                        help="attack hyperparameter override (repeatable), e.g. max_seconds=60")
+                        help="attack hyperparameter override (repeatable), e.g. max_seconds=60; "
+                             "`leakbench show attack NAME` lists them with types, defaults and help")
     attack.add_argument("--dp-sigma", type=float, help="run one DP-SGD step with noise multiplier σ (default: no DP)")
     # The DP and FedAvg sub-options default to None so that "given" is detectable: they are refused
     # without --dp-sigma / --fedavg-epochs, and their defaults (DP_DEFAULTS, FEDAVG_DEFAULTS) applied later.
@@ -60,9 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="LPIPS trunk: alex (default; breaching, SPEAR) or vgg (CPA)")
     attack.add_argument("--out", type=Path, help="write records, manifest and grid here")
     attack.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    run = sub.add_parser("run", help="run a suite (default: benchmarks/default.toml), store records, write a report")
-    run.add_argument("suite", nargs="?", help="suite name in benchmarks/ or a path to a .toml file")
+    _plugin_option(attack)
+    run = sub.add_parser("run", help="run a suite (default: the shipped `default`), store records, write a report")
+    run.add_argument("suite", nargs="?", help="a shipped suite's name (`leakbench list suites`) or a path to a .toml file")
     _sweep_options(run)
+    _plan_option(run)
+    _plugin_option(run)
     report = sub.add_parser("report", help="tables, figures and grids of a stored run folder")
     report.add_argument("run_dir", type=Path, help="a run folder, e.g. results/default")
     report.add_argument("--reports", type=Path, default=Path("reports"), help="where to write (default reports/)")
@@ -77,9 +81,22 @@ def build_parser() -> argparse.ArgumentParser:
     repro = sub.add_parser("reproduce", help="reproduce a paper table or figure into reports/")
     repro.add_argument("name", help="see `leakbench list papers`")
     _sweep_options(repro)
-    lst = sub.add_parser("list", help="list registered attacks or datasets")
-    lst.add_argument("what", choices=["attacks", "datasets", "papers"])
+    _plugin_option(repro)
+    _discovery_commands(sub)
     return parser
+
+
+def _discovery_commands(sub: argparse._SubParsersAction) -> None:
+    """`list` and `show`: what is registered, and every hyperparameter of an attack."""
+    lst = sub.add_parser("list", help="list registered attacks, datasets, paper entries or shipped suites")
+    lst.add_argument("what", choices=["attacks", "datasets", "papers", "suites"])
+    lst.add_argument("--params", action="store_true",
+                     help="with attacks: every hyperparameter with its type, default and help")
+    show = sub.add_parser("show", help="describe one attack (every hyperparameter) or dataset")
+    show.add_argument("what", choices=["attack", "dataset"])
+    show.add_argument("name", help="see `leakbench list attacks|datasets`")
+    for parser in (lst, show):
+        _plugin_option(parser)
 
 
 def _sweep_options(parser: argparse.ArgumentParser) -> None:
@@ -97,14 +114,36 @@ def _sweep_options(parser: argparse.ArgumentParser) -> None:
                         help="LPIPS trunk: alex (default; breaching, SPEAR) or vgg (CPA)")
 
 
+def _plan_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plan", action="store_true",
+                        help="print the planned cells (id and settings) and their count, then exit; "
+                             "checks the suite file, loads no data, runs and writes nothing")
+
+
+def _plugin_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                        help="import MODULE first, so that the attacks and datasets it registers can be used "
+                             "(repeatable; installed plugins' entry points load by themselves)")
+
+
+def load_plugins(args: argparse.Namespace) -> None:
+    """Import the --plugin modules (a ConfigError naming the first that cannot be loaded)."""
+    if getattr(args, "plugin", None):
+        from leakbench.plugins import load_plugin
+
+        for module in args.plugin:
+            load_plugin(module)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        commands = {"attack": cmd_attack, "run": cmd_run, "report": cmd_report, "rescore": cmd_rescore, "leaderboard": cmd_leaderboard,
-                    "reproduce": cmd_reproduce, "list": cmd_list}
+        commands = {"attack": cmd_attack, "run": cmd_run, "report": cmd_report, "rescore": cmd_rescore,
+                    "leaderboard": cmd_leaderboard, "reproduce": cmd_reproduce, "list": cmd_list, "show": cmd_show}
         with warnings.catch_warnings():
             warnings.simplefilter("always", LeakbenchWarning)
             warnings.showwarning = _one_line_warnings(warnings.showwarning)
+            load_plugins(args)
             return commands[args.command](args)
     except LeakbenchError as exc:
         print(f"leakbench: error: {one_line(exc)}", file=sys.stderr)
@@ -296,12 +335,22 @@ def sweep_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.plan:
+        return cmd_plan(args)
     options = sweep_kwargs(args)  # before importing the harness (torch): refusing is quick
 
     from leakbench.pipeline import run_suite
 
     report = run_suite(args.suite, **options)
     print(f"wrote {report}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """`run SUITE --plan`: the suite's cells, one line each, and their count; nothing runs or is written."""
+    from leakbench.harness.suite import find_suite, load_suite, plan_lines
+
+    print("\n".join(plan_lines(load_suite(find_suite(args.suite), data_root=args.data_root))))
     return 0
 
 
@@ -353,14 +402,36 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from leakbench.errors import ConfigError
+
+    if args.params and args.what != "attacks":
+        raise ConfigError("--params applies to `list attacks` only")
     if args.what == "attacks":
         from leakbench.attacks import list_attacks as entries
     elif args.what == "papers":
         from leakbench.papers import list_papers as entries
+    elif args.what == "suites":
+        from leakbench.harness.suite import list_suites as entries
     else:
         from leakbench.datasets import list_datasets as entries
-    for name, description in entries():
-        print(f"{name:14s} {description}")
+    rows = entries()
+    width = max([14, *(len(name) for name, _ in rows)])
+    for name, description in rows:
+        print(f"{name:{width}s} {description}")
+        if args.params:
+            from leakbench.attacks import attack_class
+            from leakbench.attacks.params import param_lines
+
+            print("\n".join(param_lines(attack_class(name).Config, indent=" " * 4)))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    if args.what == "attack":
+        from leakbench.attacks.params import describe_attack as describe
+    else:
+        from leakbench.datasets import describe_dataset as describe
+    print("\n".join(describe(args.name)))
     return 0
 
 

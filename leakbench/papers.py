@@ -1,7 +1,8 @@
-"""`leakbench reproduce NAME`: paper tables and figures, each a suite under benchmarks/paper/ or a script.
+"""`leakbench reproduce NAME`: paper tables and figures, each a shipped suite (leakbench/suites/paper/) or a script.
 
 Suites run like `leakbench run` (records under --out, resumable) and write their report under --reports.
-Scripts are called with `--out REPORTS/NAME` and `--data-root DIR` when one is given (they choose
+Scripts are the benchmark scripts of a source checkout (benchmarks/*.py, not part of an installed
+package), called with `--out REPORTS/NAME` and `--data-root DIR` when one is given (they choose
 their own budgets).
 """
 
@@ -14,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from leakbench.errors import ConfigError
-from leakbench.harness.suite import SUITE_DIR
 from leakbench.registry import Registry
 
-PAPER_DIR = SUITE_DIR / "paper"
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+"""The checkout holding leakbench/ when it runs from source (with pyproject.toml and benchmarks/ beside it)."""
 PAPERS: Registry[Callable[..., list[Path]]] = Registry("paper table")
 
 
@@ -25,16 +26,14 @@ def _suite(name: str) -> Callable[..., list[Path]]:
     def run(**kwargs: Any) -> list[Path]:
         from leakbench.pipeline import run_suite
 
-        return [run_suite(str(PAPER_DIR / f"{name}.toml"), **kwargs)]
+        return [run_suite(f"paper/{name}", **kwargs)]
 
     return run
 
 
 def _script(name: str, script: str) -> Callable[..., list[Path]]:
     def run(*, reports: Path, data_root: str | None = None, **_: Any) -> list[Path]:
-        path = SUITE_DIR / script
-        if not path.is_file():
-            raise ConfigError(f"reproduce {name}: script {path} is missing")
+        path = benchmark_script(name, script)
         out = reports / name
         command = [sys.executable, str(path), "--out", str(out)]
         if data_root is not None:
@@ -44,6 +43,15 @@ def _script(name: str, script: str) -> Callable[..., list[Path]]:
         return [out]
 
     return run
+
+
+def benchmark_script(name: str, script: str) -> Path:
+    """benchmarks/SCRIPT of the source checkout, or a ConfigError saying that entry `name` needs one."""
+    path = SOURCE_ROOT / "benchmarks" / script
+    if not (path.is_file() and (SOURCE_ROOT / "pyproject.toml").is_file()):
+        raise ConfigError(f"reproduce {name}: runs the benchmark script benchmarks/{script}, which only a source "
+                          f"checkout of leakbench has (not found at {path}); run it from a clone of the repository")
+    return path
 
 
 SUITES = (
@@ -60,7 +68,7 @@ SUITES = (
     ("fedavg", "FedAvg table: E ∈ {1, 5}, mini-batch ∈ {b, b/4}, η ∈ {0.1, 0.01} "
                "(TinyImageNet FC-6, b = 20; needs --data-root)"),
 )
-"""Paper entries that are suites under benchmarks/paper/ (name = file stem) and their descriptions."""
+"""Paper entries that are shipped suites leakbench/suites/paper/NAME.toml and their descriptions."""
 
 for _name, _description in SUITES:
     PAPERS.register(_name, _suite(_name), _description)

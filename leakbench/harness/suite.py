@@ -1,4 +1,4 @@
-"""Suite files (benchmarks/*.toml) expanded into cells; a malformed file fails before anything runs.
+"""Suite files (shipped: leakbench/suites/*.toml; or a user's file) expanded into cells; a malformed file fails before anything runs.
 
 A suite names attacks (with `[hyperparameters.ATTACK]` tables), datasets, one FC model and the axes:
 `batch_sizes`, `layers`, `dp` levels and `seeds`. Every combination is a cell, except that the layer
@@ -15,8 +15,11 @@ features of inner layers to images (cells of image attacks such as IG get none).
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -31,11 +34,14 @@ from leakbench.harness.folders import folder_name
 from leakbench.harness.limits import MAX_CELLS, check_depth, check_seed, check_width
 from leakbench.models import ARCHS, first_attackable_layer
 
-SUITE_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
+SUITES: Traversable = files("leakbench.suites")
+"""The shipped suites (package data): NAME.toml, and paper/NAME.toml (`leakbench reproduce`)."""
+SUITE_NAME = re.compile(r"^(paper/)?[A-Za-z0-9][\w.-]*$")
+"""A shipped suite's name: a file stem, or paper/STEM."""
 KEYS = {"name": str, "description": str, "dataset": str, "datasets": list, "attacks": list,
         "batch_sizes": list, "layers": list, "layer": int, "seeds": list, "dp": list, "width": int,
         "depth": int, "image_size": int, "data_root": str, "hyperparameters": dict, "grid_images": int,
-        "grid_seed": int, "arch": str, "fedavg": list, "inversion": dict}
+        "grid_seed": int, "arch": str, "fedavg": list, "inversion": dict, "plugins": list}
 REQUIRED = ("name", "attacks", "batch_sizes")
 INT_LISTS = ("batch_sizes", "layers", "seeds")
 DP_KEYS = {"sigma": float, "clip": float, "delta": float, "q": float, "steps": int}
@@ -57,18 +63,39 @@ class Suite:
     """Attacks the layer axis does not apply to (run with layer 1 only)."""
 
 
-def find_suite(name_or_path: str | None) -> Path:
-    """A suite path: an existing file, or `benchmarks/NAME.toml`; default `default`."""
+def find_suite(name_or_path: str | None) -> Path | Traversable:
+    """A suite file: an existing file, else the shipped suite of that name (`leakbench list suites`); default `default`."""
     candidate = Path(name_or_path or "default")
     if candidate.is_file():
         return candidate
-    path = SUITE_DIR / f"{candidate.name}.toml"
-    if not path.is_file():
-        raise ConfigError(f"no suite {name_or_path!r} (looked for {candidate} and {path})")
-    return path
+    shipped = shipped_suite(name_or_path or "default")
+    if shipped is None:
+        raise ConfigError(f"no suite {name_or_path!r}: no file {candidate} and no shipped suite of that name "
+                          "(see `leakbench list suites`)")
+    return shipped
 
 
-def load_suite(path: Path, *, data_root: str | None = None) -> Suite:
+def shipped_suite(name: str) -> Traversable | None:
+    """The shipped suite `name` (`default`, `paper/dp`, …), or None when there is none."""
+    if not SUITE_NAME.match(name):
+        return None
+    folder, _, stem = name.rpartition("/")
+    path = (SUITES / folder if folder else SUITES) / f"{stem}.toml"
+    return path if path.is_file() else None
+
+
+def list_suites() -> list[tuple[str, str]]:
+    """(name, description) of every shipped suite, paper/ ones after the others."""
+    found = []
+    for prefix, folder in (("", SUITES), ("paper/", SUITES / "paper")):
+        for item in sorted(folder.iterdir(), key=lambda t: t.name):
+            if item.name.endswith(".toml"):
+                raw = tomllib.loads(item.read_text())
+                found.append((prefix + item.name.removesuffix(".toml"), str(raw.get("description", ""))))
+    return found
+
+
+def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Suite:
     """Parse and validate a suite file into its cells (datasets × attacks × batch sizes × layers × DP × seeds)."""
     try:
         text = path.read_text()
@@ -76,6 +103,7 @@ def load_suite(path: Path, *, data_root: str | None = None) -> Suite:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"suite {path}: {exc}".replace("\n", " ")) from None
     try:
+        _load_plugins(raw)
         _validate(raw)
         dp_levels = [_dp_level(v, i) for i, v in enumerate(raw.get("dp", ["none"]))]
         fedavg_levels = [_fedavg_level(v, i) for i, v in enumerate(raw.get("fedavg", ["none"]))]
@@ -110,17 +138,28 @@ def load_suite(path: Path, *, data_root: str | None = None) -> Suite:
                  grid_images=raw.get("grid_images", DEFAULT_GRID_IMAGES), text=text, layerless=layerless)
 
 
+def _load_plugins(raw: dict[str, Any]) -> None:
+    """Import the modules of key 'plugins' (before the attack names are checked: they may register some)."""
+    from leakbench.plugins import load_plugin
+
+    plugins = raw.get("plugins", [])
+    if not isinstance(plugins, list) or not all(isinstance(m, str) for m in plugins):
+        raise ConfigError("key 'plugins' must list module paths, like [\"package.module\"]")
+    for module in plugins:
+        load_plugin(module)
+
+
 def _no_duplicates(axes: dict[str, Any]) -> None:
     """Refuse an axis that lists one value twice (its cells would run, and be stored, twice)."""
     for key in ("datasets", "attacks", "batch_sizes", "layers", "seeds", "dp", "fedavg"):
-        seen: set[Any] = set()
-        for value in axes.get(key, []):  # a set: a suite may list 100,000 seeds
+        seen: set[Any] = set()  # levels are frozen dataclasses or None: hashable; linear in the axis length
+        for value in axes.get(key, []):
             if value in seen:
                 raise ConfigError(f"key {key!r} lists {'none' if value is None else repr(value)} twice")
             seen.add(value)
 
 
-def _unique_cells(cells: list[CellSpec], path: Path) -> None:
+def _unique_cells(cells: list[CellSpec], path: Path | Traversable) -> None:
     """Refuse a plan holding one cell twice, however the axes produced it (one id, one folder, one row)."""
     seen: set[str] = set()
     for spec in cells:
@@ -228,3 +267,22 @@ def _table(value: Any, where: str, keys: dict[str, type], cls: type, required: t
         return cls(**args)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+
+
+def plan_lines(suite: Suite) -> list[str]:
+    """What `leakbench run SUITE --plan` prints: one line per cell (its id and settings), then the count."""
+    import json
+
+    lines = []
+    for spec in suite.cells:
+        settings = [spec.attack, spec.dataset, f"b={spec.batch_size}", f"{spec.arch}-{spec.depth} w={spec.width}",
+                    f"layer={spec.layer}", f"dp={spec.dp.label() if spec.dp else 'none'}",
+                    f"client={spec.fedavg.label() if spec.fedavg else 'FedSGD'}", f"seed={spec.seed}"]
+        if spec.image_size is not None:
+            settings.append(f"image_size={spec.image_size}")
+        if spec.inversion is not None:
+            settings.append(f"inversion_steps={spec.inversion.steps}")
+        if spec.hyperparameters:
+            settings.append(json.dumps(spec.hyperparameters, sort_keys=True, separators=(",", ":")))
+        lines.append(f"{cell_id(spec)}  " + " ".join(settings))
+    return lines + [f"{len(suite.cells)} cells in suite {suite.name} (nothing run, nothing written)"]

@@ -26,8 +26,9 @@ class GuidedSpearConfig(SpearConfig):
     guide_options: that attack's hyperparameters (its `layer` is set to SPEAR's); CPA on layer 1
         defaults to the derivative prefilter.
     pool_start: each guide draws its rows among its pool_start·(rows needed) most confidently
-        inactive neurons at first; pool_growth: the pool grows by this factor after every chunk
-        in which the guide is not matched to a found sample.
+        inactive neurons at first.
+    pool_growth: the pool grows by this factor after every chunk in which the guide is not
+        matched to a found sample.
     refine_first: try each guide's whole pool as a zero set before drawing subsets of it (guided.py).
     Once every unmatched guide's pool holds all live neurons, SPEAR's own routes (`sampler`) go on.
     """

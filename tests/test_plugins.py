@@ -1,0 +1,122 @@
+"""Plugins (issue 14): the example plugin installed with `pip --target` is found through its entry points
+and runs through `leakbench run`; the manifest records its version; clashes and bad plugins are one line.
+
+The example is copied and installed once per module (about 5 s); each check is a subprocess, since
+entry points and registries are per process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import CLI_TIMEOUT_S, REPO_ROOT
+
+EXAMPLE = REPO_ROOT / "examples" / "leakbench-example-plugin"
+CLASH = '''\
+from dataclasses import dataclass
+
+from leakbench.attacks import Attack, register_attack
+
+
+@dataclass(frozen=True)
+class Config:
+    """x: nothing."""
+
+    x: int = 0
+
+
+@register_attack
+class Clash(Attack):
+    name = "cpa"
+    description = "takes a shipped attack's name"
+    Config = Config
+
+    def reconstruct(self, update, *, seed):
+        raise NotImplementedError
+'''
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example plugin installed (dist-info with entry points) into a folder of its own."""
+    pytest.importorskip("setuptools")
+    root = tmp_path_factory.mktemp("plugin")
+    src = shutil.copytree(EXAMPLE, root / "src", ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--target", str(root / "site"), str(src)], cwd=root, capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "site"
+
+
+def _leakbench(cwd: Path, *args: str, path: tuple[Path, ...] = ()) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(str(p) for p in (*path, REPO_ROOT))}
+    env.pop("LEAKBENCH_PLUGINS", None)
+    return subprocess.run([sys.executable, "-m", "leakbench", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=CLI_TIMEOUT_S)
+
+
+def _one_line_error(proc: subprocess.CompletedProcess[str], *mentions: str) -> None:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("leakbench: error:"), proc.stderr[-3000:]
+    assert all(m in lines[0] for m in mentions), lines[0]
+
+
+def test_entry_points_register_the_plugin(site: Path, tmp_path: Path) -> None:
+    attacks = _leakbench(tmp_path, "list", "attacks", "--params", path=(site,))
+    assert attacks.returncode == 0, attacks.stderr
+    assert "mean-image" in attacks.stdout and "    shrink (float, default 0.0): blend" in attacks.stdout
+    datasets = _leakbench(tmp_path, "list", "datasets", path=(site,))
+    assert "example-stripes" in datasets.stdout, datasets.stderr
+
+
+def test_installed_plugin_runs_a_suite_and_is_recorded(site: Path, tmp_path: Path) -> None:
+    suite = shutil.copy(EXAMPLE / "mean-image.toml", tmp_path / "mean-image.toml")
+    proc = _leakbench(tmp_path, "run", str(suite), "--out", "res", "--reports", "rep", path=(site,))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / "res" / "example-mean-image"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert {p["module"]: (p["distribution"], p["version"]) for p in manifest["plugins"]} == {
+        "leakbench_example_plugin.attack": ("leakbench-example-plugin", "0.1.0"),
+        "leakbench_example_plugin.data": ("leakbench-example-plugin", "0.1.0")}
+    cell = next(c for c in manifest["cells"] if c["attack"] == "mean-image" and c["batch_size"] == 1)
+    summary = json.loads((run_dir / "cells" / cell["cell_id"] / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["exact_fraction"] == 1.0  # one image: the mean is the image
+    assert (tmp_path / "rep" / "example-mean-image.md").is_file()
+
+
+def test_plugin_option_without_installing(tmp_path: Path) -> None:
+    proc = _leakbench(tmp_path, "attack", "--plugin", "leakbench_example_plugin.attack", "--attack", "mean-image",
+                      "--batch-size", "1", "--json", path=(EXAMPLE,))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["exact_fraction"] == 1.0
+
+
+def test_name_clash_with_a_shipped_attack_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "clash_plugin.py").write_text(CLASH)
+    _one_line_error(_leakbench(tmp_path, "list", "attacks", "--plugin", "clash_plugin", path=(tmp_path,)),
+                    "plugin 'clash_plugin'", "attack 'cpa' is already registered")
+
+
+def test_config_must_be_a_dataclass(tmp_path: Path) -> None:
+    (tmp_path / "plain_config.py").write_text(CLASH.replace("@dataclass(frozen=True)\n", "").replace('"cpa"', '"plain"'))
+    _one_line_error(_leakbench(tmp_path, "list", "attacks", "--plugin", "plain_config", path=(tmp_path,)),
+                    "plugin 'plain_config'", "Config must be a dataclass")
+
+
+@pytest.mark.parametrize("plugins, mention", [('"x"', "key 'plugins'"), ('["no_such_module_xyz"]', "no_such_module_xyz"),
+                                              ('["not a module"]', "not a module path")])
+def test_bad_suite_plugins_are_one_line(tmp_path: Path, plugins: str, mention: str) -> None:
+    suite = tmp_path / "s.toml"
+    suite.write_text(f'name = "s"\nplugins = {plugins}\ndataset = "embedded"\nattacks = ["cpa"]\nbatch_sizes = [1]\n')
+    proc = _leakbench(tmp_path, "run", str(suite), "--out", "res", "--reports", "rep")
+    _one_line_error(proc, mention)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
