@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import warnings
@@ -15,6 +16,7 @@ from leakbench.errors import LeakbenchError, LeakbenchWarning
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -151,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("leakbench: interrupted; finished cells are stored, the same command resumes", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `leakbench list attacks | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:

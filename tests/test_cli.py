@@ -417,3 +417,21 @@ def test_attack_on_the_conv_victim_with_inversion(capsys: pytest.CaptureFixture[
     assert (summary["arch"], summary["layer"], summary["depth"], summary["space"]) == ("conv", 2, 3, "feature")
     assert summary["client"] == "E=2 mb=1 η=0.1" and summary["inversion_steps"] == 5
     assert summary["psnr_mean"] is not None
+
+
+def test_output_into_a_closed_pipe_is_no_traceback(tmp_path: Path) -> None:
+    """`leakbench list attacks | head`: the reader is gone before leakbench writes."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    read, write = os.pipe()
+    os.close(read)  # every write to the pipe now fails with EPIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "leakbench", "list", "attacks"], cwd=tmp_path, env=cli_env(),
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert "Traceback" not in proc.stderr and proc.returncode == 141, proc.stderr
