@@ -194,15 +194,14 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
 
 
 def lpips_for(path: Path | None, net: str = "alex"):
-    """The LPIPS scorer and a note; an explicit weights path that does not exist is bad input."""
+    """The LPIPS scorer and a note (as every executor builds it); a weights path that does not exist
+    is bad input."""
     from leakbench.errors import ConfigError
-    from leakbench.metrics import load_lpips
+    from leakbench.harness.executors import lpips_scorer
 
     if path is not None and not path.is_file():
         raise ConfigError(f"--lpips-weights {path} does not exist")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_lpips(path, net=net)
+    return lpips_scorer(str(path) if path else None, net)
 
 
 def cmd_attack(args: argparse.Namespace) -> int:
@@ -369,14 +368,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_rescore(args: argparse.Namespace) -> int:
-    from leakbench.errors import ConfigError
     from leakbench.harness.rescore import rescore_run
     from leakbench.harness.store import check_out_dir
     from leakbench.reporting.report import write_report
 
     check_out_dir(args.reports)
-    if args.lpips_weights is not None and not args.lpips_weights.is_file():
-        raise ConfigError(f"--lpips-weights {args.lpips_weights} does not exist")
+    lpips_for(args.lpips_weights)  # an unusable file fails here, in one line, before any cell
     start = time.perf_counter()
     _, cells = rescore_run(args.run_dir, lpips_weights=str(args.lpips_weights) if args.lpips_weights else None,
                            data_root=args.data_root)

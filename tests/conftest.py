@@ -20,6 +20,9 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 CLI_TIMEOUT_S = 300
 
+CELL_FILES = ["attack.json", "manifest.json", "reconstruction.npz", "records.parquet", "seal.json", "summary.json"]
+"""What a run writes into every cell folder (sorted), as the tests expect it."""
+
 # The SPEAR search is dense linear algebra on small matrices: with other processes on the same few
 # cores, intra-op threads oversubscribe the CPU and make runs several times slower. One thread per
 # process keeps the suite fast and its timing stable; results do not depend on it.

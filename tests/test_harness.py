@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import CELL_FILES
+
 from leakbench.errors import ConfigError
 from leakbench.harness import store
 from leakbench.harness.cell import CellResult, CellSpec, run_cell
@@ -27,7 +29,6 @@ depth = 3
 layer = 1
 """
 
-CELL_FILES = ["attack.json", "manifest.json", "reconstruction.npz", "records.parquet", "seal.json", "summary.json"]
 
 def _suite(tmp_path: Path, text: str, name: str = "suite.toml") -> Path:
     path = tmp_path / name

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import load_benchmark, run_cli_many
+from conftest import CELL_FILES, load_benchmark, run_cli_many
 from leakbench.errors import ConfigError, LeakbenchWarning
 from leakbench.harness import executors, folders, suite as suite_module
 from leakbench.harness.executors import Task
@@ -32,7 +32,6 @@ width = 32
 depth = 3
 grid_images = 2
 """
-CELL_FILES = ["attack.json", "manifest.json", "reconstruction.npz", "records.parquet", "seal.json", "summary.json"]
 
 
 @pytest.fixture(scope="module")
