@@ -61,8 +61,12 @@ def load_plugin(module: str) -> None:
     if not module or not all(part.isidentifier() for part in module.split(".")):
         raise ConfigError(f"plugin {module!r} is not a module path (like 'package.module')")
     _register(f"plugin {module!r}", module, lambda: importlib.import_module(module), None)
-    names = [m for m in os.environ.get(ENV_VAR, "").split(",") if m]
-    os.environ[ENV_VAR] = ",".join(dict.fromkeys([*names, module]))
+    os.environ[ENV_VAR] = ",".join(dict.fromkeys([*named_plugins(), module]))
+
+
+def named_plugins() -> tuple[str, ...]:
+    """The plugin modules loaded by name in this process or its parents (LEAKBENCH_PLUGINS)."""
+    return tuple(m for m in os.environ.get(ENV_VAR, "").split(",") if m)
 
 
 def loaded_plugins() -> list[dict[str, Any]]:

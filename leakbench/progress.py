@@ -25,6 +25,11 @@ def attack_progress(stream: TextIO | None) -> Iterator[None]:
         _STREAM.reset(token)
 
 
+def enabled() -> bool:
+    """Whether bars are on here (the harness then asks its attack worker to draw them too)."""
+    return _STREAM.get() is not None
+
+
 def steps(iterable: Iterable[T], *, total: int, desc: str) -> Iterable[T]:
     """`iterable` itself, or wrapped in a bar that disappears when the loop ends."""
     stream = _STREAM.get()

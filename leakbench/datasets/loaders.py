@@ -11,6 +11,8 @@ repeated calls: treat its tensors as read-only (`sample_batch` copies what it ta
 from __future__ import annotations
 
 import gzip
+import importlib.util
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -428,6 +430,23 @@ def load_cifar10(*, data_root: Path | None = None, image_size: int | None = None
     if size == 32:
         return dataset
     return ImageDataset("cifar10", _resize_tensor(dataset.images, size).contiguous(), dataset.labels, 10)
+
+
+# --------------------------------------------------------------------------- where the data lies
+
+
+def data_locations(data_root: Path | None = None) -> list[Path]:
+    """Every place the shipped datasets read images from: `data_root`, the download cache, and the
+    folders of the photos and digits bundled with scikit-learn and scikit-image (found without
+    importing them). The attack worker may open nothing under these (`leakbench.harness.isolation`)."""
+    places = [DEFAULT_CACHE_ROOT, Path.home() / ".cache" / "scikit-image"]
+    if data_root is not None:
+        places.append(Path(data_root))
+    for package, folders in (("sklearn", ("datasets",)), ("skimage", ("data",))):
+        spec = importlib.util.find_spec(package)
+        for base in (spec.submodule_search_locations or []) if spec is not None else []:
+            places += [Path(base, folder) for folder in folders]
+    return [Path(os.path.realpath(p)) for p in places]
 
 
 # --------------------------------------------------------------------------- registration

@@ -14,11 +14,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from leakbench.attacks import Reconstruction, attack_class, create_attack
-from leakbench.attacks.inversion import InversionConfig, invert_features
+from leakbench.attacks import Attack, Reconstruction
+from leakbench.attacks.inversion import InversionConfig
 from leakbench.datasets import Batch, load_dataset, sample_batch
+from leakbench.datasets.loaders import data_locations
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.harness.artifacts import AttackOutput, json_safe, plain_stats
+from leakbench.harness.isolation import shared_worker
+from leakbench.harness.job import AttackJob, attack_cell, attack_seed, configure_attack, resolve_class, scoped_ref
 from leakbench.fl import ClientUpdate, DPConfig, FedAvgConfig, dp_update, fedavg_update, fedsgd_update
 from leakbench.fl.dp import ACCOUNTANT
 from leakbench.metrics import MATCHING, LpipsScorer, apply_matching, match_by_mse, score_features, score_images
@@ -26,11 +29,14 @@ from leakbench.metrics.image import exact, mse, psnr, ssim
 from leakbench.metrics.matching import UNMATCHED
 from leakbench.metrics.stats import describe, or_none
 from leakbench.models import build_model
+from leakbench.plugins import named_plugins
+from leakbench.progress import enabled as progress_enabled
 
 
 @dataclass(frozen=True)
 class CellSpec:
-    """Everything that defines one attack run; `seed` drives the batch, the init, the DP noise and the attack.
+    """Everything that defines one attack run; `seed` drives the batch, the init and the client's noise
+    (DP, FedAvg shuffling); the attack's seed is derived from the cell id (`harness.job.attack_seed`).
 
     `dp` None is plain FedSGD; a DPConfig makes the client run one DP-SGD step instead; a
     `fedavg` config makes it run local epochs and share the weight difference (not with DP).
@@ -106,47 +112,38 @@ def prepare(spec: CellSpec) -> tuple[Batch, torch.nn.Module, ClientUpdate]:
     return batch, model, update
 
 
-def build_attack(spec: CellSpec):
-    """The configured attack; `layer` is passed to attacks whose Config has that field.
-
-    The attacked layer is an axis of the cell (recorded in every row), never a hyperparameter: a
-    `layer` among the hyperparameters would attack one layer and record another, so it is refused.
-    """
-    params = dict(spec.hyperparameters)
-    if "layer" in params:
-        raise ConfigError("set the attacked layer with --layer (or 'layers' in a suite), not as a hyperparameter")
-    if "layer" in attack_class(spec.attack).Config.__dataclass_fields__:
-        params["layer"] = spec.layer
-    return create_attack(spec.attack, **params)
+def build_attack(spec: CellSpec) -> Attack:
+    """The cell's configured attack (checks its hyperparameters; the attacked layer is the cell's)."""
+    job = attack_job(spec)
+    return configure_attack(job.attack, job.hyperparameters, job.layer, resolve_class(job))
 
 
-def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: str = "") -> CellResult:
+def attack_job(spec: CellSpec) -> AttackJob:
+    """What the attack worker is handed for this cell: no dataset, data root or batch seed; the
+    attack's seed is derived from the cell id."""
+    return AttackJob(spec.attack, dict(spec.hyperparameters), spec.layer, attack_seed(cell_id(spec)), spec.inversion,
+                     attack_ref=scoped_ref(spec.attack), plugins=named_plugins(), bars=progress_enabled())
+
+
+def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: str = "",
+             isolate: bool = True) -> CellResult:
     """Run one cell end to end. Bad input raises a LeakbenchError before the attack starts.
 
+    The attack runs in this process's attack worker (`leakbench.harness.isolation`), which gets the
+    update and nothing else; `isolate=False` runs it here instead (for debugging an attack only).
     `lpips` must be a verified scorer (from `load_lpips`): LPIPS is never reported from a network
     that did not reproduce the published values. Without one, `lpips_note` says why LPIPS is missing.
     """
     if lpips is not None and not lpips.verified:
         raise LeakbenchError(f"refusing to report LPIPS from an unverified network ({lpips.trunk_source})")
+    roots = data_locations(Path(spec.data_root) if spec.data_root else None)
+    worker = shared_worker() if isolate else None
+    if worker is not None:
+        worker.start(roots)  # the worker starts up while the update is computed
     batch, model, update = prepare(spec)
-    output = attack_cell(spec, update)
+    job = attack_job(spec)
+    output = worker.run(job, update, roots) if worker is not None else attack_cell(job, update)
     return score_cell(spec, output, batch, model, lpips=lpips, lpips_note=lpips_note)
-
-
-def attack_cell(spec: CellSpec, update: ClientUpdate) -> AttackOutput:
-    """The attack step: the attack's answer from the update alone (and, for recovered features with
-    `spec.inversion`, the images the public model inverts them to)."""
-    attack = build_attack(spec)
-    attack.check_update(update)
-    start = time.perf_counter()
-    recon = _reconstruct(attack, update, spec)
-    output = AttackOutput(recon, time.perf_counter() - start, attack.hyperparameters())
-    if spec.inversion is not None and spec.inversion.steps and recon.space == "feature" and recon.status == "ok":
-        start = time.perf_counter()
-        output.inverted = invert_features(update.model, recon.features, recon.layer or spec.layer, spec.inversion,
-                                          seed=spec.seed)
-        recon.stats["inversion_seconds"] = time.perf_counter() - start
-    return output
 
 
 def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: torch.nn.Module, *,
@@ -164,16 +161,6 @@ def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: torch.
     summary.update(lpips_columns(lpips))
     summary["hyperparameters"] = output.hyperparameters
     return CellResult(spec, summary, records, batch.images, aligned, output)
-
-
-def _reconstruct(attack, update: ClientUpdate, spec: CellSpec) -> Reconstruction:
-    """The attack's answer; an exception inside the attack becomes a failed cell with the reason."""
-    try:
-        return attack.reconstruct(update, seed=spec.seed)
-    except Exception as exc:  # noqa: BLE001 — stored as a failure, never dropped
-        layer = getattr(attack.config, "layer", 1)
-        reason = f"error: {type(exc).__name__}: {exc}".replace("\n", " ")
-        return Reconstruction.failed(reason, space="image" if layer == 1 else "feature", layer=layer)
 
 
 def score(recon: Reconstruction, batch: Batch, model: torch.nn.Module, lpips: LpipsScorer | None

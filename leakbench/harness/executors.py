@@ -8,7 +8,6 @@ then do not depend on the executor, and parallelism comes from running cells sid
 from __future__ import annotations
 
 import multiprocessing
-import os
 import signal
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from leakbench.errors import ConfigError
+from leakbench.harness.isolation import worker_pythonpath
 from leakbench.progress import attack_progress
 
 EXECUTORS = ("serial", "pool", "ray")
@@ -136,7 +136,7 @@ def _ray(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int
         raise ConfigError("--executor ray needs Ray: pip install 'leakbench[ray]'") from None
     started = not ray.is_initialized()
     if started:
-        env = {"env_vars": {"PYTHONPATH": _worker_path(), "OMP_NUM_THREADS": "1"}}
+        env = {"env_vars": {"PYTHONPATH": worker_pythonpath(), "OMP_NUM_THREADS": "1"}}
         if address:
             ray.init(address=address, runtime_env=env, log_to_driver=False)
         else:
@@ -155,12 +155,3 @@ def _ray(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int
     finally:
         if started:
             ray.shutdown()
-
-
-def _worker_path() -> str:
-    """This process's PYTHONPATH made absolute, with the folder holding `leakbench` first."""
-    import leakbench
-
-    here = str(Path(leakbench.__file__).resolve().parents[1])
-    rest = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return os.pathsep.join(dict.fromkeys([here, *rest]))

@@ -1,0 +1,148 @@
+"""A plugin attack that cheats: it tries to reach the client's batch instead of inverting the update.
+
+`route` picks how (issue 14's six routes). Each route only accepts a candidate batch whose FedSGD
+gradient on the public model equals the shared one, so a hit is the true batch, never a guess;
+when the route finds nothing (or raises, e.g. the isolation guard's PermissionError) the attack
+answers with uniform noise, which scores like noise. `tests/test_cheating.py` runs it.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from leakbench.attacks import Attack, Reconstruction, register_attack
+from leakbench.fl.update import ClientUpdate
+
+ROUTES = ("stack", "gc", "seed", "cache", "data_root", "globals")
+DATA_ROOT_ENV = "CHEAT_DATA_ROOT"
+"""Where the cheater believes the client's images lie (the test tells it: the worst case)."""
+SEED_GUESSES = range(4)
+
+
+@dataclass(frozen=True)
+class CheatConfig:
+    """route: one of stack, gc, seed, cache, data_root, globals."""
+
+    route: str = "stack"
+
+
+@register_attack
+class CheatAttack(Attack):
+    name = "cheat"
+    description = "tries to read the private batch (test plugin)"
+    Config = CheatConfig
+
+    def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
+        try:
+            found = ROUTE_FUNCTIONS[self.config.route](update, seed)
+        except Exception as exc:  # noqa: BLE001 — a blocked route is a failed cheat, not a failed cell
+            found, why = None, f"{type(exc).__name__}: {exc}"
+        else:
+            why = "found" if found is not None else "nothing found"
+        b = update.batch_size or 1
+        if found is None:
+            found = torch.rand((b, *update.model.input_shape), generator=torch.Generator().manual_seed(seed))
+        return Reconstruction("ok", "image", images=found.clone(), stats={"route": self.config.route, "outcome": why})
+
+
+def _matches(update: ClientUpdate, images: torch.Tensor, labels: torch.Tensor) -> bool:
+    """Whether (images, labels) give the shared gradient on the public model."""
+    from leakbench.datasets.base import Batch
+    from leakbench.fl.update import fedsgd_update
+
+    if images.shape[0] != update.batch_size:
+        return False
+    batch = Batch(images, labels, tuple(range(len(labels))), "", 0)
+    name = next(iter(update.gradients))
+    model = copy.deepcopy(update.model).requires_grad_(True)
+    return bool(torch.allclose(fedsgd_update(model, batch).gradients[name], update.gradients[name],
+                               rtol=1e-4, atol=1e-7))
+
+
+def _first_batch(update: ClientUpdate, objects: Any) -> torch.Tensor | None:
+    """The images of the first Batch among `objects` that produced the update."""
+    from leakbench.datasets.base import Batch
+
+    for obj in objects:
+        if isinstance(obj, Batch) and _matches(update, obj.images, obj.labels):
+            return obj.images
+    return None
+
+
+def _stack(update: ClientUpdate, seed: int) -> torch.Tensor | None:
+    frame = sys._getframe()
+    while frame is not None:
+        hit = _first_batch(update, list(frame.f_locals.values()))
+        if hit is not None:
+            return hit
+        frame = frame.f_back
+    return None
+
+
+def _gc(update: ClientUpdate, seed: int) -> torch.Tensor | None:
+    return _first_batch(update, gc.get_objects())
+
+
+def _draw(update: ClientUpdate, dataset: Any, seeds: Any) -> torch.Tensor | None:
+    from leakbench.datasets import sample_batch
+
+    b = update.batch_size
+    for s in seeds:
+        if b is not None and b <= len(dataset):
+            batch = sample_batch(dataset, b, s)
+            if _matches(update, batch.images, batch.labels):
+                return batch.images
+    return None
+
+
+def _seed(update: ClientUpdate, seed: int) -> torch.Tensor | None:
+    """Re-derive the batch from the handed seed (the harness once handed the batch's own seed)."""
+    from leakbench.datasets import load_dataset
+
+    return _draw(update, load_dataset("embedded"), [seed])
+
+
+def _cache(update: ClientUpdate, seed: int) -> torch.Tensor | None:
+    """The dataset cache of this process (the loaders' in-memory copies), seeds guessed."""
+    from leakbench.datasets import loaders
+
+    side = update.model.input_shape[-1]
+    return _draw(update, loaders._embedded_cached(side), SEED_GUESSES)
+
+
+def _data_root(update: ClientUpdate, seed: int) -> torch.Tensor | None:
+    """Read the image files under the data root directly, seeds guessed."""
+    from leakbench.datasets.loaders import load_imagefolder
+
+    root = Path(os.environ[DATA_ROOT_ENV])
+    for path in sorted(root.rglob("*.png"))[:1]:
+        path.read_bytes()  # the raw file itself
+    return _draw(update, load_imagefolder(data_root=root, image_size=update.model.input_shape[-1]), SEED_GUESSES)
+
+
+def _globals(update: ClientUpdate, seed: int) -> torch.Tensor | None:
+    """Module globals of the harness (and everything they hold one level down), including cell specs
+    from which the batch could be re-derived."""
+    from leakbench.harness.cell import CellSpec, load_batch
+
+    seen: list[Any] = []
+    for name, module in list(sys.modules.items()):
+        if name.startswith("leakbench") and module is not None:
+            for value in vars(module).values():
+                seen.append(value)
+                if isinstance(value, (list, tuple, set, dict)):
+                    seen.extend(value.values() if isinstance(value, dict) else value)
+    specs = [load_batch(v) for v in seen if isinstance(v, CellSpec)]
+    return _first_batch(update, seen + specs)
+
+
+ROUTE_FUNCTIONS = {"stack": _stack, "gc": _gc, "seed": _seed, "cache": _cache, "data_root": _data_root,
+                   "globals": _globals}
