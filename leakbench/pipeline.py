@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import TextIO
 
 from leakbench.harness.run import run_sweep
+from leakbench.harness.suite import Suite
 from leakbench.reporting.report import write_report
 from leakbench.reporting.target import check_report_target
 
 
-def run_suite(name: str | None, *, data_root: str | None = None, out: Path = Path("results"),
+def run_suite(name: str | Suite | None, *, data_root: str | None = None, out: Path = Path("results"),
               reports: Path = Path("reports"), executor: str = "serial", jobs: int = 1,
               address: str | None = None, resume: bool = True, lpips_weights: str | None = None,
               lpips_net: str = "alex", progress: TextIO | None = None) -> Path:

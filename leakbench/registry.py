@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from leakbench.errors import ConfigError
 
@@ -38,6 +40,16 @@ class Registry(Generic[T]):
         if name in self._entries:
             raise DuplicateNameError(f"{self.kind} {name!r} is already registered")
         self._entries[name] = Entry(name, factory, description)
+
+    @contextmanager
+    def scoped(self, name: str, factory: Callable[..., T], description: str) -> Iterator[None]:
+        """`name` registered within the block only (`leakbench.api.evaluate`)."""
+        self._ready()
+        self.register(name, factory, description)
+        try:
+            yield
+        finally:
+            del self._entries[name]
 
     def _ready(self) -> None:
         hook, self._on_first_use = self._on_first_use, None

@@ -91,6 +91,13 @@ def test_installed_plugin_runs_a_suite_and_is_recorded(site: Path, tmp_path: Pat
     summary = json.loads((run_dir / "cells" / cell["cell_id"] / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["exact_fraction"] == 1.0  # one image: the mean is the image
     assert (tmp_path / "rep" / "example-mean-image.md").is_file()
+    board = _leakbench(tmp_path, "leaderboard", "--results", "res", "--reports", "rep", path=(site,))
+    assert board.returncode == 0, board.stderr[-3000:]
+    tables = (tmp_path / "rep" / "leaderboard.md").read_text().split("\n## ")
+    embedded = [t for t in tables if "example-mean-image" in t.splitlines()[0] and "embedded" in t.splitlines()[0]]
+    assert embedded, tables[:2]
+    rows = [line for line in embedded[0].splitlines() if line.startswith("|")]
+    assert any("mean-image" in r for r in rows) and any("cpa" in r for r in rows), embedded[0]
 
 
 def test_plugin_option_without_installing(tmp_path: Path) -> None:

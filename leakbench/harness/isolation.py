@@ -7,7 +7,7 @@ once per harness process (serial run, pool worker or Ray worker) and reused for 
 - it receives an `AttackJob` (attack name, hyperparameters, layer, a seed derived from the cell
   id, inversion settings) and the `ClientUpdate`, pickled over a pipe, and sends back the
   `AttackOutput`; no dataset name, data root, batch index or batch seed crosses;
-- before it imports anything else it installs a guard (`Guard`, a `sys.addaudithook` hook): opening
+- before any plugin or attack code runs it installs a guard (`Guard`, a `sys.addaudithook` hook): opening
   or listing anything under a data location (`leakbench.datasets.loaders.data_locations`: the data
   roots in use, the download cache, the photo and digit folders bundled with scikit-learn and
   scikit-image) or a directory above one, another process's `/proc` entries, or starting a
@@ -17,8 +17,8 @@ once per harness process (serial run, pool worker or Ray worker) and reused for 
 
 What the guard cannot stop is native code (a C extension reading files with its own system calls);
 that barrier would be the operating system's (another user, a mount namespace).
-This module imports only the standard library at the top, so the guard is in place before torch,
-leakbench or a plugin is imported in the worker.
+The worker imports torch and leakbench's own modules, then installs the guard, then loads plugins
+and runs attacks: no attack or plugin code runs unguarded.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ PATH_EVENTS = {"open": (0,), "os.listdir": (0,), "os.scandir": (0,), "os.chdir":
                "os.symlink": (0,), "os.rename": (0,), "shutil.copyfile": (0,), "shutil.copytree": (0,),
                "sqlite3.connect": (0,), "os.truncate": (0,)}
 """Audit events that reach a file, and the positions of their path arguments."""
+_O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 
 
 class Guard:
@@ -64,15 +65,17 @@ class Guard:
                     parent = os.path.dirname(parent)
                     self.above.add(parent)
 
-    def allowed(self, path: Any, event: str = "open") -> bool:
+    def allowed(self, path: Any, event: str = "open", flags: Any = 0) -> bool:
         """Whether the worker may reach `path` (a file descriptor always: it was opened already).
 
-        Directories above a root may be listed (imports list package folders) but not opened: a
-        directory's descriptor would let `os.open(..., dir_fd=)` reach the root by a relative path."""
+        Directories above a root may be listed (imports list package folders) and hold anonymous
+        temporary files (O_TMPFILE), but not be opened otherwise: a directory's descriptor would let
+        `os.open(..., dir_fd=)` reach the root by a relative path."""
         if isinstance(path, int) or path is None:
             return True
         full = os.path.realpath(os.fsdecode(os.fspath(path)))
-        if event == "open" and full in self.above:
+        tmpfile = isinstance(flags, int) and flags & _O_TMPFILE == _O_TMPFILE != 0
+        if event == "open" and full in self.above and not tmpfile:
             return False
         if any(full == root or full.startswith(root + os.sep) for root in self.roots):
             return False
@@ -83,7 +86,7 @@ class Guard:
         if event in PROCESS_EVENTS:
             raise PermissionError(f"the attack worker may not start processes ({event})")
         for i in PATH_EVENTS.get(event, ()):
-            if i < len(args) and not self.allowed(args[i], event):
+            if i < len(args) and not self.allowed(args[i], event, args[2] if event == "open" and len(args) > 2 else 0):
                 raise PermissionError(f"the attack worker may not reach {args[i]!r} ({event})")
 
 
@@ -189,15 +192,15 @@ def _worker_env() -> dict[str, str]:
 def _serve(receive: Connection, send: Connection) -> None:
     """Install the guard, then answer jobs until the harness closes the pipe."""
     roots, search_path = pickle.loads(receive.recv_bytes())
-    guard = Guard(roots)
-    sys.addaudithook(guard)
     sys.path.extend(p for p in search_path if p not in sys.path)
-    import torch
+    import torch  # torch and leakbench's own modules load before the guard (torch probes the system);
 
-    from leakbench.errors import LeakbenchError
+    from leakbench.errors import LeakbenchError  # no plugin and no attack code has run yet
     from leakbench.harness.job import attack_cell
     from leakbench.progress import attack_progress
 
+    guard = Guard(roots)
+    sys.addaudithook(guard)
     torch.set_num_threads(1)
     while True:
         try:

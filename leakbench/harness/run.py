@@ -100,11 +100,12 @@ def run_manifest(suite: Suite, tasks: list[Task], extra: dict[str, Any]) -> dict
             "cells": cells, **extra}
 
 
-def run_sweep(name: str | None, *, data_root: str | None = None, out: Path = Path("results"),
+def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Path = Path("results"),
               executor: str = "serial", jobs: int = 1, address: str | None = None, resume: bool = True,
               lpips_weights: str | None = None, lpips_net: str = "alex", progress: TextIO | None = None,
               before_run: Callable[[Suite], None] | None = None) -> Sweep:
-    """Run every unfinished cell of a suite into `out/SUITE/` and consolidate its records.
+    """Run every unfinished cell of a suite (a name, a file, or a parsed `Suite`) into `out/SUITE/` and
+    consolidate its records.
 
     Before anything runs: the cells are checked, and so are the folders it will replace (planned
     cell folders) for files leakbench did not write, and `before_run(suite)` runs (the pipeline checks
@@ -112,7 +113,7 @@ def run_sweep(name: str | None, *, data_root: str | None = None, out: Path = Pat
     `lpips_net` (alex or vgg) scores the cells that run now; it is not part of a cell's id, so
     resumed cells keep the LPIPS they were stored with (each cell records its `lpips_net`).
     """
-    suite = load_suite(find_suite(name), data_root=data_root)
+    suite = name if isinstance(name, Suite) else load_suite(find_suite(name), data_root=data_root)
     check_cells(suite.cells)
     run_dir = out / suite.name
     check_net(lpips_net)
