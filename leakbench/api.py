@@ -32,7 +32,7 @@ from leakbench.harness.run import run_sweep
 from leakbench.harness.suite import Suite, find_suite, load_suite
 from leakbench.pipeline import run_suite
 
-__all__ = ["evaluate", "load_cells", "load_records", "run", "suite_for"]
+__all__ = ["evaluate", "load_cells", "load_records", "run", "scoped_attack", "suite_for"]
 
 
 def run(suite: str | Path = "default", *, out: Path | str = "results", reports: Path | str = "reports",
@@ -52,7 +52,7 @@ def evaluate(attack: type[Attack], suite: str | Path = "default", *, hyperparame
 
     Stored like any run, in `out/SUITE--NAME/` (resumable; `leakbench report` and `leaderboard` read it).
     """
-    with _scoped(attack):
+    with scoped_attack(attack):
         plan = suite_for(attack, suite, hyperparameters or {}, data_root=data_root)
         sweep = run_sweep(plan, out=Path(out), executor=executor, jobs=jobs, resume=resume)
     return sweep.records
@@ -93,7 +93,7 @@ def _table(run_dir: Path, name: str) -> pd.DataFrame:
 
 
 @contextmanager
-def _scoped(attack: type[Attack]) -> Iterator[None]:
+def scoped_attack(attack: type[Attack]) -> Iterator[None]:
     """`attack` registered under its name within the block, and findable by the attack worker and
     by pool workers (through the environment); a registered attack is used as it is."""
     if not (isinstance(attack, type) and issubclass(attack, Attack)):

@@ -3,7 +3,7 @@
 `route` picks how (issue 14's six routes). Each route only accepts a candidate batch whose FedSGD
 gradient on the public model equals the shared one, so a hit is the true batch, never a guess;
 when the route finds nothing (or raises, e.g. the isolation guard's PermissionError) the attack
-answers with uniform noise, which scores like noise. `tests/test_cheating.py` runs it.
+answers with uniform noise, which scores like noise. `tests/test_cheating.py` runs it, registered for the test only (`leakbench.api.scoped_attack`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from leakbench.attacks import Attack, Reconstruction, register_attack
+from leakbench.attacks import Attack, Reconstruction
 from leakbench.fl.update import ClientUpdate
 
 ROUTES = ("stack", "gc", "seed", "cache", "data_root", "globals")
@@ -34,7 +34,6 @@ class CheatConfig:
     route: str = "stack"
 
 
-@register_attack
 class CheatAttack(Attack):
     name = "cheat"
     description = "tries to read the private batch (test plugin)"

@@ -5,17 +5,17 @@ the same routes reach the truth: the test can fail, and fails on the code before
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from leakbench.attacks import create_attack
 from leakbench.harness.cell import CellSpec, attack_job, prepare, run_cell
-from leakbench.plugins import load_plugin
+from leakbench.api import scoped_attack
 
-import cheat_attack  # noqa: E402  (tests/ is on the path; the worker imports it as a plugin)
-from cheat_attack import DATA_ROOT_ENV, ROUTES
+from cheat_attack import DATA_ROOT_ENV, ROUTES, CheatAttack  # tests/ is on the path: the worker imports it too
 
 B = 4
 BLOCKED = "PermissionError: the attack worker may not reach"
@@ -37,9 +37,11 @@ def image_root(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(autouse=True)
-def plugin(monkeypatch: pytest.MonkeyPatch, image_root: str) -> None:
-    load_plugin("cheat_attack")
+def cheat(monkeypatch: pytest.MonkeyPatch, image_root: str) -> Iterator[None]:
+    """The cheat registered for one test (and importable by the worker), never for the whole session."""
     monkeypatch.setenv(DATA_ROOT_ENV, image_root)
+    with scoped_attack(CheatAttack):
+        yield
 
 
 def _spec(route: str, image_root: str) -> CellSpec:
@@ -71,5 +73,5 @@ def test_the_handed_seed_is_not_the_batch_seed() -> None:
     s = run_cell(spec, isolate=False).summary
     assert s["attack_stats"]["outcome"] == "nothing found" and s["exact_fraction"] == 0.0
     # handed the batch's own seed (what the harness did before), the route reaches the truth
-    found = create_attack("cheat", route="seed").reconstruct(update, seed=spec.seed)
+    found = CheatAttack(CheatAttack.Config(route="seed")).reconstruct(update, seed=spec.seed)
     assert found.stats["outcome"] == "found"

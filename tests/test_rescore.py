@@ -43,8 +43,8 @@ def _no_attacks(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("rescore ran attack code")
     monkeypatch.setattr(cell_module, "attack_cell", refuse)
-    monkeypatch.setattr(cell_module, "create_attack", refuse)
-    monkeypatch.setattr(cell_module, "invert_features", refuse)
+    monkeypatch.setattr(cell_module, "configure_attack", refuse)
+    monkeypatch.setattr(cell_module, "shared_worker", refuse)  # the attack worker
 
 
 def test_rescore_gives_identical_records_without_running_an_attack(run_dir: Path, tmp_path: Path,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ from leakbench.attacks.spear.sampling import draw_directions
 from leakbench.datasets import load_dataset, sample_batch
 from leakbench.errors import ConfigError
 from leakbench.fl import ThreatModel, fedsgd_update
-from leakbench.harness.cell import CellSpec, run_cell
+from leakbench.harness.cell import CellSpec, attack_job, prepare, run_cell, score_cell
+from leakbench.harness.job import attack_cell
 from leakbench.models import build_fc
 
 
@@ -128,7 +130,12 @@ def test_stalled_guides_share_chunks_with_spear() -> None:
 
 def test_batch_found_by_the_last_chunk_is_still_verified() -> None:
     """Regression: embedded b = 8, layer 3 (CPA is a poor guide there) finds the 8th sample with the
-    chunk that spends the 300 k draw budget; the batch must be verified, not reported as a failure."""
-    s = _exact_cell(CellSpec(attack="spear-guided", dataset="embedded", batch_size=8, seed=0, layer=3,
-                             hyperparameters={"max_draws": 300_000}))
+    chunk that spends the 300 k draw budget with attack seed 0; the batch must be verified, not reported
+    as a failure."""
+    spec = CellSpec(attack="spear-guided", dataset="embedded", batch_size=8, seed=0, layer=3,
+                    hyperparameters={"max_draws": 300_000})
+    batch, model, update = prepare(spec)
+    output = attack_cell(replace(attack_job(spec), seed=0), update)
+    s = score_cell(spec, output, batch, model).summary
+    assert s["status"] == "ok" and s["exact_fraction"] == 1.0, s["reason"]
     assert s["attack_stats"]["draws"] == 300_000

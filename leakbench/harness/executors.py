@@ -34,6 +34,8 @@ class Task:
     grid_seed: int
     lpips_weights: str | None = None
     lpips_net: str = "alex"
+    isolate: bool = True
+    """Run the attack in the attack worker (False only to measure what isolation costs)."""
 
 
 def run_task(task: Task) -> dict[str, Any]:
@@ -45,7 +47,7 @@ def run_task(task: Task) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     scorer, note = lpips_scorer(task.lpips_weights, task.lpips_net)
-    result = run_cell(task.spec, lpips=scorer, lpips_note=note)
+    result = run_cell(task.spec, lpips=scorer, lpips_note=note, isolate=task.isolate)
     write_cell(result, task.out, selection=list(task.selection))
     return json_safe(result.summary)
 
