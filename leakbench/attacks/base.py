@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import MISSING, asdict, dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 import torch
 
@@ -45,6 +45,22 @@ class Reconstruction:
     def failed(cls, reason: str, *, space: Space = "image", layer: int | None = None,
                stats: dict[str, Any] | None = None) -> "Reconstruction":
         return cls(status="failed", space=space, layer=layer, reason=reason, stats=stats or {})
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """Where an iterative attack reports its answer so far, along one run (`benchmarks/budget_curves.py`).
+
+    `report(step, reconstruction)` is called after `step` optimiser steps, for each step in `steps`
+    the run reaches. Reporting only reads the attack's state, so its final answer is the same with
+    or without checkpoints. Attacks that support it take `reconstruct(..., checkpoints=...)`.
+    """
+
+    steps: frozenset[int]
+    report: Callable[[int, "Reconstruction"], None]
+
+    def __contains__(self, step: int) -> bool:
+        return step in self.steps
 
 
 class Attack(ABC):
