@@ -131,3 +131,17 @@ def test_checkpoints_refused_where_there_are_no_steps() -> None:
         create_attack("cpa").reconstruct(update, seed=0, checkpoints=checkpoints)
     with pytest.raises(ConfigError, match="restarts"):
         create_attack("ig", iterations=4, restarts=2).reconstruct(update, seed=0, checkpoints=checkpoints)
+
+
+# --------------------------------------------------------------------------- budgets in tables
+
+
+def test_budget_words_come_from_the_stored_hyperparameters() -> None:
+    from leakbench.attacks import attack_budget
+
+    stored = create_attack("cpa-released").hyperparameters()
+    assert attack_budget("cpa-released", stored) == "25,000 steps"
+    assert attack_budget("ig-breaching", create_attack("ig-breaching").hyperparameters()) == "24,000 steps"
+    assert attack_budget("cpa", {}) == "FastICA ≤ 1,000 iterations"  # FastICA has no steps
+    assert attack_budget("ig", {"iterations": 200, "restarts": 4}) == "200 steps × 4"
+    assert attack_budget("not-installed", {}) == ""

@@ -88,6 +88,19 @@ class Attack(ABC):
     def hyperparameters(self) -> dict[str, Any]:
         return asdict(self.config)
 
+    def budget(self) -> str:
+        """The attack's compute budget in words, for tables ("25,000 steps", "300,000 draws, 3600 s");
+        from the Config's `iterations` / `restarts` or `max_draws` / `max_seconds` fields by default."""
+        cfg = asdict(self.config)
+        parts = []
+        if "iterations" in cfg:
+            parts.append(f"{cfg['iterations']:,} steps" + (f" × {cfg['restarts']}" if cfg.get("restarts", 1) != 1 else ""))
+        if "max_draws" in cfg:
+            parts.append(f"{cfg['max_draws']:,} draws")
+        if "max_seconds" in cfg:
+            parts.append(f"{cfg['max_seconds']:g} s")
+        return ", ".join(parts)
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
         return f"{self.name}({args})"

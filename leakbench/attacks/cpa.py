@@ -96,6 +96,10 @@ class CPAAttack(Attack):
             raise ConfigError(f"cpa can unmix at most min(width, input size) = {min(m, n)} sources; "
                               f"got batch size {b} at layer {cfg.layer}")
 
+    def budget(self) -> str:
+        cfg = self.config
+        return f"{cfg.iterations:,} steps" if cfg.method == "official" else f"FastICA ≤ {cfg.max_iter:,} iterations"
+
     def reconstruct(self, update: ClientUpdate, *, seed: int, checkpoints: Checkpoints | None = None
                     ) -> Reconstruction:
         """The unmixed batch. `checkpoints` (method "official" only) reports the answer after chosen
