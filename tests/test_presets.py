@@ -41,7 +41,8 @@ def _case(b: int, *, width: int = 32, depth: int = 2, seed: int = 0):
 # --------------------------------------------------------------------------- presets
 
 
-@pytest.mark.parametrize("name,published", [("cpa-released", CPA_RELEASED), ("ig-breaching", IG_BREACHING)])
+@pytest.mark.parametrize("name,published", [("cpa-released", CPA_RELEASED), ("ig-breaching", IG_BREACHING),
+                                            ("cpa-derivative", {"method": "fastica", "prefilter": "derivative"})])
 def test_presets_resolve_to_published_values(name: str, published: dict) -> None:
     assert name in ATTACKS.names()
     config = asdict(create_attack(name).config)
@@ -69,6 +70,7 @@ def test_presets_document_every_field_and_their_source() -> None:
         helps = field_help(cls.Config)
         assert all(helps.get(f) for f in cls.Config.__dataclass_fields__)
         assert preset.source in cls.Config.__doc__ and cls.description == preset.description
+        assert preset.published == ("not in the paper" not in preset.description)  # an addition says so
 
 
 # --------------------------------------------------------------------------- IG's TV forms
@@ -145,3 +147,25 @@ def test_budget_words_come_from_the_stored_hyperparameters() -> None:
     assert attack_budget("cpa", {}) == "FastICA ≤ 1,000 iterations"  # FastICA has no steps
     assert attack_budget("ig", {"iterations": 200, "restarts": 4}) == "200 steps × 4"
     assert attack_budget("not-installed", {}) == ""
+
+
+# --------------------------------------------------------------------------- suites
+
+
+def test_paper_suites_run_the_baselines_as_published_and_the_default_suite_stays_cpu_sized() -> None:
+    from leakbench.harness.suite import load_suite, shipped_suite
+
+    published = {p.name: p.values for p in PRESETS if p.published}
+    seen = set()
+    for name in ("dp", "fedavg", "conv", "conv-embedded"):
+        cells = load_suite(shipped_suite(f"paper/{name}")).cells
+        attacks = {c.attack for c in cells}
+        assert "ig" not in attacks and {"ig-breaching", "cpa-released"} <= attacks, name
+        for cell in cells:
+            if cell.attack in published:  # no suite shrinks a published budget
+                seen.add(cell.attack)
+                assert not set(cell.hyperparameters) & set(published[cell.attack]), (name, cell.attack)
+    assert seen == {"cpa-released", "ig-breaching"}
+    default = load_suite(shipped_suite("default")).cells
+    assert {c.hyperparameters.get("iterations") for c in default if c.attack == "ig"} == {200}
+    assert not {c.attack for c in default} & set(published)

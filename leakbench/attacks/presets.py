@@ -1,5 +1,7 @@
 """Baselines as published: registered attacks whose defaults are a released code's settings.
 
+(And leakbench's own variants of them, under their own names, marked `published=False`.)
+
 A preset is its base attack with other Config defaults, registered under its own name: a suite
 lists `cpa-released` like any attack, `leakbench show attack cpa-released` prints the values, every
 record stores the full hyperparameters (the step budget among them), and `--param` or a suite's
@@ -31,6 +33,7 @@ class Preset:
     values: dict[str, Any]
     source: str
     description: str
+    published: bool = True
 
 
 PRESETS: tuple[Preset, ...] = (
@@ -47,6 +50,11 @@ PRESETS: tuple[Preset, ...] = (
                   "decay, boxed, one trial, total variation 0.2 in breaching's zero-padded form",
            description="Inverting Gradients as configured in breaching: 24,000 signed Adam steps, TV 0.2 "
                        "(breaching's form), step decay, box constraint"),
+    Preset("cpa-derivative", CPAAttack, {"method": "fastica", "prefilter": "derivative"},
+           source="leakbench's addition, not the published attack: scikit-learn FastICA learnt on the gradient "
+                  "rows' pixel differences, applied to the raw rows (docs/baselines.md)",
+           description="Cocktail Party Attack with leakbench's derivative prefilter: FastICA on pixel "
+                       "differences (not in the paper)", published=False),
 )
 
 
