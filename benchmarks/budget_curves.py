@@ -9,6 +9,9 @@ FastICA (`cpa`, the design card's ICA baseline) and FastICA on pixel differences
     PYTHONPATH=. python benchmarks/budget_curves.py --data-root ../shared/data \\
         --cpa-steps 25000 --ig-steps 2000 --ig-image-size 32 --out docs/figures/budget-curves
 
+(`--merge OTHER.csv` draws an earlier run's rows in the same figure; `--cpa-steps 0 --no-fastica`
+runs IG alone.)
+
 writes OUT.csv (one row per attack, checkpoint and seed: PSNR mean/median, LPIPS mean, seconds) and
 OUT.png. CPA's checkpoint at step k is exactly what a run with `iterations=k` returns (constant step
 size); IG's is the answer so far along a run of `--ig-steps` steps, whose step decays sit at 3/8,
@@ -60,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ig-image-size", type=int, default=None, help="IG's image size (default: the dataset's)")
     p.add_argument("--no-fastica", action="store_true", help="skip the FastICA reference lines")
     p.add_argument("--out", type=Path, default=Path("budget-curves"), help="writes OUT.csv and OUT.png")
+    p.add_argument("--merge", type=Path, nargs="*", default=[],
+                   help="earlier OUT.csv files drawn in the same figure (e.g. IG's run at another image size)")
     p.add_argument("--title", default=None)
     return p
 
@@ -116,6 +121,19 @@ def format_row(r: dict[str, Any]) -> str:
 HEADER = f"{'attack':<26} {'steps':>6} {'seed':>4} {'size':>4} {'PSNR':>7} {'PSNRmed':>7} {'LPIPS':>7} {'seconds':>8}"
 
 
+def budget_marks(attacks: set[str]) -> list[tuple[str, int]]:
+    """The step budgets a reader compares against, read from the Configs: each curve's preset and the
+    CPU-sized default of its base attack (cpa's `iterations` for method=official, ig's `iterations`)."""
+    from leakbench.attacks.presets import PRESETS
+
+    marks = []
+    for preset in PRESETS:
+        if preset.name in attacks and "iterations" in preset.values:
+            marks.append((preset.name, int(preset.values["iterations"])))
+            marks.append((f"{preset.base.name} default", int(preset.base.Config().iterations)))
+    return marks
+
+
 def plot(table: pd.DataFrame, out: Path, title: str) -> None:
     """Two panels against steps (log x): mean PSNR and mean LPIPS, seeds averaged; FastICA as lines."""
     import matplotlib
@@ -134,6 +152,10 @@ def plot(table: pd.DataFrame, out: Path, title: str) -> None:
             ax.plot(mean.index, mean.values, marker="o", ms=3, label=f"{attack} ({size}×{size})")
         for i, (attack, group) in enumerate(lines.groupby("attack", sort=False)):
             ax.axhline(group[col].mean(), ls="--", lw=1, color=f"C{i + 3}", label=f"{attack} (no steps)")
+        for i, (name, steps) in enumerate(budget_marks(set(curves["attack"]))):
+            ax.axvline(steps, ls=":", lw=1, color="0.4" if "-" in name else "0.7")
+            ax.annotate(f"{name}: {steps:,}", (steps, 1.0), xycoords=("data", "axes fraction"), rotation=90,
+                        fontsize=7, va="top", ha="right", color="0.3")
         ax.set_xscale("log")
         ax.set_xlabel("optimisation steps (one run, scored at checkpoints)")
         ax.set_ylabel(label)
@@ -164,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                                width=args.width, depth=args.depth, data_root=args.data_root,
                                image_size=args.ig_image_size)
             rows += curve("ig-breaching", args.ig_steps, args.checkpoints, ig_spec, lpips)
-    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    table = pd.concat([pd.DataFrame(rows, columns=list(COLUMNS)), *(pd.read_csv(path) for path in args.merge)],
+                      ignore_index=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out.with_suffix(".csv"), index=False)
     title = args.title or (f"{args.dataset}, FC-{args.depth} width {args.width} at init, b = {args.batch_size}, "
