@@ -152,10 +152,13 @@ def plot(table: pd.DataFrame, out: Path, title: str) -> None:
             ax.plot(mean.index, mean.values, marker="o", ms=3, label=f"{attack} ({size}×{size})")
         for i, (attack, group) in enumerate(lines.groupby("attack", sort=False)):
             ax.axhline(group[col].mean(), ls="--", lw=1, color=f"C{i + 3}", label=f"{attack} (no steps)")
-        for i, (name, steps) in enumerate(budget_marks(set(curves["attack"]))):
+        drawn: list[int] = []
+        for name, steps in budget_marks(set(curves["attack"])):
+            near = any(abs(steps - d) < 0.2 * d for d in drawn)  # 24,000 beside 25,000: label on the other side
+            drawn.append(steps)
             ax.axvline(steps, ls=":", lw=1, color="0.4" if "-" in name else "0.7")
             ax.annotate(f"{name}: {steps:,}", (steps, 1.0), xycoords=("data", "axes fraction"), rotation=90,
-                        fontsize=7, va="top", ha="right", color="0.3")
+                        fontsize=7, va="top", ha="left" if near else "right", color="0.3")
         ax.set_xscale("log")
         ax.set_xlabel("optimisation steps (one run, scored at checkpoints)")
         ax.set_ylabel(label)
