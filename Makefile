@@ -11,7 +11,7 @@ RUN := PYTHONPATH=$(CURDIR) $(PY)
 JOBS ?= 1
 DATA_ROOT ?= ../shared/data
 
-.PHONY: run test venv nightly leaderboard dp-figure clean
+.PHONY: run test venv nightly leaderboard dp-figure claims clean
 
 # Resumable: a rerun skips finished cells (`leakbench run --no-resume` reruns all).
 run: $(STAMP)
@@ -30,6 +30,11 @@ dp-figure: $(STAMP)
 	$(RUN) -m leakbench run benchmarks/review/dp-mid.toml --data-root $(DATA_ROOT)
 	$(RUN) benchmarks/dp_figure.py results/review-dp-mid --out docs/figures/dp-psnr-vs-epsilon.png --data-root $(DATA_ROOT) \
 		--title "TinyImageNet, FC-6 w200, b = 8, one DP-SGD step, seeds 0–2 (review-dp-mid)"
+
+# Issue 15: re-measure the numbers the docs quote (docs/claims.toml); fails outside a claim's tolerance.
+# Not part of `make test`: real measurements, minutes.
+claims: $(STAMP)
+	$(RUN) benchmarks/claims.py docs/claims.toml --data-root $(DATA_ROOT)
 
 test: $(STAMP)
 	$(RUN) -m pytest -q

@@ -375,7 +375,7 @@ def test_paper_suites_parse() -> None:
     for width in (400, 2000):
         guided = load_suite(shipped_suite(f"paper/spear-guided-w{width}")).cells
         assert sorted({c.batch_size for c in guided}) == [25, 32, 50, 64, 100]
-        assert {c.width for c in guided} == {width} and {c.attack for c in guided} == {"spear-guided", "cpa"}
+        assert {c.width for c in guided} == {width} and {c.attack for c in guided} == {"spear-guided", "cpa-derivative"}
     sizes = load_suite(shipped_suite("paper/spear-batch-size")).cells
     assert sorted({c.batch_size for c in sizes}) == [1, 2, 4, 8, 12, 16, 20]
     layers = load_suite(shipped_suite("paper/spear-layers")).cells

@@ -234,7 +234,8 @@ def test_leaderboard_is_deterministic(tmp_path: Path, reference: Path) -> None:
     second = [p.read_bytes() for p in write_leaderboard(shuffled.parent, tmp_path / "b")]
     assert first == second
     text = first[0].decode()
-    assert "| rank | attack |" in text and "failures" in text
+    assert "| rank | attack | budget |" in text and "failures" in text
+    assert "| ig | 3 steps |" in text and "| spear | 20,000 draws, 3600 s |" in text  # the stored budgets
 
 
 def test_leaderboard_without_results_is_an_error(tmp_path: Path) -> None:

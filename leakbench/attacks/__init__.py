@@ -33,6 +33,16 @@ def create_attack(name: str, **hyperparameters: Any) -> Attack:
     return cls(build_config(cls.Config, hyperparameters))
 
 
+def attack_budget(name: str, hyperparameters: dict[str, Any]) -> str:
+    """The budget of attack `name` as stored in a record (its full hyperparameters), in words;
+    '' when the attack is not registered here (a plugin not installed) or the values do not fit."""
+    try:
+        cls = attack_class(name)
+        return cls(build_config(cls.Config, hyperparameters)).budget()
+    except (ConfigError, TypeError, ValueError):
+        return ""
+
+
 def list_attacks() -> list[tuple[str, str]]:
     return [(e.name, e.description) for e in ATTACKS.entries()]
 
@@ -40,6 +50,7 @@ def list_attacks() -> list[tuple[str, str]]:
 from leakbench.attacks import spear as _spear  # noqa: E402,F401  (registers on import)
 from leakbench.attacks import cpa as _cpa  # noqa: E402,F401
 from leakbench.attacks import gradient_matching as _gradient_matching  # noqa: E402,F401
+from leakbench.attacks import presets as _presets  # noqa: E402,F401  (cpa-released, ig-breaching)
 
-__all__ = ["ATTACKS", "Attack", "Reconstruction", "Requirements", "attack_class", "create_attack",
+__all__ = ["ATTACKS", "Attack", "Reconstruction", "Requirements", "attack_budget", "attack_class", "create_attack",
            "list_attacks", "register_attack"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import MISSING, asdict, dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 import torch
 
@@ -47,6 +47,22 @@ class Reconstruction:
         return cls(status="failed", space=space, layer=layer, reason=reason, stats=stats or {})
 
 
+@dataclass(frozen=True)
+class Checkpoints:
+    """Where an iterative attack reports its answer so far, along one run (`benchmarks/budget_curves.py`).
+
+    `report(step, reconstruction)` is called after `step` optimiser steps, for each step in `steps`
+    the run reaches. Reporting only reads the attack's state, so its final answer is the same with
+    or without checkpoints. Attacks that support it take `reconstruct(..., checkpoints=...)`.
+    """
+
+    steps: frozenset[int]
+    report: Callable[[int, "Reconstruction"], None]
+
+    def __contains__(self, step: int) -> bool:
+        return step in self.steps
+
+
 class Attack(ABC):
     """Base class: a frozen-dataclass `Config` with defaults, a name, a description."""
 
@@ -71,6 +87,19 @@ class Attack(ABC):
 
     def hyperparameters(self) -> dict[str, Any]:
         return asdict(self.config)
+
+    def budget(self) -> str:
+        """The attack's compute budget in words, for tables ("25,000 steps", "300,000 draws, 3600 s");
+        from the Config's `iterations` / `restarts` or `max_draws` / `max_seconds` fields by default."""
+        cfg = asdict(self.config)
+        parts = []
+        if "iterations" in cfg:
+            parts.append(f"{cfg['iterations']:,} steps" + (f" × {cfg['restarts']}" if cfg.get("restarts", 1) != 1 else ""))
+        if "max_draws" in cfg:
+            parts.append(f"{cfg['max_draws']:,} draws")
+        if "max_seconds" in cfg:
+            parts.append(f"{cfg['max_seconds']:g} s")
+        return ", ".join(parts)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())

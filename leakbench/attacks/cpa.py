@@ -21,13 +21,13 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Collection
 
 import numpy as np
 import torch
 
 from leakbench.attacks import register_attack
-from leakbench.attacks.base import Attack, Reconstruction, Requirements
+from leakbench.attacks.base import Attack, Checkpoints, Reconstruction, Requirements
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 from leakbench.progress import steps as progress_steps
@@ -96,9 +96,18 @@ class CPAAttack(Attack):
             raise ConfigError(f"cpa can unmix at most min(width, input size) = {min(m, n)} sources; "
                               f"got batch size {b} at layer {cfg.layer}")
 
-    def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
+    def budget(self) -> str:
+        cfg = self.config
+        return f"{cfg.iterations:,} steps" if cfg.method == "official" else f"FastICA ≤ {cfg.max_iter:,} iterations"
+
+    def reconstruct(self, update: ClientUpdate, *, seed: int, checkpoints: Checkpoints | None = None
+                    ) -> Reconstruction:
+        """The unmixed batch. `checkpoints` (method "official" only) reports the answer after chosen
+        Adam steps along the run; each equals the answer of a run with `iterations` set to that step."""
         self.check_update(update)
         cfg = self.config
+        if checkpoints is not None and cfg.method != "official":
+            raise ConfigError("cpa: checkpoints need method 'official' (FastICA has no steps to report)")
         start = time.perf_counter()
         model = update.model
         weight, bias = model.layer_param_names(cfg.layer)
@@ -115,20 +124,28 @@ class CPAAttack(Attack):
                 X, more = _fastica(G, g, b, seed, cfg, shape)
             else:
                 shape = tuple(model.input_shape) if cfg.layer == 1 and hasattr(model, "input_shape") else None
-                X, more = _official(G, g, b, cfg, shape)
+                on_step = None
+                if checkpoints is not None:
+                    def on_step(step: int, X_step: np.ndarray, info: dict[str, Any]) -> None:
+                        checkpoints.report(step, self._answer(model, X_step, {**stats, **info}, start))
+                X, more = _official(G, g, b, cfg, shape, checkpoints.steps if checkpoints else (), on_step)
         except (ValueError, np.linalg.LinAlgError, RuntimeError) as exc:
             stats["seconds"] = time.perf_counter() - start
             return Reconstruction.failed(f"cpa: unmixing failed ({exc})", space=space, layer=cfg.layer,
                                          stats=stats)
-        stats.update(more)
+        return self._answer(model, X, {**stats, **more}, start)
+
+    def _answer(self, model: Any, X: np.ndarray, stats: dict[str, Any], start: float) -> Reconstruction:
+        """The Reconstruction of unmixed inputs X (b, d): images on layer 1, features deeper."""
+        layer = self.config.layer
         stats["seconds"] = time.perf_counter() - start
         if not np.isfinite(X).all():
             return Reconstruction.failed("cpa: recovered inputs are not finite (a source scale is zero)",
-                                         space=space, layer=cfg.layer, stats=stats)
+                                         space="image" if layer == 1 else "feature", layer=layer, stats=stats)
         dtype = next(model.parameters()).dtype
         feats = torch.from_numpy(X).to(dtype)
-        if cfg.layer != 1:
-            return Reconstruction(status="ok", space="feature", features=feats, layer=cfg.layer, stats=stats)
+        if layer != 1:
+            return Reconstruction(status="ok", space="feature", features=feats, layer=layer, stats=stats)
         images = model.denormalize(feats).to(torch.float32).clamp(0.0, 1.0)
         return Reconstruction(status="ok", space="image", images=images, features=feats, layer=1, stats=stats)
 
@@ -201,9 +218,15 @@ def _fastica(G: np.ndarray, g: np.ndarray, b: int, seed: int, cfg: CPAConfig,
     return X, info
 
 
-def _official(G: np.ndarray, g: np.ndarray, b: int, cfg: CPAConfig, shape: tuple[int, ...] | None
+def _official(G: np.ndarray, g: np.ndarray, b: int, cfg: CPAConfig, shape: tuple[int, ...] | None,
+              report_steps: Collection[int] = (),
+              on_step: Callable[[int, np.ndarray, dict[str, Any]], None] | None = None,
               ) -> tuple[np.ndarray, dict[str, Any]]:
-    """The released CPA objective: centre, whiten to b dims, Adam on decorrelation + TV of W_hat."""
+    """The released CPA objective: centre, whiten to b dims, Adam on decorrelation + TV of W_hat.
+
+    After each step count in `report_steps`, `on_step(step, X, info)` gets the inputs that stopping
+    there would give (computed from a copy of the unmixing; the run goes on unchanged).
+    """
     Xg = torch.from_numpy(G)
     mu_rows = Xg.mean(dim=1, keepdim=True)
     Xc = Xg - mu_rows
@@ -220,6 +243,18 @@ def _official(G: np.ndarray, g: np.ndarray, b: int, cfg: CPAConfig, shape: tuple
     opt = torch.optim.Adam([W_hat], lr=cfg.lr)
     use_tv = cfg.tv > 0 and shape is not None and len(shape) == 3
     first = last = float("nan")
+
+    def unmixed(steps_done: int) -> tuple[np.ndarray, dict[str, Any]]:
+        with torch.no_grad():
+            Wn = (W_hat / (W_hat.norm(dim=-1, keepdim=True) + eps)).to(torch.float64)
+            unmix = Wn @ W_w  # (b, m)
+            S = (unmix @ Xc).numpy()  # centred sources
+            A = torch.linalg.pinv(unmix).numpy()  # (m, b) mixing
+        X, info = sources_to_inputs(S, A, mu_rows[:, 0].numpy(), g)
+        info.update({"converged": bool(np.isfinite(last)), "iterations": steps_done, "initial_loss": first,
+                     "final_loss": last})
+        return X, info
+
     for step in progress_steps(range(cfg.iterations), total=cfg.iterations, desc="cpa Adam steps"):
         opt.zero_grad()
         Wn = W_hat / (W_hat.norm(dim=-1, keepdim=True) + eps)
@@ -232,15 +267,9 @@ def _official(G: np.ndarray, g: np.ndarray, b: int, cfg: CPAConfig, shape: tuple
         if step == 0:
             first = float(loss.detach())
         last = float(loss.detach())
-    with torch.no_grad():
-        Wn = (W_hat / (W_hat.norm(dim=-1, keepdim=True) + eps)).to(torch.float64)
-        unmix = Wn @ W_w  # (b, m)
-        S = (unmix @ Xc).numpy()  # centred sources
-        A = torch.linalg.pinv(unmix).numpy()  # (m, b) mixing
-    X, info = sources_to_inputs(S, A, mu_rows[:, 0].numpy(), g)
-    finite = bool(np.isfinite(last))
-    info.update({"converged": finite, "iterations": cfg.iterations, "initial_loss": first, "final_loss": last})
-    return X, info
+        if on_step is not None and step + 1 in report_steps:
+            on_step(step + 1, *unmixed(step + 1))
+    return unmixed(cfg.iterations)
 
 
 def pixel_differences(G: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

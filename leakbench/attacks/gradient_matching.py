@@ -15,14 +15,14 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from leakbench.attacks import register_attack
-from leakbench.attacks.base import Attack, Reconstruction, Requirements
+from leakbench.attacks.base import Attack, Checkpoints, Reconstruction, Requirements
 from leakbench.attacks.cpa import total_variation
 from leakbench.attacks.labels import STRATEGIES, find_last_layer, recover_labels
 from leakbench.errors import ConfigError
@@ -46,6 +46,30 @@ def cosine_distance(rec: Sequence[torch.Tensor], target: Sequence[torch.Tensor])
 def l2_distance(rec: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
     """Summed squared difference of all parameter gradients (DLG's distance)."""
     return sum((r - t).pow(2).sum() for r, t in zip(rec, target))
+
+
+# --------------------------------------------------------------------------- image priors
+
+
+def padded_total_variation(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """breaching's TV of (b, C, H, W): forward differences with zero padding past the last row and
+    column (there the difference is −x), mean over all b·C·H·W pixels of (|dx| + ε) + (|dy| + ε).
+
+    breaching computes it as a 3×3 convolution with padding 1 (`TotalVariation`, inner and outer
+    exponent 1); unlike `total_variation`, the border pixels' own values count, and both directions
+    share one mean over H·W positions.
+    """
+    zero_col = x.new_zeros((*x.shape[:-1], 1))
+    zero_row = x.new_zeros((*x.shape[:-2], 1, x.shape[-1]))
+    dx = torch.cat([x[..., :, 1:], zero_col], dim=-1) - x
+    dy = torch.cat([x[..., 1:, :], zero_row], dim=-2) - x
+    return ((dx.abs() + eps) + (dy.abs() + eps)).mean()
+
+
+TV_FORMS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "inversefed": total_variation, "breaching": padded_total_variation}
+"""IG's total-variation forms: the original inversefed code's mean|dx| + mean|dy| (leakbench's
+default, also CPA's), or breaching's zero-padded convolution form."""
 
 
 # --------------------------------------------------------------------------- the differentiable victim
@@ -124,6 +148,9 @@ class IGConfig:
         distance, without TV) is returned — never chosen by the ground truth.
     step_size: Adam learning rate, in the victim's normalised units (breaching: 0.1).
     tv: weight of the total-variation prior on the normalised candidate (breaching: 0.2).
+    tv_form: "inversefed" (the original Inverting Gradients code: mean |dx| + mean |dy| over the
+        image's inner differences) or "breaching" (breaching's zero-padded 3×3 convolution: mean
+        over all pixels of |dx| + |dy|, border pixels' values included); see TV_FORMS.
     signed: apply Adam to the sign of the gradient (breaching's `signed: hard`).
     boxed: project the candidate onto valid pixels [0, 1] after every step.
     decay: learning rate ×0.1 at 3/8, 5/8 and 7/8 of the iterations (breaching's `step-lr`).
@@ -135,6 +162,7 @@ class IGConfig:
     restarts: int = 1
     step_size: float = 0.1
     tv: float = 0.2
+    tv_form: str = "inversefed"
     signed: bool = True
     boxed: bool = True
     decay: bool = True
@@ -168,14 +196,33 @@ class InvertingGradientsAttack(_GradientMatchingAttack):
     Config = IGConfig
     counts = ("iterations", "restarts")
 
-    def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
+    def check_update(self, update: ClientUpdate) -> None:
+        super().check_update(update)
+        if self.config.tv_form not in TV_FORMS:
+            raise ConfigError(f"ig: tv_form must be one of {', '.join(map(repr, TV_FORMS))}, "
+                              f"got {self.config.tv_form!r}")
+
+    def reconstruct(self, update: ClientUpdate, *, seed: int, checkpoints: Checkpoints | None = None
+                    ) -> Reconstruction:
+        """The best restart's images. `checkpoints` (one restart only) reports, after chosen steps, the
+        answer so far along this run — not what a shorter budget would give, since the step-size
+        decay (`decay`) is placed at fractions of `iterations`."""
         cfg = self.config
+        if checkpoints is not None and cfg.restarts != 1:
+            raise ConfigError("ig: checkpoints need restarts = 1 (they report one run)")
         start, b, oracle, gen = self._begin(update, seed)
         labels, strategy = _labels(update, b, cfg.label_strategy)
+        on_step = None
+        if checkpoints is not None:
+            def on_step(step: int, z: torch.Tensor, loss: float) -> None:
+                stats = {"label_strategy": strategy, "labels": labels.tolist(), "final_loss": loss,
+                         "iterations": step, "seconds": time.perf_counter() - start}
+                checkpoints.report(step, Reconstruction(status="ok", space="image", images=_finish(oracle, z),
+                                                        stats=stats))
         trials: list[dict[str, Any]] = []
         for _ in range(cfg.restarts):
             z0 = torch.randn((b, *oracle.image_shape), generator=gen, dtype=oracle.dtype)
-            trials.append(self._trial(oracle, labels, z0))
+            trials.append(self._trial(oracle, labels, z0, checkpoints.steps if checkpoints else (), on_step))
         finite = [t for t in trials if torch.isfinite(torch.as_tensor(t["final_loss"]))]
         stats: dict[str, Any] = {"label_strategy": strategy, "labels": labels.tolist(),
                                  "restart_losses": [t["final_loss"] for t in trials]}
@@ -188,8 +235,23 @@ class InvertingGradientsAttack(_GradientMatchingAttack):
                       "seconds": time.perf_counter() - start})
         return Reconstruction(status="ok", space="image", images=_finish(oracle, best["z"]), stats=stats)
 
-    def _trial(self, oracle: GradientOracle, labels: torch.Tensor, z0: torch.Tensor) -> dict[str, Any]:
+    def _trial(self, oracle: GradientOracle, labels: torch.Tensor, z0: torch.Tensor,
+               report_steps: Collection[int] = (),
+               on_step: Callable[[int, torch.Tensor, float], None] | None = None) -> dict[str, Any]:
+        """One restart. After each step count in `report_steps`, `on_step(step, z, gradient loss)` gets
+        the candidate that stopping there would return (the run goes on unchanged)."""
         cfg = self.config
+        tv = TV_FORMS[cfg.tv_form]
+
+        def objective_of(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            grad_loss = oracle.distance(z, labels, cosine_distance)
+            return grad_loss, (grad_loss + cfg.tv * tv(z) if cfg.tv > 0 else grad_loss)
+
+        def answer(best_z: torch.Tensor, best_obj: float, z: torch.Tensor) -> torch.Tensor:
+            """The best of the scored candidates and the current one (not scored yet)."""
+            last_obj = objective_of(z)[1]
+            return z.detach().clone() if torch.isfinite(last_obj) and float(last_obj.detach()) < best_obj else best_z
+
         z = z0.clone()
         if cfg.boxed:  # the start the attack would output before any step
             z.clamp_(oracle.z_low, oracle.z_high)
@@ -200,8 +262,7 @@ class InvertingGradientsAttack(_GradientMatchingAttack):
         best_z, best_obj, initial = z.detach().clone(), float("inf"), float("nan")
         for it in progress_steps(range(cfg.iterations), total=cfg.iterations, desc="ig Adam steps"):
             opt.zero_grad(set_to_none=True)
-            grad_loss = oracle.distance(z, labels, cosine_distance)
-            objective = grad_loss + cfg.tv * total_variation(z) if cfg.tv > 0 else grad_loss
+            grad_loss, objective = objective_of(z)
             value = float(objective.detach())
             if it == 0:
                 initial = float(grad_loss.detach())
@@ -217,11 +278,10 @@ class InvertingGradientsAttack(_GradientMatchingAttack):
             if cfg.boxed:
                 with torch.no_grad():
                     z.clamp_(oracle.z_low, oracle.z_high)
-        # The last step's candidate has not been scored yet.
-        last = oracle.distance(z, labels, cosine_distance)
-        last_obj = last + cfg.tv * total_variation(z) if cfg.tv > 0 else last
-        if torch.isfinite(last_obj) and float(last_obj.detach()) < best_obj:
-            best_z = z.detach().clone()
+            if on_step is not None and it + 1 in report_steps:
+                chosen = answer(best_z, best_obj, z)
+                on_step(it + 1, chosen, float(oracle.distance(chosen.clone(), labels, cosine_distance).detach()))
+        best_z = answer(best_z, best_obj, z)  # the last step's candidate has not been scored yet
         final = float(oracle.distance(best_z.clone(), labels, cosine_distance).detach())
         return {"z": best_z, "initial_loss": initial, "final_loss": final}
 
@@ -313,5 +373,5 @@ class DeepLeakageAttack(_GradientMatchingAttack):
         return Reconstruction(status="ok", space="image", images=_finish(oracle, best_z), stats=stats)
 
 
-__all__ = ["DLGConfig", "DeepLeakageAttack", "GradientOracle", "IGConfig", "InvertingGradientsAttack",
-           "cosine_distance", "l2_distance"]
+__all__ = ["DLGConfig", "DeepLeakageAttack", "GradientOracle", "IGConfig", "InvertingGradientsAttack", "TV_FORMS",
+           "cosine_distance", "l2_distance", "padded_total_variation"]

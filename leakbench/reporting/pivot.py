@@ -76,6 +76,21 @@ def pivot_table(records: pd.DataFrame, cells: pd.DataFrame, *, title: str, colum
             entries.append(Link(text, target) if target else text)
         n = sum(s["n"] for s in rows[attack] if s)
         failures = sum(s["failures"] for s in rows[attack] if s)
-        body.append([str(rank), attack, *entries, str(n), str(failures)])
-    notes = [f"{len(cells)} cells, {int((cells['status'] != 'ok').sum())} failed; seeds pooled per setting."]
-    return Table(title, ["rank", "attack", *map(label, settings), "n", "failures"], body, notes)
+        body.append([str(rank), attack, budgets(cells, attack), *entries, str(n), str(failures)])
+    notes = [f"{len(cells)} cells, {int((cells['status'] != 'ok').sum())} failed; seeds pooled per setting. "
+             "budget: the attack's steps (or draws, seconds) as stored with every record."]
+    return Table(title, ["rank", "attack", "budget", *map(label, settings), "n", "failures"], body, notes)
+
+
+def budgets(cells: pd.DataFrame, attack: str) -> str:
+    """The distinct budgets of `attack`'s cells, from their stored hyperparameters ('' for runs stored
+    without them), joined by ' / '."""
+    import json
+
+    from leakbench.attacks import attack_budget
+
+    if "hyperparameters" not in cells:
+        return ""
+    stored = cells.loc[cells["attack"] == attack, "hyperparameters"].dropna().unique()
+    found = {attack_budget(attack, json.loads(h) if isinstance(h, str) else dict(h)) for h in stored}
+    return " / ".join(sorted(b for b in found if b))
