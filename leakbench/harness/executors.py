@@ -100,7 +100,7 @@ def _pool(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: in
     half-written temporary folders are removed by the sweep).
     """
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_ignore_interrupts)
+                               initializer=_start_worker)
     waiting = iter(tasks)
     try:
         running: set[Future] = {pool.submit(work, task) for task in islice(waiting, jobs)}
@@ -115,9 +115,13 @@ def _pool(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: in
     pool.shutdown(wait=True)
 
 
-def _ignore_interrupts() -> None:
-    """Pool workers leave Ctrl-C to the parent, which stops them (see `_pool`)."""
+def _start_worker() -> None:
+    """A pool worker leaves Ctrl-C to the parent, which stops it (see `_pool`), and starts its attack
+    worker at once, so that its start-up overlaps the first cell's data loading."""
+    from leakbench.harness.isolation import shared_worker
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    shared_worker().start([])
 
 
 def _terminate(pool: ProcessPoolExecutor) -> None:
