@@ -17,15 +17,16 @@ MAX_TRAIN_EPOCHS = 1000
 @dataclass(frozen=True)
 class TrainRecipe:
     """How a victim trains: cross-entropy, mini-batches of `batch_size` reshuffled every epoch from
-    `seed`, no learning-rate schedule.
+    `seed`, no learning-rate schedule. Default Adam, lr 1e-3, batches of 64: SGD at lr 0.01 (momentum
+    0.9) left FC-6 on TinyImageNet at chance after 3 epochs; Adam reaches 5.8 % train accuracy in 5.
 
     optimizer: "sgd" (with `momentum`) or "adam". lr: learning rate. weight_decay: L2 coefficient.
     augment: random horizontal flips (off by default). seed: the shuffling (and flip) seed; the
     init comes from the cell's seed.
     """
 
-    optimizer: str = "sgd"
-    lr: float = 0.01
+    optimizer: str = "adam"
+    lr: float = 0.001
     momentum: float = 0.9
     batch_size: int = 64
     weight_decay: float = 0.0
