@@ -233,3 +233,28 @@ def test_check_cells_refuses_a_batch_larger_than_the_attack_part():
     check_cells([CellSpec(attack="ig", dataset="digits", batch_size=200, width=32, depth=3)])  # whole dataset
     with pytest.raises(ConfigError, match="attack part"):
         check_cells([CellSpec(attack="ig", dataset="digits", batch_size=200, width=32, depth=3, train_epochs=1)])
+
+
+def test_victims_table_from_a_stored_run(tmp_path):
+    """The doc's tables come from the stored records; the ReLU sparsity at init is that of the victim
+    and batch built directly; prose outside the markers survives a regeneration."""
+    from conftest import load_benchmark
+    from leakbench.harness.run import run_sweep
+
+    suite = tmp_path / "v.toml"
+    suite.write_text('name = "v"\ndataset = "digits"\nattacks = ["spear"]\nbatch_sizes = [4]\nlayers = [1]\n'
+                     'width = 32\ndepth = 3\ntrain_epochs = [0, 1]\n')
+    run_sweep(str(suite), out=tmp_path / "results")
+    doc = tmp_path / "victims.md"
+    doc.write_text("# prose before\n\n<!-- victims-table:begin -->\nold\n<!-- victims-table:end -->\n\nprose after\n")
+    table = load_benchmark("victims_table")
+    assert table.main([str(tmp_path / "results" / "v"), "--doc", str(doc)]) == 0
+    text = doc.read_text()
+    assert text.startswith("# prose before") and text.rstrip().endswith("prose after") and "\nold\n" not in text
+    assert "| spear | 0 | 4 | 0 | ok |" in text and "| spear | 1 | 4 | 0 |" in text
+    dataset = load_dataset("digits")
+    batch = sample_batch(dataset, 4, 0)
+    model = build_model("fc", dataset.image_shape, 10, width=32, depth=3, seed=0)
+    inactive = float((model.layer_inputs(batch.images, 2) <= 0).float().mean())
+    assert f"| 0 | {100 * inactive:.1f} · " in text
+    assert table.main([str(tmp_path / "nothing")]) == 2
