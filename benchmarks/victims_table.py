@@ -26,15 +26,38 @@ from leakbench.harness.cell import spec_from_dict, victim
 BEGIN, END = "<!-- victims-table:begin -->", "<!-- victims-table:end -->"
 
 
-def relu_sparsity(spec_data: dict, data_root: str | None) -> tuple[float, float]:
-    """(inactive fraction of (image, unit) pairs, fraction of units inactive on every image) of the ReLU
-    after the attacked layer, for the cell's victim and batch."""
+def relu_sparsity(spec_data: dict, data_root: str | None) -> tuple[float, float, float, float]:
+    """(inactive fraction of (image, unit) pairs, fraction of units inactive on every image, fraction of
+    units active on fewer than 10 % of the images) of the ReLU after the attacked layer, and the
+    per-sample gradient spread there, for the cell's victim and batch."""
     spec = spec_from_dict({**spec_data, "data_root": data_root})
     batch, model = victim(spec)
     with torch.no_grad():
-        h = model.layer_inputs(batch.images, spec.layer + 1)
+        h = model.layer_inputs(batch.images.to(torch.float32), spec.layer + 1)
     off = h <= 0
-    return float(off.float().mean()), float(off.all(dim=0).float().mean())
+    rate = (~off).float().mean(dim=0)
+    return (float(off.float().mean()), float(off.all(dim=0).float().mean()), float((rate < 0.1).float().mean()),
+            gradient_spread(model, batch, spec.layer))
+
+
+def gradient_spread(model: torch.nn.Module, batch, layer: int) -> float:
+    """max/min over the batch of the per-sample gradient norm ‖∂ℓ_i/∂z_i‖ at the attacked layer's output
+    (the columns SPEAR must separate; rows are per sample since nothing mixes samples)."""
+    seen = {}
+
+    def keep(module, inputs, output):
+        output.retain_grad()
+        seen["z"] = output
+
+    handle = model.linear_layers()[layer - 1].register_forward_hook(keep)
+    try:
+        loss = torch.nn.functional.cross_entropy(model(batch.images), batch.labels, reduction="sum")
+        loss.backward()
+    finally:
+        handle.remove()
+        model.zero_grad(set_to_none=True)
+    norms = seen["z"].grad.norm(dim=1)
+    return float(norms.max() / norms.min())
 
 
 def sparsity_table(manifest: dict, data_root: str | None) -> pd.DataFrame:
@@ -46,9 +69,9 @@ def sparsity_table(manifest: dict, data_root: str | None) -> pd.DataFrame:
         if key in seen:
             continue
         seen.add(key)
-        inactive, dead = relu_sparsity(spec, data_root)
+        inactive, dead, rare, spread = relu_sparsity(spec, data_root)
         rows.append({"train_epochs": key[0], "batch_size": key[1], "seed": key[2], "inactive": inactive,
-                     "dead_on_batch": dead})
+                     "dead_on_batch": dead, "rarely_active": rare, "gradient_spread": spread})
     return pd.DataFrame(rows)
 
 
@@ -73,14 +96,22 @@ def victims_markdown(cells: pd.DataFrame) -> list[str]:
 
 
 def sparsity_markdown(sp: pd.DataFrame) -> list[str]:
-    """Inactive % / units off for the whole batch %, per epoch count and batch size (mean over seeds)."""
+    """Inactive % · units off for the whole batch % · units active on < 10 % of it, per epoch count and
+    batch size (mean over seeds)."""
     bs = sorted(sp["batch_size"].unique())
-    lines = ["| train epochs | " + " | ".join(f"b = {b}: inactive % · units off on all b %" for b in bs) + " |",
+    lines = ["| train epochs | " + " | ".join(f"b = {b}: inactive % · units off on all % · on < 10 %" for b in bs)
+             + " |",
              "|---" * (len(bs) + 1) + "|"]
     for epochs, group in sp.groupby("train_epochs"):
         cells = [group[group["batch_size"] == b] for b in bs]
         lines.append(f"| {epochs} | " + " | ".join(
-            f"{100 * c['inactive'].mean():.1f} · {100 * c['dead_on_batch'].mean():.1f}" for c in cells) + " |")
+            f"{100 * c['inactive'].mean():.1f} · {100 * c['dead_on_batch'].mean():.1f} · "
+            f"{100 * c['rarely_active'].mean():.1f}" for c in cells) + " |")
+    lines += ["", "Per-sample gradient spread at layer 1's output, max/min over the batch of ‖∂ℓ_i/∂z_i‖:", "",
+              "| train epochs | " + " | ".join(f"b = {b}" for b in bs) + " |", "|---" * (len(bs) + 1) + "|"]
+    for epochs, group in sp.groupby("train_epochs"):
+        lines.append(f"| {epochs} | " + " | ".join(
+            f"{group[group['batch_size'] == b]['gradient_spread'].mean():.1f}" for b in bs) + " |")
     return lines
 
 
