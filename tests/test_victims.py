@@ -13,9 +13,8 @@ import torch
 from conftest import REPO_ROOT
 from leakbench.datasets import load_dataset, partition, sample_batch
 from leakbench.errors import ConfigError
-from leakbench.fl import DPConfig, FedAvgConfig, fedsgd_update
-from leakbench.harness.cell import (CellSpec, attack_cell, cell_id, prepare, score_cell, spec_dict, spec_from_dict,
-                                    victim)
+from leakbench.fl import DPConfig, FedAvgConfig
+from leakbench.harness.cell import CellSpec, cell_id, prepare, score_cell, spec_dict, spec_from_dict, victim
 from leakbench.harness.suite import load_suite
 from leakbench.models import build_model
 from leakbench.models import victims as victims_module
@@ -145,21 +144,23 @@ def test_train_epochs_zero_keeps_old_ids_and_batches():
 
 
 def test_train_epochs_zero_records_are_todays():
-    """At init a cell's records are those of the batch, victim and update built as before (the whole
-    dataset, build_model at the cell's seed), with the new columns at their init values."""
+    """At init a cell is scored against the batch and victim built as before (the whole dataset,
+    build_model at the cell's seed): its records equal the records of its attack's output scored on
+    those, with the new columns at their init values."""
+    from leakbench.harness.cell import run_cell
+
     spec = CellSpec(attack="spear", **SMALL)
     dataset = load_dataset("digits")
     batch = sample_batch(dataset, 4, 0)
     model = build_model("fc", dataset.image_shape, 10, width=32, depth=3, seed=0)
-    update = fedsgd_update(model, batch)
-    before = score_cell(spec, attack_cell(spec, update), batch, model).records
-    now = score_cell(spec, attack_cell(spec, prepare(spec)[2]), *prepare(spec)[:2]).records
-    new = {"train_epochs", "train_optimizer", "train_lr", "train_batch", "train_accuracy", "test_accuracy",
-           "victim_hash"}
-    assert set(now.columns) - set(before.columns) <= new
-    shared = [c for c in before.columns if c not in new]
-    assert now[shared].equals(before[shared])
-    assert (now["train_epochs"] == 0).all() and now["train_accuracy"].isna().all() and (now["victim_hash"] == "").all()
+    result = run_cell(spec)
+    before = score_cell(spec, result.output, batch, model).records
+    assert result.records.equals(before)
+    assert result.records["status"].eq("ok").all()
+    assert (result.records["train_epochs"] == 0).all() and result.records["train_accuracy"].isna().all()
+    assert (result.records["victim_hash"] == "").all()
+    other = sample_batch(dataset, 4, 0, pool=partition(dataset).attack)  # what a trained victim is attacked on
+    assert other.indices != batch.indices
 
 
 def test_trained_cell_records_name_the_victim():
