@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--fedavg-minibatch", type=int,
                         help="FedAvg mini-batch size (default 0 = b; needs --fedavg-epochs)")
     attack.add_argument("--fedavg-lr", type=float, help="FedAvg local learning rate η (default 0.1; needs --fedavg-epochs)")
+    attack.add_argument("--train-epochs", type=int, default=0,
+                        help="train the victim N epochs first, 0..1000 (default 0: at init; recipe: TrainRecipe's defaults)")
     attack.add_argument("--invert-steps", type=int, default=0,
                         help="invert recovered features of an inner layer to images with N Adam steps (default 0: off)")
     attack.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
@@ -224,7 +226,8 @@ def cmd_attack(args: argparse.Namespace) -> int:
                     data_root=str(args.data_root) if args.data_root else None, image_size=args.image_size,
                     hyperparameters=parse_params(args.param), dp=dp_config(args), arch=args.arch,
                     fedavg=fedavg_config(args),
-                    inversion=InversionConfig(steps=args.invert_steps) if args.invert_steps else None)
+                    inversion=InversionConfig(steps=args.invert_steps) if args.invert_steps else None,
+                    train_epochs=args.train_epochs)
     build_attack(spec)  # hyperparameters (nested ones too) checked before any data is loaded
     scorer, note = lpips_for(args.lpips_weights, args.lpips_net)
     with attack_progress(sys.stderr if sys.stderr.isatty() else None):
@@ -247,6 +250,7 @@ def check_attack_options(args: argparse.Namespace) -> None:
     """Refuse sub-options given without the option that enables them, and out-of-bounds sizes and seeds."""
     from leakbench.errors import ConfigError
     from leakbench.harness.limits import check_depth, check_seed, check_width
+    from leakbench.models.training import check_epochs
 
     for main_flag, prefix, keys in (("--dp-sigma", "dp", DP_DEFAULTS), ("--fedavg-epochs", "fedavg", FEDAVG_DEFAULTS)):
         if getattr(args, f"{prefix}_{'sigma' if prefix == 'dp' else 'epochs'}") is not None:
@@ -256,6 +260,7 @@ def check_attack_options(args: argparse.Namespace) -> None:
             raise ConfigError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} {main_flag} "
                               "(ignored without it)")
     check_seed(args.seed, "--seed")
+    check_epochs(args.train_epochs, "--train-epochs")
     check_width(args.width, "--width")
     if args.depth is not None:
         check_depth(args.depth, "--depth")
@@ -310,12 +315,20 @@ def human_summary(s: dict[str, Any]) -> str:
 
     model = f"FC-{s['depth']}" if s.get("arch", "fc") == "fc" else f"conv depth {s['depth']}"
     lines = [f"{s['attack']} on {s['dataset']} (b={s['batch_size']}, {model} width {s['width']}, "
-             f"layer {s['layer']}, dp {s['dp']}, client {s['client']}, seed {s['seed']}): {s['status']}" + (f" — {s['reason']}" if s['reason'] else ""),
+             f"layer {s['layer']}, dp {s['dp']}, client {s['client']}, seed {s['seed']}{_trained(s)}): {s['status']}" + (f" — {s['reason']}" if s['reason'] else ""),
              f"  exact {100 * s['exact_fraction']:.0f}% of {s['n_images']} images; PSNR mean {f(s['psnr_mean'], 1)}, "
              f"median {f(s['psnr_median'], 1)}, min {f(s['psnr_min'], 1)} dB; SSIM {f(s['ssim_mean'], 4)}; "
              f"LPIPS {f(s['lpips_mean'], 3)}" + (f" ({s['lpips_note']})" if s["lpips_note"] else ""),
              f"  {s['seconds']:.2f} s; matching {s['matching']}"]
     return "\n".join(lines)
+
+
+def _trained(s: dict[str, Any]) -> str:
+    """", trained N epochs (train acc …, test acc …)" for a trained victim, "" at init."""
+    if not s.get("train_epochs"):
+        return ""
+    return (f", trained {s['train_epochs']} epochs: train acc {100 * s['train_accuracy']:.1f}%, "
+            f"test acc {100 * s['test_accuracy']:.1f}%")
 
 
 def sweep_kwargs(args: argparse.Namespace) -> dict[str, Any]:

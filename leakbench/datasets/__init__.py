@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leakbench.datasets.base import Batch, ImageDataset, sample_batch
+from leakbench.datasets.base import Batch, ImageDataset, Partition, partition, sample_batch
 from leakbench.plugins import load_installed
 from leakbench.registry import Registry
 
@@ -32,4 +32,5 @@ def describe_dataset(name: str) -> list[str]:
 # Loaders register themselves on import.
 from leakbench.datasets import loaders as _loaders  # noqa: E402,F401
 
-__all__ = ["Batch", "ImageDataset", "DATASETS", "describe_dataset", "load_dataset", "list_datasets", "sample_batch"]
+__all__ = ["Batch", "ImageDataset", "DATASETS", "describe_dataset", "load_dataset", "list_datasets", "Partition",
+           "partition", "sample_batch"]

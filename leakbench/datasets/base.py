@@ -47,16 +47,24 @@ class Batch:
         return int(self.images.shape[0])
 
 
-def sample_batch(dataset: ImageDataset, batch_size: int, seed: int) -> Batch:
-    """Pick `batch_size` distinct images deterministically from `seed`."""
+def sample_batch(dataset: ImageDataset, batch_size: int, seed: int, *, pool: np.ndarray | None = None) -> Batch:
+    """Pick `batch_size` distinct images deterministically from `seed`.
+
+    `pool` (dataset indices) restricts the draw to those images: the same draw is made over the
+    pool's positions, and `indices` are dataset indices. Without it the whole dataset is the pool
+    (the batches of every cell at init).
+    """
+    size = len(dataset) if pool is None else len(pool)
+    where = f"the {size} images of dataset {dataset.name!r}" if pool is None else \
+        f"the {size} images of the attack part of dataset {dataset.name!r}"
     if batch_size < 1:
         raise ConfigError(f"batch size must be at least 1, got {batch_size}")
-    if batch_size > len(dataset):
-        raise ConfigError(
-            f"batch size {batch_size} exceeds the {len(dataset)} images of dataset {dataset.name!r}"
-        )
+    if batch_size > size:
+        raise ConfigError(f"batch size {batch_size} exceeds {where}")
     rng = np.random.default_rng([seed, 0xBA7C])
-    idx = np.sort(rng.choice(len(dataset), size=batch_size, replace=False))
+    idx = np.sort(rng.choice(size, size=batch_size, replace=False))
+    if pool is not None:
+        idx = np.sort(np.asarray(pool)[idx])
     index = torch.as_tensor(idx, dtype=torch.long)
     return Batch(
         images=dataset.images[index].clone(),
@@ -65,3 +73,34 @@ def sample_batch(dataset: ImageDataset, batch_size: int, seed: int) -> Batch:
         dataset=dataset.name,
         num_classes=dataset.num_classes,
     )
+
+
+PARTITION_SEED = 0x7EA1
+"""Seed of the fixed permutation that cuts a dataset into its attack, test and train parts."""
+PARTITION_FRACTIONS = (0.1, 0.1)
+"""Fractions of the attack part and the test part; the train part is the rest (0.8)."""
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Disjoint dataset indices (sorted): `attack` (batches attacked on trained victims), `test`
+    (the victim's held-out accuracy) and `train` (what the victim trains on)."""
+
+    attack: np.ndarray
+    test: np.ndarray
+    train: np.ndarray
+
+
+def partition(dataset: ImageDataset) -> Partition:
+    """The fixed, documented partition of `dataset` for trained victims.
+
+    The loaders hold one split each (TinyImageNet val, MNIST/CIFAR-10 test, embedded patches), so
+    there is no train split to use: a permutation of the indices drawn from PARTITION_SEED and the
+    dataset's size gives the first 10 % to the attack part, the next 10 % to the test part and the
+    remaining 80 % to the train part. Depends on nothing but the size: the same for every cell.
+    """
+    n = len(dataset)
+    order = np.random.default_rng([PARTITION_SEED, n]).permutation(n)
+    n_attack, n_test = (int(n * f) for f in PARTITION_FRACTIONS)
+    cuts = order[:n_attack], order[n_attack:n_attack + n_test], order[n_attack + n_test:]
+    return Partition(*(np.sort(c) for c in cuts))

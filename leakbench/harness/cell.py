@@ -16,7 +16,7 @@ import torch
 
 from leakbench.attacks import Attack, Reconstruction
 from leakbench.attacks.inversion import InversionConfig
-from leakbench.datasets import Batch, load_dataset, sample_batch
+from leakbench.datasets import Batch, ImageDataset, load_dataset, partition, sample_batch
 from leakbench.datasets.loaders import data_locations
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.harness.artifacts import AttackOutput, json_safe, plain_stats
@@ -29,6 +29,8 @@ from leakbench.metrics.image import exact, mse, psnr, ssim
 from leakbench.metrics.matching import UNMATCHED
 from leakbench.metrics.stats import describe, or_none
 from leakbench.models import build_model
+from leakbench.models.training import TrainRecipe, check_epochs
+from leakbench.models.victims import AT_INIT, VictimInfo, trained_victim
 from leakbench.plugins import named_plugins
 from leakbench.progress import enabled as progress_enabled
 
@@ -41,7 +43,9 @@ class CellSpec:
     `dp` None is plain FedSGD; a DPConfig makes the client run one DP-SGD step instead; a
     `fedavg` config makes it run local epochs and share the weight difference (not with DP).
     `arch` is the victim ("fc" or "conv"); `inversion` (steps > 0) turns recovered features of an
-    inner layer back into images, scored next to the feature metrics.
+    inner layer back into images, scored next to the feature metrics. `train_epochs` > 0 trains the
+    victim first (`recipe`, the default TrainRecipe when not given) on the dataset's train part and
+    attacks a batch of its attack part (`datasets.partition`); 0 is the victim at init.
     """
 
     attack: str
@@ -58,9 +62,18 @@ class CellSpec:
     arch: str = "fc"
     fedavg: FedAvgConfig | None = None
     inversion: InversionConfig | None = None
+    train_epochs: int = 0
+    recipe: TrainRecipe | None = None
+
+    def __post_init__(self) -> None:
+        check_epochs(self.train_epochs, "train_epochs")
+        if self.train_epochs and self.recipe is None:
+            object.__setattr__(self, "recipe", TrainRecipe())  # the id names the recipe it was trained with
+        if not self.train_epochs and self.recipe is not None:
+            raise ConfigError("a training recipe needs train_epochs ≥ 1 (a victim at init is not trained)")
 
 
-NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None}
+NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None, "train_epochs": 0, "recipe": None}
 """Fields added after the first stored runs: left out of ids and manifests at these defaults."""
 
 
@@ -87,15 +100,46 @@ def load_batch(spec: CellSpec) -> Batch:
 
 
 def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, torch.nn.Module | None]:
-    """The cell's private batch and its victim at initialisation (both re-derived from the spec)."""
+    """The cell's private batch and its victim (both re-derived from the spec).
+
+    At init (`train_epochs` 0) the batch is drawn from the whole dataset, as it always was. A trained
+    victim is loaded from the victim cache or trained on the dataset's train part, and its batch is
+    drawn from the attack part, which no training ever sees. The model carries its `victim_info`.
+    """
     root = Path(spec.data_root) if spec.data_root else None
     dataset = load_dataset(spec.dataset, data_root=root, image_size=spec.image_size)
-    batch = sample_batch(dataset, spec.batch_size, spec.seed)
+    parts = partition(dataset) if spec.train_epochs else None
+    batch = sample_batch(dataset, spec.batch_size, spec.seed, pool=None if parts is None else parts.attack)
     if not with_model:
         return batch, None
     model = build_model(spec.arch, dataset.image_shape, dataset.num_classes, width=spec.width, depth=spec.depth,
                         seed=spec.seed)
+    info = AT_INIT
+    if parts is not None:
+        assert spec.recipe is not None
+        info = trained_victim(model, victim_key(spec, dataset), dataset.images, dataset.labels,
+                              (torch.as_tensor(parts.train), torch.as_tensor(parts.test)), spec.recipe,
+                              spec.train_epochs)
+    model.victim_info = info
     return batch, model
+
+
+def victim_key(spec: CellSpec, dataset: ImageDataset) -> dict[str, Any]:
+    """What makes a trained victim's weights (the victim cache's key): data, partition, model, init seed,
+    recipe, epochs — never the batch, the attack or where the data lies."""
+    from leakbench.datasets.base import PARTITION_FRACTIONS, PARTITION_SEED
+
+    return {"dataset": spec.dataset, "dataset_size": len(dataset), "image_shape": list(dataset.image_shape),
+            "partition": [PARTITION_SEED, *PARTITION_FRACTIONS], "arch": spec.arch, "width": spec.width,
+            "depth": spec.depth, "init_seed": spec.seed, "recipe": asdict(spec.recipe) if spec.recipe else None,
+            "epochs": spec.train_epochs}
+
+
+def victim_columns(model: torch.nn.Module) -> dict[str, Any]:
+    """The victim's accuracies as record columns (NaN at init) and its cache hash ("" at init)."""
+    info: VictimInfo = getattr(model, "victim_info", AT_INIT)
+    return {"train_accuracy": info.train_accuracy, "test_accuracy": info.test_accuracy,
+            "victim_hash": info.victim_hash}
 
 
 def prepare(spec: CellSpec) -> tuple[Batch, torch.nn.Module, ClientUpdate]:
@@ -156,10 +200,13 @@ def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: torch.
     records.insert(0, "dataset_index", list(batch.indices))
     for key, value in reversed(list(cell_columns(spec).items())):
         records.insert(0, key, value)
+    for key, value in victim_columns(model).items():
+        records[key] = value
     records["lpips_net"] = lpips.net if lpips is not None else ""
     summary = summarize(spec, recon, records, output.seconds, lpips is not None, lpips_note)
     summary.update(lpips_columns(lpips))
     summary["hyperparameters"] = output.hyperparameters
+    summary.update(victim_columns(model))
     return CellResult(spec, summary, records, batch.images, aligned, output)
 
 
@@ -213,7 +260,14 @@ def cell_columns(spec: CellSpec) -> dict[str, Any]:
     return {"cell_id": cell_id(spec), "attack": spec.attack, "dataset": spec.dataset, "arch": spec.arch,
             "batch_size": spec.batch_size, "width": spec.width, "depth": spec.depth, "layer": spec.layer,
             "seed": spec.seed, **dp_columns(spec.dp), **fedavg_columns(spec.fedavg),
-            "inversion_steps": spec.inversion.steps if spec.inversion else 0}
+            "inversion_steps": spec.inversion.steps if spec.inversion else 0, **train_columns(spec)}
+
+
+def train_columns(spec: CellSpec) -> dict[str, Any]:
+    """The victim's training axis: epochs (0 = at init) and the recipe's optimiser, lr and batch size."""
+    r = spec.recipe
+    return {"train_epochs": spec.train_epochs, "train_optimizer": r.optimizer if r else "",
+            "train_lr": float(r.lr) if r else math.nan, "train_batch": r.batch_size if r else 0}
 
 
 def lpips_columns(lpips: LpipsScorer | None) -> dict[str, Any]:
@@ -283,7 +337,7 @@ def _values(records: pd.DataFrame, name: str) -> np.ndarray:
 
 def spec_from_dict(data: dict[str, Any]) -> CellSpec:
     """The spec `spec_dict` wrote (as stored in a cell's manifest)."""
-    configs = {"dp": DPConfig, "fedavg": FedAvgConfig, "inversion": InversionConfig}
+    configs = {"dp": DPConfig, "fedavg": FedAvgConfig, "inversion": InversionConfig, "recipe": TrainRecipe}
     return CellSpec(**{k: (configs[k](**v) if k in configs and v is not None else v) for k, v in data.items()})
 
 

@@ -51,21 +51,23 @@ def check_cells(cells: list[CellSpec]) -> None:
     update, not on its seed, DP level or client. So each distinct (dataset, data root, image size,
     batch size, victim) gets one FedSGD update of seed 0, built once and dropped when its cells are
     checked, each dataset is loaded once, and each distinct attack configuration is checked once on it.
+    Trained victims are checked at init (same shapes), their batch drawn from the attack part.
     """
-    from leakbench.datasets import load_dataset, sample_batch
+    from leakbench.datasets import load_dataset, partition, sample_batch
     from leakbench.fl import fedsgd_update
     from leakbench.models import build_model
 
     groups: dict[tuple[Any, ...], list[CellSpec]] = {}
     for spec in cells:
-        key = (spec.dataset, spec.data_root, spec.image_size, spec.batch_size, spec.arch, spec.width, spec.depth)
+        key = (spec.dataset, spec.data_root, spec.image_size, spec.batch_size, spec.arch, spec.width, spec.depth,
+               spec.train_epochs > 0)
         groups.setdefault(key, []).append(spec)
     datasets: dict[tuple[Any, ...], Any] = {}
-    for (name, root, size, b, arch, width, depth), specs in groups.items():
+    for (name, root, size, b, arch, width, depth, trained), specs in groups.items():
         if (name, root, size) not in datasets:
             datasets[name, root, size] = load_dataset(name, data_root=Path(root) if root else None, image_size=size)
         dataset = datasets[name, root, size]
-        batch = sample_batch(dataset, b, 0)
+        batch = sample_batch(dataset, b, 0, pool=partition(dataset).attack if trained else None)
         model = build_model(arch, dataset.image_shape, dataset.num_classes, width=width, depth=depth, seed=0)
         update = fedsgd_update(model, batch)
         seen: set[str] = set()

@@ -77,7 +77,8 @@ def manifest(result: CellResult, selection: list[int] | None = None) -> dict[str
         **environment(),
         "cell_id": result.summary["cell_id"],
         "spec": spec_dict(result.spec),
-        "seeds": {"batch": seed, "model_init": seed, "attack": seed, **({"dp_noise": seed} if result.spec.dp else {})},
+        "seeds": {"batch": seed, "model_init": seed, "attack": seed, **({"dp_noise": seed} if result.spec.dp else {}),
+                  **({"train_shuffle": result.spec.recipe.seed} if result.spec.recipe else {})},
         "dataset_indices": [int(i) for i in result.records["dataset_index"]],
         "grid_selection": selection,
         "summary": result.summary,
@@ -136,7 +137,8 @@ def git_revision() -> str | None:
 CELLS_DIR = "cells"
 AXIS_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", "layer", "seed", "dp",
                 "dp_sigma", "dp_clip", "dp_delta", "dp_q", "dp_steps", "dp_epsilon", "dp_accountant", "arch",
-                "client", "fedavg_epochs", "fedavg_minibatch", "fedavg_lr", "inversion_steps")
+                "client", "fedavg_epochs", "fedavg_minibatch", "fedavg_lr", "inversion_steps", "train_epochs",
+                "train_optimizer", "train_lr", "train_batch", "train_accuracy", "test_accuracy", "victim_hash")
 SUMMARY_COLUMNS = ("space", "status", "reason", "seconds", "n_images", "exact_fraction", "psnr_mean",
                    "psnr_median", "psnr_min", "psnr_inf", "ssim_mean", "lpips_mean", "lpips_note", "lpips_net",
                    "lpips_source", "lpips_verified", "matching")

@@ -11,6 +11,9 @@ remaining combination with layer 1 (they reconstruct images from the whole updat
 default there). `fedavg` levels are "none" (FedSGD) or {epochs, minibatch (0 = b), lr}, an axis like
 `dp` (a suite cannot sweep both). `inversion = {steps = 300}` (optional lr, tv) inverts recovered
 features of inner layers to images (cells of image attacks such as IG get none).
+`train_epochs = [0, 1, 5]` is the victim axis: 0 is the victim at init, N > 0 trains it N epochs
+(recipe: the optional table `train = {optimizer, lr, momentum, batch_size, weight_decay, augment,
+seed}`, else `TrainRecipe`'s defaults) on the dataset's train part, attacking batches of its attack part.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from leakbench.harness.cell import CellSpec, cell_id
 from leakbench.harness.folders import folder_name
 from leakbench.harness.limits import MAX_CELLS, check_depth, check_seed, check_width
 from leakbench.models import ARCHS, first_attackable_layer
+from leakbench.models.training import TrainRecipe, check_epochs
 
 SUITES: Traversable = files("leakbench.suites")
 """The shipped suites (package data): NAME.toml, and paper/NAME.toml (`leakbench reproduce`)."""
@@ -41,12 +45,15 @@ SUITE_NAME = re.compile(r"^(paper/)?[A-Za-z0-9][\w.-]*$")
 KEYS = {"name": str, "description": str, "dataset": str, "datasets": list, "attacks": list,
         "batch_sizes": list, "layers": list, "layer": int, "seeds": list, "dp": list, "width": int,
         "depth": int, "image_size": int, "data_root": str, "hyperparameters": dict, "grid_images": int,
-        "grid_seed": int, "arch": str, "fedavg": list, "inversion": dict, "plugins": list}
+        "grid_seed": int, "arch": str, "fedavg": list, "inversion": dict, "plugins": list,
+        "train_epochs": list, "train": dict}
 REQUIRED = ("name", "attacks", "batch_sizes")
-INT_LISTS = ("batch_sizes", "layers", "seeds")
+INT_LISTS = ("batch_sizes", "layers", "seeds", "train_epochs")
 DP_KEYS = {"sigma": float, "clip": float, "delta": float, "q": float, "steps": int}
 FEDAVG_KEYS = {"epochs": int, "minibatch": int, "lr": float}
 INVERSION_KEYS = {"steps": int, "lr": float, "tv": float}
+TRAIN_KEYS = {"optimizer": str, "lr": float, "momentum": float, "batch_size": int, "weight_decay": float,
+              "augment": bool, "seed": int}
 DEFAULT_GRID_IMAGES = 8
 
 
@@ -109,6 +116,8 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
         fedavg_levels = [_fedavg_level(v, i) for i, v in enumerate(raw.get("fedavg", ["none"]))]
         inversion = _table(raw["inversion"], "key 'inversion'", INVERSION_KEYS, InversionConfig, ()) \
             if "inversion" in raw else None
+        recipe = _table(raw["train"], "key 'train'", TRAIN_KEYS, TrainRecipe, ()) if "train" in raw else TrainRecipe()
+        epochs = [check_epochs(e, f"key 'train_epochs[{i}]'") for i, e in enumerate(raw.get("train_epochs", [0]))]
         layerless = tuple(a for a in raw["attacks"] if not _has_layer(a))
         _no_duplicates({**raw, "dp": dp_levels, "fedavg": fedavg_levels})
     except LeakbenchError as exc:
@@ -118,13 +127,13 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
     arch = raw.get("arch", "fc")
     layers = raw.get("layers") or [raw.get("layer", first_attackable_layer(arch))]
     count = len(datasets) * sum(1 if a in layerless else len(layers) for a in raw["attacks"]) \
-        * len(raw["batch_sizes"]) * len(dp_levels) * len(fedavg_levels) * len(raw.get("seeds", [0]))
+        * len(raw["batch_sizes"]) * len(dp_levels) * len(fedavg_levels) * len(raw.get("seeds", [0])) * len(epochs)
     if count > MAX_CELLS:  # refused before expanding, checking or running anything
         raise ConfigError(f"suite {path}: expands to {count:,} cells, more than the {MAX_CELLS:,} a suite may hold; "
                           "split it into several suites")
     cells = []
-    for dataset, attack, b, layer, dp, fedavg, seed in product(datasets, raw["attacks"], raw["batch_sizes"], layers,
-                                                                 dp_levels, fedavg_levels, raw.get("seeds", [0])):
+    for dataset, attack, b, layer, dp, fedavg, seed, train_epochs in product(
+            datasets, raw["attacks"], raw["batch_sizes"], layers, dp_levels, fedavg_levels, raw.get("seeds", [0]), epochs):
         if attack in layerless and layer != layers[0]:
             continue
         cells.append(CellSpec(attack=attack, dataset=dataset, batch_size=b, seed=seed,
@@ -132,7 +141,8 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
                               layer=1 if attack in layerless else layer,
                               data_root=data_root or raw.get("data_root"), image_size=raw.get("image_size"),
                               hyperparameters=dict(params.get(attack, {})), dp=dp, arch=arch, fedavg=fedavg,
-                              inversion=None if attack in layerless else inversion))
+                              inversion=None if attack in layerless else inversion, train_epochs=train_epochs,
+                              recipe=recipe if train_epochs else None))
     _unique_cells(cells, path)
     return Suite(name=raw["name"], cells=cells, grid_seed=raw.get("grid_seed", 0),
                  grid_images=raw.get("grid_images", DEFAULT_GRID_IMAGES), text=text, layerless=layerless)
@@ -151,7 +161,7 @@ def _load_plugins(raw: dict[str, Any]) -> None:
 
 def _no_duplicates(axes: dict[str, Any]) -> None:
     """Refuse an axis that lists one value twice (its cells would run, and be stored, twice)."""
-    for key in ("datasets", "attacks", "batch_sizes", "layers", "seeds", "dp", "fedavg"):
+    for key in ("datasets", "attacks", "batch_sizes", "layers", "seeds", "dp", "fedavg", "train_epochs"):
         seen: set[Any] = set()  # levels are frozen dataclasses or None: hashable; linear in the axis length
         for value in axes.get(key, []):
             if value in seen:
@@ -212,6 +222,8 @@ def _validate(raw: dict[str, Any]) -> None:
         if not first <= layer <= depth - 1:
             raise ConfigError(f"key 'layers': layer {layer} is not attackable in {arch} depth {depth} "
                               f"(valid: {first}..{depth - 1})")
+    if "train" in raw and not any(raw.get("train_epochs", [0])):
+        raise ConfigError("key 'train' (a training recipe) needs key 'train_epochs' with a value ≥ 1")
     if "dp" in raw and "fedavg" in raw:
         raise ConfigError("a suite sweeps either 'dp' or 'fedavg', not both")
     if raw.get("grid_images", 1) < 1:
@@ -256,6 +268,10 @@ def _table(value: Any, where: str, keys: dict[str, type], cls: type, required: t
     for key, val in value.items():
         if key not in keys:
             raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(keys)})")
+        if keys[key] in (str, bool):
+            if not isinstance(val, keys[key]):
+                raise ConfigError(f"{where}: key {key!r} must be a {'string' if keys[key] is str else 'boolean'}")
+            continue
         ok = isinstance(val, (int, float)) if keys[key] is float else isinstance(val, int)
         if not ok or isinstance(val, bool):
             raise ConfigError(f"{where}: key {key!r} must be a number" + ("" if keys[key] is float else " (integer)"))
@@ -282,6 +298,8 @@ def plan_lines(suite: Suite) -> list[str]:
             settings.append(f"image_size={spec.image_size}")
         if spec.inversion is not None:
             settings.append(f"inversion_steps={spec.inversion.steps}")
+        if spec.train_epochs:
+            settings.append(f"train_epochs={spec.train_epochs}")
         if spec.hyperparameters:
             settings.append(json.dumps(spec.hyperparameters, sort_keys=True, separators=(",", ":")))
         lines.append(f"{cell_id(spec)}  " + " ".join(settings))

@@ -61,13 +61,16 @@ def epsilon_labels(cells: pd.DataFrame) -> dict[str, str]:
 
 
 def with_model(cells: pd.DataFrame) -> pd.DataFrame:
-    """`cells` with a readable `model` column ('FC-6 w200', 'conv-3 w200'); runs stored before the
-    arch and client axes existed get their defaults."""
+    """`cells` with a readable `model` column ('FC-6 w200', 'conv-3 w200', 'FC-6 w200 trained 5 ep');
+    runs stored before the arch and client axes existed get their defaults."""
     cells = cells.copy()
     for column, default in (("arch", "fc"), ("client", "fedsgd")):
         cells[column] = cells[column].fillna(default) if column in cells else default
     prefix = cells["arch"].map({"fc": "FC-"}).fillna(cells["arch"] + "-")
     cells["model"] = prefix + cells["depth"].astype(str) + " w" + cells["width"].astype(str)
+    if "train_epochs" in cells:  # a trained victim is another model (and other batches): its own tables, grids
+        epochs = cells["train_epochs"].fillna(0).astype(int)
+        cells["model"] = cells["model"].where(epochs == 0, cells["model"] + " trained " + epochs.astype(str) + " ep")
     return cells
 
 
