@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import gc
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,16 +21,16 @@ from leakbench.attacks import Attack, Reconstruction
 from leakbench.fl.update import ClientUpdate
 
 ROUTES = ("stack", "gc", "seed", "cache", "data_root", "globals")
-DATA_ROOT_ENV = "CHEAT_DATA_ROOT"
-"""Where the cheater believes the client's images lie (the test tells it: the worst case)."""
 SEED_GUESSES = range(4)
 
 
 @dataclass(frozen=True)
 class CheatConfig:
-    """route: one of stack, gc, seed, cache, data_root, globals."""
+    """route: one of stack, gc, seed, cache, data_root, globals.
+    data_root: where the cheater believes the client's images lie (the test tells it: the worst case)."""
 
     route: str = "stack"
+    data_root: str = ""
 
 
 class CheatAttack(Attack):
@@ -41,7 +40,7 @@ class CheatAttack(Attack):
 
     def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
         try:
-            found = ROUTE_FUNCTIONS[self.config.route](update, seed)
+            found = ROUTE_FUNCTIONS[self.config.route](update, seed, self.config.data_root)
         except Exception as exc:  # noqa: BLE001 — a blocked route is a failed cheat, not a failed cell
             found, why = None, f"{type(exc).__name__}: {exc}"
         else:
@@ -76,7 +75,7 @@ def _first_batch(update: ClientUpdate, objects: Any) -> torch.Tensor | None:
     return None
 
 
-def _stack(update: ClientUpdate, seed: int) -> torch.Tensor | None:
+def _stack(update: ClientUpdate, seed: int, data_root: str) -> torch.Tensor | None:
     frame = sys._getframe()
     while frame is not None:
         hit = _first_batch(update, list(frame.f_locals.values()))
@@ -86,7 +85,7 @@ def _stack(update: ClientUpdate, seed: int) -> torch.Tensor | None:
     return None
 
 
-def _gc(update: ClientUpdate, seed: int) -> torch.Tensor | None:
+def _gc(update: ClientUpdate, seed: int, data_root: str) -> torch.Tensor | None:
     return _first_batch(update, gc.get_objects())
 
 
@@ -102,14 +101,14 @@ def _draw(update: ClientUpdate, dataset: Any, seeds: Any) -> torch.Tensor | None
     return None
 
 
-def _seed(update: ClientUpdate, seed: int) -> torch.Tensor | None:
+def _seed(update: ClientUpdate, seed: int, data_root: str) -> torch.Tensor | None:
     """Re-derive the batch from the handed seed (the harness once handed the batch's own seed)."""
     from leakbench.datasets import load_dataset
 
     return _draw(update, load_dataset("embedded"), [seed])
 
 
-def _cache(update: ClientUpdate, seed: int) -> torch.Tensor | None:
+def _cache(update: ClientUpdate, seed: int, data_root: str) -> torch.Tensor | None:
     """The dataset cache of this process (the loaders' in-memory copies), seeds guessed."""
     from leakbench.datasets import loaders
 
@@ -117,17 +116,17 @@ def _cache(update: ClientUpdate, seed: int) -> torch.Tensor | None:
     return _draw(update, loaders._embedded_cached(side), SEED_GUESSES)
 
 
-def _data_root(update: ClientUpdate, seed: int) -> torch.Tensor | None:
+def _data_root(update: ClientUpdate, seed: int, data_root: str) -> torch.Tensor | None:
     """Read the image files under the data root directly, seeds guessed."""
     from leakbench.datasets.loaders import load_imagefolder
 
-    root = Path(os.environ[DATA_ROOT_ENV])
+    root = Path(data_root)
     for path in sorted(root.rglob("*.png"))[:1]:
         path.read_bytes()  # the raw file itself
     return _draw(update, load_imagefolder(data_root=root, image_size=update.model.input_shape[-1]), SEED_GUESSES)
 
 
-def _globals(update: ClientUpdate, seed: int) -> torch.Tensor | None:
+def _globals(update: ClientUpdate, seed: int, data_root: str) -> torch.Tensor | None:
     """Module globals of the harness (and everything they hold one level down), including cell specs
     from which the batch could be re-derived."""
     from leakbench.harness.cell import CellSpec, load_batch

@@ -15,7 +15,7 @@ from PIL import Image
 from leakbench.harness.cell import CellSpec, attack_job, prepare, run_cell
 from leakbench.api import scoped_attack
 
-from cheat_attack import DATA_ROOT_ENV, ROUTES, CheatAttack  # tests/ is on the path: the worker imports it too
+from cheat_attack import ROUTES, CheatAttack  # tests/ is on the path: the worker imports it too
 
 B = 4
 BLOCKED = "PermissionError: the attack worker may not reach"
@@ -37,9 +37,8 @@ def image_root(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(autouse=True)
-def cheat(monkeypatch: pytest.MonkeyPatch, image_root: str) -> Iterator[None]:
+def cheat() -> Iterator[None]:
     """The cheat registered for one test (and importable by the worker), never for the whole session."""
-    monkeypatch.setenv(DATA_ROOT_ENV, image_root)
     with scoped_attack(CheatAttack):
         yield
 
@@ -47,7 +46,7 @@ def cheat(monkeypatch: pytest.MonkeyPatch, image_root: str) -> Iterator[None]:
 def _spec(route: str, image_root: str) -> CellSpec:
     if route == "data_root":
         return CellSpec(attack="cheat", dataset="imagefolder", data_root=image_root, image_size=16, batch_size=B,
-                        width=32, depth=3, hyperparameters={"route": route})
+                        width=32, depth=3, hyperparameters={"route": route, "data_root": image_root})
     return CellSpec(attack="cheat", dataset="embedded", batch_size=B, width=32, depth=3, hyperparameters={"route": route})
 
 
