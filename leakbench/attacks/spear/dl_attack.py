@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn
+from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn, check_route_knobs
 from leakbench.attacks.spear.dl import DLCounters, Proposal, dl_chunk
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.search import SearchSettings, SearchState
@@ -43,6 +43,7 @@ class SpearDLConfig(SpearConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_route_knobs(self, "spear-dl")
         if self.init not in INITS:
             raise ConfigError(f"spear-dl: init must be one of {', '.join(INITS)}, got {self.init!r}")
         if not 0.5 < self.keep <= 1 or not 0 < self.start_keep <= 1:
@@ -53,6 +54,15 @@ class SpearDLConfig(SpearConfig):
                 raise ConfigError(f"spear-dl: {name} must be at least 1, got {getattr(self, name)!r}")
         if self.hold < 0:
             raise ConfigError(f"spear-dl: hold must not be negative, got {self.hold!r}")
+        ignored = IGNORED_BY_INIT.get(self.init, ())
+        changed = [knob for knob in ignored if getattr(self, knob) != SpearDLConfig.__dataclass_fields__[knob].default]
+        if changed:
+            raise ConfigError(f"spear-dl: init={self.init} ignores {', '.join(changed)}; leave them at their defaults")
+
+
+IGNORED_BY_INIT = {"msp": ("starts", "start_keep", "steps"),
+                   "msp-only": ("starts", "start_keep", "steps", "keep", "hold")}
+"""Proposal knobs that an init never reads (setting them raises rather than doing nothing)."""
 
 
 class SpearDLAttack(SpearAttack):
