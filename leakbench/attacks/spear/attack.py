@@ -47,9 +47,10 @@ class SpearConfig:
     row_weight_power: zero draws (with the next-layer check) pick rows with probability ∝
         |row|^−power on every other chunk (deflation.row_weights; 0 = SPEAR's uniform draws).
     route: "default" (leakbench's search: deflation and the next-layer fit when the next layer's
-        gradient allows, else the sampling search) or "paper" (SPEAR as published: the attacked
-        layer's gradient only, random (b−1)-row draws, candidates checked one by one (LP), greedy
-        to b columns, scale from dL/db, ReLU verification; search.py). The paper route ignores
+        gradient allows, else the sampling search) or "paper" (SPEAR as published, search.py: the
+        attacked layer's gradient only, random (b−1)-row draws, no deflation, scale from dL/db,
+        ReLU verification; leakbench's per-candidate LP check replaces the greedy selection, and
+        last_column=false drops the closed-form last column too). The paper route ignores
         next_layer_check, residual_tol, sampler and row_weight_power: setting them there raises.
     device: torch device for the linear algebra ("cpu" or "cuda").
     """
