@@ -97,6 +97,9 @@ def propose(LNn: torch.Tensor, gen: torch.Generator, *, init: str, starts: int, 
     return trimmed_directions(LNn, y, trim_schedule(m, start_keep, fraction, steps, hold))
 
 
+SHARE_BELOW = 16
+"""At most this many samples missing, a round that found nothing lets SPEAR's draws have every other turn."""
+
 DOUBT = 0.1
 """Zero rows above this fraction of the zero tolerance are free in the first fit (deflation.accept_patterns)."""
 
@@ -121,6 +124,7 @@ class DLCounters:
     calls: int = 0
     starts: int = 0
     found: int = 0
+    misses: int = 0
 
 
 def dl_chunk(problem: LayerProblem, tol: torch.Tensor, state: SearchState, settings: SearchSettings,
@@ -130,15 +134,17 @@ def dl_chunk(problem: LayerProblem, tol: torch.Tensor, state: SearchState, setti
     Proposed directions with enough zeros are rounded to their loose zero patterns and handed to
     SPEAR's `accept_patterns` (refinement to the exact zero set, next-layer fit, acceptance).
     Returns False, leaving the chunk to SPEAR's own draws, once fewer than `min_remaining` samples
-    are missing (draws need only a few rows there). Above that, SPEAR's draws are not tried: they
-    need ≈ 2^(b'−1) draws per sample, and one chunk of them cost ~20 s of refinement at b' = 100
-    (measured, width 2000) against 3.4 s for a round of proposals.
+    are missing, and on every other call after a round that found nothing while at most
+    `SHARE_BELOW` are missing (measured: b = 50, width 2000 stalled with 6 missing without it).
+    With more missing, SPEAR's draws are not tried: they need ≈ 2^(b'−1) draws per sample, and one
+    chunk of them cost ~20 s of refinement at b' = 100 (width 2000) against 3.4 s for a round of
+    proposals.
     """
     N = null_basis(state.accepted, problem.b)
     bp = N.shape[1]
-    if bp < proposal.min_remaining:
-        return False
     counters.calls += 1
+    if bp < proposal.min_remaining or (bp <= SHARE_BELOW and counters.misses and counters.calls % 2 == 0):
+        return False
     LNn, tol_r, live = reduced_rows(problem, N, tol)
     y = propose(LNn[live], gen, init=proposal.init, starts=proposal.starts, keep=proposal.keep,
                 start_keep=proposal.start_keep, steps=proposal.steps, hold=proposal.hold)
@@ -152,5 +158,7 @@ def dl_chunk(problem: LayerProblem, tol: torch.Tensor, state: SearchState, setti
     before = state.accepted.shape[0]
     accept_patterns(problem, N, masks[new_patterns(masks, state, settings.max_new_per_chunk)], tol, state,
                     residual_tol, doubt=DOUBT)
-    counters.found += max(state.accepted.shape[0] - before, 0)
+    found = state.accepted.shape[0] - before
+    counters.found += max(found, 0)
+    counters.misses = 0 if found > 0 else counters.misses + 1
     return True

@@ -39,7 +39,7 @@ class SpearDLConfig(SpearConfig):
     start_keep: float = 0.9
     steps: int = 30
     hold: int = 15
-    min_remaining: int = 6
+    min_remaining: int = 10
 
     def __post_init__(self) -> None:
         super().__post_init__()
