@@ -81,29 +81,6 @@ def expected_zero_fraction(remaining: int) -> float:
     return (0.5 - tail) / (1.0 - tail)
 
 
-def propose(LNn: torch.Tensor, gen: torch.Generator, *, init: str, starts: int, keep: float,
-            start_keep: float, steps: int, hold: int) -> torch.Tensor:
-    """Unit directions y (s, b') in the reduced space whose image LNn·y should be sparse.
-
-    `keep` is the trim as a fraction of a typical sample's zero rows (`expected_zero_fraction`); `init` chooses the starts: "subsets" (random halves of the rows),
-    "msp" (ℓ4-MSP's b' directions, no shrinking) or "msp-only" (MSP, not trimmed at all).
-    """
-    m, bp = LNn.shape
-    fraction = keep * expected_zero_fraction(bp)
-    if init.startswith("msp"):
-        y = msp_directions(LNn, gen)
-        return y if init == "msp-only" else trimmed_directions(LNn, y, trim_schedule(m, fraction, fraction, 1, hold))
-    y = subset_starts(LNn, starts, gen)
-    return trimmed_directions(LNn, y, trim_schedule(m, start_keep, fraction, steps, hold))
-
-
-SHARE_BELOW = 16
-"""At most this many samples missing, a round that found nothing lets SPEAR's draws have every other turn."""
-
-DOUBT = 0.1
-"""Zero rows above this fraction of the zero tolerance are free in the first fit (deflation.accept_patterns)."""
-
-
 @dataclass(frozen=True)
 class Proposal:
     """How `dl_chunk` proposes directions; see `SpearDLConfig` for each knob."""
@@ -115,6 +92,31 @@ class Proposal:
     steps: int
     hold: int
     min_remaining: int
+
+
+def propose(LNn: torch.Tensor, gen: torch.Generator, proposal: Proposal) -> torch.Tensor:
+    """Unit directions y (s, b') in the reduced space whose image LNn·y should be sparse.
+
+    The final trim keeps `proposal.keep` × a typical sample's zero rows (`expected_zero_fraction`).
+    `init`: "subsets" (random halves of the rows, then the shrinking trim), "msp" (ℓ4-MSP's b'
+    directions, then the final trim held) or "msp-only" (MSP's directions as they are).
+    """
+    m, bp = LNn.shape
+    fraction = proposal.keep * expected_zero_fraction(bp)
+    if proposal.init.startswith("msp"):
+        y = msp_directions(LNn, gen)
+        if proposal.init == "msp-only":
+            return y
+        return trimmed_directions(LNn, y, trim_schedule(m, fraction, fraction, 1, proposal.hold))
+    y = subset_starts(LNn, proposal.starts, gen)
+    return trimmed_directions(LNn, y, trim_schedule(m, proposal.start_keep, fraction, proposal.steps, proposal.hold))
+
+
+SHARE_BELOW = 16
+"""At most this many samples missing, a round that found nothing lets SPEAR's draws have every other turn."""
+
+DOUBT = 0.1
+"""Zero rows above this fraction of the zero tolerance are free in the first fit (deflation.accept_patterns)."""
 
 
 @dataclass
@@ -146,8 +148,7 @@ def dl_chunk(problem: LayerProblem, tol: torch.Tensor, state: SearchState, setti
     if bp < proposal.min_remaining or (bp <= SHARE_BELOW and counters.misses and counters.calls % 2 == 0):
         return False
     LNn, tol_r, live = reduced_rows(problem, N, tol)
-    y = propose(LNn[live], gen, init=proposal.init, starts=proposal.starts, keep=proposal.keep,
-                start_keep=proposal.start_keep, steps=proposal.steps, hold=proposal.hold)
+    y = propose(LNn[live], gen, proposal)
     state.draws += y.shape[0]
     counters.starts += y.shape[0]
     loose = tol_r * settings.sample_tol_factor
