@@ -65,6 +65,8 @@ SUITES = (
     ("dp", "every attack against DP-SGD σ ∈ {0 … 1} with ε (TinyImageNet FC-6, b = 8; needs --data-root)"),
     ("spear-guided-w400", "guided SPEAR vs CPA, b = 25…100, FC-6 width 400 (TinyImageNet; needs --data-root)"),
     ("spear-guided-w2000", "guided SPEAR vs CPA, b = 25…100, FC-6 width 2000 (TinyImageNet; needs --data-root)"),
+    ("spear-dl", "spear-dl (dictionary-learning proposals) vs guided SPEAR, b = 25…200, FC-6 width 2000 "
+                 "(TinyImageNet; needs --data-root)"),
     ("fedavg", "FedAvg table: E ∈ {1, 5}, mini-batch ∈ {b, b/4}, η ∈ {0.1, 0.01} "
                "(TinyImageNet FC-6, b = 20; needs --data-root)"),
 )

@@ -46,6 +46,12 @@ class SpearConfig:
         best: at layers 4–5 of FC-6 zero draws misread near-zero rows, see docs/spear.md).
     row_weight_power: zero draws (with the next-layer check) pick rows with probability ∝
         |row|^−power on every other chunk (deflation.row_weights; 0 = SPEAR's uniform draws).
+    route: "default" (leakbench's search: deflation and the next-layer fit when the next layer's
+        gradient allows, else the sampling search) or "paper" (SPEAR as published, search.py: the
+        attacked layer's gradient only, random (b−1)-row draws, no deflation, scale from dL/db,
+        ReLU verification; leakbench's per-candidate LP check replaces the greedy selection, and
+        last_column=false drops the closed-form last column too). The paper route ignores
+        next_layer_check, residual_tol, sampler and row_weight_power: setting them there raises.
     device: torch device for the linear algebra ("cpu" or "cuda").
     """
 
@@ -65,6 +71,7 @@ class SpearConfig:
     residual_tol: float = 1e-4
     sampler: str = "auto"
     row_weight_power: float = 2.0
+    route: str = "default"
     device: str = "cpu"
 
     def __post_init__(self) -> None:
@@ -80,6 +87,30 @@ class SpearConfig:
             raise ConfigError(f"spear: sampler must be auto, zeros, actives or both, got {self.sampler!r}")
         if self.device.split(":")[0] not in ("cpu", "cuda"):
             raise ConfigError(f"spear: device must be cpu or cuda, got {self.device!r}")
+        if self.route not in ROUTES:
+            raise ConfigError(f"spear: route must be one of {', '.join(ROUTES)}, got {self.route!r}")
+        check_route_knobs(self)
+
+
+ROUTES = ("default", "paper")
+PAPER_IGNORES = ("next_layer_check", "residual_tol", "sampler", "row_weight_power")
+"""Knobs of the default route that the paper's algorithm (search.py) never reads."""
+
+
+def check_route_knobs(cfg: SpearConfig, name: str = "spear") -> None:
+    """Refuse a knob set away from its default on a route that ignores it (it would silently do nothing).
+
+    Variants that lead the default route's deflated search (`name` ≠ "spear") have no paper route.
+    """
+    if cfg.route != "paper":
+        return
+    if name != "spear":
+        raise ConfigError(f"{name}: route=paper is plain SPEAR's; {name} leads the default route's deflated search")
+    changed = [knob for knob in PAPER_IGNORES
+               if getattr(cfg, knob) != SpearConfig.__dataclass_fields__[knob].default]
+    if changed:
+        raise ConfigError(f"{name}: route=paper ignores {', '.join(changed)} (the paper's algorithm uses the "
+                          "attacked layer's gradient only); leave them at their defaults")
 
 
 def auto_chunk(m: int, b: int) -> int:
@@ -131,9 +162,10 @@ class SpearAttack(Attack):
         b = int(update.batch_size)
         if b == 1:
             x = (g.double() @ G.double()) / (g.double() @ g.double())
-            return "", x[None], {"draws": 0, "method": "closed form (b=1)"}
+            return "", x[None], {"route": cfg.route, "draws": 0, "method": "closed form (b=1)"}
         next_weight, _ = model.layer_param_names(cfg.layer + 1)
-        G_next = update.gradients[next_weight].to(device) if cfg.next_layer_check else None
+        use_next = cfg.next_layer_check and cfg.route == "default"
+        G_next = update.gradients[next_weight].to(device) if use_next else None
         problem = factorize(G, g, W, bias, b, G_next=G_next)
         return self._search(problem, seed, update)
 
@@ -152,7 +184,7 @@ class SpearAttack(Attack):
                                   min_zero_fraction=cfg.min_zero_fraction,
                                   sample_tol_factor=cfg.sample_tol_factor, unique_gap=cfg.unique_gap,
                                   max_new_per_chunk=cfg.max_new_per_chunk, last_column=cfg.last_column,
-                                  sampler=cfg.sampler, row_weight_power=cfg.row_weight_power)
+                                  sampler=cfg.sampler, row_weight_power=cfg.row_weight_power, label=self.name)
         gen = torch.Generator(device=problem.Ln.device).manual_seed(seed)
         extra_stats: StatsFn = dict
         if problem.P_next is not None:
@@ -164,7 +196,7 @@ class SpearAttack(Attack):
             enough = state.accepted.shape[0] >= problem.b
             solution = solve_batch(problem, state.accepted[: problem.b].T, tol) if enough else None
             mode = "sampling+lp"
-        stats = {"mode": mode, "draws": state.draws, "two_sided_draws": state.active_draws,
+        stats = {"route": cfg.route, "mode": mode, "draws": state.draws, "two_sided_draws": state.active_draws,
                  "two_sided_route": state.two_sided,
                  "candidates": state.candidates,
                  "patterns": state.patterns, "fits_or_lp_checks": state.lp_checks,

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from leakbench.attacks.base import Reconstruction
-from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn
+from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn, check_route_knobs
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.guided import Guide, guided_chunk, make_guide
 from leakbench.attacks.spear.search import SearchSettings, SearchState
@@ -41,6 +41,7 @@ class GuidedSpearConfig(SpearConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_route_knobs(self, "spear-guided")
         if self.guide in ("spear", "spear-guided"):
             raise ConfigError(f"spear-guided: the guide must be another attack, got {self.guide!r}")
         check_guide(self)

@@ -13,6 +13,7 @@ from leakbench.attacks.spear.candidates import (canonical, is_new, pattern_keys,
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.last_column import last_column_candidates
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
+from leakbench.progress import Tally, tally
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class SearchSettings:
     last_column: bool
     sampler: str = "auto"
     row_weight_power: float = 0.0
+    label: str = "spear"
 
 
 @dataclass
@@ -131,16 +133,30 @@ def search_columns(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
     b = problem.b
     state = SearchState(accepted=torch.empty(0, b, dtype=problem.Ln.dtype, device=problem.Ln.device))
     tried_last = False
-    while state.accepted.shape[0] < b:
-        if state.draws >= settings.max_draws or state.seconds >= settings.max_seconds:
-            break
-        consider(problem, sample_chunk(problem, tol, state, settings, gen), tol, state, settings)
-        if settings.last_column and state.accepted.shape[0] == b - 1 and not tried_last:
-            tried_last = True
-            q = last_column_candidates(problem, state.accepted.T)
-            consider(problem, zero_masks(problem.Ln, q, tol * settings.sample_tol_factor), tol, state, settings)
-            state.last_column_used = state.accepted.shape[0] == b
+    with search_bar(problem, settings) as bar:
+        while state.accepted.shape[0] < b:
+            if state.draws >= settings.max_draws or state.seconds >= settings.max_seconds:
+                break
+            consider(problem, sample_chunk(problem, tol, state, settings, gen), tol, state, settings)
+            if settings.last_column and state.accepted.shape[0] == b - 1 and not tried_last:
+                tried_last = True
+                q = last_column_candidates(problem, state.accepted.T)
+                consider(problem, zero_masks(problem.Ln, q, tol * settings.sample_tol_factor), tol, state, settings)
+                state.last_column_used = state.accepted.shape[0] == b
+            show_progress(bar, state, settings)
     return state
+
+
+def search_bar(problem: LayerProblem, settings: SearchSettings):
+    """The progress bar of a search (samples found of b); drawn only under `progress.attack_progress`."""
+    return tally(total=problem.b, desc=f"{settings.label} samples found")
+
+
+def show_progress(bar: Tally, state: SearchState, settings: SearchSettings) -> None:
+    """Samples found, draws, elapsed seconds and the budget left (the nearer of draws and time)."""
+    left = min(1 - state.draws / settings.max_draws, 1 - state.seconds / settings.max_seconds)
+    bar.show(int(state.accepted.shape[0]),
+             f"draws {state.draws:,}, {state.seconds:.0f} s, budget left {max(left, 0):.0%}")
 
 
 def zero_tolerance(problem: LayerProblem, rel_tol: float, noise_factor: float) -> torch.Tensor:
