@@ -59,7 +59,7 @@ def test_installed_wheel_runs_without_the_checkout(site: Path, tmp_path: Path) -
     assert Path(where.stdout.strip()).is_relative_to(site), where.stdout + where.stderr
 
     plan = _leakbench(site, tmp_path, "-m", "leakbench", "run", "--plan")
-    assert plan.returncode == 0 and plan.stdout.splitlines()[-1].startswith("132 cells in suite default"), plan.stderr
+    assert plan.returncode == 0 and plan.stdout.splitlines()[-1].startswith("168 cells in suite default"), plan.stderr
 
     papers = _leakbench(site, tmp_path, "-m", "leakbench", "list", "papers")
     assert papers.returncode == 0 and "spear-batch-size" in papers.stdout, papers.stderr
