@@ -19,9 +19,12 @@ Stats = dict[str, Any]
 
 
 def headline(s: Stats) -> str:
-    """One number: exact % when any image is exact, else the PSNR median; mean LPIPS after the dot."""
-    main = f"{fmt(s['exact_pct'], 0)} %" if s["exact_pct"] > 0 else (
-        f"{fmt(s['psnr_median'])} dB" if not math.isnan(s["psnr_median"]) else "failed")
+    """One number: exact % when any image is exact, else the PSNR median (in feature space, where
+    there is none, 0 %), "failed" when every image failed; mean LPIPS after the dot."""
+    if s["exact_pct"] > 0 or (math.isnan(s["psnr_median"]) and s["failures"] < s["n"]):
+        main = f"{fmt(s['exact_pct'], 0)} %"
+    else:
+        main = f"{fmt(s['psnr_median'])} dB" if not math.isnan(s["psnr_median"]) else "failed"
     return main + ("" if math.isnan(s["lpips_mean"]) else f" · {s['lpips_mean']:.3f}")
 
 
