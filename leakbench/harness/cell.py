@@ -78,6 +78,8 @@ class CellSpec:
         check_epochs(self.train_epochs, "train_epochs")
         check_noise(self.noise, self.noise_scale)
         object.__setattr__(self, "noise", float(self.noise))  # 1 and 1.0 are one cell
+        if not self.noise:
+            object.__setattr__(self, "noise_scale", "absolute")  # σ = 0 is the plain update, whatever its scale
         if self.noise and self.dp is not None:
             raise ConfigError("a cell adds plain noise or runs DP-SGD (which adds its own), not both")
         if self.train_epochs and self.recipe is None:
