@@ -222,7 +222,8 @@ def _validate(raw: dict[str, Any]) -> None:
         raise ConfigError("give key 'layer' or key 'layers', not both")
     for key in ("dp", "fedavg", "threat", "noise"):
         if key in raw and not raw[key]:
-            raise ConfigError(f"key {key!r} must list at least one level (\"none\" for none)")
+            none = {"threat": '"default"', "noise": "0.0"}.get(key, '"none"')
+            raise ConfigError(f"key {key!r} must list at least one level ({none} for none)")
     for key in ("attacks", "datasets"):
         if key in raw and (not raw[key] or not all(isinstance(v, str) for v in raw[key])):
             raise ConfigError(f"key {key!r} must list names")
