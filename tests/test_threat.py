@@ -195,3 +195,15 @@ def test_spear_noise_suite_and_its_table() -> None:
     table = script.noise_table(cells_frame)
     assert table.loc[0.0, "psnr_mean"] == 145.0 and table.loc[0.0, "exact_pct"] == 75.0
     assert table.loc[1e-2, "failed"] == 1 and table.loc[0.0, "seconds_median"] == 2.0
+
+
+def test_reports_keep_noise_and_threat_cells_apart() -> None:
+    from leakbench.reporting.aggregate import with_model
+
+    cells = pd.DataFrame({"arch": "fc", "client": "fedsgd", "depth": 6, "width": 200,
+                          "noise_sigma": [0.0, 1e-4, 1e-4, 0.0], "noise_scale": ["absolute", "max", "absolute", "absolute"],
+                          "threat": ["default", "default", "labels known", "b estimated"]})
+    assert list(with_model(cells)["client"]) == ["fedsgd", "fedsgd + noise σ=0.0001×max|g|",
+                                                 "fedsgd + noise σ=0.0001 · labels known", "fedsgd · b estimated"]
+    old = with_model(cells.drop(columns=["noise_sigma", "noise_scale", "threat"]))  # runs stored before issue 15
+    assert set(old["client"]) == {"fedsgd"}
