@@ -67,6 +67,8 @@ SUITES = (
     ("spear-guided-w2000", "guided SPEAR vs CPA, b = 25…100, FC-6 width 2000 (TinyImageNet; needs --data-root)"),
     ("spear-dl", "spear-dl (dictionary-learning proposals) vs guided SPEAR, b = 25…200, FC-6 width 2000 "
                  "(TinyImageNet; needs --data-root)"),
+    ("spear-noise", "SPEAR under additive gradient noise σ = 0 … 1e-2 × max|g| (TinyImageNet FC-6, b = 8; "
+                    "needs --data-root); benchmarks/spear_noise.py prints its table"),
     ("fedavg", "FedAvg table: E ∈ {1, 5}, mini-batch ∈ {b, b/4}, η ∈ {0.1, 0.01} "
                "(TinyImageNet FC-6, b = 20; needs --data-root)"),
 )

@@ -79,11 +79,17 @@ class Attack(ABC):
         """Reconstruct the client's batch from `update` alone, drawing randomness from `seed`."""
 
     def check_update(self, update: ClientUpdate) -> None:
-        """Raise ConfigError when `update` does not give what this attack requires."""
+        """Raise ConfigError when `update` does not give what this attack requires (every field of
+        `Requirements` is enforced here, the one place; subclasses add their own checks after it)."""
         if self.requires.batch_size and update.batch_size is None:
             raise ConfigError(f"attack {self.name!r} needs the batch size, which the threat model withholds")
         if self.requires.labels and update.labels is None:
             raise ConfigError(f"attack {self.name!r} needs the labels, which the threat model withholds")
+        if self.requires.linear_relu_layer:
+            check = getattr(update.model, "check_attackable", None)
+            if check is None:
+                raise ConfigError(f"attack {self.name!r} needs a victim with linear+ReLU layers (check_attackable)")
+            check(getattr(self.config, "layer", 1))
 
     def hyperparameters(self) -> dict[str, Any]:
         return asdict(self.config)

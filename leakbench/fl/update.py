@@ -13,10 +13,20 @@ from leakbench.datasets.base import Batch
 
 @dataclass(frozen=True)
 class ThreatModel:
-    """What the server (attacker) knows besides the update and the model."""
+    """What the server (attacker) knows besides the update and the model.
+
+    `batch_size_known` False: the update carries `batch_size=None` (attacks that need it are refused
+    up front, or estimate it: `leakbench.attacks.estimate.estimate_batch_size`). `labels_known`
+    True: the update carries the batch's labels.
+    """
 
     batch_size_known: bool = True
     labels_known: bool = False
+
+    def label(self) -> str:
+        """A short readable name: 'default', or what differs from it ('labels known, b estimated')."""
+        parts = (["labels known"] if self.labels_known else []) + ([] if self.batch_size_known else ["b estimated"])
+        return ", ".join(parts) or "default"
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ from leakbench.harness.isolation import shared_worker
 from leakbench.harness.job import AttackJob, attack_cell, attack_seed, configure_attack, resolve_class, scoped_ref
 from leakbench.fl import ClientUpdate, DPConfig, FedAvgConfig, dp_update, fedavg_update, fedsgd_update
 from leakbench.fl.dp import ACCOUNTANT
+from leakbench.fl.noise import add_noise, check_noise
+from leakbench.fl.update import ThreatModel
 from leakbench.metrics import MATCHING, LpipsScorer, apply_matching, match_by_mse, score_features, score_images
 from leakbench.metrics.image import exact, mse, psnr, ssim
 from leakbench.metrics.matching import UNMATCHED
@@ -46,6 +48,9 @@ class CellSpec:
     inner layer back into images, scored next to the feature metrics. `train_epochs` > 0 trains the
     victim first (`recipe`, the default TrainRecipe when not given) on the dataset's train part and
     attacks a batch of its attack part (`datasets.partition`); 0 is the victim at init.
+    `labels_known` / `batch_size_known` are the threat model (`ThreatModel`: what the update carries
+    besides the gradients). `noise` σ > 0 adds Gaussian noise to the shared gradients (`fl.noise`;
+    `noise_scale` "absolute" or "max"), drawn from `seed`; not with DP.
     """
 
     attack: str
@@ -64,16 +69,32 @@ class CellSpec:
     inversion: InversionConfig | None = None
     train_epochs: int = 0
     recipe: TrainRecipe | None = None
+    labels_known: bool = False
+    batch_size_known: bool = True
+    noise: float = 0.0
+    noise_scale: str = "absolute"
 
     def __post_init__(self) -> None:
         check_epochs(self.train_epochs, "train_epochs")
+        check_noise(self.noise, self.noise_scale)
+        object.__setattr__(self, "noise", float(self.noise))  # 1 and 1.0 are one cell
+        if not self.noise:
+            object.__setattr__(self, "noise_scale", "absolute")  # σ = 0 is the plain update, whatever its scale
+        if self.noise and self.dp is not None:
+            raise ConfigError("a cell adds plain noise or runs DP-SGD (which adds its own), not both")
         if self.train_epochs and self.recipe is None:
             object.__setattr__(self, "recipe", TrainRecipe())  # the id names the recipe it was trained with
         if not self.train_epochs and self.recipe is not None:
             raise ConfigError("a training recipe needs train_epochs ≥ 1 (a victim at init is not trained)")
 
+    @property
+    def threat(self) -> ThreatModel:
+        """What the attacker is given besides the update and the model."""
+        return ThreatModel(batch_size_known=self.batch_size_known, labels_known=self.labels_known)
 
-NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None, "train_epochs": 0, "recipe": None}
+
+NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None, "train_epochs": 0, "recipe": None,
+                      "labels_known": False, "batch_size_known": True, "noise": 0.0, "noise_scale": "absolute"}
 """Fields added after the first stored runs: left out of ids and manifests at these defaults."""
 
 
@@ -143,17 +164,18 @@ def victim_columns(model: torch.nn.Module) -> dict[str, Any]:
 
 
 def prepare(spec: CellSpec) -> tuple[Batch, torch.nn.Module, ClientUpdate]:
-    """Load the batch, build the victim and compute the client's update (no attack yet)."""
+    """Load the batch, build the victim and compute the client's update (no attack yet): FedSGD, DP-SGD
+    or FedAvg under the cell's threat model, then its additive noise (if any)."""
     if spec.dp is not None and spec.fedavg is not None:
         raise ConfigError("a cell runs either DP-SGD or FedAvg, not both")
     batch, model = victim(spec)
     if spec.dp is not None:
-        update = dp_update(model, batch, spec.dp, seed=spec.seed)
+        update = dp_update(model, batch, spec.dp, seed=spec.seed, threat=spec.threat)
     elif spec.fedavg is not None:
-        update = fedavg_update(model, batch, spec.fedavg, seed=spec.seed)
+        update = fedavg_update(model, batch, spec.fedavg, seed=spec.seed, threat=spec.threat)
     else:
-        update = fedsgd_update(model, batch)
-    return batch, model, update
+        update = fedsgd_update(model, batch, spec.threat)
+    return batch, model, add_noise(update, spec.noise, spec.seed, spec.noise_scale)
 
 
 def build_attack(spec: CellSpec) -> Attack:
@@ -260,7 +282,15 @@ def cell_columns(spec: CellSpec) -> dict[str, Any]:
     return {"cell_id": cell_id(spec), "attack": spec.attack, "dataset": spec.dataset, "arch": spec.arch,
             "batch_size": spec.batch_size, "width": spec.width, "depth": spec.depth, "layer": spec.layer,
             "seed": spec.seed, **dp_columns(spec.dp), **fedavg_columns(spec.fedavg),
-            "inversion_steps": spec.inversion.steps if spec.inversion else 0, **train_columns(spec)}
+            "inversion_steps": spec.inversion.steps if spec.inversion else 0, **train_columns(spec),
+            **threat_columns(spec)}
+
+
+def threat_columns(spec: CellSpec) -> dict[str, Any]:
+    """The threat model (what the attacker knew) and the additive noise on the update (σ 0: none)."""
+    return {"threat": spec.threat.label(), "labels_known": spec.labels_known,
+            "batch_size_known": spec.batch_size_known, "noise_sigma": float(spec.noise),
+            "noise_scale": spec.noise_scale}
 
 
 def train_columns(spec: CellSpec) -> dict[str, Any]:

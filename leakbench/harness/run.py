@@ -48,9 +48,11 @@ def check_cells(cells: list[CellSpec]) -> None:
     """Raise on the first cell that cannot run (names, data, sizes, hyperparameters), before any runs.
 
     Cheap: whether a cell can run depends on its data and victim only through the shapes of the
-    update, not on its seed, DP level or client. So each distinct (dataset, data root, image size,
-    batch size, victim) gets one FedSGD update of seed 0, built once and dropped when its cells are
-    checked, each dataset is loaded once, and each distinct attack configuration is checked once on it.
+    update and what its threat model withholds, not on its seed, DP level, noise or client. So each
+    distinct (dataset, data root, image size, batch size, victim) gets one FedSGD update of seed 0 per
+    threat model, built once and dropped when its cells are checked, each dataset is loaded once, and
+    each distinct attack configuration is checked once per threat model on it (an attack needing the
+    labels under a threat model that withholds them is refused here, before anything runs).
     Trained victims are checked at init (same shapes), their batch drawn from the attack part.
     """
     from leakbench.datasets import load_dataset, partition, sample_batch
@@ -69,15 +71,16 @@ def check_cells(cells: list[CellSpec]) -> None:
         dataset = datasets[name, root, size]
         batch = sample_batch(dataset, b, 0, pool=partition(dataset).attack if trained else None)
         model = build_model(arch, dataset.image_shape, dataset.num_classes, width=width, depth=depth, seed=0)
-        update = fedsgd_update(model, batch)
+        updates = {threat: fedsgd_update(model, batch, threat) for threat in {spec.threat for spec in specs}}
         seen: set[str] = set()
         for spec in specs:
             if spec.fedavg is not None:
                 spec.fedavg.size(b)  # a mini-batch larger than the batch
-            attack_key = json.dumps([spec.attack, spec.hyperparameters, spec.layer], sort_keys=True, default=str)
+            attack_key = json.dumps([spec.attack, spec.hyperparameters, spec.layer, spec.labels_known,
+                                     spec.batch_size_known], sort_keys=True, default=str)
             if attack_key not in seen:
                 seen.add(attack_key)
-                build_attack(spec).check_update(update)
+                build_attack(spec).check_update(updates[spec.threat])
 
 
 def plan(suite: Suite, run_dir: Path, lpips_weights: str | None = None, lpips_net: str = "alex") -> list[Task]:

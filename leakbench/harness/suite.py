@@ -14,6 +14,17 @@ features of inner layers to images (cells of image attacks such as IG get none).
 `train_epochs = [0, 1, 5]` is the victim axis: 0 is the victim at init, N > 0 trains it N epochs
 (recipe: the optional table `train = {optimizer, lr, momentum, batch_size, weight_decay, augment,
 seed}`, else `TrainRecipe`'s defaults) on the dataset's train part, attacking batches of its attack part.
+
+`threat` is the threat-model axis (what the attacker gets besides the update and the model):
+
+    threat = ["default", {labels = "known"}, {batch_size = "estimated"}, {labels = "known", batch_size = "estimated"}]
+
+"default" is labels withheld, batch size known (`ThreatModel()`); a table changes `labels`
+("known" | "withheld") and/or `batch_size` ("known" | "estimated": the update carries none). A suite
+pairing an attack with a level that withholds what it requires is refused before anything runs.
+`noise = [0.0, 1e-6, 1e-4]` is the additive-noise axis: Gaussian noise of std σ on every shared
+gradient entry (`leakbench.fl.noise`, not DP: no clipping, no accountant; not with a `dp` level);
+`noise_scale = "max"` makes σ relative to each tensor's max |entry| (default "absolute").
 """
 
 from __future__ import annotations
@@ -32,6 +43,8 @@ from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.attacks.inversion import InversionConfig
 from leakbench.fl.dp import DPConfig
 from leakbench.fl.fedavg import FedAvgConfig
+from leakbench.fl.noise import check_noise
+from leakbench.fl.update import ThreatModel
 from leakbench.harness.cell import CellSpec, cell_id
 from leakbench.harness.folders import folder_name
 from leakbench.harness.limits import MAX_CELLS, check_depth, check_seed, check_width
@@ -46,12 +59,14 @@ KEYS = {"name": str, "description": str, "dataset": str, "datasets": list, "atta
         "batch_sizes": list, "layers": list, "layer": int, "seeds": list, "dp": list, "width": int,
         "depth": int, "image_size": int, "data_root": str, "hyperparameters": dict, "grid_images": int,
         "grid_seed": int, "arch": str, "fedavg": list, "inversion": dict, "plugins": list,
-        "train_epochs": list, "train": dict}
+        "train_epochs": list, "train": dict,
+        "threat": list, "noise": list, "noise_scale": str}
 REQUIRED = ("name", "attacks", "batch_sizes")
 INT_LISTS = ("batch_sizes", "layers", "seeds", "train_epochs")
 DP_KEYS = {"sigma": float, "clip": float, "delta": float, "q": float, "steps": int}
 FEDAVG_KEYS = {"epochs": int, "minibatch": int, "lr": float}
 INVERSION_KEYS = {"steps": int, "lr": float, "tv": float}
+THREAT_KEYS = {"labels": ("known", "withheld"), "batch_size": ("known", "estimated")}
 TRAIN_KEYS = {"optimizer": str, "lr": float, "momentum": float, "batch_size": int, "weight_decay": float,
               "augment": bool, "seed": int}
 DEFAULT_GRID_IMAGES = 8
@@ -118,8 +133,10 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
             if "inversion" in raw else None
         recipe = _table(raw["train"], "key 'train'", TRAIN_KEYS, TrainRecipe, ()) if "train" in raw else TrainRecipe()
         epochs = [check_epochs(e, f"key 'train_epochs[{i}]'") for i, e in enumerate(raw.get("train_epochs", [0]))]
+        threats = [_threat_level(v, i) for i, v in enumerate(raw.get("threat", ["default"]))]
+        noises = [_noise_level(v, i, raw.get("noise_scale", "absolute")) for i, v in enumerate(raw.get("noise", [0.0]))]
         layerless = tuple(a for a in raw["attacks"] if not _has_layer(a))
-        _no_duplicates({**raw, "dp": dp_levels, "fedavg": fedavg_levels})
+        _no_duplicates({**raw, "dp": dp_levels, "fedavg": fedavg_levels, "threat": threats, "noise": noises})
     except LeakbenchError as exc:
         raise ConfigError(f"suite {path}: {exc}") from None
     params = raw.get("hyperparameters", {})
@@ -127,13 +144,15 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
     arch = raw.get("arch", "fc")
     layers = raw.get("layers") or [raw.get("layer", first_attackable_layer(arch))]
     count = len(datasets) * sum(1 if a in layerless else len(layers) for a in raw["attacks"]) \
-        * len(raw["batch_sizes"]) * len(dp_levels) * len(fedavg_levels) * len(raw.get("seeds", [0])) * len(epochs)
+        * len(raw["batch_sizes"]) * len(dp_levels) * len(fedavg_levels) * len(raw.get("seeds", [0])) * len(epochs) \
+        * len(threats) * len(noises)
     if count > MAX_CELLS:  # refused before expanding, checking or running anything
         raise ConfigError(f"suite {path}: expands to {count:,} cells, more than the {MAX_CELLS:,} a suite may hold; "
                           "split it into several suites")
     cells = []
-    for dataset, attack, b, layer, dp, fedavg, seed, train_epochs in product(
-            datasets, raw["attacks"], raw["batch_sizes"], layers, dp_levels, fedavg_levels, raw.get("seeds", [0]), epochs):
+    for dataset, attack, b, layer, dp, fedavg, threat, noise, seed, train_epochs in product(
+            datasets, raw["attacks"], raw["batch_sizes"], layers, dp_levels, fedavg_levels, threats, noises,
+            raw.get("seeds", [0]), epochs):
         if attack in layerless and layer != layers[0]:
             continue
         cells.append(CellSpec(attack=attack, dataset=dataset, batch_size=b, seed=seed,
@@ -142,7 +161,9 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
                               data_root=data_root or raw.get("data_root"), image_size=raw.get("image_size"),
                               hyperparameters=dict(params.get(attack, {})), dp=dp, arch=arch, fedavg=fedavg,
                               inversion=None if attack in layerless else inversion, train_epochs=train_epochs,
-                              recipe=recipe if train_epochs else None))
+                              recipe=recipe if train_epochs else None, labels_known=threat.labels_known,
+                              batch_size_known=threat.batch_size_known, noise=noise,
+                              noise_scale=raw.get("noise_scale", "absolute")))
     _unique_cells(cells, path)
     return Suite(name=raw["name"], cells=cells, grid_seed=raw.get("grid_seed", 0),
                  grid_images=raw.get("grid_images", DEFAULT_GRID_IMAGES), text=text, layerless=layerless)
@@ -161,7 +182,8 @@ def _load_plugins(raw: dict[str, Any]) -> None:
 
 def _no_duplicates(axes: dict[str, Any]) -> None:
     """Refuse an axis that lists one value twice (its cells would run, and be stored, twice)."""
-    for key in ("datasets", "attacks", "batch_sizes", "layers", "seeds", "dp", "fedavg", "train_epochs"):
+    for key in ("datasets", "attacks", "batch_sizes", "layers", "seeds", "dp", "fedavg", "train_epochs", "threat",
+                "noise"):
         seen: set[Any] = set()  # levels are frozen dataclasses or None: hashable; linear in the axis length
         for value in axes.get(key, []):
             if value in seen:
@@ -198,9 +220,10 @@ def _validate(raw: dict[str, Any]) -> None:
         raise ConfigError("exactly one of key 'dataset' or key 'datasets' must be given")
     if "layer" in raw and "layers" in raw:
         raise ConfigError("give key 'layer' or key 'layers', not both")
-    for key in ("dp", "fedavg"):
+    for key in ("dp", "fedavg", "threat", "noise"):
         if key in raw and not raw[key]:
-            raise ConfigError(f"key {key!r} must list at least one level (\"none\" for none)")
+            none = {"threat": '"default"', "noise": "0.0"}.get(key, '"none"')
+            raise ConfigError(f"key {key!r} must list at least one level ({none} for none)")
     for key in ("attacks", "datasets"):
         if key in raw and (not raw[key] or not all(isinstance(v, str) for v in raw[key])):
             raise ConfigError(f"key {key!r} must list names")
@@ -226,6 +249,8 @@ def _validate(raw: dict[str, Any]) -> None:
         raise ConfigError("key 'train' (a training recipe) needs key 'train_epochs' with a value ≥ 1")
     if "dp" in raw and "fedavg" in raw:
         raise ConfigError("a suite sweeps either 'dp' or 'fedavg', not both")
+    if "dp" in raw and any(raw.get("noise", [])):
+        raise ConfigError("a suite adds plain 'noise' or sweeps 'dp' (which adds its own), not both")
     if raw.get("grid_images", 1) < 1:
         raise ConfigError("key 'grid_images' must be at least 1")
     check_seed(raw.get("grid_seed", 0), "key 'grid_seed'")
@@ -245,6 +270,30 @@ def _validate(raw: dict[str, Any]) -> None:
 def _dp_level(value: Any, index: int) -> DPConfig | None:
     """One entry of `dp`: "none" or a table {sigma, clip[, delta, q, steps]}."""
     return _level(value, f"key 'dp[{index}]'", "sigma and clip", DP_KEYS, DPConfig, ("sigma", "clip"))
+
+
+def _threat_level(value: Any, index: int) -> ThreatModel:
+    """One entry of `threat`: "default" or a table {labels = "known"|"withheld", batch_size = "known"|"estimated"}."""
+    where = f"key 'threat[{index}]'"
+    if value == "default":
+        return ThreatModel()
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"{where} must be \"default\" or a table with labels and/or batch_size")
+    for key, val in value.items():
+        if key not in THREAT_KEYS or val not in THREAT_KEYS[key]:
+            known = "; ".join(f"{k} = {' | '.join(map(repr, v))}" for k, v in THREAT_KEYS.items())
+            raise ConfigError(f"{where}: {key} = {val!r} is not a threat setting (known: {known})")
+    return ThreatModel(batch_size_known=value.get("batch_size", "known") == "known",
+                       labels_known=value.get("labels", "withheld") == "known")
+
+
+def _noise_level(value: Any, index: int, scale: Any) -> float:
+    """One entry of `noise`: a number σ ≥ 0 (0 is no noise)."""
+    try:
+        check_noise(value, scale)
+    except ConfigError as exc:
+        raise ConfigError(f"key 'noise[{index}]': {exc}") from None
+    return float(value)
 
 
 def _fedavg_level(value: Any, index: int) -> FedAvgConfig | None:
@@ -300,6 +349,10 @@ def plan_lines(suite: Suite) -> list[str]:
             settings.append(f"inversion_steps={spec.inversion.steps}")
         if spec.train_epochs:
             settings.append(f"train_epochs={spec.train_epochs}")
+        if spec.threat != ThreatModel():
+            settings.append(f"threat={spec.threat.label().replace(' ', '_').replace(',', '')}")
+        if spec.noise:
+            settings.append(f"noise={spec.noise:g}" + ("×max" if spec.noise_scale == "max" else ""))
         if spec.hyperparameters:
             settings.append(json.dumps(spec.hyperparameters, sort_keys=True, separators=(",", ":")))
         lines.append(f"{cell_id(spec)}  " + " ".join(settings))

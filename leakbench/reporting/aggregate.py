@@ -61,11 +61,20 @@ def epsilon_labels(cells: pd.DataFrame) -> dict[str, str]:
 
 
 def with_model(cells: pd.DataFrame) -> pd.DataFrame:
-    """`cells` with a readable `model` column ('FC-6 w200', 'conv-3 w200', 'FC-6 w200 trained 5 ep');
-    runs stored before the arch and client axes existed get their defaults."""
+    """`cells` with a readable `model` column ('FC-6 w200', 'conv-3 w200', 'FC-6 w200 trained 5 ep') and
+    a `client` naming the update's noise and threat model when not the default ('fedsgd + noise
+    σ=0.0001×max|g| · labels known'), so tables and grids never pool them; runs stored before the
+    arch and client axes existed get their defaults."""
     cells = cells.copy()
     for column, default in (("arch", "fc"), ("client", "fedsgd")):
         cells[column] = cells[column].fillna(default) if column in cells else default
+    if "noise_sigma" in cells:
+        noise = cells["noise_sigma"].fillna(0.0)
+        scale = (cells["noise_scale"] == "max").map({True: "×max|g|", False: ""})
+        cells["client"] = cells["client"].where(noise == 0, cells["client"] + " + noise σ=" + noise.map("{:g}".format) + scale)
+    if "threat" in cells:
+        threat = cells["threat"].fillna("default")
+        cells["client"] = cells["client"].where(threat == "default", cells["client"] + " · " + threat)
     prefix = cells["arch"].map({"fc": "FC-"}).fillna(cells["arch"] + "-")
     cells["model"] = prefix + cells["depth"].astype(str) + " w" + cells["width"].astype(str)
     if "train_epochs" in cells:  # a trained victim is another model (and other batches): its own tables, grids

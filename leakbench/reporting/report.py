@@ -30,7 +30,7 @@ from leakbench.reporting.render import Block, Images, Table, html_document, mark
 from leakbench.reporting.target import check_report_target, foreign_report_entries, write_marker
 
 AXES = {"batch_size": "batch size b", "layer": "attacked layer", "dp": "DP level",
-        "client": "client (FedSGD, or FedAvg E, mini-batch, η)"}
+        "client": "client (FedSGD, or FedAvg E, mini-batch, η; added noise, threat model)"}
 
 
 def load_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
@@ -81,6 +81,7 @@ def pivot_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
 
 def axis_blocks(records: pd.DataFrame, cells: pd.DataFrame, layerless: list[str]) -> tuple[list[Block], dict[str, pd.DataFrame]]:
     """One table per axis (other axes at their baseline) and the per-cell data of its figure."""
+    cells = with_model(cells)  # the client names its noise and threat model
     base = baseline(cells)
     eps = epsilon_labels(cells)
     blocks: list[Block] = []

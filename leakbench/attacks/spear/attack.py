@@ -129,8 +129,7 @@ class SpearAttack(Attack):
         super().check_update(update)
         if self.config.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError("spear: device cuda requested but torch sees no GPU")
-        model = update.model
-        model.check_attackable(self.config.layer)
+        model = update.model  # linear+ReLU layer and batch size: checked by Attack.check_update
         weight, _ = model.layer_param_names(self.config.layer)
         m, n = update.gradients[weight].shape
         b = update.batch_size
