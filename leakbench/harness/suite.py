@@ -25,6 +25,22 @@ pairing an attack with a level that withholds what it requires is refused before
 `noise = [0.0, 1e-6, 1e-4]` is the additive-noise axis: Gaussian noise of std σ on every shared
 gradient entry (`leakbench.fl.noise`, not DP: no clipping, no accountant; not with a `dp` level);
 `noise_scale = "max"` makes σ relative to each tensor's max |entry| (default "absolute").
+
+`models` is the victim-model axis: a list of tables, each one victim (the entries are zipped, not
+crossed with each other):
+
+    models = [{arch = "fc", width = 256, depth = 2}, {width = 200, depth = 6, train_epochs = 5}]
+
+An entry's keys are `arch`, `width`, `depth` and `train_epochs` (one integer); a key it leaves out
+takes the suite's top-level value (`arch`, `width`, `depth`; then the defaults fc, 200, and depth 6
+for fc / 3 for conv), so top-level `width = 200` and `models = [{depth = 2}, {depth = 6}]` sweep the
+depth at width 200. Top-level `train_epochs` (a list) crosses with every entry that has no
+`train_epochs` of its own; a suite giving both top-level `train_epochs` and an entry's
+`train_epochs` is refused (which one would apply is ambiguous), as are two entries naming one
+model. Without `layers`/`layer`, each model is attacked at its own first attackable layer (1 for
+fc, 2 for conv); with them, every listed layer must be attackable in every model. A suite without
+`models` has one model, from the top-level keys (the cells, and their ids, are those of earlier
+versions).
 """
 
 from __future__ import annotations
@@ -60,16 +76,29 @@ KEYS = {"name": str, "description": str, "dataset": str, "datasets": list, "atta
         "depth": int, "image_size": int, "data_root": str, "hyperparameters": dict, "grid_images": int,
         "grid_seed": int, "arch": str, "fedavg": list, "inversion": dict, "plugins": list,
         "train_epochs": list, "train": dict,
-        "threat": list, "noise": list, "noise_scale": str}
+        "threat": list, "noise": list, "noise_scale": str, "models": list}
 REQUIRED = ("name", "attacks", "batch_sizes")
 INT_LISTS = ("batch_sizes", "layers", "seeds", "train_epochs")
 DP_KEYS = {"sigma": float, "clip": float, "delta": float, "q": float, "steps": int}
 FEDAVG_KEYS = {"epochs": int, "minibatch": int, "lr": float}
 INVERSION_KEYS = {"steps": int, "lr": float, "tv": float}
 THREAT_KEYS = {"labels": ("known", "withheld"), "batch_size": ("known", "estimated")}
+MODEL_KEYS = {"arch": str, "width": int, "depth": int, "train_epochs": int}
 TRAIN_KEYS = {"optimizer": str, "lr": float, "momentum": float, "batch_size": int, "weight_decay": float,
               "augment": bool, "seed": int}
 DEFAULT_GRID_IMAGES = 8
+
+
+@dataclass(frozen=True)
+class Victim:
+    """One victim model of a suite (its training epochs are an axis of their own): architecture, width, depth."""
+
+    arch: str
+    width: int
+    depth: int
+
+    def label(self) -> str:
+        return f"{self.arch}-{self.depth} width {self.width}"
 
 
 @dataclass(frozen=True)
@@ -132,7 +161,10 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
         inversion = _table(raw["inversion"], "key 'inversion'", INVERSION_KEYS, InversionConfig, ()) \
             if "inversion" in raw else None
         recipe = _table(raw["train"], "key 'train'", TRAIN_KEYS, TrainRecipe, ()) if "train" in raw else TrainRecipe()
-        epochs = [check_epochs(e, f"key 'train_epochs[{i}]'") for i, e in enumerate(raw.get("train_epochs", [0]))]
+        victims = _victims(raw)
+        layers = {v: _victim_layers(raw, v) for v in victims}
+        if "train" in raw and not any(e for epochs in victims.values() for e in epochs):
+            raise ConfigError("key 'train' (a training recipe) needs key 'train_epochs' with a value ≥ 1")
         threats = [_threat_level(v, i) for i, v in enumerate(raw.get("threat", ["default"]))]
         noises = [_noise_level(v, i, raw.get("noise_scale", "absolute")) for i, v in enumerate(raw.get("noise", [0.0]))]
         layerless = tuple(a for a in raw["attacks"] if not _has_layer(a))
@@ -141,29 +173,26 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
         raise ConfigError(f"suite {path}: {exc}") from None
     params = raw.get("hyperparameters", {})
     datasets = raw.get("datasets") or [raw["dataset"]]
-    arch = raw.get("arch", "fc")
-    layers = raw.get("layers") or [raw.get("layer", first_attackable_layer(arch))]
-    count = len(datasets) * sum(1 if a in layerless else len(layers) for a in raw["attacks"]) \
-        * len(raw["batch_sizes"]) * len(dp_levels) * len(fedavg_levels) * len(raw.get("seeds", [0])) * len(epochs) \
-        * len(threats) * len(noises)
+    per_batch = sum((1 if a in layerless else len(layers[v])) * len(epochs) for a in raw["attacks"]
+                    for v, epochs in victims.items())
+    count = len(datasets) * per_batch * len(raw["batch_sizes"]) * len(dp_levels) * len(fedavg_levels) \
+        * len(raw.get("seeds", [0])) * len(threats) * len(noises)
     if count > MAX_CELLS:  # refused before expanding, checking or running anything
         raise ConfigError(f"suite {path}: expands to {count:,} cells, more than the {MAX_CELLS:,} a suite may hold; "
                           "split it into several suites")
     cells = []
-    for dataset, attack, b, layer, dp, fedavg, threat, noise, seed, train_epochs in product(
-            datasets, raw["attacks"], raw["batch_sizes"], layers, dp_levels, fedavg_levels, threats, noises,
-            raw.get("seeds", [0]), epochs):
-        if attack in layerless and layer != layers[0]:
-            continue
-        cells.append(CellSpec(attack=attack, dataset=dataset, batch_size=b, seed=seed,
-                              width=raw.get("width", 200), depth=raw.get("depth", 3 if arch == "conv" else 6),
-                              layer=1 if attack in layerless else layer,
-                              data_root=data_root or raw.get("data_root"), image_size=raw.get("image_size"),
-                              hyperparameters=dict(params.get(attack, {})), dp=dp, arch=arch, fedavg=fedavg,
-                              inversion=None if attack in layerless else inversion, train_epochs=train_epochs,
-                              recipe=recipe if train_epochs else None, labels_known=threat.labels_known,
-                              batch_size_known=threat.batch_size_known, noise=noise,
-                              noise_scale=raw.get("noise_scale", "absolute")))
+    for dataset, attack, v in product(datasets, raw["attacks"], victims):
+        model_layers = layers[v][:1] if attack in layerless else layers[v]  # no layer setting: once per model
+        for b, layer, dp, fedavg, threat, noise, seed, train_epochs in product(
+                raw["batch_sizes"], model_layers, dp_levels, fedavg_levels, threats, noises, raw.get("seeds", [0]),
+                victims[v]):
+            cells.append(CellSpec(
+                attack=attack, dataset=dataset, batch_size=b, seed=seed, width=v.width, depth=v.depth,
+                layer=1 if attack in layerless else layer, data_root=data_root or raw.get("data_root"),
+                image_size=raw.get("image_size"), hyperparameters=dict(params.get(attack, {})), dp=dp, arch=v.arch,
+                fedavg=fedavg, inversion=None if attack in layerless else inversion, train_epochs=train_epochs,
+                recipe=recipe if train_epochs else None, labels_known=threat.labels_known,
+                batch_size_known=threat.batch_size_known, noise=noise, noise_scale=raw.get("noise_scale", "absolute")))
     _unique_cells(cells, path)
     return Suite(name=raw["name"], cells=cells, grid_seed=raw.get("grid_seed", 0),
                  grid_images=raw.get("grid_images", DEFAULT_GRID_IMAGES), text=text, layerless=layerless)
@@ -237,16 +266,7 @@ def _validate(raw: dict[str, Any]) -> None:
         check_width(raw["width"], "key 'width'")
     if "depth" in raw:
         check_depth(raw["depth"], "key 'depth'")
-    arch = raw.get("arch", "fc")
-    if arch not in ARCHS:
-        raise ConfigError(f"key 'arch' must be one of {', '.join(ARCHS)}, got {arch!r}")
-    depth, first = raw.get("depth", 3 if arch == "conv" else 6), first_attackable_layer(arch)
-    for layer in raw.get("layers", [raw.get("layer", first)]):
-        if not first <= layer <= depth - 1:
-            raise ConfigError(f"key 'layers': layer {layer} is not attackable in {arch} depth {depth} "
-                              f"(valid: {first}..{depth - 1})")
-    if "train" in raw and not any(raw.get("train_epochs", [0])):
-        raise ConfigError("key 'train' (a training recipe) needs key 'train_epochs' with a value ≥ 1")
+    _check_arch(raw.get("arch", "fc"), "key 'arch'")
     if "dp" in raw and "fedavg" in raw:
         raise ConfigError("a suite sweeps either 'dp' or 'fedavg', not both")
     if "dp" in raw and any(raw.get("noise", [])):
@@ -265,6 +285,68 @@ def _validate(raw: dict[str, Any]) -> None:
             build_config(attack_class(attack).Config, table)
         except ConfigError as exc:
             raise ConfigError(f"key 'hyperparameters.{attack}': {exc}") from None
+
+
+def _check_arch(arch: Any, where: str) -> str:
+    if arch not in ARCHS:
+        raise ConfigError(f"{where} must be one of {', '.join(ARCHS)}, got {arch!r}")
+    return arch
+
+
+def default_depth(arch: str) -> int:
+    """The depth of a victim whose suite gives none: 6 for fc, 3 for conv."""
+    return 3 if arch == "conv" else 6
+
+
+def _victims(raw: dict[str, Any]) -> dict[Victim, list[int]]:
+    """The suite's victim models, in order, each with its training epochs: the top-level model with
+    `train_epochs`, or the entries of `models` (an entry without `train_epochs` takes the top-level list)."""
+    epochs = [check_epochs(e, f"key 'train_epochs[{i}]'") for i, e in enumerate(raw.get("train_epochs", [0]))]
+    arch = raw.get("arch", "fc")
+    if "models" not in raw:
+        return {Victim(arch, raw.get("width", 200), raw.get("depth", default_depth(arch))): epochs}
+    if not raw["models"]:
+        raise ConfigError("key 'models' must list at least one model, like [{width = 200, depth = 6}]")
+    victims: dict[Victim, list[int]] = {}
+    for i, entry in enumerate(raw["models"]):
+        where = f"key 'models[{i}]'"
+        victim, model_epochs = _model_entry(entry, where, raw, epochs)
+        for e in model_epochs:
+            if e in victims.get(victim, []):
+                raise ConfigError(f"key 'models' lists {victim.label()}" + (f" trained {e} epochs" if e else "")
+                                  + " twice")
+            victims.setdefault(victim, []).append(e)
+    return victims
+
+
+def _model_entry(entry: Any, where: str, raw: dict[str, Any], epochs: list[int]) -> tuple[Victim, list[int]]:
+    """One table of `models`: its victim (keys it leaves out from the top level) and training epochs."""
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} must be a table with some of {', '.join(MODEL_KEYS)}")
+    for key, val in entry.items():
+        if key not in MODEL_KEYS:
+            raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(MODEL_KEYS)})")
+        if not isinstance(val, MODEL_KEYS[key]) or isinstance(val, bool):
+            raise ConfigError(f"{where}: key {key!r} must be a {'string' if MODEL_KEYS[key] is str else 'integer'}")
+    if "train_epochs" in entry and "train_epochs" in raw:
+        raise ConfigError(f"{where}: key 'train_epochs' is given per model and as the suite's axis; give one of them")
+    arch = _check_arch(entry.get("arch", raw.get("arch", "fc")), f"{where}: key 'arch'")
+    width = check_width(entry.get("width", raw.get("width", 200)), f"{where}: key 'width'")
+    depth = check_depth(entry.get("depth", raw.get("depth", default_depth(arch))), f"{where}: key 'depth'")
+    if "train_epochs" in entry:
+        return Victim(arch, width, depth), [check_epochs(entry["train_epochs"], f"{where}: key 'train_epochs'")]
+    return Victim(arch, width, depth), epochs
+
+
+def _victim_layers(raw: dict[str, Any], victim: Victim) -> list[int]:
+    """The layers attacked in `victim`: `layers` (or `layer`), each attackable there, else its first attackable one."""
+    first = first_attackable_layer(victim.arch)
+    layers = raw.get("layers") or [raw.get("layer", first)]
+    for layer in layers:
+        if not first <= layer <= victim.depth - 1:
+            raise ConfigError(f"key 'layers': layer {layer} is not attackable in {victim.arch} depth {victim.depth} "
+                              f"(valid: {first}..{victim.depth - 1})")
+    return layers
 
 
 def _dp_level(value: Any, index: int) -> DPConfig | None:
