@@ -29,6 +29,7 @@ from leakbench.harness.cell import cell_id
 from leakbench.harness.folders import folder_name
 from leakbench.harness.job import REFS_ENV, class_ref
 from leakbench.harness.run import run_sweep
+from leakbench.harness.store import read_table
 from leakbench.harness.suite import Suite, find_suite, load_suite
 from leakbench.pipeline import run_suite
 
@@ -77,19 +78,12 @@ def suite_for(attack: type[Attack], suite: str | Path, hyperparameters: dict[str
 
 def load_records(run_dir: Path | str) -> pd.DataFrame:
     """A run's per-image records (one row per ground-truth image and cell) as a DataFrame."""
-    return _table(Path(run_dir), "records.parquet")
+    return read_table(Path(run_dir), "records.parquet")
 
 
 def load_cells(run_dir: Path | str) -> pd.DataFrame:
     """A run's per-cell summaries (one row per cell) as a DataFrame."""
-    return _table(Path(run_dir), "cells.parquet")
-
-
-def _table(run_dir: Path, name: str) -> pd.DataFrame:
-    path = run_dir / name
-    if not path.is_file():
-        raise ConfigError(f"{run_dir} holds no {name} (not a run folder, or its sweep has not finished a cell)")
-    return pd.read_parquet(path)
+    return read_table(Path(run_dir), "cells.parquet")
 
 
 @contextmanager

@@ -82,7 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     board = sub.add_parser("leaderboard", help="rank attacks per setting from stored records")
     board.add_argument("--results", type=Path, default=Path("results"), help="folder of run folders (default results/)")
     board.add_argument("--reports", type=Path, default=Path("reports"), help="where to write (default reports/)")
-    repro = sub.add_parser("reproduce", help="reproduce a paper table or figure into reports/")
+    view = sub.add_parser("view", help="a named table of a stored run (`leakbench list views`)")
+    view.add_argument("name", help="see `leakbench list views`")
+    view.add_argument("run_dir", type=Path, help="a run folder, e.g. results/paper-spear-noise")
+    view.add_argument("--out", type=Path, help="also write the table as CSV to this file")
+    repro = sub.add_parser("reproduce", help="reproduce a paper table or figure into reports/ (suite, then its views)")
     repro.add_argument("name", help="see `leakbench list papers`")
     _sweep_options(repro)
     _plugin_option(repro)
@@ -92,8 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _discovery_commands(sub: argparse._SubParsersAction) -> None:
     """`list` and `show`: what is registered, and every hyperparameter of an attack."""
-    lst = sub.add_parser("list", help="list registered attacks, datasets, paper entries or shipped suites")
-    lst.add_argument("what", choices=["attacks", "datasets", "papers", "suites"])
+    lst = sub.add_parser("list", help="list registered attacks, datasets, paper entries, shipped suites or report views")
+    lst.add_argument("what", choices=["attacks", "datasets", "papers", "suites", "views"])
     lst.add_argument("--params", action="store_true",
                      help="with attacks: every hyperparameter with its type, default and help")
     show = sub.add_parser("show", help="describe one attack (every hyperparameter) or dataset")
@@ -143,7 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         commands = {"attack": cmd_attack, "run": cmd_run, "report": cmd_report, "rescore": cmd_rescore,
-                    "leaderboard": cmd_leaderboard, "reproduce": cmd_reproduce, "list": cmd_list, "show": cmd_show}
+                    "leaderboard": cmd_leaderboard, "reproduce": cmd_reproduce, "view": cmd_view, "list": cmd_list,
+                    "show": cmd_show}
         with warnings.catch_warnings():
             warnings.simplefilter("always", LeakbenchWarning)
             warnings.showwarning = _one_line_warnings(warnings.showwarning)
@@ -411,8 +416,31 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     from leakbench.papers import reproduce
 
-    for path in reproduce(args.name, **options):
+    done = reproduce(args.name, **options)
+    for view in done.views:
+        print(view.markdown())
+    for path in done.paths():
         print(f"wrote {path}")
+    return 0
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    """`view NAME RUN_DIR [--out FILE.csv]`: the named table of a stored run; bad input writes nothing."""
+    from leakbench.errors import ConfigError
+    from leakbench.harness.limits import check_writable_dir
+    from leakbench.harness.store import read_table, write_text_atomic
+    from leakbench.reporting.views import VIEWS, apply_view
+
+    VIEWS.entry(args.name)  # an unknown name is refused before anything is read
+    if args.out is not None:
+        if args.out.is_dir():
+            raise ConfigError(f"--out {args.out} is a folder; name the CSV file to write")
+        check_writable_dir(args.out.parent, "--out")
+    view = apply_view(args.name, read_table(args.run_dir, "cells.parquet"))
+    print(view.markdown(), end="")
+    if args.out is not None:
+        write_text_atomic(args.out, view.csv())
+        print(f"wrote {args.out}")
     return 0
 
 
@@ -427,6 +455,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         from leakbench.papers import list_papers as entries
     elif args.what == "suites":
         from leakbench.harness.suite import list_suites as entries
+    elif args.what == "views":
+        from leakbench.reporting.views import list_views as entries
     else:
         from leakbench.datasets import list_datasets as entries
     rows = entries()

@@ -1,95 +1,106 @@
-"""`leakbench reproduce NAME`: paper tables and figures, each a shipped suite (leakbench/suites/paper/) or a script.
+"""`leakbench reproduce NAME`: a paper table or figure as a shipped suite (leakbench/suites/paper/) plus named views.
 
-Suites run like `leakbench run` (records under --out, resumable) and write their report under --reports.
-Scripts are the benchmark scripts of a source checkout (benchmarks/*.py, not part of an installed
-package), called with `--out REPORTS/NAME` and `--data-root DIR` when one is given (they choose
-their own budgets).
+The suite runs like `leakbench run` (records under --out, resumable) and its report is written under
+--reports; then the entry's views (`leakbench.reporting.views`) are applied to the run's cells table
+and each is written as `REPORTS/SUITE/VIEW.csv` and `VIEW.md`, beside the report (listed in the
+report folder's marker, so a later report replaces them), and printed. All of it runs in this process.
+
+benchmarks/spear_draws.py and benchmarks/spear_guided.py are not entries: their figures need ground
+truth the cells table does not hold (each batch's zero counts, the guide's sign accuracy), so they
+stay benchmark scripts of a source checkout (README, "Reproduce").
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leakbench.errors import ConfigError
 from leakbench.registry import Registry
-
-SOURCE_ROOT = Path(__file__).resolve().parents[2]
-"""The checkout holding leakbench/ when it runs from source (with pyproject.toml and benchmarks/ beside it)."""
-PAPERS: Registry[Callable[..., list[Path]]] = Registry("paper table")
+from leakbench.reporting.views import View
 
 
-def _suite(name: str) -> Callable[..., list[Path]]:
-    def run(**kwargs: Any) -> list[Path]:
-        from leakbench.pipeline import run_suite
+@dataclass(frozen=True)
+class Paper:
+    """A paper entry: the suite it runs (a shipped `paper/NAME`, or a file) and the views applied to its run."""
 
-        return [run_suite(f"paper/{name}", **kwargs)]
-
-    return run
-
-
-def _script(name: str, script: str) -> Callable[..., list[Path]]:
-    def run(*, reports: Path, data_root: str | None = None, **_: Any) -> list[Path]:
-        path = benchmark_script(name, script)
-        out = reports / name
-        command = [sys.executable, str(path), "--out", str(out)]
-        if data_root is not None:
-            command += ["--data-root", str(data_root)]
-        if subprocess.run(command).returncode != 0:
-            raise ConfigError(f"reproduce {name}: {path.name} failed (see its output above)")
-        return [out]
-
-    return run
+    suite: str
+    views: tuple[str, ...] = ()
 
 
-def benchmark_script(name: str, script: str) -> Path:
-    """benchmarks/SCRIPT of the source checkout, or a ConfigError saying that entry `name` needs one."""
-    path = SOURCE_ROOT / "benchmarks" / script
-    if not (path.is_file() and (SOURCE_ROOT / "pyproject.toml").is_file()):
-        raise ConfigError(f"reproduce {name}: runs the benchmark script benchmarks/{script}, which only a source "
-                          f"checkout of leakbench has (not found at {path}); run it from a clone of the repository")
-    return path
+@dataclass
+class Reproduction:
+    """What `reproduce` wrote: the report's Markdown page, the views (in order) and their files."""
+
+    report: Path
+    views: list[View] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+
+    def paths(self) -> list[Path]:
+        return [self.report, *self.files]
 
 
-SUITES = (
-    ("spear-batch-size",
+PAPERS: Registry[Paper] = Registry("paper table")
+
+ENTRIES = (
+    ("spear-batch-size", Paper("paper/spear-batch-size", ("spear-speed",)),
      "SPEAR (NeurIPS 2024) batch-size table: TinyImageNet, FC-6 width 200, b = 1…20 (needs --data-root)"),
-    ("spear-layers", "SPEAR layer table: layers 1–5 of FC-6 at b = 16 and 20 (needs --data-root)"),
-    ("layers-images",
+    ("spear-speed", Paper("paper/spear-speed", ("spear-speed",)),
+     "SPEAR speed: exact %, seconds and draws per b = 1…25, FC-6 width 200, seeds 0–4, 900 s "
+     "(TinyImageNet; needs --data-root)"),
+    ("spear-layers", Paper("paper/spear-layers"), "SPEAR layer table: layers 1–5 of FC-6 at b = 16 and 20 (needs --data-root)"),
+    ("layers-images", Paper("paper/layers-images"),
      "SPEAR layers 1–5 of FC-6, b = 20: feature exact % and image PSNR after inversion (needs --data-root)"),
-    ("conv", "conv+FC victim on TinyImageNet: SPEAR/CPA on the first FC layer + inversion vs IG (needs --data-root)"),
-    ("conv-embedded", "conv+FC victim on the embedded 32×32 patches: SPEAR/CPA + inversion vs IG"),
-    ("dp", "every attack against DP-SGD σ ∈ {0 … 1} with ε (TinyImageNet FC-6, b = 8; needs --data-root)"),
-    ("spear-guided-w400", "guided SPEAR vs CPA, b = 25…100, FC-6 width 400 (TinyImageNet; needs --data-root)"),
-    ("spear-guided-w2000", "guided SPEAR vs CPA, b = 25…100, FC-6 width 2000 (TinyImageNet; needs --data-root)"),
-    ("spear-dl", "spear-dl (dictionary-learning proposals) vs guided SPEAR, b = 25…200, FC-6 width 2000 "
-                 "(TinyImageNet; needs --data-root)"),
-    ("spear-noise", "SPEAR under additive gradient noise σ = 0 … 1e-2 × max|g| (TinyImageNet FC-6, b = 8; "
-                    "needs --data-root); benchmarks/spear_noise.py prints its table"),
-    ("fedavg", "FedAvg table: E ∈ {1, 5}, mini-batch ∈ {b, b/4}, η ∈ {0.1, 0.01} "
-               "(TinyImageNet FC-6, b = 20; needs --data-root)"),
+    ("conv", Paper("paper/conv"),
+     "conv+FC victim on TinyImageNet: SPEAR/CPA on the first FC layer + inversion vs IG (needs --data-root)"),
+    ("conv-embedded", Paper("paper/conv-embedded"), "conv+FC victim on the embedded 32×32 patches: SPEAR/CPA + inversion vs IG"),
+    ("dp", Paper("paper/dp"), "every attack against DP-SGD σ ∈ {0 … 1} with ε (TinyImageNet FC-6, b = 8; needs --data-root)"),
+    ("spear-guided-w400", Paper("paper/spear-guided-w400"),
+     "guided SPEAR vs CPA, b = 25…100, FC-6 width 400 (TinyImageNet; needs --data-root)"),
+    ("spear-guided-w2000", Paper("paper/spear-guided-w2000"),
+     "guided SPEAR vs CPA, b = 25…100, FC-6 width 2000 (TinyImageNet; needs --data-root)"),
+    ("spear-dl", Paper("paper/spear-dl"), "spear-dl (dictionary-learning proposals) vs guided SPEAR, b = 25…200, "
+                                    "FC-6 width 2000 (TinyImageNet; needs --data-root)"),
+    ("spear-noise", Paper("paper/spear-noise", ("noise",)),
+     "SPEAR under additive gradient noise σ = 0 … 1e-2 × max|g| (TinyImageNet FC-6, b = 8; needs --data-root)"),
+    ("fedavg", Paper("paper/fedavg"), "FedAvg table: E ∈ {1, 5}, mini-batch ∈ {b, b/4}, η ∈ {0.1, 0.01} "
+                                "(TinyImageNet FC-6, b = 20; needs --data-root)"),
+    ("baselines", Paper("paper/baselines", ("baselines",)),
+     "SPEAR, CPA, CPA + derivative prefilter, IG, DLG on FC-2 width 256 and FC-6 width 200, b = 1…64 "
+     "(docs/baselines.md; TinyImageNet; needs --data-root)"),
 )
-"""Paper entries that are shipped suites leakbench/suites/paper/NAME.toml and their descriptions."""
+"""(name, entry, description) of every paper entry; each runs a shipped suite leakbench/suites/paper/NAME.toml."""
 
-for _name, _description in SUITES:
-    PAPERS.register(_name, _suite(_name), _description)
-PAPERS.register("spear-draws", _script("spear-draws", "spear_draws.py"),
-                "SPEAR draws against their expectation and failure rate against the bound (figure), "
-                "by benchmarks/spear_draws.py (needs --data-root)")
-
-
-PAPERS.register("spear-guided", _script("spear-guided", "spear_guided.py"),
-                "guided SPEAR frontier with the guide's sign accuracy, and draws against a controlled guide's "
-                "quality, by benchmarks/spear_guided.py (needs --data-root)")
+for _name, _paper, _description in ENTRIES:
+    PAPERS.register(_name, lambda paper=_paper: paper,
+                    _description + (f"; views: {', '.join(_paper.views)}" if _paper.views else ""))
 
 
 def list_papers() -> list[tuple[str, str]]:
     return [(e.name, e.description) for e in PAPERS.entries()]
 
 
-def reproduce(name: str, **kwargs: Any) -> list[Path]:
-    """Run paper entry `name` (a ConfigError naming the known ones if unknown)."""
-    return PAPERS.entry(name).factory(**kwargs)
+def reproduce(name: str, *, out: Path = Path("results"), reports: Path = Path("reports"), **kwargs: Any) -> Reproduction:
+    """Run paper entry `name` (a ConfigError naming the known ones if unknown): its suite, its report,
+    then its views, written beside the report; `kwargs` go to `pipeline.run_suite`."""
+    from leakbench.harness.store import read_table, write_text_atomic
+    from leakbench.pipeline import run_suite
+    from leakbench.reporting.target import write_marker
+    from leakbench.reporting.views import VIEWS, apply_view
+
+    paper = PAPERS.create(name)
+    for view in paper.views:
+        VIEWS.entry(view)  # a misspelt view fails now, not after the suite ran
+    report = run_suite(paper.suite, out=Path(out), reports=Path(reports), **kwargs)
+    done = Reproduction(report)
+    if not paper.views:
+        return done
+    cells = read_table(Path(out) / report.stem, "cells.parquet")
+    folder = Path(reports) / report.stem
+    for view in (apply_view(v, cells) for v in paper.views):
+        done.views.append(view)
+        for suffix, text in ((".csv", view.csv()), (".md", view.markdown())):
+            write_text_atomic(folder / f"{view.name}{suffix}", text)
+            done.files.append(folder / f"{view.name}{suffix}")
+    write_marker(folder, report.stem)  # the views are the report's files: a later report may replace them
+    return done

@@ -265,6 +265,28 @@ def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write text through a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_table(run_dir: Path, name: str) -> pd.DataFrame:
+    """A run folder's consolidated table `name` (records.parquet or cells.parquet), or one ConfigError line."""
+    path = Path(run_dir) / name
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} holds no {name} (not a run folder, or its sweep has not finished a cell)")
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises its own types for a damaged or foreign file
+        raise ConfigError(f"{path} is not a readable Parquet table ({type(exc).__name__}: {exc})") from None
+
+
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     """Write JSON through a temporary file in the same folder and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -51,14 +51,17 @@ def markdown(title: str, intro: list[str], blocks: list[Block]) -> str:
     for block in blocks:
         lines += [f"## {e(block.title)}", ""]
         if isinstance(block, Table):
-            lines += [_md_row(block.header), "|" + "---|" * len(block.header)]
-            lines += [_md_row(row) for row in block.rows]
-            lines.append("")
+            lines += [*markdown_table(block), ""]
         else:
             for path, caption in block.items:
                 lines += [f"![{e(caption)}]({_md_url(path)})", "", md_paragraph(caption), ""]
         lines += [*(md_paragraph(n) for n in block.notes), ""] if block.notes else []
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def markdown_table(table: Table) -> list[str]:
+    """The lines of `table`'s Markdown table (header, rule, rows; no title, no notes)."""
+    return [_md_row(table.header), "|" + "---|" * len(table.header), *(_md_row(row) for row in table.rows)]
 
 
 _MD_SPECIAL = "\\`*_{}[]<>|~&#!$"

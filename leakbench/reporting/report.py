@@ -20,7 +20,7 @@ import pandas as pd
 
 from leakbench.errors import LeakbenchError, LeakbenchWarning
 from leakbench.harness.folders import replace_folder
-from leakbench.harness.store import CELLS_DIR, collect, read_run_manifest
+from leakbench.harness.store import CELLS_DIR, collect, read_run_manifest, write_text_atomic
 from leakbench.metrics import MATCHING
 from leakbench.reporting.aggregate import STAT_HEADER, dp_order, epsilon_labels, grouped, stat_cells, with_model
 from leakbench.reporting.compare import comparison_figures
@@ -183,8 +183,8 @@ def write_report(run_dir: Path, reports: Path) -> Path:
         intro = _intro(manifest, cells)
         title = f"leakbench suite '{suite}'"
         write_marker(staging, suite)
-        _write_text(reports / f"{suite}.md", markdown(title, intro, blocks))
-        _write_text(reports / f"{suite}.html", html_document(title, intro, blocks))
+        write_text_atomic(reports / f"{suite}.md", markdown(title, intro, blocks))
+        write_text_atomic(reports / f"{suite}.html", html_document(title, intro, blocks))
         replace_folder(staging, reports / suite, foreign_report_entries)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -227,8 +227,3 @@ def _lpips_line(cells: pd.DataFrame) -> str:
         text += f"; {unscored} cells were stored without LPIPS"
     return text + "."
 
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)

@@ -1,0 +1,171 @@
+"""Named report views: a stored run's cells table (`cells.parquet`, one row per cell) → one titled table.
+
+    leakbench view noise results/paper-spear-noise --out noise.csv
+    leakbench list views
+
+A view is a function `cells → View` registered in `VIEWS` under its name; `leakbench reproduce NAME`
+applies its paper entry's views after the suite ran and writes each beside the report
+(`REPORTS/SUITE/VIEW.csv` and `.md`). Views read the cells table only (no records, no attack runs).
+Views keep apart what a run varies besides their own axis: each setting column (SETTING_KEYS:
+dataset, attack, model, layer, DP level, client, threat model, noise σ) that takes more than one
+value in the run joins the view's key, so a view never pools two settings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from leakbench.errors import ConfigError
+from leakbench.registry import Registry
+from leakbench.reporting.aggregate import with_model
+from leakbench.reporting.render import Table, markdown_table
+
+
+@dataclass(frozen=True)
+class View:
+    """A view's result: a title and a table (plain columns, numbers as numbers)."""
+
+    name: str
+    title: str
+    table: pd.DataFrame
+
+    def markdown(self) -> str:
+        """The title as a heading, then the table (numbers rounded for reading; the CSV keeps them whole)."""
+        rows = [[cell_text(v) for v in row] for row in self.table.itertuples(index=False)]
+        return "\n".join([f"## {self.title}", "", *markdown_table(Table(self.title, list(self.table.columns), rows))]) + "\n"
+
+    def csv(self) -> str:
+        return self.table.to_csv(index=False)
+
+
+VIEWS: Registry[View] = Registry("report view")
+"""Views by name; each factory takes the cells table and returns a View."""
+SETTING_KEYS = ("dataset", "attack", "model", "layer", "dp", "client", "threat", "noise_sigma")
+"""Columns a view adds to its key when the run holds more than one value of them."""
+
+
+def apply_view(name: str, cells: pd.DataFrame) -> View:
+    """View `name` of a run's cells table (a ConfigError naming the known views if unknown)."""
+    entry = VIEWS.entry(name)
+    if cells.empty:
+        raise ConfigError(f"view {name}: the run holds no cells")
+    return entry.factory(cells)
+
+
+def list_views() -> list[tuple[str, str]]:
+    return [(e.name, e.description) for e in VIEWS.entries()]
+
+
+def cell_text(value: object) -> str:
+    """A table entry for reading: '–' missing, '∞' infinite, integers whole, small numbers in 3 significant digits."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, float) and math.isinf(value):
+        return "∞" if value > 0 else "−∞"
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.3g}" if abs(value) < 0.01 else f"{value:.2f}"
+
+
+def _require(cells: pd.DataFrame, view: str, columns: Sequence[str]) -> None:
+    missing = [c for c in columns if c not in cells]
+    if missing:
+        raise ConfigError(f"view {view} needs the cells column(s) {', '.join(missing)}, which this run lacks "
+                          "(a run stored by an older leakbench, or not the view's kind of run)")
+
+
+def _key(cells: pd.DataFrame, axis: Sequence[str]) -> list[str]:
+    """The setting columns that vary in `cells` (SETTING_KEYS; older runs may lack some), then `axis`."""
+    return [c for c in SETTING_KEYS if c not in axis and c in cells and cells[c].nunique(dropna=False) > 1] + list(axis)
+
+
+def _with_model(cells: pd.DataFrame) -> pd.DataFrame:
+    """`cells` with the report's model label ('FC-6 w200', 'conv-3 w200 trained 5 ep'); other columns as stored."""
+    return cells.assign(model=with_model(cells)["model"])
+
+
+def _failed(status: pd.Series) -> int:
+    return int((status != "ok").sum())
+
+
+def _exact_pct(fraction: pd.Series) -> float:
+    return 100.0 * float(fraction.mean())
+
+
+def draws(cells: pd.DataFrame) -> pd.Series:
+    """The draws SPEAR-family attacks report in their attack stats (NaN for attacks that report none)."""
+    return cells["attack_stats"].map(lambda text: float(json.loads(text or "{}").get("draws", math.nan)))
+
+
+BASE = ("attack", "arch", "width", "depth", "layer", "seed", "status", "exact_fraction", "seconds")
+
+
+def noise_view(cells: pd.DataFrame) -> View:
+    """Per additive-noise level σ: cells, failed, mean PSNR of the cells (a failed cell has none), exact %,
+    median seconds (the table of `paper/spear-noise`)."""
+    _require(cells, "noise", (*BASE, "noise_sigma", "psnr_mean"))
+    frame = _with_model(cells)
+    table = frame.groupby(_key(frame, ["noise_sigma"]), sort=True).agg(
+        n=("seed", "size"), failed=("status", _failed), psnr_mean=("psnr_mean", "mean"),
+        exact_pct=("exact_fraction", _exact_pct), seconds_median=("seconds", "median")).reset_index()
+    scale = "× max |g| of each tensor" if (cells.get("noise_scale") == "max").any() else "(absolute)"
+    return View("noise", f"Gaussian noise on the shared gradient, std σ {scale}: per level", table)
+
+
+def spear_speed_view(cells: pd.DataFrame) -> View:
+    """Per batch size: cells, failed, exact %, median and max seconds, median and max draws."""
+    _require(cells, "spear-speed", (*BASE, "batch_size", "attack_stats"))
+    frame = _with_model(cells).assign(draws=draws(cells))
+    table = frame.groupby(_key(frame, ["batch_size"]), sort=True).agg(
+        n=("seed", "size"), failed=("status", _failed), exact_pct=("exact_fraction", _exact_pct),
+        seconds_median=("seconds", "median"), seconds_max=("seconds", "max"),
+        draws_median=("draws", "median"), draws_max=("draws", "max")).reset_index()
+    return View("spear-speed", "Speed per batch size: exact %, seconds and draws", table)
+
+
+BASELINE_COLUMNS = ["exact_pct", "psnr_mean", "psnr_median", "ssim_mean", "seconds", "status", "note"]
+
+
+def baselines_view(cells: pd.DataFrame) -> View:
+    """One row per cell, by attack, model, b and seed: exact %, PSNR mean and median, SSIM, seconds,
+    status and a note (failure reason, ICA not converged, loss, label strategy)."""
+    _require(cells, "baselines", (*BASE, "batch_size", "psnr_mean", "psnr_median", "ssim_mean", "reason",
+                                  "attack_stats"))
+    frame = _with_model(cells)
+    order = {a: i for i, a in enumerate(dict.fromkeys(frame["attack"]))}  # the suite's attack order
+    frame = frame.assign(exact_pct=100.0 * frame["exact_fraction"], note=[note(s, r, st) for s, r, st in zip(
+        frame["status"], frame["reason"], frame["attack_stats"])], _order=frame["attack"].map(order))
+    settings = [c for c in _key(frame, ["attack", "model"]) if c not in ("attack", "model", "dataset")]
+    frame = frame.sort_values(["_order", "width", "depth", "model", *settings, "batch_size", "seed"], kind="stable")
+    columns = ["attack", "model", *(["dataset"] if "dataset" in _key(frame, []) else []), *settings, "batch_size",
+               "seed", *BASELINE_COLUMNS]
+    return View("baselines", "Baselines: every attack × model × batch size", frame[columns].reset_index(drop=True))
+
+
+def note(status: str, reason: object, stats_json: str) -> str:
+    """A short attack-specific remark: the failure reason, ICA not converged, loss before → after, label strategy."""
+    if status != "ok":
+        return str(reason or "")[:80]
+    stats = json.loads(stats_json or "{}")
+    bits = []
+    if "converged" in stats and not stats["converged"]:
+        bits.append("ICA not converged")
+    if "final_loss" in stats and "initial_loss" in stats:
+        bits.append(f"loss {stats['initial_loss']:.3g}->{stats['final_loss']:.3g}")
+    if "label_strategy" in stats and stats["label_strategy"] != "given":
+        bits.append(str(stats["label_strategy"]).split(" ")[0])
+    return "; ".join(bits)
+
+
+VIEWS.register("noise", noise_view, "per additive-noise level σ: n, failed, PSNR mean, exact %, median seconds")
+VIEWS.register("spear-speed", spear_speed_view,
+               "per batch size: n, failed, exact %, median/max seconds, median/max draws (SPEAR's attack stats)")
+VIEWS.register("baselines", baselines_view,
+               "one row per cell by attack × model × b × seed: exact %, PSNR mean/median, SSIM, seconds, status, note")
