@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from spear_speed import parse_range  # noqa: E402
+from ranges import parse_range  # noqa: E402
 
 from leakbench.harness.cell import CellSpec, run_cell  # noqa: E402
 

@@ -29,7 +29,7 @@ from leakbench.attacks.spear import theory  # noqa: E402
 from leakbench.harness.cell import CellSpec, prepare, run_cell  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from spear_speed import parse_range  # noqa: E402
+from ranges import parse_range  # noqa: E402
 
 
 def zero_counts(spec: CellSpec) -> tuple[np.ndarray, int]:

@@ -29,7 +29,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from spear_speed import parse_range  # noqa: E402
+from ranges import parse_range  # noqa: E402
 
 from leakbench.attacks import create_attack  # noqa: E402
 from leakbench.attacks.spear import GuidedSpearAttack  # noqa: E402

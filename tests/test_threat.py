@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,20 +180,14 @@ def test_records_carry_threat_and_noise_columns() -> None:
     assert (default["labels_known"], default["batch_size_known"], default["noise_sigma"]) == (False, True, 0.0)
 
 
-def test_spear_noise_suite_and_its_table() -> None:
+def test_spear_noise_suite_and_its_view() -> None:
+    from leakbench.papers import PAPERS
+
     cells = load_suite(find_suite("paper/spear-noise")).cells
     assert sorted({c.noise for c in cells}) == [0.0, 1e-6, 1e-5, 1e-4, 1e-3, 3e-3, 1e-2]
     assert {c.noise_scale for c in cells if c.noise} == {"max"} and {c.seed for c in cells} == {0, 1, 2}
     assert {(c.attack, c.batch_size, c.width, c.depth, c.layer) for c in cells} == {("spear", 8, 200, 6, 1)}
-    spec = importlib.util.spec_from_file_location("spear_noise", Path(__file__).parents[1] / "benchmarks/spear_noise.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    cells_frame = pd.DataFrame({"noise_sigma": [0.0, 0.0, 1e-2], "seed": [0, 1, 0], "status": ["ok", "ok", "failed"],
-                                "psnr_mean": [140.0, 150.0, float("nan")], "exact_fraction": [1.0, 0.5, 0.0],
-                                "seconds": [1.0, 3.0, 60.0]})
-    table = script.noise_table(cells_frame)
-    assert table.loc[0.0, "psnr_mean"] == 145.0 and table.loc[0.0, "exact_pct"] == 75.0
-    assert table.loc[1e-2, "failed"] == 1 and table.loc[0.0, "seconds_median"] == 2.0
+    assert PAPERS.create("spear-noise").views == ("noise",)  # the table: tests/test_views.py
 
 
 def test_reports_keep_noise_and_threat_cells_apart() -> None:

@@ -72,9 +72,12 @@ def test_installed_wheel_runs_without_the_checkout(site: Path, tmp_path: Path) -
     assert (tmp_path / "rep" / "wheel-mini.md").is_file() and (tmp_path / "res" / "wheel-mini" / "records.parquet").is_file()
 
 
-def test_installed_wheel_refuses_script_entries_cleanly(site: Path, tmp_path: Path) -> None:
+def test_installed_wheel_reproduce_and_view_refuse_cleanly(site: Path, tmp_path: Path) -> None:
     proc = _leakbench(site, tmp_path, "-m", "leakbench", "reproduce", "spear-draws", "--out", "res", "--reports", "rep")
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
-    assert lines[0].startswith("leakbench: error: reproduce spear-draws:") and "source checkout" in lines[0]
-    assert "benchmarks/spear_draws.py" in lines[0] and not list(tmp_path.iterdir())
+    assert lines[0].startswith("leakbench: error: unknown paper table 'spear-draws'") and not list(tmp_path.iterdir())
+    views = _leakbench(site, tmp_path, "-m", "leakbench", "list", "views")
+    assert views.returncode == 0 and "spear-speed" in views.stdout and "baselines" in views.stdout, views.stderr
+    bad = _leakbench(site, tmp_path, "-m", "leakbench", "view", "noise", "res", "--out", "v.csv")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())

@@ -110,12 +110,12 @@ BASE = ("attack", "arch", "width", "depth", "layer", "seed", "status", "exact_fr
 def noise_view(cells: pd.DataFrame) -> View:
     """Per additive-noise level σ: cells, failed, mean PSNR of the cells (a failed cell has none), exact %,
     median seconds (the table of `paper/spear-noise`)."""
-    _require(cells, "noise", (*BASE, "noise_sigma", "psnr_mean"))
+    _require(cells, "noise", (*BASE, "noise_sigma", "noise_scale", "psnr_mean"))
     frame = _with_model(cells)
     table = frame.groupby(_key(frame, ["noise_sigma"]), sort=True).agg(
         n=("seed", "size"), failed=("status", _failed), psnr_mean=("psnr_mean", "mean"),
         exact_pct=("exact_fraction", _exact_pct), seconds_median=("seconds", "median")).reset_index()
-    scale = "× max |g| of each tensor" if (cells.get("noise_scale") == "max").any() else "(absolute)"
+    scale = "× max |g| of each tensor" if (cells["noise_scale"] == "max").any() else "(absolute)"
     return View("noise", f"Gaussian noise on the shared gradient, std σ {scale}: per level", table)
 
 
