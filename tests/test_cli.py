@@ -356,7 +356,7 @@ def test_reproduce_unknown_name(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_reproduce_has_no_script_entries(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for name in ("spear-draws", "spear-guided"):  # benchmark scripts, run as such (README, "Reproduce")
+    for name in ("spear-draws", "spear-guided"):  # benchmark scripts, run as such (README)
         line = _one_line_error(capsys, ["reproduce", name, "--reports", str(tmp_path / "rep")])
         assert f"unknown paper table {name!r}" in line
     assert not (tmp_path / "rep").exists()

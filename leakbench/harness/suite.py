@@ -1,6 +1,7 @@
 """Suite files (shipped: leakbench/suites/*.toml; or a user's file) expanded into cells; a malformed file fails before anything runs.
 
-A suite names attacks (with `[hyperparameters.ATTACK]` tables), datasets, one FC model and the axes:
+A suite names attacks (with `[hyperparameters.ATTACK]` tables), datasets, one victim model (or a list,
+`models`, below) and the axes:
 `batch_sizes`, `layers`, `dp` levels and `seeds`. Every combination is a cell, except that the layer
 axis applies only to attacks whose Config has a `layer` field (SPEAR, CPA); the others run once per
 remaining combination with layer 1 (they reconstruct images from the whole update / layer 1).
@@ -147,7 +148,8 @@ def list_suites() -> list[tuple[str, str]]:
 
 
 def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Suite:
-    """Parse and validate a suite file into its cells (datasets × attacks × batch sizes × layers × DP × seeds)."""
+    """Parse and validate a suite file into its cells (datasets × attacks × models × batch sizes × layers × DP
+    × clients × threats × noise × seeds × train epochs)."""
     try:
         text = path.read_text()
         raw = tomllib.loads(text)
