@@ -222,3 +222,16 @@ def test_view_bad_input_exits_2_writing_nothing(reproduced: Path, tmp_path: Path
     lines = captured.err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and lines[0].startswith("leakbench: error:"), captured.err
     assert captured.out == "" and sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_noise_view_keeps_scales_apart_and_names_them() -> None:
+    cells = _cells(noise_sigma=[0.0, 1e-4, 1e-4], noise_scale=["absolute", "max", "absolute"])
+    view = apply_view("noise", cells)
+    assert list(view.table.columns[:2]) == ["noise_scale", "noise_sigma"] and len(view.table) == 3
+    only_max = apply_view("noise", _cells(noise_sigma=[0.0, 1e-4], noise_scale=["absolute", "max"]))
+    assert "× max |g|" in only_max.title and list(only_max.table.columns[:1]) == ["noise_sigma"]
+
+
+def test_views_refuse_damaged_attack_stats() -> None:
+    with pytest.raises(ConfigError, match="attack_stats"):
+        apply_view("spear-speed", _cells(attack_stats=["{not json"]))

@@ -99,9 +99,20 @@ def _exact_pct(fraction: pd.Series) -> float:
     return 100.0 * float(fraction.mean())
 
 
+def attack_stats(text: object) -> dict:
+    """One cell's attack stats (stored as a JSON object string; empty for none)."""
+    try:
+        stats = json.loads(str(text or "{}"))
+    except ValueError:
+        stats = None
+    if not isinstance(stats, dict):
+        raise ConfigError(f"a cell's attack_stats is not a JSON object: {str(text)[:60]!r}")
+    return stats
+
+
 def draws(cells: pd.DataFrame) -> pd.Series:
     """The draws SPEAR-family attacks report in their attack stats (NaN for attacks that report none)."""
-    return cells["attack_stats"].map(lambda text: float(json.loads(text or "{}").get("draws", math.nan)))
+    return cells["attack_stats"].map(lambda text: float(attack_stats(text).get("draws", math.nan)))
 
 
 BASE = ("attack", "arch", "width", "depth", "layer", "seed", "status", "exact_fraction", "seconds")
@@ -112,18 +123,23 @@ def noise_view(cells: pd.DataFrame) -> View:
     median seconds (the table of `paper/spear-noise`)."""
     _require(cells, "noise", (*BASE, "noise_sigma", "noise_scale", "psnr_mean"))
     frame = _with_model(cells)
-    table = frame.groupby(_key(frame, ["noise_sigma"]), sort=True).agg(
+    scales = set(frame.loc[frame["noise_sigma"] > 0, "noise_scale"])  # σ = 0 is stored as "absolute"
+    axis = ["noise_scale", "noise_sigma"] if len(scales) > 1 else ["noise_sigma"]
+    table = frame.groupby(_key(frame, axis), sort=True, dropna=False).agg(
         n=("seed", "size"), failed=("status", _failed), psnr_mean=("psnr_mean", "mean"),
         exact_pct=("exact_fraction", _exact_pct), seconds_median=("seconds", "median")).reset_index()
-    scale = "× max |g| of each tensor" if (cells["noise_scale"] == "max").any() else "(absolute)"
-    return View("noise", f"Gaussian noise on the shared gradient, std σ {scale}: per level", table)
+    if len(scales) > 1:
+        scale = "σ, absolute or × max |g| (column noise_scale)"
+    else:
+        scale = "σ × max |g| of each tensor" if scales == {"max"} else "σ (absolute)"
+    return View("noise", f"Gaussian noise on the shared gradient, std {scale}: per level", table)
 
 
 def spear_speed_view(cells: pd.DataFrame) -> View:
     """Per batch size: cells, failed, exact %, median and max seconds, median and max draws."""
     _require(cells, "spear-speed", (*BASE, "batch_size", "attack_stats"))
     frame = _with_model(cells).assign(draws=draws(cells))
-    table = frame.groupby(_key(frame, ["batch_size"]), sort=True).agg(
+    table = frame.groupby(_key(frame, ["batch_size"]), sort=True, dropna=False).agg(
         n=("seed", "size"), failed=("status", _failed), exact_pct=("exact_fraction", _exact_pct),
         seconds_median=("seconds", "median"), seconds_max=("seconds", "max"),
         draws_median=("draws", "median"), draws_max=("draws", "max")).reset_index()
@@ -142,18 +158,17 @@ def baselines_view(cells: pd.DataFrame) -> View:
     order = {a: i for i, a in enumerate(dict.fromkeys(frame["attack"]))}  # the suite's attack order
     frame = frame.assign(exact_pct=100.0 * frame["exact_fraction"], note=[note(s, r, st) for s, r, st in zip(
         frame["status"], frame["reason"], frame["attack_stats"])], _order=frame["attack"].map(order))
-    settings = [c for c in _key(frame, ["attack", "model"]) if c not in ("attack", "model", "dataset")]
+    settings = [c for c in _key(frame, []) if c not in ("attack", "model")]  # what else the run varies
     frame = frame.sort_values(["_order", "width", "depth", "model", *settings, "batch_size", "seed"], kind="stable")
-    columns = ["attack", "model", *(["dataset"] if "dataset" in _key(frame, []) else []), *settings, "batch_size",
-               "seed", *BASELINE_COLUMNS]
+    columns = ["attack", "model", *settings, "batch_size", "seed", *BASELINE_COLUMNS]
     return View("baselines", "Baselines: every attack × model × batch size", frame[columns].reset_index(drop=True))
 
 
-def note(status: str, reason: object, stats_json: str) -> str:
+def note(status: str, reason: object, stats_json: object) -> str:
     """A short attack-specific remark: the failure reason, ICA not converged, loss before → after, label strategy."""
     if status != "ok":
         return str(reason or "")[:80]
-    stats = json.loads(stats_json or "{}")
+    stats = attack_stats(stats_json)
     bits = []
     if "converged" in stats and not stats["converged"]:
         bits.append("ICA not converged")
