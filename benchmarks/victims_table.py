@@ -3,7 +3,8 @@
     leakbench run paper/victims --data-root DIR --out RESULTS
     python benchmarks/victims_table.py RESULTS/paper-victims --data-root DIR [--doc docs/victims.md]
 
-Reads the run's cells.parquet and manifest.json only (no attack runs). The ReLU sparsity of the
+Reads the run's cells.parquet and manifest.json only (no attack runs); the victims' accuracies are the
+`victims` view (`leakbench view victims RUN_DIR`). The ReLU sparsity of the
 attacked layer is measured here, from the victim (loaded from the victim cache, or retrained
 deterministically when the cache is gone) on the cell's batch: the fraction of (image, unit) pairs
 of the ReLU after the attacked layer that are inactive, and the units inactive for the whole batch.
@@ -22,6 +23,7 @@ import pandas as pd
 import torch
 
 from leakbench.harness.cell import spec_from_dict, victim
+from leakbench.reporting.views import apply_view
 
 BEGIN, END = "<!-- victims-table:begin -->", "<!-- victims-table:end -->"
 
@@ -85,12 +87,12 @@ def _draws(stats: str) -> str:
 
 
 def victims_markdown(cells: pd.DataFrame) -> list[str]:
-    """The victims' accuracies, one row per epoch count and init seed."""
-    v = cells.groupby(["train_epochs", "seed"])[["train_accuracy", "test_accuracy", "victim_hash"]].first().reset_index()
+    """The victims' accuracies (the `victims` view), one row per epoch count and init seed."""
+    v = apply_view("victims", cells).table
     lines = ["| train epochs | init seed | train accuracy % (train part) | test accuracy % (test part) | victim hash |",
              "|---|---|---|---|---|"]
     for r in v.itertuples():
-        lines.append(f"| {r.train_epochs} | {r.seed} | {_num(100 * r.train_accuracy, 1)} | {_num(100 * r.test_accuracy, 1)} | "
+        lines.append(f"| {r.train_epochs} | {r.seed} | {_num(r.train_accuracy_pct, 1)} | {_num(r.test_accuracy_pct, 1)} | "
                      f"{r.victim_hash[:12] or 'at init'} |")
     return lines
 

@@ -235,3 +235,13 @@ def test_noise_view_keeps_scales_apart_and_names_them() -> None:
 def test_views_refuse_damaged_attack_stats() -> None:
     with pytest.raises(ConfigError, match="attack_stats"):
         apply_view("spear-speed", _cells(attack_stats=["{not json"]))
+
+
+def test_victims_view_one_row_per_victim() -> None:
+    cells = _cells(train_epochs=[0, 0, 5, 5], seed=[0, 0, 0, 0], attack=["spear", "cpa", "spear", "cpa"],
+                   train_accuracy=[math.nan, math.nan, 0.5, 0.5], test_accuracy=[math.nan, math.nan, 0.25, 0.25],
+                   victim_hash=["", "", "abc", "abc"])
+    table = apply_view("victims", cells).table
+    assert list(table.columns) == ["train_epochs", "seed", "train_accuracy_pct", "test_accuracy_pct", "victim_hash"]
+    assert len(table) == 2 and list(table["victim_hash"]) == ["", "abc"]
+    assert table.loc[1, "train_accuracy_pct"] == 50.0 and math.isnan(table.loc[0, "test_accuracy_pct"])

@@ -179,8 +179,23 @@ def note(status: str, reason: object, stats_json: object) -> str:
     return "; ".join(bits)
 
 
+def victims_view(cells: pd.DataFrame) -> View:
+    """One row per victim (model, training epochs, init seed): its train and test accuracy % (NaN at
+    init) and the hash of the trained weights ('' at init); the models join the key when they vary."""
+    _require(cells, "victims", ("dataset", "arch", "width", "depth", "seed", "train_epochs", "train_accuracy",
+                                "test_accuracy", "victim_hash"))
+    key = [c for c in ("dataset", "arch", "width", "depth") if cells[c].nunique(dropna=False) > 1]
+    table = cells.groupby([*key, "train_epochs", "seed"], sort=True, dropna=False).agg(
+        train_accuracy_pct=("train_accuracy", lambda v: 100.0 * float(v.iloc[0])),
+        test_accuracy_pct=("test_accuracy", lambda v: 100.0 * float(v.iloc[0])),
+        victim_hash=("victim_hash", lambda v: str(v.iloc[0] or ""))).reset_index()
+    return View("victims", "Victims: accuracy after training (train part / test part)", table)
+
+
 VIEWS.register("noise", noise_view, "per additive-noise level σ: n, failed, PSNR mean, exact %, median seconds")
 VIEWS.register("spear-speed", spear_speed_view,
                "per batch size: n, failed, exact %, median/max seconds, median/max draws (SPEAR's attack stats)")
 VIEWS.register("baselines", baselines_view,
                "one row per cell by attack × model × b × seed: exact %, PSNR mean/median, SSIM, seconds, status, note")
+VIEWS.register("victims", victims_view,
+               "per victim (model, train epochs, init seed): train / test accuracy %, hash of the trained weights")
