@@ -245,3 +245,14 @@ def test_victims_view_one_row_per_victim() -> None:
     assert list(table.columns) == ["train_epochs", "seed", "train_accuracy_pct", "test_accuracy_pct", "victim_hash"]
     assert len(table) == 2 and list(table["victim_hash"]) == ["", "abc"]
     assert table.loc[1, "train_accuracy_pct"] == 50.0 and math.isnan(table.loc[0, "test_accuracy_pct"])
+
+
+def test_reproduce_refuses_an_unknown_view_before_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from leakbench import papers
+
+    (tmp_path / "tiny.toml").write_text(TINY)
+    with papers.PAPERS.scoped("bad-view", lambda: papers.Paper(str(tmp_path / "tiny.toml"), ("nope",)), "test"):
+        rc = main(["reproduce", "bad-view", "--out", str(tmp_path / "res"), "--reports", str(tmp_path / "rep")])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "unknown report view 'nope'" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.toml"]
