@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import subprocess
@@ -30,7 +31,7 @@ max_seconds = 60.0
 [hyperparameters.ig]
 iterations = 2
 """
-VIEW_NAMES = ("noise", "spear-speed", "baselines")
+VIEW_NAMES = ("noise", "spear-speed", "baselines", "victims")
 
 
 def _cells(**columns: list) -> pd.DataFrame:
@@ -171,8 +172,7 @@ def test_reproduce_writes_each_view_beside_the_report(reproduced: Path) -> None:
     for name in VIEW_NAMES:
         assert f"{name}.csv" in marker["files"] and f"{name}.md" in marker["files"]
         expected = apply_view(name, cells)
-        pd.testing.assert_frame_equal(pd.read_csv(folder / f"{name}.csv"), pd.read_csv(
-            __import__("io").StringIO(expected.csv())))
+        pd.testing.assert_frame_equal(pd.read_csv(folder / f"{name}.csv"), pd.read_csv(io.StringIO(expected.csv())))
         assert (folder / f"{name}.md").read_text() == expected.markdown()
     noise = pd.read_csv(folder / "noise.csv")
     assert sorted(set(noise["noise_sigma"])) == [0.0, 1e-4] and set(noise["model"]) == {"FC-3 w32", "FC-2 w24"}
