@@ -279,3 +279,16 @@ def test_psnr_mean_counts_infinity_explicitly() -> None:
     assert (s.n, s.n_missing, s.n_inf, s.mean, s.median, s.min, s.max) == (3, 1, 1, 40.0, math.inf, 40.0, math.inf)
     assert math.isnan(describe([]).mean) and math.isnan(describe([math.nan]).median)
     assert describe([math.inf]).n_inf == 1 and math.isnan(describe([math.inf]).mean)
+
+
+def test_pivot_entry_in_feature_space_shows_the_feature_error() -> None:
+    """A feature-space setting has no PSNR or LPIPS: its report entry gives exact % and the feature error."""
+    from leakbench.reporting.pivot import triple
+
+    nan = float("nan")
+    feature = {"space": "feature", "exact_pct": 100.0, "psnr_median": nan, "lpips_mean": nan,
+               "rel_error_median": 3.2e-7}
+    image = {"space": "image", "exact_pct": 50.0, "psnr_median": 21.34, "lpips_mean": 0.125,
+             "rel_error_median": nan}
+    assert triple(feature) == "100 % · rel. error 3.2e-07"
+    assert triple(image) == "50 % · 21.3 dB · 0.125"
