@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -117,6 +118,12 @@ def sparsity_markdown(sp: pd.DataFrame) -> list[str]:
     return lines
 
 
+def failure_text(reason: str) -> str:
+    """'failed (draw budget, 0 of 64 found)' for SPEAR's budget failures, else 'failed: REASON' whole."""
+    found = re.search(r"(draw|time) budget spent after \d+ draws with (\d+ of \d+) samples found", reason)
+    return f"failed ({found[1]} budget, {found[2]} found)" if found else f"failed: {reason}"
+
+
 def results_markdown(cells: pd.DataFrame) -> list[str]:
     """Every attack × epochs × b: status, exact %, PSNR median, LPIPS, seconds, SPEAR's draws."""
     lines = ["| attack | train epochs | b | seed | status | exact % | PSNR median dB | LPIPS | seconds | draws |",
@@ -124,7 +131,7 @@ def results_markdown(cells: pd.DataFrame) -> list[str]:
     order = {a: i for i, a in enumerate(dict.fromkeys(cells["attack"]))}
     frame = cells.assign(_o=cells["attack"].map(order)).sort_values(["_o", "train_epochs", "batch_size", "seed"])
     for r in frame.itertuples():
-        status = r.status if r.status == "ok" else f"failed: {str(r.reason)[:60]}"
+        status = r.status if r.status == "ok" else failure_text(str(r.reason))
         lines.append(f"| {r.attack} | {r.train_epochs} | {r.batch_size} | {r.seed} | {status} | "
                      f"{100 * r.exact_fraction:.0f} | {_num(r.psnr_median, 1)} | {_num(r.lpips_mean, 3)} | "
                      f"{r.seconds:.1f} | {_draws(r.attack_stats)} |")

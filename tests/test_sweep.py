@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -279,3 +280,29 @@ def test_psnr_mean_counts_infinity_explicitly() -> None:
     assert (s.n, s.n_missing, s.n_inf, s.mean, s.median, s.min, s.max) == (3, 1, 1, 40.0, math.inf, 40.0, math.inf)
     assert math.isnan(describe([]).mean) and math.isnan(describe([math.nan]).median)
     assert describe([math.inf]).n_inf == 1 and math.isnan(describe([math.inf]).mean)
+
+
+def test_pivot_entry_in_feature_space_shows_the_feature_error() -> None:
+    """A feature-space setting has no PSNR or LPIPS: its report entry gives exact % and the feature error."""
+    from leakbench.reporting.pivot import triple
+
+    nan = float("nan")
+    feature = {"space": "feature", "exact_pct": 100.0, "psnr_median": nan, "lpips_mean": nan,
+               "rel_error_median": 3.2e-7}
+    image = {"space": "image", "exact_pct": 50.0, "psnr_median": 21.34, "lpips_mean": 0.125,
+             "rel_error_median": nan}
+    assert triple(feature) == "100 % · rel. error 3.2e-07"
+    assert triple(image) == "50 % · 21.3 dB · 0.125"
+
+
+def test_leaderboard_links_only_to_grids_that_exist(tmp_path: Path, reference: Path) -> None:
+    """Entries link to the suite report's grids when that report lies in the same reports folder, never to
+    files that are not there."""
+    from leakbench.reporting.report import write_report
+
+    bare = write_leaderboard(reference.parent, tmp_path / "bare")[0].read_text()
+    assert "/grids/" not in bare
+    write_report(reference, tmp_path / "full")
+    full = write_leaderboard(reference.parent, tmp_path / "full")[0].read_text()
+    targets = re.findall(r"\]\(([^)]*/grids/[^)]*)\)", full)
+    assert targets and all((tmp_path / "full" / t).is_file() for t in targets)

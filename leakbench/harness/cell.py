@@ -325,6 +325,27 @@ def dp_columns(dp: DPConfig | None) -> dict[str, Any]:
             "dp_steps": dp.steps, "dp_epsilon": dp.epsilon(), "dp_accountant": ACCOUNTANT}
 
 
+def cell_settings(spec: CellSpec, *, hyperparameters: bool = False) -> list[str]:
+    """The cell's settings as short words ("b=16", "dp=σ=0.01 C=1", "train_epochs=5", ...): the plan's and the
+    progress lines' description of a cell; the hyperparameters (as compact JSON) only when asked for."""
+    settings = [spec.attack, spec.dataset, f"b={spec.batch_size}", f"{spec.arch}-{spec.depth} w={spec.width}",
+                f"layer={spec.layer}", f"dp={spec.dp.label() if spec.dp else 'none'}",
+                f"client={spec.fedavg.label() if spec.fedavg else 'FedSGD'}", f"seed={spec.seed}"]
+    if spec.image_size is not None:
+        settings.append(f"image_size={spec.image_size}")
+    if spec.inversion is not None:
+        settings.append(f"inversion_steps={spec.inversion.steps}")
+    if spec.train_epochs:
+        settings.append(f"train_epochs={spec.train_epochs}")
+    if spec.threat != ThreatModel():
+        settings.append(f"threat={spec.threat.label().replace(' ', '_').replace(',', '')}")
+    if spec.noise:
+        settings.append(f"noise={spec.noise:g}" + ("×max" if spec.noise_scale == "max" else ""))
+    if hyperparameters and spec.hyperparameters:
+        settings.append(json.dumps(spec.hyperparameters, sort_keys=True, separators=(",", ":")))
+    return settings
+
+
 def cell_id(spec: CellSpec) -> str:
     """A hash of the cell's full configuration (everything but `data_root`, which is only a location)."""
     config = {k: v for k, v in spec_dict(spec).items() if k != "data_root"}

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 import pandas as pd
 
 from leakbench.errors import LeakbenchWarning
-from leakbench.harness.cell import CellSpec, batch_id, build_attack, cell_id, spec_dict
+from leakbench.harness.cell import CellSpec, batch_id, build_attack, cell_id, cell_settings, spec_dict
 from leakbench.harness.executors import Task, execute
 from leakbench.harness.selection import grid_selection
 from leakbench.harness.store import (cell_path, check_cell_folders, consolidate, environment, remove_partial_cells,
@@ -159,8 +159,10 @@ def _run_with_progress(todo: list[Task], total: int, *, executor: str, jobs: int
                disable=not tty, dynamic_ncols=True)
     count = iter(range(total - len(todo) + 1, total + 1))
 
+    labels = {cell_id(t.spec): " ".join(cell_settings(t.spec)) for t in todo}
+
     def on_done(s: dict[str, Any]) -> None:
-        line = (f"{s['attack']} b={s['batch_size']} layer={s['layer']} dp={s['dp']} seed={s['seed']}: "
+        line = (f"{labels.get(s['cell_id'], s['attack'])}: "
                 f"{s['status']}, exact {100 * s['exact_fraction']:.0f}%, {s['seconds']:.2f} s")
         bar.update(1)
         bar.set_postfix_str(line[:70])
@@ -170,10 +172,7 @@ def _run_with_progress(todo: list[Task], total: int, *, executor: str, jobs: int
     running: dict[str, Any] = {}
 
     def on_start(task: Task) -> None:
-        spec = task.spec
-        dp = spec.dp.label() if spec.dp else "none"
-        client = f" {spec.fedavg.label()}" if spec.fedavg else ""
-        running.update(name=f"{spec.attack} b={spec.batch_size} layer={spec.layer} dp={dp}{client}", start=time.monotonic())
+        running.update(name=labels[cell_id(task.spec)], start=time.monotonic())
 
     stop = threading.Event()
     ticker = threading.Thread(target=_tick, args=(bar, running, stop), daemon=True)

@@ -62,7 +62,7 @@ from leakbench.fl.dp import DPConfig
 from leakbench.fl.fedavg import FedAvgConfig
 from leakbench.fl.noise import check_noise
 from leakbench.fl.update import ThreatModel
-from leakbench.harness.cell import CellSpec, cell_id
+from leakbench.harness.cell import CellSpec, cell_id, cell_settings
 from leakbench.harness.folders import folder_name
 from leakbench.harness.limits import MAX_CELLS, check_depth, check_seed, check_width
 from leakbench.models import ARCHS, first_attackable_layer
@@ -420,24 +420,5 @@ def _table(value: Any, where: str, keys: dict[str, type], cls: type, required: t
 
 def plan_lines(suite: Suite) -> list[str]:
     """What `leakbench run SUITE --plan` prints: one line per cell (its id and settings), then the count."""
-    import json
-
-    lines = []
-    for spec in suite.cells:
-        settings = [spec.attack, spec.dataset, f"b={spec.batch_size}", f"{spec.arch}-{spec.depth} w={spec.width}",
-                    f"layer={spec.layer}", f"dp={spec.dp.label() if spec.dp else 'none'}",
-                    f"client={spec.fedavg.label() if spec.fedavg else 'FedSGD'}", f"seed={spec.seed}"]
-        if spec.image_size is not None:
-            settings.append(f"image_size={spec.image_size}")
-        if spec.inversion is not None:
-            settings.append(f"inversion_steps={spec.inversion.steps}")
-        if spec.train_epochs:
-            settings.append(f"train_epochs={spec.train_epochs}")
-        if spec.threat != ThreatModel():
-            settings.append(f"threat={spec.threat.label().replace(' ', '_').replace(',', '')}")
-        if spec.noise:
-            settings.append(f"noise={spec.noise:g}" + ("×max" if spec.noise_scale == "max" else ""))
-        if spec.hyperparameters:
-            settings.append(json.dumps(spec.hyperparameters, sort_keys=True, separators=(",", ":")))
-        lines.append(f"{cell_id(spec)}  " + " ".join(settings))
+    lines = [f"{cell_id(spec)}  " + " ".join(cell_settings(spec, hyperparameters=True)) for spec in suite.cells]
     return lines + [f"{len(suite.cells)} cells in suite {suite.name} (nothing run, nothing written)"]

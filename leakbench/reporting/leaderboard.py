@@ -40,8 +40,10 @@ def load_results(results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.concat(records, ignore_index=True), with_model(pd.concat(cells, ignore_index=True))
 
 
-def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple, eps: dict[str, str]) -> Table:
-    """One RobustBench-style table: attacks ranked as rows, batch size × DP level as columns."""
+def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple, eps: dict[str, str],
+                reports: Path | None = None) -> Table:
+    """One RobustBench-style table: attacks ranked as rows, batch size × DP level as columns; an entry links
+    to its comparison grid when that grid lies in `reports` (written there by `leakbench report` or `run`)."""
     suite, dataset, model, layer, client = board
     several_dp = cells["dp"].nunique() > 1
     title = f"{dataset} · {model} · layer {layer}" + ("" if client == "fedsgd" else f" · {client}") + f" (suite {suite})"
@@ -50,18 +52,20 @@ def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple, eps: d
 
     def link(attack: str, setting: tuple) -> str | None:  # the comparison grid of the setting's first seed
         b, dp = setting
-        return f"{suite}/grids/{grid_name(dataset, model, b, layer, dp, client, seed)}" if images else None
+        target = f"{suite}/grids/{grid_name(dataset, model, b, layer, dp, client, seed)}"
+        return target if images and reports is not None and (reports / target).is_file() else None
     return pivot_table(records, cells, title=title, columns=COLUMN, link=link,
                        label=lambda c: f"b={c[0]}" + (f" {eps.get(c[1], c[1])}" if several_dp else ""))
 
 
-def leaderboard_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
-    """One table per suite, dataset, model, attacked layer and client, in a fixed order."""
+def leaderboard_blocks(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None = None) -> list[Block]:
+    """One table per suite, dataset, model, attacked layer and client, in a fixed order (entries link to
+    the grids found under `reports`)."""
     eps = epsilon_labels(cells)
     blocks: list[Block] = []
     for board, sub in cells.groupby(BOARD, sort=True):
         sub_records = records[records["cell_id"].isin(set(sub["cell_id"])) & (records["suite"] == board[0])]
-        blocks.append(board_table(sub_records, sub, board, eps))
+        blocks.append(board_table(sub_records, sub, board, eps, reports))
     return blocks
 
 
@@ -80,10 +84,11 @@ def write_leaderboard(results: Path, reports: Path) -> list[Path]:
              "(failed images count as not exact), then mean PSNR median, then fewer failures. Each entry is one "
              "headline number — exact % when any image is exact, else the PSNR median — with the mean LPIPS after "
              "the dot. Generated from stored records only; the same records give the same bytes (timing is in "
-             "leaderboard-timing.md).",
+             "leaderboard-timing.md). An entry links to its comparison grid where the suite's report lies in the "
+             "same reports folder (`leakbench report RUN --reports` this folder).",
              f"Runs: {', '.join(sorted(cells['suite'].unique()))}. Matching: Hungarian on MSE. "
              f"Exact over all images: {fmt(100 * float(records['exact'].mean()), 1)} %."]
-    blocks = leaderboard_blocks(records, cells)
+    blocks = leaderboard_blocks(records, cells, reports)
     files = {"leaderboard.md": markdown(TITLE, intro, blocks),
              "leaderboard.html": html_document(TITLE, intro, blocks, sortable=True),
              "leaderboard-timing.md": markdown(TIMING_TITLE, ["Wall-clock seconds per cell; not part of the ranking."],

@@ -29,7 +29,11 @@ def headline(s: Stats) -> str:
 
 
 def triple(s: Stats) -> str:
-    """Exact %, PSNR median and LPIPS of one setting."""
+    """Exact %, PSNR median and LPIPS of one setting; in feature space (no images, so neither PSNR nor
+    LPIPS) exact % and the median relative feature error instead."""
+    if s["space"] == "feature":
+        error = s["rel_error_median"]
+        return f"{fmt(s['exact_pct'], 0)} % · " + ("–" if math.isnan(error) else f"rel. error {error:.1e}")
     psnr = "–" if math.isnan(s["psnr_median"]) else f"{fmt(s['psnr_median'])} dB"
     return f"{fmt(s['exact_pct'], 0)} % · {psnr} · {fmt(s['lpips_mean'], 3)}"
 

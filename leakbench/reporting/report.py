@@ -73,7 +73,8 @@ def pivot_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
         title = f"{dataset} · {model} · layer {layer} · DP {eps.get(dp, dp)}" + ("" if client == "fedsgd" else f" · {client}")
         table = pivot_table(records[records["cell_id"].isin(set(sub["cell_id"]))], sub, title=title,
                             columns=["batch_size"], label=lambda c: f"b={c[0]}", entry=triple)
-        table.notes.append("Each entry: exact % · PSNR median · mean LPIPS (– where not computed); attacks ranked "
+        table.notes.append("Each entry: exact % · PSNR median · mean LPIPS (– where not computed; in feature space, where "
+                           "there are no images: exact % · median relative feature error); attacks ranked "
                            "by mean exact %, then mean PSNR median.")
         blocks.append(table)
     return blocks
