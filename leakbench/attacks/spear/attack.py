@@ -10,7 +10,9 @@ import torch
 
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
 from leakbench.attacks.spear.factors import LayerProblem, factorize
-from leakbench.attacks.spear.search import SearchSettings, SearchState, search_columns, zero_tolerance
+from leakbench.attacks.spear.candidates import zero_tolerance
+from leakbench.attacks.spear.search import SearchState, search_columns
+from leakbench.attacks.spear.state import SearchSettings
 from leakbench.attacks.spear.deflation import search_samples
 from leakbench.attacks.spear.solve import solve_batch, solve_from_samples
 from leakbench.errors import ConfigError

@@ -14,15 +14,15 @@ from typing import Callable
 import torch
 
 from leakbench.attacks.spear.active import BatchSpan, draw_active, find_batch_span
-from leakbench.attacks.spear.candidates import canonical, is_new, kernel_on, zero_masks
+from leakbench.attacks.spear.candidates import canonical, extra_zeros, is_new, kernel_on, new_patterns, zero_masks
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.fit import (SampleFit, complete_last_sample, complete_samples, fit_samples,
-                                         same_samples)
+from leakbench.attacks.spear.fit import SampleFit, fit_samples, same_samples
 from leakbench.attacks.spear.joint import JOINT_MAX_B, next_layer_residuals, refine_batch
+from leakbench.attacks.spear.last_column import complete_last_sample, complete_samples
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
+from leakbench.attacks.spear.search import SearchState
 from leakbench.attacks.spear.solve import Solution, solve_from_samples
-from leakbench.attacks.spear.search import (SearchSettings, SearchState, extra_zeros, new_patterns, search_bar,
-                                            show_progress)
+from leakbench.attacks.spear.state import SearchSettings, out_of_budget, search_bar, show_progress
 
 
 def null_basis(C: torch.Tensor, b: int) -> torch.Tensor:
@@ -305,10 +305,6 @@ def verify_batch(problem: LayerProblem, C: torch.Tensor, tol: torch.Tensor,
         return C, solution
     check = solve_from_samples(problem, refined, tol)
     return (refined, check) if check.ok else (C, solution)
-
-
-def out_of_budget(state: SearchState, settings: SearchSettings) -> bool:
-    return state.draws >= settings.max_draws or state.seconds >= settings.max_seconds
 
 
 def remember_directions(state: SearchState, q: torch.Tensor) -> None:

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from leakbench.attacks.spear.candidates import zero_masks
+from leakbench.attacks.spear.candidates import extra_zeros, new_patterns, zero_masks
 from leakbench.attacks.spear.deflation import accept_patterns, null_basis, reduced_rows
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.sampling import count_zeros
-from leakbench.attacks.spear.search import SearchSettings, SearchState, extra_zeros, new_patterns
+from leakbench.attacks.spear.search import SearchState
+from leakbench.attacks.spear.state import SearchSettings
 
 
 def msp_directions(Ln: torch.Tensor, gen: torch.Generator, *, iterations: int = 100) -> torch.Tensor:

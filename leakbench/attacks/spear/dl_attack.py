@@ -9,7 +9,8 @@ import torch
 from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn, check_route_knobs
 from leakbench.attacks.spear.dl import DLCounters, Proposal, dl_chunk
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.search import SearchSettings, SearchState
+from leakbench.attacks.spear.search import SearchState
+from leakbench.attacks.spear.state import SearchSettings
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 

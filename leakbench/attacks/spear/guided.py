@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 import torch
 
+from leakbench.attacks.spear.candidates import new_patterns
 from leakbench.attacks.spear.deflation import accept_patterns, draw_patterns, null_basis, reduced_rows
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.search import SearchSettings, SearchState, new_patterns
+from leakbench.attacks.spear.search import SearchState
+from leakbench.attacks.spear.state import SearchSettings
 
 
 @dataclass

@@ -12,7 +12,8 @@ from leakbench.attacks.base import Reconstruction
 from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn, check_route_knobs
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.guided import Guide, guided_chunk, make_guide
-from leakbench.attacks.spear.search import SearchSettings, SearchState
+from leakbench.attacks.spear.search import SearchState
+from leakbench.attacks.spear.state import SearchSettings
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 

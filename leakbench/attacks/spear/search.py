@@ -5,33 +5,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
-from leakbench.attacks.spear.candidates import (canonical, is_new, pattern_keys, pattern_margin, refine,
+from leakbench.attacks.spear.candidates import (canonical, is_new, min_zeros, new_patterns, pattern_margin, refine,
                                                 zero_masks)
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.last_column import last_column_candidates
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
-from leakbench.progress import Tally, tally
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """Knobs of the search; see `SpearConfig` for their meaning."""
-
-    max_draws: int
-    max_seconds: float
-    chunk: int
-    min_extra_zeros: int
-    min_zero_fraction: float
-    sample_tol_factor: float
-    unique_gap: float
-    max_new_per_chunk: int
-    last_column: bool
-    sampler: str = "auto"
-    row_weight_power: float = 0.0
-    label: str = "spear"
+from leakbench.attacks.spear.state import SearchSettings, search_bar, show_progress
 
 
 @dataclass
@@ -70,28 +51,6 @@ class SearchState:
     @property
     def seconds(self) -> float:
         return time.perf_counter() - self.started
-
-
-def extra_zeros(m: int, settings: SearchSettings) -> int:
-    """Zeros a candidate needs beyond the b−1 that every draw forces, among m live rows."""
-    return max(settings.min_extra_zeros, int(np.ceil(settings.min_zero_fraction * m)))
-
-
-def min_zeros(problem: LayerProblem, settings: SearchSettings) -> int:
-    """A candidate needs this many zero rows (b−1 come for free with every draw)."""
-    return problem.b - 1 + extra_zeros(problem.m, settings)
-
-
-def new_patterns(masks: torch.Tensor, state: SearchState, limit: int) -> torch.Tensor:
-    """Indices of rows of `masks` whose zero pattern has not been examined before (≤ limit)."""
-    keep: list[int] = []
-    for i, key in enumerate(pattern_keys(masks)):
-        if key not in state.seen:
-            state.seen.add(key)
-            keep.append(i)
-            if len(keep) >= limit:
-                break
-    return torch.as_tensor(keep, dtype=torch.long, device=masks.device)
 
 
 def consider(problem: LayerProblem, masks: torch.Tensor, tol: torch.Tensor, state: SearchState,
@@ -145,28 +104,3 @@ def search_columns(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
                 state.last_column_used = state.accepted.shape[0] == b
             show_progress(bar, state, settings)
     return state
-
-
-def search_bar(problem: LayerProblem, settings: SearchSettings):
-    """The progress bar of a search (samples found of b); drawn only under `progress.attack_progress`."""
-    return tally(total=problem.b, desc=f"{settings.label} samples found")
-
-
-def show_progress(bar: Tally, state: SearchState, settings: SearchSettings) -> None:
-    """Samples found, draws, elapsed seconds and the budget left (the nearer of draws and time)."""
-    left = min(1 - state.draws / settings.max_draws, 1 - state.seconds / settings.max_seconds)
-    bar.show(int(state.accepted.shape[0]),
-             f"draws {state.draws:,}, {state.seconds:.0f} s, budget left {max(left, 0):.0%}")
-
-
-def zero_tolerance(problem: LayerProblem, rel_tol: float, noise_factor: float) -> torch.Tensor:
-    """Per-row tolerance on |Ln_r · q| below which an entry counts as zero.
-
-    A floor `rel_tol` for rounding, plus the noise floor estimated from the discarded singular
-    values (σ_{b+1} ≈ s·(√m + √n) for i.i.d. noise of std s), relative to each row's norm.
-    """
-    m, n = problem.m, problem.R.shape[1]
-    row_norm = problem.L.norm(dim=1)
-    sigma1 = float(torch.linalg.matrix_norm(problem.L, ord=2))
-    noise_std = problem.noise * sigma1 / (np.sqrt(m) + np.sqrt(n))
-    return rel_tol + noise_factor * noise_std * np.sqrt(problem.b) / row_norm.clamp_min(1e-300)
