@@ -14,7 +14,6 @@ from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.search import SearchState, search_columns
 from leakbench.attacks.spear.state import SearchSettings
 from leakbench.attacks.spear.deflation import search_samples
-from leakbench.attacks.spear.solve import solve_batch, solve_from_samples
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 
@@ -193,9 +192,7 @@ class SpearAttack(Attack):
             state, solution = search_samples(problem, tol, settings, gen, cfg.residual_tol, chunk_source=source)
             mode = "deflation+next-layer"
         else:
-            state = search_columns(problem, tol, settings, gen)
-            enough = state.accepted.shape[0] >= problem.b
-            solution = solve_batch(problem, state.accepted[: problem.b].T, tol) if enough else None
+            state, solution = search_columns(problem, tol, settings, gen)
             mode = "sampling+lp"
         stats = {"route": cfg.route, "mode": mode, "draws": state.draws, "two_sided_draws": state.active_draws,
                  "two_sided_route": state.two_sided,

@@ -21,6 +21,7 @@ from leakbench.attacks.spear.joint import JOINT_MAX_B, next_layer_residuals, ref
 from leakbench.attacks.spear.last_column import complete_last_sample, complete_samples
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
 from leakbench.attacks.spear.search import SearchState
+from leakbench.attacks.spear.select import select_independent
 from leakbench.attacks.spear.solve import Solution, solve_from_samples
 from leakbench.attacks.spear.state import SearchSettings, out_of_budget, search_bar, show_progress
 
@@ -329,11 +330,7 @@ def try_directions(problem: LayerProblem, state: SearchState, tol: torch.Tensor,
     if inside.shape[0] < k:
         return None
     zeros = zero_masks(problem.Ln, inside, tol).sum(1)
-    inside = inside[torch.argsort(zeros, descending=True)][: 4 * k]
-    chosen = inside[:1]
-    for q in inside[1:]:
-        if chosen.shape[0] < k and torch.linalg.matrix_rank(torch.cat([chosen, q[None]]), rtol=1e-3) > chosen.shape[0]:
-            chosen = torch.cat([chosen, q[None]])
+    chosen = inside[select_independent(inside, zeros, k, rtol=1e-3, pool=4 * k)]
     if chosen.shape[0] < k:
         return None
     C, solution = verify_batch(problem, complete_samples(problem, state.accepted, chosen.T), tol, residual_tol)

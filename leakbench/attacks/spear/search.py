@@ -1,4 +1,8 @@
-"""The sampling search for the columns of Q, with a draw and time budget (SPEAR's main loop)."""
+"""The paper's route (`route=paper`): SPEAR's search for the columns of Q, as published.
+
+Sample (sampling.py), filter (candidates.py), select (select.py), scale and verify (solve.py), with
+a draw and time budget; the attacked layer's gradient only. The default route runs it too when the
+next layer's gradient cannot be used (rank below b); otherwise it runs deflation.py."""
 
 from __future__ import annotations
 
@@ -12,7 +16,9 @@ from leakbench.attacks.spear.candidates import (canonical, is_new, min_zeros, ne
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.last_column import last_column_candidates
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
-from leakbench.attacks.spear.state import SearchSettings, search_bar, show_progress
+from leakbench.attacks.spear.select import select_independent
+from leakbench.attacks.spear.solve import Solution, solve_batch
+from leakbench.attacks.spear.state import SearchSettings, out_of_budget, search_bar, show_progress
 
 
 @dataclass
@@ -86,21 +92,45 @@ def sample_chunk(problem: LayerProblem, tol: torch.Tensor, state: SearchState, s
     return masks[new_patterns(masks, state, settings.max_new_per_chunk)]
 
 
+INDEPENDENT_RTOL = 1e-9
+"""The selection keeps a column unless it is numerically dependent on those kept: true columns of Q can be
+ill-conditioned (Q = C⁻¹, and the images of a batch are correlated)."""
+
+
+def select_columns(problem: LayerProblem, state: SearchState, tol: torch.Tensor) -> torch.Tensor:
+    """Select step: indices of up to b accepted columns, sparsest first and linearly independent
+    (`select.select_independent`), returned in the order the columns were found."""
+    zeros = zero_masks(problem.Ln, state.accepted, tol).sum(1)
+    return select_independent(state.accepted, zeros, problem.b, rtol=INDEPENDENT_RTOL).sort().values
+
+
 def search_columns(problem: LayerProblem, tol: torch.Tensor, settings: SearchSettings,
-                   gen: torch.Generator) -> SearchState:
-    """Draw submatrices until b verified columns are known or the budget is spent."""
+                   gen: torch.Generator) -> tuple[SearchState, Solution | None]:
+    """The paper's route: sample, filter, select b columns of Q, scale and verify, within the budget.
+
+    Each chunk of draws (`sample_chunk`) is filtered (`consider`: exact zero set, unique kernel, zero
+    count, new, LP-feasible pattern); `select_columns` picks b independent columns, `solve.solve_batch`
+    scales them from dL/db and verifies the ReLU pattern. With `last_column`, the b-th column is
+    looked for in closed form as soon as b−1 are selected (last_column.py). Returns the state and the
+    solution (None when the budget ran out before b columns were selected).
+    """
     b = problem.b
     state = SearchState(accepted=torch.empty(0, b, dtype=problem.Ln.dtype, device=problem.Ln.device))
+    chosen = torch.empty(0, dtype=torch.long)
     tried_last = False
     with search_bar(problem, settings) as bar:
-        while state.accepted.shape[0] < b:
-            if state.draws >= settings.max_draws or state.seconds >= settings.max_seconds:
+        while chosen.numel() < b:
+            if out_of_budget(state, settings):
                 break
             consider(problem, sample_chunk(problem, tol, state, settings, gen), tol, state, settings)
-            if settings.last_column and state.accepted.shape[0] == b - 1 and not tried_last:
+            chosen = select_columns(problem, state, tol)
+            if settings.last_column and chosen.numel() == b - 1 and not tried_last:
                 tried_last = True
-                q = last_column_candidates(problem, state.accepted.T)
+                q = last_column_candidates(problem, state.accepted[chosen].T)
                 consider(problem, zero_masks(problem.Ln, q, tol * settings.sample_tol_factor), tol, state, settings)
-                state.last_column_used = state.accepted.shape[0] == b
+                chosen = select_columns(problem, state, tol)
+                state.last_column_used = chosen.numel() == b
             show_progress(bar, state, settings)
-    return state
+    if chosen.numel() < b:
+        return state, None
+    return state, solve_batch(problem, state.accepted[chosen].T, tol)
