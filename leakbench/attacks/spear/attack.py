@@ -9,15 +9,15 @@ from typing import Callable
 import torch
 
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
-from leakbench.attacks.spear.factors import LayerProblem, factorize
 from leakbench.attacks.spear.candidates import zero_tolerance
-from leakbench.attacks.spear.search import SearchState, search_columns
+from leakbench.attacks.spear.deflation import SampleState, search_samples
+from leakbench.attacks.spear.factors import LayerProblem, factorize
+from leakbench.attacks.spear.search import search_columns
 from leakbench.attacks.spear.state import SearchSettings
-from leakbench.attacks.spear.deflation import search_samples
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 
-ChunkSource = Callable[[SearchState], bool]
+ChunkSource = Callable[[SampleState], bool]
 StatsFn = Callable[[], dict]
 
 
@@ -194,16 +194,11 @@ class SpearAttack(Attack):
         else:
             state, solution = search_columns(problem, tol, settings, gen)
             mode = "sampling+lp"
-        stats = {"route": cfg.route, "mode": mode, "draws": state.draws, "two_sided_draws": state.active_draws,
-                 "two_sided_route": state.two_sided,
-                 "candidates": state.candidates,
-                 "patterns": state.patterns, "fits_or_lp_checks": state.lp_checks,
-                 "samples_found": int(state.accepted.shape[0]), "retries": state.retries,
-                 "last_sample_closed_form": state.last_column_used, "neurons_used": problem.m,
+        stats = {"route": cfg.route, "mode": mode, **state.stats(), "neurons_used": problem.m,
                  "noise_estimate": problem.noise, "search_seconds": state.seconds, **extra_stats()}
         if solution is None:
             why = "time" if state.seconds >= cfg.max_seconds else "draw"
-            return (f"{why} budget spent after {state.draws} draws with {state.accepted.shape[0]} of "
+            return (f"{why} budget spent after {state.draws} draws with {state.found} of "
                     f"{problem.b} samples found"), None, stats
         stats["relu_violations"] = solution.violations
         if not solution.ok:

@@ -7,17 +7,12 @@ leakbench's per-candidate LP check that the pattern is a ReLU pattern at all (`p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import torch
 from scipy.optimize import linprog
 
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.state import SearchSettings
-
-if TYPE_CHECKING:
-    from leakbench.attacks.spear.search import SearchState
+from leakbench.attacks.spear.state import SearchSettings, SearchState
 
 
 def zero_masks(Ln: torch.Tensor, q: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import torch
 
 from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn, check_route_knobs
+from leakbench.attacks.spear.deflation import SampleState
 from leakbench.attacks.spear.dl import DLCounters, Proposal, dl_chunk
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.search import SearchState
 from leakbench.attacks.spear.state import SearchSettings
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
@@ -79,7 +79,7 @@ class SpearDLAttack(SpearAttack):
                             steps=cfg.steps, hold=cfg.hold, min_remaining=cfg.min_remaining)
         counters = DLCounters()
 
-        def source(state: SearchState) -> bool:
+        def source(state: SampleState) -> bool:
             return dl_chunk(problem, tol, state, settings, gen, cfg.residual_tol, proposal, counters)
 
         return source, lambda: {"dl_init": cfg.init, "dl_rounds": counters.calls, "dl_starts": counters.starts,

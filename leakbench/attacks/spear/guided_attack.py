@@ -10,9 +10,9 @@ import torch
 
 from leakbench.attacks.base import Reconstruction
 from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn, check_route_knobs
+from leakbench.attacks.spear.deflation import SampleState
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.guided import Guide, guided_chunk, make_guide
-from leakbench.attacks.spear.search import SearchState
 from leakbench.attacks.spear.state import SearchSettings
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
@@ -67,7 +67,7 @@ class GuidedSpearAttack(SpearAttack):
             return None, lambda: {"guide": cfg.guide, "guide_seconds": seconds, "guide_failed": reason}
         guide = make_guide(problem, features, cfg.pool_start)
 
-        def source(state: SearchState) -> bool:
+        def source(state: SampleState) -> bool:
             return guided_chunk(problem, guide, tol, state, settings, gen, cfg.residual_tol, cfg.pool_growth,
                                 cfg.refine_first)
 

@@ -6,8 +6,8 @@ next layer's gradient cannot be used (rank below b); otherwise it runs deflation
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -18,48 +18,26 @@ from leakbench.attacks.spear.last_column import last_column_candidates
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
 from leakbench.attacks.spear.select import select_independent
 from leakbench.attacks.spear.solve import Solution, solve_batch
-from leakbench.attacks.spear.state import SearchSettings, out_of_budget, search_bar, show_progress
+from leakbench.attacks.spear.state import SearchSettings, SearchState, out_of_budget, search_bar, show_progress
 
 
 @dataclass
-class SearchState:
-    """Columns found so far, patterns already examined, and counters for the attack's stats."""
+class ColumnState(SearchState):
+    """The paper route's state: the unit columns of Q accepted so far (k × b, in the order found) and
+    the LP checks run (`candidates.pattern_margin`), besides the counters of every search."""
 
-    accepted: torch.Tensor
-    banned: torch.Tensor | None = None
-    retries: int = 0
-    seen: set[bytes] = field(default_factory=set)
-    draws: int = 0
-    candidates: int = 0
-    patterns: int = 0
+    columns: torch.Tensor
     lp_checks: int = 0
-    last_column_used: bool = False
-    active_draws: int = 0
-    two_sided: bool = False
-    tail: bool = False
-    active_misses: int = 0
-    zero_misses: int = 0
-    chunks: int = 0
-    zero_chunks: int = 0
-    started: float = field(default_factory=time.perf_counter)
-
-    directions: torch.Tensor | None = None
-    residuals: torch.Tensor | None = None
-
-    def __post_init__(self) -> None:
-        if self.residuals is None:
-            self.residuals = self.accepted.new_zeros(self.accepted.shape[0])
-        if self.banned is None:
-            self.banned = self.accepted[:0].clone()
-        if self.directions is None:
-            self.directions = self.accepted[:0].clone()
 
     @property
-    def seconds(self) -> float:
-        return time.perf_counter() - self.started
+    def found(self) -> int:
+        return int(self.columns.shape[0])
+
+    def stats(self) -> dict[str, Any]:
+        return {**super().stats(), "fits_or_lp_checks": self.lp_checks}
 
 
-def consider(problem: LayerProblem, masks: torch.Tensor, tol: torch.Tensor, state: SearchState,
+def consider(problem: LayerProblem, masks: torch.Tensor, tol: torch.Tensor, state: ColumnState,
              settings: SearchSettings) -> None:
     """Refine candidate zero sets; accept unique-kernel, feasible, new columns."""
     if masks.shape[0] == 0:
@@ -70,15 +48,15 @@ def consider(problem: LayerProblem, masks: torch.Tensor, tol: torch.Tensor, stat
     keep = unique & enough
     q, exact = canonical(q[keep]), exact[keep]
     for direction, zero in zip(q, exact):
-        if not bool(is_new(direction[None], state.accepted)[0]):
+        if not bool(is_new(direction[None], state.columns)[0]):
             continue
         active = (problem.Ln @ direction).abs() > 100 * tol
         state.lp_checks += 1
         if pattern_margin(problem, zero.cpu().numpy(), active.cpu().numpy()) > 0:
-            state.accepted = torch.cat([state.accepted, direction[None]])
+            state.columns = torch.cat([state.columns, direction[None]])
 
 
-def sample_chunk(problem: LayerProblem, tol: torch.Tensor, state: SearchState, settings: SearchSettings,
+def sample_chunk(problem: LayerProblem, tol: torch.Tensor, state: ColumnState, settings: SearchSettings,
                  gen: torch.Generator) -> torch.Tensor:
     """Draw one chunk; return the loose zero masks of its new, sparse-enough directions."""
     count = min(settings.chunk, settings.max_draws - state.draws)
@@ -97,15 +75,15 @@ INDEPENDENT_RTOL = 1e-9
 ill-conditioned (Q = C⁻¹, and the images of a batch are correlated)."""
 
 
-def select_columns(problem: LayerProblem, state: SearchState, tol: torch.Tensor) -> torch.Tensor:
+def select_columns(problem: LayerProblem, state: ColumnState, tol: torch.Tensor) -> torch.Tensor:
     """Select step: indices of up to b accepted columns, sparsest first and linearly independent
     (`select.select_independent`), returned in the order the columns were found."""
-    zeros = zero_masks(problem.Ln, state.accepted, tol).sum(1)
-    return select_independent(state.accepted, zeros, problem.b, rtol=INDEPENDENT_RTOL).sort().values
+    zeros = zero_masks(problem.Ln, state.columns, tol).sum(1)
+    return select_independent(state.columns, zeros, problem.b, rtol=INDEPENDENT_RTOL).sort().values
 
 
 def search_columns(problem: LayerProblem, tol: torch.Tensor, settings: SearchSettings,
-                   gen: torch.Generator) -> tuple[SearchState, Solution | None]:
+                   gen: torch.Generator) -> tuple[ColumnState, Solution | None]:
     """The paper's route: sample, filter, select b columns of Q, scale and verify, within the budget.
 
     Each chunk of draws (`sample_chunk`) is filtered (`consider`: exact zero set, unique kernel, zero
@@ -115,7 +93,7 @@ def search_columns(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
     solution (None when the budget ran out before b columns were selected).
     """
     b = problem.b
-    state = SearchState(accepted=torch.empty(0, b, dtype=problem.Ln.dtype, device=problem.Ln.device))
+    state = ColumnState(columns=torch.empty(0, b, dtype=problem.Ln.dtype, device=problem.Ln.device))
     chosen = torch.empty(0, dtype=torch.long)
     tried_last = False
     with search_bar(problem, settings) as bar:
@@ -126,11 +104,11 @@ def search_columns(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
             chosen = select_columns(problem, state, tol)
             if settings.last_column and chosen.numel() == b - 1 and not tried_last:
                 tried_last = True
-                q = last_column_candidates(problem, state.accepted[chosen].T)
+                q = last_column_candidates(problem, state.columns[chosen].T)
                 consider(problem, zero_masks(problem.Ln, q, tol * settings.sample_tol_factor), tol, state, settings)
                 chosen = select_columns(problem, state, tol)
                 state.last_column_used = chosen.numel() == b
             show_progress(bar, state, settings)
     if chosen.numel() < b:
         return state, None
-    return state, solve_batch(problem, state.accepted[chosen].T, tol)
+    return state, solve_batch(problem, state.columns[chosen].T, tol)
