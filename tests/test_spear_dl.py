@@ -76,7 +76,7 @@ def test_default_route_is_recorded() -> None:
     ("spear", {"route": "paper", "residual_tol": 1e-3}, "route=paper ignores residual_tol"),
     ("spear", {"unique_gap": 1e-3}, "route=default ignores unique_gap"),
     ("spear-guided", {"unique_gap": 1e-3}, "route=default ignores unique_gap"),
-    ("spear-dl", {"last_column": False}, "route=default ignores last_column"),
+    ("spear-dl", {"last_column": False}, "^spear-dl: route=default ignores last_column"),
     ("spear", {"route": "paper", "row_weight_power": 0.0}, "ignores row_weight_power"),
     ("spear", {"route": "road"}, "route must be"),
     ("spear-dl", {"route": "paper"}, "plain SPEAR's"),

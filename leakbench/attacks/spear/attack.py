@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
 import torch
 
@@ -78,6 +78,8 @@ class SpearConfig:
     row_weight_power: float = 2.0
     route: str = "default"
     device: str = "cpu"
+    attack_name: ClassVar[str] = "spear"
+    """The attack this Config belongs to, for error messages (check_route_knobs)."""
 
     def __post_init__(self) -> None:
         positive = ("layer", "max_draws", "max_seconds", "min_extra_zeros", "zero_tol", "sample_tol_factor",
@@ -94,7 +96,7 @@ class SpearConfig:
             raise ConfigError(f"spear: device must be cpu or cuda, got {self.device!r}")
         if self.route not in ROUTES:
             raise ConfigError(f"spear: route must be one of {', '.join(ROUTES)}, got {self.route!r}")
-        check_route_knobs(self)
+        check_route_knobs(self, self.attack_name)
 
 
 ROUTES = ("default", "paper")
@@ -109,10 +111,11 @@ ROUTE_READS = {"default": "the deflated search (deflation.py) and its next-layer
                "paper": "the paper's column search (search.py)"}
 
 
-def check_route_knobs(cfg: SpearConfig, name: str = "spear") -> None:
+def check_route_knobs(cfg: SpearConfig, name: str) -> None:
     """Refuse a knob set away from its default on a route that never reads it (it would silently do
     nothing). Variants that lead the default route's deflated search (`name` ≠ "spear") have no
-    paper route. The one place these rules live; every SpearConfig subclass calls it."""
+    paper route. The one place these rules live; `SpearConfig.__post_init__` calls it for every
+    subclass, with the subclass's `attack_name`."""
     if cfg.route == "paper" and name != "spear":
         raise ConfigError(f"{name}: route=paper is plain SPEAR's; {name} leads the default route's deflated search")
     changed = [knob for knob, route in ROUTE_ONLY.items()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn, check_route_knobs
+from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn
 from leakbench.attacks.spear.deflation import SampleState
 from leakbench.attacks.spear.dl import DLCounters, Proposal, dl_chunk
 from leakbench.attacks.spear.factors import LayerProblem
@@ -41,10 +42,10 @@ class SpearDLConfig(SpearConfig):
     steps: int = 30
     hold: int = 15
     min_remaining: int = 10
+    attack_name: ClassVar[str] = "spear-dl"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_route_knobs(self, "spear-dl")
         if self.init not in INITS:
             raise ConfigError(f"spear-dl: init must be one of {', '.join(INITS)}, got {self.init!r}")
         if not 0.5 < self.keep <= 1 or not 0 < self.start_keep <= 1:
