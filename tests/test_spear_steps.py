@@ -88,3 +88,27 @@ def test_last_column_is_read_by_the_paper_route() -> None:
     assert on["status"] == off["status"] == "ok"
     assert on["last_sample_closed_form"] is True and off["last_sample_closed_form"] is False
     assert off["draws"] > on["draws"]
+
+
+def test_every_function_in_the_step_table_exists() -> None:
+    """The package docstring's step → function table names real functions (`module.name`, and the
+    bare names after a comma continue the module before them)."""
+    import importlib
+    import re
+
+    import leakbench.attacks.spear as spear
+
+    doc = spear.__doc__ or ""
+    table = doc[doc.index("Paper step → function"):doc.index("Knobs:")]
+    named = 0
+    for line in table.splitlines():
+        module = None
+        for token in re.findall(r"\b([a-z_]+)\.([A-Za-z_]+)\b|,\s*([A-Za-z_]+)\b(?!\.)", line):
+            mod, name, bare = token
+            if mod:
+                module = importlib.import_module(f"leakbench.attacks.spear.{mod}")
+            elif module is None:
+                continue
+            assert hasattr(module, name or bare), f"{module.__name__}.{name or bare} named in the table"
+            named += 1
+    assert named >= 30
