@@ -32,6 +32,18 @@ def parse_range(text: str) -> list[int]:
     return [int(v) for v in text.split(",")]
 
 
+def parse_params(pairs: list[str]) -> dict:
+    """["route=paper", "last_column=false"] → {"route": "paper", "last_column": False} (JSON values, else text)."""
+    params = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key] = value
+    return params
+
+
 def one_run(args: argparse.Namespace) -> int:
     """Worker: one cell with whatever `leakbench` is on PYTHONPATH; prints one JSON line."""
     import leakbench
@@ -41,7 +53,7 @@ def one_run(args: argparse.Namespace) -> int:
     spec = CellSpec(attack=args.attack, dataset=args.dataset, batch_size=args.b, seed=args.seed, width=args.width,
                     depth=args.depth, layer=1, data_root=args.data_root)
     batch, model, update = prepare(spec)
-    params = {"max_seconds": args.max_seconds, "device": "cpu"}
+    params = {"max_seconds": args.max_seconds, "device": "cpu", **parse_params(args.param)}
     if args.max_draws:
         params["max_draws"] = args.max_draws
     attack = create_attack(args.attack, **params)
@@ -52,7 +64,8 @@ def one_run(args: argparse.Namespace) -> int:
     print(json.dumps({"leakbench": str(Path(leakbench.__file__).resolve().parent.parent), "b": args.b,
                       "seed": args.seed, "status": recon.status, "reason": recon.reason,
                       "exact_fraction": float(records["exact"].astype(bool).mean()), "seconds": seconds,
-                      "draws": int(recon.stats.get("draws", 0))}))
+                      "draws": int(recon.stats.get("draws", 0)),
+                      "samples_found": int(recon.stats.get("samples_found", 0))}))
     return 0
 
 
@@ -68,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depth", type=int, default=6)
     parser.add_argument("--max-seconds", type=float, default=300.0)
     parser.add_argument("--max-draws", type=int, default=0, help="0: the attack's default")
+    parser.add_argument("--param", action="append", default=[], help="KEY=VALUE hyperparameter of the attack "
+                        "(repeatable), e.g. --param route=paper")
     parser.add_argument("--out", type=Path, default=None, help="CSV of every run")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--b", type=int, help=argparse.SUPPRESS)
@@ -86,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                 cmd = [sys.executable, str(Path(__file__).resolve()), "--one", "--attack", args.attack,
                        "--dataset", args.dataset, "--width", str(args.width), "--depth", str(args.depth),
                        "--max-seconds", str(args.max_seconds), "--max-draws", str(args.max_draws),
-                       "--b", str(b), "--seed", str(seed)]
+                       "--b", str(b), "--seed", str(seed), *(f"--param={p}" for p in args.param)]
                 if data_root:
                     cmd += ["--data-root", data_root]
                 env = dict(os.environ, PYTHONPATH=path)
@@ -100,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 row["checkout"] = name
                 rows.append(row)
                 print(f"{name:4s} b={b:3d} seed={seed:2d} {row['status']:6s} exact={row['exact_fraction']:.2f} "
-                      f"{row['seconds']:8.2f} s draws={row['draws']}", flush=True)
+                      f"{row['seconds']:8.2f} s draws={row['draws']} found={row['samples_found']}", flush=True)
     print("\nb   checkout  n  ok  exact%  median_s  max_s  median_draws")
     for b in parse_range(args.batch_sizes):
         for name, _ in checkouts:

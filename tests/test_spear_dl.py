@@ -73,7 +73,10 @@ def test_default_route_is_recorded() -> None:
 
 @pytest.mark.parametrize("attack, params, match", [
     ("spear", {"route": "paper", "sampler": "zeros"}, "route=paper ignores sampler"),
-    ("spear", {"route": "paper", "next_layer_check": False}, "ignores next_layer_check"),
+    ("spear", {"route": "paper", "residual_tol": 1e-3}, "route=paper ignores residual_tol"),
+    ("spear", {"unique_gap": 1e-3}, "route=default ignores unique_gap"),
+    ("spear-guided", {"unique_gap": 1e-3}, "route=default ignores unique_gap"),
+    ("spear-dl", {"last_column": False}, "^spear-dl: route=default ignores last_column"),
     ("spear", {"route": "paper", "row_weight_power": 0.0}, "ignores row_weight_power"),
     ("spear", {"route": "road"}, "route must be"),
     ("spear-dl", {"route": "paper"}, "plain SPEAR's"),
@@ -89,6 +92,7 @@ def test_knob_a_route_ignores_raises(attack: str, params: dict, match: str) -> N
 
 def test_defaults_on_the_paper_route_are_fine() -> None:
     create_attack("spear", route="paper", residual_tol=1e-4, last_column=False)
+    create_attack("spear", unique_gap=1e-5, last_column=True)
 
 
 def test_search_bar_shows_samples_draws_and_budget() -> None:

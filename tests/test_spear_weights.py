@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from leakbench.attacks.spear.deflation import null_basis, row_weights
+from leakbench.attacks.spear.deflation import SampleState, null_basis, row_weights
 from leakbench.attacks.spear.factors import factorize
-from leakbench.attacks.spear.search import SearchState
 from leakbench.harness.cell import CellSpec, prepare
 
 
@@ -23,8 +22,8 @@ def _problem_and_zeros(layer: int, b: int = 8):
     return problem, (C @ problem.A.T + problem.bias) <= 0
 
 
-def _state(b: int) -> SearchState:
-    return SearchState(accepted=torch.empty(0, b, dtype=torch.float64))
+def _state(b: int) -> SampleState:
+    return SampleState(samples=torch.empty(0, b, dtype=torch.float64))
 
 
 def test_row_weights_alternate_with_uniform_and_favour_small_rows() -> None:

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
 import torch
 
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
+from leakbench.attacks.spear.candidates import zero_tolerance
+from leakbench.attacks.spear.deflation import SampleState, search_samples
 from leakbench.attacks.spear.factors import LayerProblem, factorize
-from leakbench.attacks.spear.search import SearchSettings, SearchState, search_columns, zero_tolerance
-from leakbench.attacks.spear.deflation import search_samples
-from leakbench.attacks.spear.solve import solve_batch, solve_from_samples
+from leakbench.attacks.spear.search import search_columns
+from leakbench.attacks.spear.state import SearchSettings
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 
-ChunkSource = Callable[[SearchState], bool]
+ChunkSource = Callable[[SampleState], bool]
 StatsFn = Callable[[], dict]
 
 
@@ -32,26 +33,31 @@ class SpearConfig:
     zero_tol: relative floor under which |Ln_r·q| counts as zero (rounding of the gradient).
     noise_factor: multiple of the estimated gradient noise added to the zero tolerance.
     sample_tol_factor: looser tolerance for raw sampled directions, before refinement.
-    unique_gap: a column's zero set must have a 1-D kernel: σ_{b−1} > unique_gap·σ_1 there.
+    unique_gap: route=paper only: a column's zero set must have a 1-D kernel, σ_{b−1} > unique_gap·σ_1
+        there (candidates.refine; the deflated search lets the next-layer fit decide instead).
     max_new_per_chunk: at most this many new zero patterns are refined per chunk.
-    last_column: find the last column in closed form along the null line (notes, pitfall 7).
-    next_layer_check: fit each candidate pattern to a sample through the next layer's gradient
-        and deflate the search after every sample found (used when that gradient has rank ≥ b).
-    residual_tol: largest relative residual of that fit for a pattern to count as a sample.
-    sampler: how draws are made (with the next-layer check): "zeros" (SPEAR's b−1 neurons
+    last_column: route=paper only: look for the last column in closed form along the null line of the
+        b−1 selected ones (last_column.last_column_candidates; notes, pitfall 7). The deflated search
+        always completes its last sample in closed form (last_column.complete_last_sample): in the
+        1-D space left, a sample's zero rows are exactly the rows that are no longer live, so no
+        draw can isolate it.
+    residual_tol: default route only: largest relative residual of a candidate's next-layer fit
+        (fit.py) for its pattern to count as a sample.
+    sampler: default route only: how draws are made: "zeros" (SPEAR's b−1 neurons
         inactive for a sample), "actives" (two-sided draws, active.py: b−1 neurons with a guessed
         side each, for deep layers where samples have fewer than b−1 zeros; needs enough neurons
         active for the whole batch), "both" (alternating, favouring the route that found a sample
         more recently) or "auto" (two-sided when the batch span is found, else zeros; measured
         best: at layers 4–5 of FC-6 zero draws misread near-zero rows, see docs/spear.md).
-    row_weight_power: zero draws (with the next-layer check) pick rows with probability ∝
-        |row|^−power on every other chunk (deflation.row_weights; 0 = SPEAR's uniform draws).
-    route: "default" (leakbench's search: deflation and the next-layer fit when the next layer's
-        gradient allows, else the sampling search) or "paper" (SPEAR as published, search.py: the
-        attacked layer's gradient only, random (b−1)-row draws, no deflation, scale from dL/db,
-        ReLU verification; leakbench's per-candidate LP check replaces the greedy selection, and
-        last_column=false drops the closed-form last column too). The paper route ignores
-        next_layer_check, residual_tol, sampler and row_weight_power: setting them there raises.
+    row_weight_power: default route only: zero draws pick rows with probability ∝ |row|^−power on
+        every other chunk (deflation.row_weights; 0 = SPEAR's uniform draws).
+    route: "default" (leakbench's deflated search, deflation.py: next-layer fit, deflation,
+        closed-form last sample, joint refinement; when the next layer's gradient has rank < b it
+        runs the paper route's search instead, recorded as mode "sampling+lp") or "paper" (SPEAR as
+        published, search.py: the attacked layer's gradient only — sample, filter, greedy
+        selection, scale from dL/db, ReLU verification — plus leakbench's per-candidate LP check;
+        last_column=false drops the closed-form last column too). A knob that the chosen route
+        never reads (`ROUTE_ONLY`) raises when set away from its default.
     device: torch device for the linear algebra ("cpu" or "cuda").
     """
 
@@ -67,12 +73,13 @@ class SpearConfig:
     unique_gap: float = 1e-5
     max_new_per_chunk: int = 256
     last_column: bool = True
-    next_layer_check: bool = True
     residual_tol: float = 1e-4
     sampler: str = "auto"
     row_weight_power: float = 2.0
     route: str = "default"
     device: str = "cpu"
+    attack_name: ClassVar[str] = "spear"
+    """The attack this Config belongs to, for error messages (check_route_knobs)."""
 
     def __post_init__(self) -> None:
         positive = ("layer", "max_draws", "max_seconds", "min_extra_zeros", "zero_tol", "sample_tol_factor",
@@ -89,28 +96,35 @@ class SpearConfig:
             raise ConfigError(f"spear: device must be cpu or cuda, got {self.device!r}")
         if self.route not in ROUTES:
             raise ConfigError(f"spear: route must be one of {', '.join(ROUTES)}, got {self.route!r}")
-        check_route_knobs(self)
+        check_route_knobs(self, self.attack_name)
 
 
 ROUTES = ("default", "paper")
-PAPER_IGNORES = ("next_layer_check", "residual_tol", "sampler", "row_weight_power")
-"""Knobs of the default route that the paper's algorithm (search.py) never reads."""
+ROUTE_ONLY = {"residual_tol": "default", "sampler": "default", "row_weight_power": "default",
+              "unique_gap": "paper", "last_column": "paper"}
+"""Knobs that one route alone reads (every other SpearConfig field is read by both): the next-layer
+fit and the draws of the deflated search (deflation.py, fit.py, active.py) on the default route;
+the unique-kernel filter (search.consider) and the closed-form last column (search.search_columns)
+of the column search on the paper route."""
+
+ROUTE_READS = {"default": "the deflated search (deflation.py) and its next-layer fit",
+               "paper": "the paper's column search (search.py)"}
 
 
-def check_route_knobs(cfg: SpearConfig, name: str = "spear") -> None:
-    """Refuse a knob set away from its default on a route that ignores it (it would silently do nothing).
-
-    Variants that lead the default route's deflated search (`name` ≠ "spear") have no paper route.
-    """
-    if cfg.route != "paper":
-        return
-    if name != "spear":
+def check_route_knobs(cfg: SpearConfig, name: str) -> None:
+    """Refuse a knob set away from its default on a route that never reads it (it would silently do
+    nothing). Variants that lead the default route's deflated search (`name` ≠ "spear") have no
+    paper route. The one place these rules live; `SpearConfig.__post_init__` calls it for every
+    subclass, with the subclass's `attack_name`."""
+    if cfg.route == "paper" and name != "spear":
         raise ConfigError(f"{name}: route=paper is plain SPEAR's; {name} leads the default route's deflated search")
-    changed = [knob for knob in PAPER_IGNORES
-               if getattr(cfg, knob) != SpearConfig.__dataclass_fields__[knob].default]
+    changed = [knob for knob, route in ROUTE_ONLY.items()
+               if route != cfg.route and getattr(cfg, knob) != SpearConfig.__dataclass_fields__[knob].default]
     if changed:
-        raise ConfigError(f"{name}: route=paper ignores {', '.join(changed)} (the paper's algorithm uses the "
-                          "attacked layer's gradient only); leave them at their defaults")
+        other = ROUTE_ONLY[changed[0]]
+        raise ConfigError(f"{name}: route={cfg.route} ignores {', '.join(changed)} (read only by route={other}: "
+                          f"{ROUTE_READS[other]}); leave {'them' if len(changed) > 1 else 'it'} at the default"
+                          + (f" or set route={other}" if name == "spear" else ""))
 
 
 def auto_chunk(m: int, b: int) -> int:
@@ -163,8 +177,7 @@ class SpearAttack(Attack):
             x = (g.double() @ G.double()) / (g.double() @ g.double())
             return "", x[None], {"route": cfg.route, "draws": 0, "method": "closed form (b=1)"}
         next_weight, _ = model.layer_param_names(cfg.layer + 1)
-        use_next = cfg.next_layer_check and cfg.route == "default"
-        G_next = update.gradients[next_weight].to(device) if use_next else None
+        G_next = update.gradients[next_weight].to(device) if cfg.route == "default" else None
         problem = factorize(G, g, W, bias, b, G_next=G_next)
         return self._search(problem, seed, update)
 
@@ -191,20 +204,13 @@ class SpearAttack(Attack):
             state, solution = search_samples(problem, tol, settings, gen, cfg.residual_tol, chunk_source=source)
             mode = "deflation+next-layer"
         else:
-            state = search_columns(problem, tol, settings, gen)
-            enough = state.accepted.shape[0] >= problem.b
-            solution = solve_batch(problem, state.accepted[: problem.b].T, tol) if enough else None
+            state, solution = search_columns(problem, tol, settings, gen)
             mode = "sampling+lp"
-        stats = {"route": cfg.route, "mode": mode, "draws": state.draws, "two_sided_draws": state.active_draws,
-                 "two_sided_route": state.two_sided,
-                 "candidates": state.candidates,
-                 "patterns": state.patterns, "fits_or_lp_checks": state.lp_checks,
-                 "samples_found": int(state.accepted.shape[0]), "retries": state.retries,
-                 "last_sample_closed_form": state.last_column_used, "neurons_used": problem.m,
+        stats = {"route": cfg.route, "mode": mode, **state.stats(), "neurons_used": problem.m,
                  "noise_estimate": problem.noise, "search_seconds": state.seconds, **extra_stats()}
         if solution is None:
             why = "time" if state.seconds >= cfg.max_seconds else "draw"
-            return (f"{why} budget spent after {state.draws} draws with {state.accepted.shape[0]} of "
+            return (f"{why} budget spent after {state.draws} draws with {state.found} of "
                     f"{problem.b} samples found"), None, stats
         stats["relu_violations"] = solution.violations
         if not solution.ok:

@@ -1,4 +1,9 @@
-"""Turning sampled directions into verified columns of Q: group, refine, test, check the pattern."""
+"""SPEAR's filter step: which sampled directions are worth keeping (both searches).
+
+The zero tolerance, the zero count a candidate needs (`min_zeros`), de-duplication of zero patterns
+(`new_patterns`), refinement to the exact zero set with its unique-kernel test (`refine`), and
+leakbench's per-candidate LP check that the pattern is a ReLU pattern at all (`pattern_margin`).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import torch
 from scipy.optimize import linprog
 
 from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.state import SearchSettings, SearchState
 
 
 def zero_masks(Ln: torch.Tensor, q: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
@@ -77,3 +83,38 @@ def pattern_margin(problem: LayerProblem, zero: np.ndarray, active: np.ndarray) 
     cost[-1] = -1.0
     res = linprog(cost, A_ub=A_ub, b_ub=rhs, bounds=[(None, None)] * b + [(None, 1.0)], method="highs")
     return float(res.x[-1]) if res.status == 0 else -np.inf
+
+
+def zero_tolerance(problem: LayerProblem, rel_tol: float, noise_factor: float) -> torch.Tensor:
+    """Per-row tolerance on |Ln_r · q| below which an entry counts as zero.
+
+    A floor `rel_tol` for rounding, plus the noise floor estimated from the discarded singular
+    values (σ_{b+1} ≈ s·(√m + √n) for i.i.d. noise of std s), relative to each row's norm.
+    """
+    m, n = problem.m, problem.R.shape[1]
+    row_norm = problem.L.norm(dim=1)
+    sigma1 = float(torch.linalg.matrix_norm(problem.L, ord=2))
+    noise_std = problem.noise * sigma1 / (np.sqrt(m) + np.sqrt(n))
+    return rel_tol + noise_factor * noise_std * np.sqrt(problem.b) / row_norm.clamp_min(1e-300)
+
+
+def extra_zeros(m: int, settings: SearchSettings) -> int:
+    """Zeros a candidate needs beyond the b−1 that every draw forces, among m live rows."""
+    return max(settings.min_extra_zeros, int(np.ceil(settings.min_zero_fraction * m)))
+
+
+def min_zeros(problem: LayerProblem, settings: SearchSettings) -> int:
+    """A candidate needs this many zero rows (b−1 come for free with every draw)."""
+    return problem.b - 1 + extra_zeros(problem.m, settings)
+
+
+def new_patterns(masks: torch.Tensor, state: SearchState, limit: int) -> torch.Tensor:
+    """Indices of rows of `masks` whose zero pattern has not been examined before (≤ limit)."""
+    keep: list[int] = []
+    for i, key in enumerate(pattern_keys(masks)):
+        if key not in state.seen:
+            state.seen.add(key)
+            keep.append(i)
+            if len(keep) >= limit:
+                break
+    return torch.as_tensor(keep, dtype=torch.long, device=masks.device)

@@ -9,20 +9,63 @@ Candidate patterns are turned into samples and tested with the next layer's grad
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
 from leakbench.attacks.spear.active import BatchSpan, draw_active, find_batch_span
-from leakbench.attacks.spear.candidates import canonical, is_new, kernel_on, zero_masks
+from leakbench.attacks.spear.candidates import canonical, extra_zeros, is_new, kernel_on, new_patterns, zero_masks
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.fit import (SampleFit, complete_last_sample, complete_samples, fit_samples,
-                                         same_samples)
+from leakbench.attacks.spear.fit import SampleFit, fit_samples, same_samples
 from leakbench.attacks.spear.joint import JOINT_MAX_B, next_layer_residuals, refine_batch
+from leakbench.attacks.spear.last_column import complete_last_sample, complete_samples
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
+from leakbench.attacks.spear.select import select_independent
 from leakbench.attacks.spear.solve import Solution, solve_from_samples
-from leakbench.attacks.spear.search import (SearchSettings, SearchState, extra_zeros, new_patterns, search_bar,
-                                            show_progress)
+from leakbench.attacks.spear.state import SearchSettings, SearchState, out_of_budget, search_bar, show_progress
+
+
+@dataclass
+class SampleState(SearchState):
+    """The deflated route's state, besides the counters of every search.
+
+    samples: rows c_i of C = Q⁻¹ found so far (k × b; sample i is x_i = Rᵀc_i), with their next-layer
+    `residuals`; banned: samples dropped after a failed verification, never accepted again;
+    directions: unit columns of Q whose pattern was sound but whose fit was not (`try_directions`);
+    fits: next-layer fits run; retries: verifications failed. The rest steers the two-sided route
+    (active.py, `use_active`) and the row-norm weights (`row_weights`).
+    """
+
+    samples: torch.Tensor
+    residuals: torch.Tensor | None = None
+    banned: torch.Tensor | None = None
+    directions: torch.Tensor | None = None
+    fits: int = 0
+    retries: int = 0
+    active_draws: int = 0
+    two_sided: bool = False
+    tail: bool = False
+    active_misses: int = 0
+    zero_misses: int = 0
+    chunks: int = 0
+    zero_chunks: int = 0
+
+    def __post_init__(self) -> None:
+        if self.residuals is None:
+            self.residuals = self.samples.new_zeros(self.samples.shape[0])
+        if self.banned is None:
+            self.banned = self.samples[:0].clone()
+        if self.directions is None:
+            self.directions = self.samples[:0].clone()
+
+    @property
+    def found(self) -> int:
+        return int(self.samples.shape[0])
+
+    def stats(self) -> dict[str, Any]:
+        return {**super().stats(), "two_sided_draws": self.active_draws, "two_sided_route": self.two_sided,
+                "fits_or_lp_checks": self.fits, "retries": self.retries}
 
 
 def null_basis(C: torch.Tensor, b: int) -> torch.Tensor:
@@ -48,7 +91,7 @@ def reduced_rows(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor
     return LN / norms.clamp_min(1e-300)[:, None], tol * scale, live
 
 
-def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, state: SearchState,
+def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, state: SampleState,
                   settings: SearchSettings, gen: torch.Generator,
                   weights: torch.Tensor | None = None) -> torch.Tensor:
     """One chunk of draws in the reduced space; the new loose zero masks (k, m), sparsest first.
@@ -79,7 +122,7 @@ def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, sta
 
 
 def row_weights(problem: LayerProblem, N: torch.Tensor, live: torch.Tensor, power: float,
-                state: SearchState) -> torch.Tensor | None:
+                state: SampleState) -> torch.Tensor | None:
     """Draw weights |L_r N|^−power for the live rows, on every other chunk (None: uniform).
 
     Row r of the gradient is L_r = Σ_i D_ir c_i over the samples for which neuron r passed a
@@ -97,7 +140,7 @@ def row_weights(problem: LayerProblem, N: torch.Tensor, live: torch.Tensor, powe
 
 
 def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor, tol: torch.Tensor,
-                    state: SearchState, residual_tol: float, doubt: float = 0.0) -> None:
+                    state: SampleState, residual_tol: float, doubt: float = 0.0) -> None:
     """Refine reduced-space patterns to exact zero sets, fit samples, keep the new consistent ones.
 
     `doubt` > 0: zero rows with |Ln_r·q| above doubt × their tolerance are free in the first fit
@@ -123,7 +166,7 @@ def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor,
     remember_directions(state, canonical(y[unique & ~consistent] @ N.T))
 
 
-def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SearchState, residual_tol: float,
+def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SampleState, residual_tol: float,
                 free: torch.Tensor | None = None) -> SampleFit:
     """Fit a sample to each zero pattern (k, m); keep the consistent ones not known or banned yet.
 
@@ -132,18 +175,18 @@ def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SearchState, r
     layer 5: 2e-3 off, residual under the tolerance) must not block the exact sample.
     """
     fit = fit_samples(problem, zero, residual_tol=residual_tol, free=free)
-    state.lp_checks += int(zero.shape[0])
+    state.fits += int(zero.shape[0])
     good = torch.nonzero(fit.consistent).flatten()
     for i in good[torch.argsort(fit.residual[good])].tolist():
         c, residual = fit.c[i], fit.residual[i:i + 1]
         if bool(same_samples(c[None], state.banned, rel_tol=1e-5)[0]):
             continue
-        near = nearest_known(c, state.accepted)
+        near = nearest_known(c, state.samples)
         if near is None:
-            state.accepted = torch.cat([state.accepted, c[None]])
+            state.samples = torch.cat([state.samples, c[None]])
             state.residuals = torch.cat([state.residuals, residual])
         elif float(residual) < float(state.residuals[near]):
-            state.accepted[near], state.residuals[near] = c, residual[0]
+            state.samples[near], state.residuals[near] = c, residual[0]
     return fit
 
 
@@ -159,7 +202,7 @@ def nearest_known(c: torch.Tensor, known: torch.Tensor) -> int | None:
     return i if float(dist[i]) <= SAME * float(c.norm()) else None
 
 
-def active_chunk(problem: LayerProblem, span: BatchSpan, state: SearchState, settings: SearchSettings,
+def active_chunk(problem: LayerProblem, span: BatchSpan, state: SampleState, settings: SearchSettings,
                  gen: torch.Generator, residual_tol: float) -> None:
     """One chunk of two-sided draws (active.py); records whether it found a new sample."""
     count = min(settings.chunk, settings.max_draws - state.draws)
@@ -169,13 +212,13 @@ def active_chunk(problem: LayerProblem, span: BatchSpan, state: SearchState, set
     state.candidates += int(masks.shape[0])
     masks = masks[new_patterns(masks, state, settings.max_new_per_chunk)]
     state.patterns += int(masks.shape[0])
-    before = state.accepted.shape[0]
+    before = state.samples.shape[0]
     if masks.shape[0]:
         accept_fits(problem, masks, state, residual_tol)
-    state.active_misses = 0 if state.accepted.shape[0] > before else state.active_misses + 1
+    state.active_misses = 0 if state.samples.shape[0] > before else state.active_misses + 1
 
 
-def use_active(problem: LayerProblem, span: BatchSpan | None, state: SearchState,
+def use_active(problem: LayerProblem, span: BatchSpan | None, state: SampleState,
                settings: SearchSettings) -> bool:
     """Whether this chunk is a two-sided draw.
 
@@ -192,7 +235,7 @@ def use_active(problem: LayerProblem, span: BatchSpan | None, state: SearchState
         return True
     state.chunks += 1
     if settings.sampler == "auto":
-        if problem.b - state.accepted.shape[0] > ZERO_ROUTE_TAIL:
+        if problem.b - state.samples.shape[0] > ZERO_ROUTE_TAIL:
             return True
         if not state.tail:
             state.tail = True
@@ -208,8 +251,8 @@ ZERO_ROUTE_TAIL = 4
 
 def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSettings,
                    gen: torch.Generator, residual_tol: float,
-                   chunk_source: Callable[[SearchState], bool] | None = None
-                   ) -> tuple[SearchState, Solution | None]:
+                   chunk_source: Callable[[SampleState], bool] | None = None
+                   ) -> tuple[SampleState, Solution | None]:
     """Find all b samples (rows of C) by deflated sampling, or stop at the budget.
 
     The last sample needs no search: it follows from the other b−1 (`complete_last_sample`). When
@@ -221,14 +264,14 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
     has nothing left to try; the usual routes take over then.
     """
     b = problem.b
-    state = SearchState(accepted=torch.empty(0, b, dtype=problem.L.dtype, device=problem.L.device))
+    state = SampleState(samples=torch.empty(0, b, dtype=problem.L.dtype, device=problem.L.device))
     span = find_batch_span(problem) if settings.sampler != "zeros" else None
     state.two_sided = span is not None
     solution = None
     with search_bar(problem, settings) as bar:
         while True:
             show_progress(bar, state, settings)
-            if state.accepted.shape[0] >= b - 1:  # verified even when the budget ran out with this chunk
+            if state.samples.shape[0] >= b - 1:  # verified even when the budget ran out with this chunk
                 solution = complete_batch(problem, state, tol, residual_tol)
                 if solution.ok:
                     return state, solution
@@ -240,46 +283,46 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
                 active_chunk(problem, span, state, settings, gen, residual_tol)
             else:
                 zero_chunk(problem, tol, state, settings, gen, residual_tol)
-            if state.accepted.shape[0] < b - 1:
+            if state.samples.shape[0] < b - 1:
                 solution = try_directions(problem, state, tol, residual_tol)
                 if solution is not None:
                     return state, solution
     return state, solution
 
 
-def zero_chunk(problem: LayerProblem, tol: torch.Tensor, state: SearchState, settings: SearchSettings,
+def zero_chunk(problem: LayerProblem, tol: torch.Tensor, state: SampleState, settings: SearchSettings,
                gen: torch.Generator, residual_tol: float) -> None:
     """One chunk of SPEAR's zero draws in the deflated space; records whether it found a sample."""
-    before = state.accepted.shape[0]
-    N = null_basis(state.accepted, problem.b)
+    before = state.samples.shape[0]
+    N = null_basis(state.samples, problem.b)
     accept_patterns(problem, N, draw_patterns(problem, N, tol, state, settings, gen), tol, state, residual_tol)
-    state.zero_misses = 0 if state.accepted.shape[0] > before else state.zero_misses + 1
+    state.zero_misses = 0 if state.samples.shape[0] > before else state.zero_misses + 1
 
 
-def complete_batch(problem: LayerProblem, state: SearchState, tol: torch.Tensor,
+def complete_batch(problem: LayerProblem, state: SampleState, tol: torch.Tensor,
                    residual_tol: float) -> Solution:
     """With ≥ b−1 samples found: verify them (all b if found, else b−1 plus the closed-form last).
 
-    On success `state.accepted` becomes the batch. On failure the sample with the most ReLU
+    On success `state.samples` becomes the batch. On failure the sample with the most ReLU
     violations is banned and dropped, so the search goes on with b−2 samples.
     """
     b = problem.b
     order = torch.argsort(state.residuals)
-    state.accepted, state.residuals = state.accepted[order], state.residuals[order]
-    if state.accepted.shape[0] >= b:
-        C, solution = verify_batch(problem, state.accepted[:b], tol, residual_tol)
+    state.samples, state.residuals = state.samples[order], state.residuals[order]
+    if state.samples.shape[0] >= b:
+        C, solution = verify_batch(problem, state.samples[:b], tol, residual_tol)
         if solution.ok:
-            state.accepted = C
+            state.samples = C
             return solution
-    state.accepted, state.residuals = state.accepted[: b - 1], state.residuals[: b - 1]
-    C, solution = verify_batch(problem, complete_last_sample(problem, state.accepted, tol), tol, residual_tol)
+    state.samples, state.residuals = state.samples[: b - 1], state.residuals[: b - 1]
+    C, solution = verify_batch(problem, complete_last_sample(problem, state.samples, tol), tol, residual_tol)
     state.last_column_used = True
     if solution.ok:
-        state.accepted = C
+        state.samples = C
         return solution
     worst = int(solution.per_sample[: b - 1].argmax())
-    state.banned = torch.cat([state.banned, state.accepted[worst: worst + 1]])
-    state.accepted = torch.cat([state.accepted[:worst], state.accepted[worst + 1:]])
+    state.banned = torch.cat([state.banned, state.samples[worst: worst + 1]])
+    state.samples = torch.cat([state.samples[:worst], state.samples[worst + 1:]])
     state.residuals = torch.cat([state.residuals[:worst], state.residuals[worst + 1:]])
     state.retries += 1
     state.seen.clear()
@@ -307,42 +350,34 @@ def verify_batch(problem: LayerProblem, C: torch.Tensor, tol: torch.Tensor,
     return (refined, check) if check.ok else (C, solution)
 
 
-def out_of_budget(state: SearchState, settings: SearchSettings) -> bool:
-    return state.draws >= settings.max_draws or state.seconds >= settings.max_seconds
-
-
-def remember_directions(state: SearchState, q: torch.Tensor) -> None:
+def remember_directions(state: SampleState, q: torch.Tensor) -> None:
     """Keep unit column directions whose pattern was sound but whose sample fit was not."""
     fresh = is_new(q, state.directions, cos_tol=1e-6)
     state.directions = torch.cat([state.directions, q[fresh]])
 
 
-def try_directions(problem: LayerProblem, state: SearchState, tol: torch.Tensor,
+def try_directions(problem: LayerProblem, state: SampleState, tol: torch.Tensor,
                    residual_tol: float) -> Solution | None:
     """If remembered directions cover all k missing columns, complete the batch and verify it.
 
     Directions inside the current null space are either missing columns or mixtures of them;
     the k sparsest independent ones are tried (verification decides).
     """
-    b, known = problem.b, state.accepted.shape[0]
+    b, known = problem.b, state.samples.shape[0]
     k = b - known
     if k < 2 or k > 4:
         return None
-    N = null_basis(state.accepted, b)
+    N = null_basis(state.samples, b)
     inside = state.directions[(state.directions @ N).norm(dim=1) > 1 - 1e-6]
     if inside.shape[0] < k:
         return None
     zeros = zero_masks(problem.Ln, inside, tol).sum(1)
-    inside = inside[torch.argsort(zeros, descending=True)][: 4 * k]
-    chosen = inside[:1]
-    for q in inside[1:]:
-        if chosen.shape[0] < k and torch.linalg.matrix_rank(torch.cat([chosen, q[None]]), rtol=1e-3) > chosen.shape[0]:
-            chosen = torch.cat([chosen, q[None]])
+    chosen = inside[select_independent(inside, zeros, k, rtol=1e-3, pool=4 * k)]
     if chosen.shape[0] < k:
         return None
-    C, solution = verify_batch(problem, complete_samples(problem, state.accepted, chosen.T), tol, residual_tol)
+    C, solution = verify_batch(problem, complete_samples(problem, state.samples, chosen.T), tol, residual_tol)
     if solution.ok:
-        state.accepted = C
+        state.samples = C
         state.last_column_used = True
         return solution
     return None

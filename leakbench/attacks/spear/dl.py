@@ -28,11 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from leakbench.attacks.spear.candidates import zero_masks
-from leakbench.attacks.spear.deflation import accept_patterns, null_basis, reduced_rows
+from leakbench.attacks.spear.candidates import extra_zeros, new_patterns, zero_masks
+from leakbench.attacks.spear.deflation import SampleState, accept_patterns, null_basis, reduced_rows
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.sampling import count_zeros
-from leakbench.attacks.spear.search import SearchSettings, SearchState, extra_zeros, new_patterns
+from leakbench.attacks.spear.state import SearchSettings
 
 
 def msp_directions(Ln: torch.Tensor, gen: torch.Generator, *, iterations: int = 100) -> torch.Tensor:
@@ -129,7 +129,7 @@ class DLCounters:
     misses: int = 0
 
 
-def dl_chunk(problem: LayerProblem, tol: torch.Tensor, state: SearchState, settings: SearchSettings,
+def dl_chunk(problem: LayerProblem, tol: torch.Tensor, state: SampleState, settings: SearchSettings,
              gen: torch.Generator, residual_tol: float, proposal: Proposal, counters: DLCounters) -> bool:
     """One round of proposals in the space left by the samples found so far (deflation.py).
 
@@ -142,7 +142,7 @@ def dl_chunk(problem: LayerProblem, tol: torch.Tensor, state: SearchState, setti
     chunk of them cost ~20 s of refinement at b' = 100 (width 2000) against 3.4 s for a round of
     proposals.
     """
-    N = null_basis(state.accepted, problem.b)
+    N = null_basis(state.samples, problem.b)
     bp = N.shape[1]
     counters.calls += 1
     if bp < proposal.min_remaining or (bp <= SHARE_BELOW and counters.misses and counters.calls % 2 == 0):
@@ -156,10 +156,10 @@ def dl_chunk(problem: LayerProblem, tol: torch.Tensor, state: SearchState, setti
     y = y[count_zeros(LNn[live], y, loose[live]) >= need]
     state.candidates += y.shape[0]
     masks = zero_masks(LNn, y, loose)
-    before = state.accepted.shape[0]
+    before = state.samples.shape[0]
     accept_patterns(problem, N, masks[new_patterns(masks, state, settings.max_new_per_chunk)], tol, state,
                     residual_tol, doubt=DOUBT)
-    found = state.accepted.shape[0] - before
+    found = state.samples.shape[0] - before
     counters.found += max(found, 0)
     counters.misses = 0 if found > 0 else counters.misses + 1
     return True

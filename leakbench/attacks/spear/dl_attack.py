@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn, check_route_knobs
+from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn
+from leakbench.attacks.spear.deflation import SampleState
 from leakbench.attacks.spear.dl import DLCounters, Proposal, dl_chunk
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.search import SearchSettings, SearchState
+from leakbench.attacks.spear.state import SearchSettings
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 
@@ -40,10 +42,10 @@ class SpearDLConfig(SpearConfig):
     steps: int = 30
     hold: int = 15
     min_remaining: int = 10
+    attack_name: ClassVar[str] = "spear-dl"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_route_knobs(self, "spear-dl")
         if self.init not in INITS:
             raise ConfigError(f"spear-dl: init must be one of {', '.join(INITS)}, got {self.init!r}")
         if not 0.5 < self.keep <= 1 or not 0 < self.start_keep <= 1:
@@ -78,7 +80,7 @@ class SpearDLAttack(SpearAttack):
                             steps=cfg.steps, hold=cfg.hold, min_remaining=cfg.min_remaining)
         counters = DLCounters()
 
-        def source(state: SearchState) -> bool:
+        def source(state: SampleState) -> bool:
             return dl_chunk(problem, tol, state, settings, gen, cfg.residual_tol, proposal, counters)
 
         return source, lambda: {"dl_init": cfg.init, "dl_rounds": counters.calls, "dl_starts": counters.starts,

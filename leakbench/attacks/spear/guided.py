@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
-from leakbench.attacks.spear.deflation import accept_patterns, draw_patterns, null_basis, reduced_rows
+from leakbench.attacks.spear.candidates import new_patterns
+from leakbench.attacks.spear.deflation import SampleState, accept_patterns, draw_patterns, null_basis, reduced_rows
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.search import SearchSettings, SearchState, new_patterns
+from leakbench.attacks.spear.state import SearchSettings
 
 
 @dataclass
@@ -87,7 +88,7 @@ def exhausted(guide: Guide, n_live: int, need: int) -> bool:
     return bool((guide.pool[guide.open] * need >= n_live).all())
 
 
-def guided_chunk(problem: LayerProblem, guide: Guide, tol: torch.Tensor, state: SearchState,
+def guided_chunk(problem: LayerProblem, guide: Guide, tol: torch.Tensor, state: SampleState,
                  settings: SearchSettings, gen: torch.Generator, residual_tol: float,
                  growth: float, refine_first: bool = False) -> bool:
     """One chunk of guided draws in the deflated space; False when no guide is left to follow
@@ -103,29 +104,29 @@ def guided_chunk(problem: LayerProblem, guide: Guide, tol: torch.Tensor, state: 
     guide.calls += 1
     if guide.misses >= SHARE_AFTER and guide.calls % 2 == 0:
         return False
-    match_guides(guide, problem, state.accepted)
-    N = null_basis(state.accepted, problem.b)
+    match_guides(guide, problem, state.samples)
+    N = null_basis(state.samples, problem.b)
     need = N.shape[1] - 1
     _, _, live = reduced_rows(problem, N, tol)
     n_open = int(guide.open.sum())
     if n_open == 0 or need < 1 or int(live.sum()) < need or exhausted(guide, int(live.sum()), need):
         return False
-    found = state.accepted.shape[0]
+    found = state.samples.shape[0]
     if refine_first:
         pools = pool_weights(guide, live.cpu(), need, 1).to(problem.L.device) > 0
         state.draws += n_open
         guide.draws += n_open
         accept_patterns(problem, N, pools[new_patterns(pools, state, n_open)], tol, state, residual_tol)
-    if state.accepted.shape[0] == found:
+    if state.samples.shape[0] == found:
         per_guide = max(1, min(settings.chunk, settings.max_draws - state.draws) // n_open)
         weights = pool_weights(guide, live.cpu(), need, per_guide).to(problem.L.device)
         before = state.draws
         accept_patterns(problem, N, draw_patterns(problem, N, tol, state, settings, gen, weights=weights), tol,
                         state, residual_tol)
         guide.draws += state.draws - before
-    guide.misses = 0 if state.accepted.shape[0] > found else guide.misses + 1
+    guide.misses = 0 if state.samples.shape[0] > found else guide.misses + 1
     still_open = guide.open.clone()
-    match_guides(guide, problem, state.accepted)
+    match_guides(guide, problem, state.samples)
     guide.pool[still_open & guide.open] *= growth
     return True
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from leakbench.attacks.base import Reconstruction
-from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn, check_route_knobs
+from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn
+from leakbench.attacks.spear.deflation import SampleState
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.guided import Guide, guided_chunk, make_guide
-from leakbench.attacks.spear.search import SearchSettings, SearchState
+from leakbench.attacks.spear.state import SearchSettings
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 
@@ -38,10 +39,10 @@ class GuidedSpearConfig(SpearConfig):
     pool_start: float = 1.5
     pool_growth: float = 1.25
     refine_first: bool = False
+    attack_name: ClassVar[str] = "spear-guided"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_route_knobs(self, "spear-guided")
         if self.guide in ("spear", "spear-guided"):
             raise ConfigError(f"spear-guided: the guide must be another attack, got {self.guide!r}")
         check_guide(self)
@@ -66,7 +67,7 @@ class GuidedSpearAttack(SpearAttack):
             return None, lambda: {"guide": cfg.guide, "guide_seconds": seconds, "guide_failed": reason}
         guide = make_guide(problem, features, cfg.pool_start)
 
-        def source(state: SearchState) -> bool:
+        def source(state: SampleState) -> bool:
             return guided_chunk(problem, guide, tol, state, settings, gen, cfg.residual_tol, cfg.pool_growth,
                                 cfg.refine_first)
 

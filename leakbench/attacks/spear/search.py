@@ -1,100 +1,43 @@
-"""The sampling search for the columns of Q, with a draw and time budget (SPEAR's main loop)."""
+"""The paper's route (`route=paper`): SPEAR's search for the columns of Q, as published.
+
+Sample (sampling.py), filter (candidates.py), select (select.py), scale and verify (solve.py), with
+a draw and time budget; the attacked layer's gradient only. The default route runs it too when the
+next layer's gradient cannot be used (rank below b); otherwise it runs deflation.py."""
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
 import torch
 
-from leakbench.attacks.spear.candidates import (canonical, is_new, pattern_keys, pattern_margin, refine,
+from leakbench.attacks.spear.candidates import (canonical, is_new, min_zeros, new_patterns, pattern_margin, refine,
                                                 zero_masks)
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.last_column import last_column_candidates
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
-from leakbench.progress import Tally, tally
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """Knobs of the search; see `SpearConfig` for their meaning."""
-
-    max_draws: int
-    max_seconds: float
-    chunk: int
-    min_extra_zeros: int
-    min_zero_fraction: float
-    sample_tol_factor: float
-    unique_gap: float
-    max_new_per_chunk: int
-    last_column: bool
-    sampler: str = "auto"
-    row_weight_power: float = 0.0
-    label: str = "spear"
+from leakbench.attacks.spear.select import select_independent
+from leakbench.attacks.spear.solve import Solution, solve_batch
+from leakbench.attacks.spear.state import SearchSettings, SearchState, out_of_budget, search_bar, show_progress
 
 
 @dataclass
-class SearchState:
-    """Columns found so far, patterns already examined, and counters for the attack's stats."""
+class ColumnState(SearchState):
+    """The paper route's state: the unit columns of Q accepted so far (k × b, in the order found) and
+    the LP checks run (`candidates.pattern_margin`), besides the counters of every search."""
 
-    accepted: torch.Tensor
-    banned: torch.Tensor | None = None
-    retries: int = 0
-    seen: set[bytes] = field(default_factory=set)
-    draws: int = 0
-    candidates: int = 0
-    patterns: int = 0
+    columns: torch.Tensor
     lp_checks: int = 0
-    last_column_used: bool = False
-    active_draws: int = 0
-    two_sided: bool = False
-    tail: bool = False
-    active_misses: int = 0
-    zero_misses: int = 0
-    chunks: int = 0
-    zero_chunks: int = 0
-    started: float = field(default_factory=time.perf_counter)
-
-    directions: torch.Tensor | None = None
-    residuals: torch.Tensor | None = None
-
-    def __post_init__(self) -> None:
-        if self.residuals is None:
-            self.residuals = self.accepted.new_zeros(self.accepted.shape[0])
-        if self.banned is None:
-            self.banned = self.accepted[:0].clone()
-        if self.directions is None:
-            self.directions = self.accepted[:0].clone()
 
     @property
-    def seconds(self) -> float:
-        return time.perf_counter() - self.started
+    def found(self) -> int:
+        return int(self.columns.shape[0])
+
+    def stats(self) -> dict[str, Any]:
+        return {**super().stats(), "fits_or_lp_checks": self.lp_checks}
 
 
-def extra_zeros(m: int, settings: SearchSettings) -> int:
-    """Zeros a candidate needs beyond the b−1 that every draw forces, among m live rows."""
-    return max(settings.min_extra_zeros, int(np.ceil(settings.min_zero_fraction * m)))
-
-
-def min_zeros(problem: LayerProblem, settings: SearchSettings) -> int:
-    """A candidate needs this many zero rows (b−1 come for free with every draw)."""
-    return problem.b - 1 + extra_zeros(problem.m, settings)
-
-
-def new_patterns(masks: torch.Tensor, state: SearchState, limit: int) -> torch.Tensor:
-    """Indices of rows of `masks` whose zero pattern has not been examined before (≤ limit)."""
-    keep: list[int] = []
-    for i, key in enumerate(pattern_keys(masks)):
-        if key not in state.seen:
-            state.seen.add(key)
-            keep.append(i)
-            if len(keep) >= limit:
-                break
-    return torch.as_tensor(keep, dtype=torch.long, device=masks.device)
-
-
-def consider(problem: LayerProblem, masks: torch.Tensor, tol: torch.Tensor, state: SearchState,
+def consider(problem: LayerProblem, masks: torch.Tensor, tol: torch.Tensor, state: ColumnState,
              settings: SearchSettings) -> None:
     """Refine candidate zero sets; accept unique-kernel, feasible, new columns."""
     if masks.shape[0] == 0:
@@ -105,15 +48,15 @@ def consider(problem: LayerProblem, masks: torch.Tensor, tol: torch.Tensor, stat
     keep = unique & enough
     q, exact = canonical(q[keep]), exact[keep]
     for direction, zero in zip(q, exact):
-        if not bool(is_new(direction[None], state.accepted)[0]):
+        if not bool(is_new(direction[None], state.columns)[0]):
             continue
         active = (problem.Ln @ direction).abs() > 100 * tol
         state.lp_checks += 1
         if pattern_margin(problem, zero.cpu().numpy(), active.cpu().numpy()) > 0:
-            state.accepted = torch.cat([state.accepted, direction[None]])
+            state.columns = torch.cat([state.columns, direction[None]])
 
 
-def sample_chunk(problem: LayerProblem, tol: torch.Tensor, state: SearchState, settings: SearchSettings,
+def sample_chunk(problem: LayerProblem, tol: torch.Tensor, state: ColumnState, settings: SearchSettings,
                  gen: torch.Generator) -> torch.Tensor:
     """Draw one chunk; return the loose zero masks of its new, sparse-enough directions."""
     count = min(settings.chunk, settings.max_draws - state.draws)
@@ -127,46 +70,45 @@ def sample_chunk(problem: LayerProblem, tol: torch.Tensor, state: SearchState, s
     return masks[new_patterns(masks, state, settings.max_new_per_chunk)]
 
 
+INDEPENDENT_RTOL = 1e-9
+"""The selection keeps a column unless it is numerically dependent on those kept: true columns of Q can be
+ill-conditioned (Q = C⁻¹, and the images of a batch are correlated)."""
+
+
+def select_columns(problem: LayerProblem, state: ColumnState, tol: torch.Tensor) -> torch.Tensor:
+    """Select step: indices of up to b accepted columns, sparsest first and linearly independent
+    (`select.select_independent`), returned in the order the columns were found."""
+    zeros = zero_masks(problem.Ln, state.columns, tol).sum(1)
+    return select_independent(state.columns, zeros, problem.b, rtol=INDEPENDENT_RTOL).sort().values
+
+
 def search_columns(problem: LayerProblem, tol: torch.Tensor, settings: SearchSettings,
-                   gen: torch.Generator) -> SearchState:
-    """Draw submatrices until b verified columns are known or the budget is spent."""
+                   gen: torch.Generator) -> tuple[ColumnState, Solution | None]:
+    """The paper's route: sample, filter, select b columns of Q, scale and verify, within the budget.
+
+    Each chunk of draws (`sample_chunk`) is filtered (`consider`: exact zero set, unique kernel, zero
+    count, new, LP-feasible pattern); `select_columns` picks b independent columns, `solve.solve_batch`
+    scales them from dL/db and verifies the ReLU pattern. With `last_column`, the b-th column is
+    looked for in closed form as soon as b−1 are selected (last_column.py). Returns the state and the
+    solution (None when the budget ran out before b columns were selected).
+    """
     b = problem.b
-    state = SearchState(accepted=torch.empty(0, b, dtype=problem.Ln.dtype, device=problem.Ln.device))
+    state = ColumnState(columns=torch.empty(0, b, dtype=problem.Ln.dtype, device=problem.Ln.device))
+    chosen = torch.empty(0, dtype=torch.long)
     tried_last = False
     with search_bar(problem, settings) as bar:
-        while state.accepted.shape[0] < b:
-            if state.draws >= settings.max_draws or state.seconds >= settings.max_seconds:
+        while chosen.numel() < b:
+            if out_of_budget(state, settings):
                 break
             consider(problem, sample_chunk(problem, tol, state, settings, gen), tol, state, settings)
-            if settings.last_column and state.accepted.shape[0] == b - 1 and not tried_last:
+            chosen = select_columns(problem, state, tol)
+            if settings.last_column and chosen.numel() == b - 1 and not tried_last:
                 tried_last = True
-                q = last_column_candidates(problem, state.accepted.T)
+                q = last_column_candidates(problem, state.columns[chosen].T)
                 consider(problem, zero_masks(problem.Ln, q, tol * settings.sample_tol_factor), tol, state, settings)
-                state.last_column_used = state.accepted.shape[0] == b
+                chosen = select_columns(problem, state, tol)
+                state.last_column_used = chosen.numel() == b
             show_progress(bar, state, settings)
-    return state
-
-
-def search_bar(problem: LayerProblem, settings: SearchSettings):
-    """The progress bar of a search (samples found of b); drawn only under `progress.attack_progress`."""
-    return tally(total=problem.b, desc=f"{settings.label} samples found")
-
-
-def show_progress(bar: Tally, state: SearchState, settings: SearchSettings) -> None:
-    """Samples found, draws, elapsed seconds and the budget left (the nearer of draws and time)."""
-    left = min(1 - state.draws / settings.max_draws, 1 - state.seconds / settings.max_seconds)
-    bar.show(int(state.accepted.shape[0]),
-             f"draws {state.draws:,}, {state.seconds:.0f} s, budget left {max(left, 0):.0%}")
-
-
-def zero_tolerance(problem: LayerProblem, rel_tol: float, noise_factor: float) -> torch.Tensor:
-    """Per-row tolerance on |Ln_r · q| below which an entry counts as zero.
-
-    A floor `rel_tol` for rounding, plus the noise floor estimated from the discarded singular
-    values (σ_{b+1} ≈ s·(√m + √n) for i.i.d. noise of std s), relative to each row's norm.
-    """
-    m, n = problem.m, problem.R.shape[1]
-    row_norm = problem.L.norm(dim=1)
-    sigma1 = float(torch.linalg.matrix_norm(problem.L, ord=2))
-    noise_std = problem.noise * sigma1 / (np.sqrt(m) + np.sqrt(n))
-    return rel_tol + noise_factor * noise_std * np.sqrt(problem.b) / row_norm.clamp_min(1e-300)
+    if chosen.numel() < b:
+        return state, None
+    return state, solve_batch(problem, state.columns[chosen].T, tol)

@@ -28,11 +28,16 @@ class Solution:
         return self.violations == 0 and self.scale_ok
 
 
+def column_scales(problem: LayerProblem, Q_hat: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """SPEAR's scale step: s (b,) from g = L·Q̂·s (least squares; dL/db = Dᵀ1 and Dᵀ = L Q̂ diag s),
+    and whether every scale is clearly non-zero."""
+    s = torch.linalg.lstsq(problem.L @ Q_hat, problem.g[:, None]).solution[:, 0]
+    return s, bool((s.abs() > 1e-12 * s.abs().max()).all())
+
+
 def solve_batch(problem: LayerProblem, Q_hat: torch.Tensor, zero_tol: torch.Tensor) -> Solution:
-    """Fit the column scales s from g = L·Q̂·s, then X = (Q̂ diag s)⁻¹ R, and verify."""
-    LQ = problem.L @ Q_hat
-    s = torch.linalg.lstsq(LQ, problem.g[:, None]).solution[:, 0]
-    scale_ok = bool((s.abs() > 1e-12 * s.abs().max()).all())
+    """Paper route: the column scales (`column_scales`), then X = (Q̂ diag s)⁻¹ R, and verify."""
+    s, scale_ok = column_scales(problem, Q_hat)
     Q = Q_hat * s[None, :]
     X = torch.linalg.solve(Q, problem.R)
     Z = torch.linalg.solve(Q, problem.A.T) + problem.bias[None, :]

@@ -1,0 +1,78 @@
+"""What both searches share: the run's settings, the budget, and the progress bar."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.progress import Tally, tally
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """The search knobs of one run: `SpearConfig`'s fields of the same names (see there for their
+    meaning), with `chunk` resolved (`attack.auto_chunk`) and the progress bar's `label`."""
+
+    max_draws: int
+    max_seconds: float
+    chunk: int
+    min_extra_zeros: int
+    min_zero_fraction: float
+    sample_tol_factor: float
+    unique_gap: float
+    max_new_per_chunk: int
+    last_column: bool
+    sampler: str = "auto"
+    row_weight_power: float = 0.0
+    label: str = "spear"
+
+
+@dataclass(kw_only=True)
+class SearchState:
+    """What both searches count; each route's state adds what it finds (search.ColumnState: columns
+    of Q, deflation.SampleState: rows of C = Q⁻¹).
+
+    seen: keys of the zero patterns already examined (`candidates.new_patterns`); draws: directions
+    drawn or proposed; candidates: those with enough zeros; patterns: new patterns refined;
+    last_column_used: the last column (or sample) came in closed form (last_column.py).
+    """
+
+    seen: set[bytes] = field(default_factory=set)
+    draws: int = 0
+    candidates: int = 0
+    patterns: int = 0
+    last_column_used: bool = False
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
+
+    @property
+    def found(self) -> int:
+        """Columns (paper route) or samples (deflated route) found so far."""
+        raise NotImplementedError
+
+    def stats(self) -> dict[str, Any]:
+        """The attack's search counters (`Reconstruction.stats`); the same keys on both routes."""
+        return {"draws": self.draws, "two_sided_draws": 0, "two_sided_route": False, "candidates": self.candidates,
+                "patterns": self.patterns, "fits_or_lp_checks": 0, "samples_found": self.found, "retries": 0,
+                "last_sample_closed_form": self.last_column_used}
+
+
+def out_of_budget(state: SearchState, settings: SearchSettings) -> bool:
+    """The draw or time budget is spent."""
+    return state.draws >= settings.max_draws or state.seconds >= settings.max_seconds
+
+
+def search_bar(problem: LayerProblem, settings: SearchSettings):
+    """The progress bar of a search (samples found of b); drawn only under `progress.attack_progress`."""
+    return tally(total=problem.b, desc=f"{settings.label} samples found")
+
+
+def show_progress(bar: Tally, state: SearchState, settings: SearchSettings) -> None:
+    """Samples found, draws, elapsed seconds and the budget left (the nearer of draws and time)."""
+    left = min(1 - state.draws / settings.max_draws, 1 - state.seconds / settings.max_seconds)
+    bar.show(state.found, f"draws {state.draws:,}, {state.seconds:.0f} s, budget left {max(left, 0):.0%}")
