@@ -112,3 +112,13 @@ def test_every_function_in_the_step_table_exists() -> None:
             assert hasattr(module, name or bare), f"{module.__name__}.{name or bare} named in the table"
             named += 1
     assert named >= 30
+
+
+def test_records_stored_before_a_knob_was_removed_keep_their_budget() -> None:
+    """A record's full hyperparameters from before `next_layer_check` was removed still give its budget."""
+    from dataclasses import asdict
+
+    from leakbench.attacks import attack_budget
+
+    stored = {**asdict(create_attack("spear", max_draws=300000).config), "next_layer_check": True}
+    assert attack_budget("spear", stored) == "300,000 draws, 900 s"

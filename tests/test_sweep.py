@@ -306,3 +306,19 @@ def test_leaderboard_links_only_to_grids_that_exist(tmp_path: Path, reference: P
     full = write_leaderboard(reference.parent, tmp_path / "full")[0].read_text()
     targets = re.findall(r"\]\(([^)]*/grids/[^)]*)\)", full)
     assert targets and all((tmp_path / "full" / t).is_file() for t in targets)
+
+
+def test_report_keeps_victim_models_apart(tmp_path: Path) -> None:
+    """With a models axis, the per-axis tables hold the model fixed and the model gets a table of its own:
+    two victims are never pooled into one point."""
+    from leakbench.reporting.report import write_report
+
+    (tmp_path / "suite.toml").write_text('name = "models"\ndataset = "embedded"\nattacks = ["cpa"]\n'
+                                         'batch_sizes = [2, 4]\nmodels = [{width = 64, depth = 2}, {width = 200, depth = 6}]\n')
+    run_dir = run_sweep(str(tmp_path / "suite.toml"), out=tmp_path / "res").run_dir
+    text = write_report(run_dir, tmp_path / "rep").read_text()
+    by_b = text.split("## By batch size")[1].split("\n## ")[0]
+    assert "model = FC-2 w64" in by_b and by_b.count("| cpa |") == 2  # b = 2, 4 of one model, not pooled
+    by_model = text.split("## By victim model")[1].split("\n## ")[0]
+    assert "FC-2 w64" in by_model and "FC-6 w200" in by_model
+    assert (tmp_path / "rep" / "models" / "figures" / "model.png").is_file()

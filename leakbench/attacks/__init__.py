@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import is_dataclass
+from dataclasses import fields, is_dataclass
 from typing import Any
 
 from leakbench.attacks.base import Attack, Reconstruction, Requirements, build_config
@@ -35,10 +35,13 @@ def create_attack(name: str, **hyperparameters: Any) -> Attack:
 
 def attack_budget(name: str, hyperparameters: dict[str, Any]) -> str:
     """The budget of attack `name` as stored in a record (its full hyperparameters), in words;
-    '' when the attack is not registered here (a plugin not installed) or the values do not fit."""
+    '' when the attack is not registered here (a plugin not installed) or the values do not fit.
+    A stored field this version's Config no longer has (a record older than a knob's removal) is left
+    out, so old records keep their budget."""
     try:
         cls = attack_class(name)
-        return cls(build_config(cls.Config, hyperparameters)).budget()
+        known = {f.name for f in fields(cls.Config)}
+        return cls(build_config(cls.Config, {k: v for k, v in hyperparameters.items() if k in known})).budget()
     except (ConfigError, TypeError, ValueError):
         return ""
 

@@ -83,6 +83,13 @@ def with_model(cells: pd.DataFrame) -> pd.DataFrame:
     return cells
 
 
+def model_order(cells: pd.DataFrame) -> list[str]:
+    """Victim model labels by architecture, depth, width, then training epochs (numerically: 5 before 20)."""
+    keys = [c for c in ("arch", "depth", "width", "train_epochs") if c in cells]
+    return list(cells.assign(**{c: cells[c].fillna(0) for c in keys if c == "train_epochs"})
+                .sort_values(keys).drop_duplicates("model")["model"])
+
+
 def fmt(value: float | None, digits: int = 1) -> str:
     """A number for a table: '–' when missing, '∞' when infinite."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from leakbench.errors import LeakbenchError
-from leakbench.reporting.aggregate import epsilon_labels, fmt, grouped, with_model
+from leakbench.reporting.aggregate import epsilon_labels, fmt, grouped, model_order, with_model
 from leakbench.reporting.compare import grid_name
 from leakbench.reporting.pivot import pivot_table
 from leakbench.reporting.render import Block, Table, html_document, markdown
@@ -63,7 +63,8 @@ def leaderboard_blocks(records: pd.DataFrame, cells: pd.DataFrame, reports: Path
     the grids found under `reports`)."""
     eps = epsilon_labels(cells)
     blocks: list[Block] = []
-    for board, sub in cells.groupby(BOARD, sort=True):
+    rank = {m: i for i, m in enumerate(model_order(cells))}
+    for board, sub in sorted(cells.groupby(BOARD, sort=True), key=lambda g: (g[0][0], g[0][1], rank[g[0][2]])):
         sub_records = records[records["cell_id"].isin(set(sub["cell_id"])) & (records["suite"] == board[0])]
         blocks.append(board_table(sub_records, sub, board, eps, reports))
     return blocks

@@ -22,7 +22,8 @@ from leakbench.errors import LeakbenchError, LeakbenchWarning
 from leakbench.harness.folders import replace_folder
 from leakbench.harness.store import CELLS_DIR, collect, read_run_manifest, write_text_atomic
 from leakbench.metrics import MATCHING
-from leakbench.reporting.aggregate import STAT_HEADER, dp_order, epsilon_labels, grouped, stat_cells, with_model
+from leakbench.reporting.aggregate import (STAT_HEADER, dp_order, epsilon_labels, grouped, model_order, stat_cells,
+                                          with_model)
 from leakbench.reporting.compare import comparison_figures
 from leakbench.reporting.figures import axis_figure
 from leakbench.reporting.pivot import pivot_table, triple
@@ -30,7 +31,8 @@ from leakbench.reporting.render import Block, Images, Table, html_document, mark
 from leakbench.reporting.target import check_report_target, foreign_report_entries, write_marker
 
 AXES = {"batch_size": "batch size b", "layer": "attacked layer", "dp": "DP level",
-        "client": "client (FedSGD, or FedAvg E, mini-batch, η; added noise, threat model)"}
+        "client": "client (FedSGD, or FedAvg E, mini-batch, η; added noise, threat model)",
+        "model": "victim model (architecture, width, training epochs)"}
 
 
 def load_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
@@ -52,8 +54,9 @@ def load_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]
 
 
 def baseline(cells: pd.DataFrame) -> dict[str, Any]:
-    """The value each axis is held at while another axis varies: smallest layer, least noise."""
-    base = {"layer": int(cells["layer"].min()), "dp": dp_order(cells)[0]}
+    """The value each axis is held at while another axis varies: smallest layer, least noise, the first
+    victim model by name (the untrained one of an architecture and width comes before its trained ones)."""
+    base = {"layer": int(cells["layer"].min()), "dp": dp_order(cells)[0], "model": min(cells["model"])}
     if "client" in cells:  # runs stored before FedAvg existed have no client column
         clients = set(cells["client"])
         base["client"] = "fedsgd" if "fedsgd" in clients else min(clients)
@@ -68,7 +71,9 @@ def pivot_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
     """Per dataset and setting: attacks × batch size, each entry exact % · PSNR median · LPIPS."""
     cells, eps = with_model(cells), epsilon_labels(cells)
     blocks: list[Block] = []
-    for setting, sub in cells.groupby(PIVOT_FIXED, sort=True):
+    rank = {m: i for i, m in enumerate(model_order(cells))}
+    groups = sorted(cells.groupby(PIVOT_FIXED, sort=True), key=lambda g: (g[0][0], rank[g[0][1]]))  # stable
+    for setting, sub in groups:
         dataset, model, layer, dp, client = setting
         title = f"{dataset} · {model} · layer {layer} · DP {eps.get(dp, dp)}" + ("" if client == "fedsgd" else f" · {client}")
         table = pivot_table(records[records["cell_id"].isin(set(sub["cell_id"]))], sub, title=title,
@@ -138,7 +143,8 @@ def figures(figure_data: dict[str, pd.DataFrame], records: pd.DataFrame, cells: 
             b = int(subset["batch_size"].max())
             subset, at = subset[subset["batch_size"] == b], f" at b = {b}"
         data = subset.join(per_cell, on="cell_id")
-        order = dp_order(subset) if axis == "dp" else sorted(subset[axis].unique())
+        order = dp_order(subset) if axis == "dp" else model_order(subset) if axis == "model" \
+            else sorted(subset[axis].unique())
         if axis == "dp":
             data = data.assign(dp=data["dp"].map(eps))
             order = [eps[o] for o in order]
