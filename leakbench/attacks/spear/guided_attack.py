@@ -11,7 +11,9 @@ import torch
 from leakbench.attacks.base import Reconstruction
 from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn, check_route_knobs
 from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.fastfit import FitCache, fit_once_normal
 from leakbench.attacks.spear.guided import Guide, guided_chunk, make_guide
+from leakbench.attacks.spear.residual import ResidualGuides
 from leakbench.attacks.spear.search import SearchSettings, SearchState
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
@@ -31,6 +33,12 @@ class GuidedSpearConfig(SpearConfig):
         matched to a found sample.
     refine_first: try each guide's whole pool as a zero set before drawing subsets of it (guided.py).
     Once every unmatched guide's pool holds all live neurons, SPEAR's own routes (`sampler`) go on.
+    fast_fit (leakbench addition, issue 16): next-layer fits by normal equations, each (pattern,
+        free rows) fitted once per search (fastfit.py); same accepted samples, far cheaper at b ≥ 150.
+    residual_guides (leakbench addition, issue 16): once the guide in use went `residual_after`
+        guided chunks without a new sample and at most `residual_max_missing` samples are missing,
+        follow a new guide made from the residual problem of the missing samples (FastICA on the
+        deflated factor L N, residual.py); 0 turns it off.
     """
 
     guide: str = "cpa"
@@ -38,6 +46,9 @@ class GuidedSpearConfig(SpearConfig):
     pool_start: float = 1.5
     pool_growth: float = 1.25
     refine_first: bool = False
+    fast_fit: bool = True
+    residual_after: int = 2
+    residual_max_missing: int = 48
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -45,6 +56,9 @@ class GuidedSpearConfig(SpearConfig):
         if self.guide in ("spear", "spear-guided"):
             raise ConfigError(f"spear-guided: the guide must be another attack, got {self.guide!r}")
         check_guide(self)
+        if self.residual_after < 1 or self.residual_max_missing < 0:
+            raise ConfigError(f"spear-guided: need residual_after ≥ 1 and residual_max_missing ≥ 0, got "
+                              f"{self.residual_after!r} and {self.residual_max_missing!r}")
         if not self.pool_start >= 1 or not self.pool_growth > 1:
             raise ConfigError(f"spear-guided: need pool_start ≥ 1 and pool_growth > 1, got "
                               f"{self.pool_start!r} and {self.pool_growth!r}")
@@ -65,12 +79,23 @@ class GuidedSpearAttack(SpearAttack):
         if features is None:
             return None, lambda: {"guide": cfg.guide, "guide_seconds": seconds, "guide_failed": reason}
         guide = make_guide(problem, features, cfg.pool_start)
+        guides = ResidualGuides(problem, guide, tol, seed, cfg.pool_start, cfg.residual_after, cfg.residual_max_missing)
+        cache = FitCache() if cfg.fast_fit else None
 
         def source(state: SearchState) -> bool:
-            return guided_chunk(problem, guide, tol, state, settings, gen, cfg.residual_tol, cfg.pool_growth,
-                                cfg.refine_first)
+            if cfg.fast_fit and state.fit_cache is None:
+                state.fit_solver, state.fit_cache = fit_once_normal, cache
+            return guided_chunk(problem, guides.guide(state.accepted), tol, state, settings, gen, cfg.residual_tol,
+                                cfg.pool_growth, cfg.refine_first)
 
-        return source, lambda: guide_stats(cfg.guide, seconds, guide)
+        def stats() -> dict[str, Any]:
+            out = guide_stats(cfg.guide, seconds, guide)
+            out.update({"residual_guides": guides.made, "residual_guide_seconds": guides.seconds,
+                        "residual_guided_draws": guides.draws + (guides.current.draws if guides.made else 0),
+                        "fits_skipped": cache.skipped if cache is not None else 0})
+            return out
+
+        return source, stats
 
     def guide_features(self, update: ClientUpdate, seed: int) -> tuple[torch.Tensor | None, str]:
         """The guide's reconstruction of this layer's inputs (b, n), or None and why it failed.

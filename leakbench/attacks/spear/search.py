@@ -58,6 +58,8 @@ class SearchState:
 
     directions: torch.Tensor | None = None
     residuals: torch.Tensor | None = None
+    fit_solver: object = None  # leakbench addition (fastfit.py): replaces fit._fit_once when set
+    fit_cache: object = None  # fastfit.FitCache: skip refits of patterns already fitted
 
     def __post_init__(self) -> None:
         if self.residuals is None:
