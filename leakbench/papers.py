@@ -65,6 +65,8 @@ SUITES = (
     ("dp", "every attack against DP-SGD σ ∈ {0 … 1} with ε (TinyImageNet FC-6, b = 8; needs --data-root)"),
     ("spear-guided-w400", "guided SPEAR vs CPA, b = 25…100, FC-6 width 400 (TinyImageNet; needs --data-root)"),
     ("spear-guided-w2000", "guided SPEAR vs CPA, b = 25…100, FC-6 width 2000 (TinyImageNet; needs --data-root)"),
+    ("spear-frontier", "guided SPEAR past b = 100: b = 150, 200, 256, FC-6 width 2000, 900 s per batch "
+                       "(TinyImageNet; needs --data-root)"),
     ("spear-dl", "spear-dl (dictionary-learning proposals) vs guided SPEAR, b = 25…200, FC-6 width 2000 "
                  "(TinyImageNet; needs --data-root)"),
     ("spear-noise", "SPEAR under additive gradient noise σ = 0 … 1e-2 × max|g| (TinyImageNet FC-6, b = 8; "

@@ -114,3 +114,12 @@ def test_residual_guides_take_over_when_the_first_stalls() -> None:
     assert guides.guide(C[:6]) is g  # not stalled yet
     off = ResidualGuides(problem, first, tol, seed=0, pool_start=1.5, after=2, max_missing=0)
     assert off.guide(C[:6]) is first
+
+
+def test_frontier_suite_parses() -> None:
+    from leakbench.harness.suite import load_suite, shipped_suite
+
+    cells = load_suite(shipped_suite("paper/spear-frontier")).cells
+    assert sorted({c.batch_size for c in cells}) == [150, 200, 256]
+    assert {c.width for c in cells} == {2000} and {c.attack for c in cells} == {"spear-guided"}
+    assert sorted({c.seed for c in cells}) == [0, 1, 2]
