@@ -123,3 +123,24 @@ def test_frontier_suite_parses() -> None:
     assert sorted({c.batch_size for c in cells}) == [150, 200, 256]
     assert {c.width for c in cells} == {2000} and {c.attack for c in cells} == {"spear-guided"}
     assert sorted({c.seed for c in cells}) == [0, 1, 2]
+
+
+def test_guide_pattern_fits_find_samples_from_a_noisy_guide() -> None:
+    """Fits started from the guide's predicted patterns land on true samples; a bad guide finds none wrong."""
+    from leakbench.attacks.spear.guide_fits import fit_guide_patterns
+    from leakbench.attacks.spear.search import SearchState
+
+    problem, X = _problem()
+    C = X @ problem.R.T
+    gen = torch.Generator().manual_seed(0)
+    noisy = X + 0.05 * X.norm(dim=1, keepdim=True) * torch.randn(X.shape, generator=gen, dtype=X.dtype) / X.shape[1] ** 0.5
+    state = SearchState(accepted=torch.empty(0, problem.b, dtype=torch.float64))
+    done = fit_guide_patterns(problem, make_guide(problem, noisy, 1.5), state, 1e-4, rounds=10, max_seconds=60)
+    assert done == problem.b and state.accepted.shape[0] >= problem.b // 2
+    d = torch.cdist(state.accepted, C).min(dim=1).values
+    assert (d <= 1e-6 * C.norm(dim=1).max()).all()  # every accepted sample is a true one
+    junk = torch.randn(X.shape, generator=gen, dtype=X.dtype)
+    state = SearchState(accepted=torch.empty(0, problem.b, dtype=torch.float64))
+    fit_guide_patterns(problem, make_guide(problem, junk, 1.5), state, 1e-4, rounds=10, max_seconds=60)
+    if state.accepted.shape[0]:
+        assert (torch.cdist(state.accepted, C).min(dim=1).values <= 1e-6 * C.norm(dim=1).max()).all()

@@ -124,18 +124,19 @@ def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor,
 
 
 def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SearchState, residual_tol: float,
-                free: torch.Tensor | None = None) -> SampleFit:
+                free: torch.Tensor | None = None, rounds: int = 3) -> SampleFit:
     """Fit a sample to each zero pattern (k, m); keep the consistent ones not known or banned yet.
 
     A fit within `SAME` (relative) of a known sample is that sample again; it replaces the known
     one when its residual is smaller — a near-copy with a misread neuron or two (measured at
     layer 5: 2e-3 off, residual under the tolerance) must not block the exact sample.
+    `rounds`: refits with the fitted sample's own pattern (fit.fit_samples).
     """
     cache, state.fit_cache = state.fit_cache, None
     if cache is not None:  # fastfit.FitCache: fit each (pattern, free rows) once per search
         try:
             fresh = cache.fresh(zero, free, state.retries)
-            part = (accept_fits(problem, zero[fresh], state, residual_tol, free) if bool(fresh.any()) else
+            part = (accept_fits(problem, zero[fresh], state, residual_tol, free, rounds) if bool(fresh.any()) else
                     SampleFit(c=zero.new_zeros((0, problem.b), dtype=problem.A.dtype),
                               residual=zero.new_zeros(0, dtype=problem.A.dtype), consistent=fresh[fresh]))
         finally:
@@ -143,7 +144,7 @@ def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SearchState, r
         consistent = torch.ones(zero.shape[0], dtype=torch.bool, device=zero.device)
         consistent[fresh] = part.consistent  # a pattern fitted before: its outcome is already recorded
         return SampleFit(c=part.c, residual=part.residual, consistent=consistent)
-    fit = fit_samples(problem, zero, residual_tol=residual_tol, free=free, solver=state.fit_solver)
+    fit = fit_samples(problem, zero, residual_tol=residual_tol, free=free, rounds=rounds, solver=state.fit_solver)
     state.lp_checks += int(zero.shape[0])
     good = torch.nonzero(fit.consistent).flatten()
     for i in good[torch.argsort(fit.residual[good])].tolist():

@@ -12,6 +12,7 @@ from leakbench.attacks.base import Reconstruction
 from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn, check_route_knobs
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fastfit import FitCache, fit_once_normal
+from leakbench.attacks.spear.guide_fits import fit_guide_patterns
 from leakbench.attacks.spear.guided import Guide, guided_chunk, make_guide
 from leakbench.attacks.spear.residual import ResidualGuides
 from leakbench.attacks.spear.search import SearchSettings, SearchState
@@ -39,6 +40,9 @@ class GuidedSpearConfig(SpearConfig):
         guided chunks without a new sample and at most `residual_max_missing` samples are missing,
         follow a new guide made from the residual problem of the missing samples (FastICA on the
         deflated factor L N, residual.py); 0 turns it off.
+    pattern_fit_rounds / pattern_fit_from_b (leakbench addition, issue 16): for b ≥ pattern_fit_from_b,
+        before any draw, fit a sample to each guide's whole predicted ReLU pattern and refit with the
+        fitted sample's own pattern, pattern_fit_rounds times (guide_fits.py); 0 rounds turns it off.
     """
 
     guide: str = "cpa"
@@ -49,6 +53,8 @@ class GuidedSpearConfig(SpearConfig):
     fast_fit: bool = True
     residual_after: int = 2
     residual_max_missing: int = 48
+    pattern_fit_rounds: int = 10
+    pattern_fit_from_b: int = 128
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -56,6 +62,9 @@ class GuidedSpearConfig(SpearConfig):
         if self.guide in ("spear", "spear-guided"):
             raise ConfigError(f"spear-guided: the guide must be another attack, got {self.guide!r}")
         check_guide(self)
+        if self.pattern_fit_rounds < 0 or self.pattern_fit_from_b < 1:
+            raise ConfigError(f"spear-guided: need pattern_fit_rounds ≥ 0 and pattern_fit_from_b ≥ 1, got "
+                              f"{self.pattern_fit_rounds!r} and {self.pattern_fit_from_b!r}")
         if self.residual_after < 1 or self.residual_max_missing < 0:
             raise ConfigError(f"spear-guided: need residual_after ≥ 1 and residual_max_missing ≥ 0, got "
                               f"{self.residual_after!r} and {self.residual_max_missing!r}")
@@ -81,10 +90,17 @@ class GuidedSpearAttack(SpearAttack):
         guide = make_guide(problem, features, cfg.pool_start)
         guides = ResidualGuides(problem, guide, tol, seed, cfg.pool_start, cfg.residual_after, cfg.residual_max_missing)
         cache = FitCache() if cfg.fast_fit else None
+        pattern_fits = {"patterns": 0, "found": 0, "seconds": 0.0}
 
         def source(state: SearchState) -> bool:
             if cfg.fast_fit and state.fit_cache is None:
                 state.fit_solver, state.fit_cache = fit_once_normal, cache
+            if guide.calls == 0 and cfg.pattern_fit_rounds > 0 and problem.b >= cfg.pattern_fit_from_b:
+                begin = time.perf_counter()
+                pattern_fits["patterns"] = fit_guide_patterns(problem, guide, state, cfg.residual_tol,
+                                                              cfg.pattern_fit_rounds, settings.max_seconds)
+                pattern_fits["found"] = int(state.accepted.shape[0])
+                pattern_fits["seconds"] = time.perf_counter() - begin
             return guided_chunk(problem, guides.guide(state.accepted), tol, state, settings, gen, cfg.residual_tol,
                                 cfg.pool_growth, cfg.refine_first)
 
@@ -92,7 +108,9 @@ class GuidedSpearAttack(SpearAttack):
             out = guide_stats(cfg.guide, seconds, guide)
             out.update({"residual_guides": guides.made, "residual_guide_seconds": guides.seconds,
                         "residual_guided_draws": guides.draws + (guides.current.draws if guides.made else 0),
-                        "fits_skipped": cache.skipped if cache is not None else 0})
+                        "fits_skipped": cache.skipped if cache is not None else 0,
+                        "pattern_fit_patterns": pattern_fits["patterns"], "pattern_fit_found": pattern_fits["found"],
+                        "pattern_fit_seconds": pattern_fits["seconds"]})
             return out
 
         return source, stats
