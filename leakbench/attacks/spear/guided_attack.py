@@ -39,7 +39,9 @@ class GuidedSpearConfig(SpearConfig):
     residual_guides (leakbench addition, issue 16): once the guide in use went `residual_after`
         guided chunks without a new sample and at most `residual_max_missing` samples are missing,
         follow a new guide made from the residual problem of the missing samples (FastICA on the
-        deflated factor L N, residual.py); 0 turns it off.
+        deflated factor L N, residual.py), for b ≥ residual_from_b (below it, b ≤ 100 keeps the draws
+        measured before; at embedded b = 8, layer 3, they cost the chunk that found the last sample);
+        residual_max_missing = 0 turns it off.
     pattern_fit_rounds / pattern_fit_from_b (leakbench addition, issue 16): for b ≥ pattern_fit_from_b,
         before any draw, fit a sample to each guide's whole predicted ReLU pattern and refit with the
         fitted sample's own pattern, pattern_fit_rounds times (guide_fits.py); 0 rounds turns it off.
@@ -53,6 +55,7 @@ class GuidedSpearConfig(SpearConfig):
     fast_fit: bool = True
     residual_after: int = 2
     residual_max_missing: int = 48
+    residual_from_b: int = 128
     pattern_fit_rounds: int = 10
     pattern_fit_from_b: int = 128
 
@@ -65,7 +68,7 @@ class GuidedSpearConfig(SpearConfig):
         if self.pattern_fit_rounds < 0 or self.pattern_fit_from_b < 1:
             raise ConfigError(f"spear-guided: need pattern_fit_rounds ≥ 0 and pattern_fit_from_b ≥ 1, got "
                               f"{self.pattern_fit_rounds!r} and {self.pattern_fit_from_b!r}")
-        if self.residual_after < 1 or self.residual_max_missing < 0:
+        if self.residual_after < 1 or self.residual_max_missing < 0 or self.residual_from_b < 1:
             raise ConfigError(f"spear-guided: need residual_after ≥ 1 and residual_max_missing ≥ 0, got "
                               f"{self.residual_after!r} and {self.residual_max_missing!r}")
         if not self.pool_start >= 1 or not self.pool_growth > 1:
@@ -88,7 +91,8 @@ class GuidedSpearAttack(SpearAttack):
         if features is None:
             return None, lambda: {"guide": cfg.guide, "guide_seconds": seconds, "guide_failed": reason}
         guide = make_guide(problem, features, cfg.pool_start)
-        guides = ResidualGuides(problem, guide, tol, seed, cfg.pool_start, cfg.residual_after, cfg.residual_max_missing)
+        guides = ResidualGuides(problem, guide, tol, seed, cfg.pool_start, cfg.residual_after,
+                                cfg.residual_max_missing if problem.b >= cfg.residual_from_b else 0)
         cache = FitCache() if cfg.fast_fit else None
         pattern_fits = {"patterns": 0, "found": 0, "seconds": 0.0}
 
