@@ -18,6 +18,7 @@ it proposes is refined, fitted and verified like every other draw.
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -95,8 +96,7 @@ class ResidualGuides:
         self.seconds = 0.0
 
     def guide(self, C: torch.Tensor) -> Guide:
-        import time
-
+        """The guide for the next guided chunk, given the samples found so far (rows of C)."""
         k = int(C.shape[0])
         missing = self.problem.b - k
         stalled = self.current.misses >= self.after
