@@ -44,6 +44,12 @@ def parse_params(pairs: list[str]) -> dict:
     return params
 
 
+EXTRA_STATS = ("samples_found", "guide_seconds", "search_seconds", "guided_draws", "guides_matched",
+               "residual_guides", "residual_guided_draws", "fits_skipped", "fits_or_lp_checks",
+               "pattern_fit_found", "pattern_fit_seconds", "retries")
+"""Attack stats printed with each run when present (guided SPEAR's, issue 16)."""
+
+
 def one_run(args: argparse.Namespace) -> int:
     """Worker: one cell with whatever `leakbench` is on PYTHONPATH; prints one JSON line."""
     import leakbench
@@ -57,6 +63,7 @@ def one_run(args: argparse.Namespace) -> int:
     if args.max_draws:
         params["max_draws"] = args.max_draws
     attack = create_attack(args.attack, **params)
+    load_start = list(os.getloadavg())
     start = time.perf_counter()
     recon = attack.reconstruct(update, seed=args.seed)
     seconds = time.perf_counter() - start
@@ -65,7 +72,9 @@ def one_run(args: argparse.Namespace) -> int:
                       "seed": args.seed, "status": recon.status, "reason": recon.reason,
                       "exact_fraction": float(records["exact"].astype(bool).mean()), "seconds": seconds,
                       "draws": int(recon.stats.get("draws", 0)),
-                      "samples_found": int(recon.stats.get("samples_found", 0))}))
+                      "samples_found": int(recon.stats.get("samples_found", 0)), "load_start": load_start,
+                      "load_end": list(os.getloadavg()),
+                      "stats": {k: v for k, v in recon.stats.items() if k in EXTRA_STATS}}))
     return 0
 
 
@@ -115,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                 row["checkout"] = name
                 rows.append(row)
                 print(f"{name:4s} b={b:3d} seed={seed:2d} {row['status']:6s} exact={row['exact_fraction']:.2f} "
-                      f"{row['seconds']:8.2f} s draws={row['draws']} found={row['samples_found']}", flush=True)
+                      f"{row['seconds']:8.2f} s draws={row['draws']} found={row['samples_found']} "
+                      f"load {row['load_start'][0]:.1f}→{row['load_end'][0]:.1f} {row['stats']}", flush=True)
     print("\nb   checkout  n  ok  exact%  median_s  max_s  median_draws")
     for b in parse_range(args.batch_sizes):
         for name, _ in checkouts:

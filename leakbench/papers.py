@@ -59,6 +59,11 @@ ENTRIES = (
      "guided SPEAR vs CPA, b = 25…100, FC-6 width 400 (TinyImageNet; needs --data-root)"),
     ("spear-guided-w2000", Paper("paper/spear-guided-w2000"),
      "guided SPEAR vs CPA, b = 25…100, FC-6 width 2000 (TinyImageNet; needs --data-root)"),
+    ("spear-frontier", Paper("paper/spear-frontier", ("spear-speed",)),
+     "guided SPEAR past b = 100: b = 150, 200, 256, FC-6 width 2000, 900 s per batch, seeds 0–2 "
+     "(TinyImageNet; needs --data-root)"),
+    ("spear-frontier-w400", Paper("paper/spear-frontier-w400", ("spear-speed",)),
+     "guided SPEAR at b = 150, FC-6 width 400, 900 s per batch, seeds 0–2 (TinyImageNet; needs --data-root)"),
     ("spear-dl", Paper("paper/spear-dl"), "spear-dl (dictionary-learning proposals) vs guided SPEAR, b = 25…200, "
                                     "FC-6 width 2000 (TinyImageNet; needs --data-root)"),
     ("spear-noise", Paper("paper/spear-noise", ("noise",)),

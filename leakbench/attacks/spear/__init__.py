@@ -36,6 +36,9 @@ Leakbench addition → function:
     joint refinement of a failed batch                      joint.refine_batch (deflation.verify_batch)
     verification without ground truth, ban and retry        solve.solve_from_samples, deflation.complete_batch
     guides (another attack's reconstruction)                guided.make_guide, guided.guided_chunk
+    normal-equation fits and fit cache (spear-guided)       fastfit.fit_once_normal, fastfit.FitCache
+    residual guides (FastICA on the deflated factor)        residual.ResidualGuides
+    guide-pattern fits (fit each guide's whole pattern)     guide_fits.fit_guide_patterns
     dictionary-learning proposals (spear-dl)                dl.propose, dl.dl_chunk
     budget and progress bar (both routes)                   state.out_of_budget, state.search_bar
     theory: expected draws, failure bound                   theory.expected_draws, theory.failure_bound

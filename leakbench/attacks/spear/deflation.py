@@ -50,6 +50,8 @@ class SampleState(SearchState):
     zero_misses: int = 0
     chunks: int = 0
     zero_chunks: int = 0
+    fit_solver: object = None  # leakbench addition (fastfit.py): replaces fit._fit_once when set
+    fit_cache: object = None  # fastfit.FitCache: skip refits of patterns already fitted
 
     def __post_init__(self) -> None:
         if self.residuals is None:
@@ -167,14 +169,27 @@ def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor,
 
 
 def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SampleState, residual_tol: float,
-                free: torch.Tensor | None = None) -> SampleFit:
+                free: torch.Tensor | None = None, rounds: int = 3) -> SampleFit:
     """Fit a sample to each zero pattern (k, m); keep the consistent ones not known or banned yet.
 
     A fit within `SAME` (relative) of a known sample is that sample again; it replaces the known
     one when its residual is smaller — a near-copy with a misread neuron or two (measured at
     layer 5: 2e-3 off, residual under the tolerance) must not block the exact sample.
+    `rounds`: refits with the fitted sample's own pattern (fit.fit_samples).
     """
-    fit = fit_samples(problem, zero, residual_tol=residual_tol, free=free)
+    cache, state.fit_cache = state.fit_cache, None
+    if cache is not None:  # fastfit.FitCache: fit each (pattern, free rows) once per search
+        try:
+            fresh = cache.fresh(zero, free, state.retries)
+            part = (accept_fits(problem, zero[fresh], state, residual_tol, free, rounds) if bool(fresh.any()) else
+                    SampleFit(c=zero.new_zeros((0, problem.b), dtype=problem.A.dtype),
+                              residual=zero.new_zeros(0, dtype=problem.A.dtype), consistent=fresh[fresh]))
+        finally:
+            state.fit_cache = cache
+        consistent = torch.ones(zero.shape[0], dtype=torch.bool, device=zero.device)
+        consistent[fresh] = part.consistent  # a pattern fitted before: its outcome is already recorded
+        return SampleFit(c=part.c, residual=part.residual, consistent=consistent)
+    fit = fit_samples(problem, zero, residual_tol=residual_tol, free=free, rounds=rounds, solver=state.fit_solver)
     state.fits += int(zero.shape[0])
     good = torch.nonzero(fit.consistent).flatten()
     for i in good[torch.argsort(fit.residual[good])].tolist():

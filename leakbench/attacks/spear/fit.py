@@ -26,7 +26,7 @@ class SampleFit:
 
 
 def fit_samples(problem: LayerProblem, zero: torch.Tensor, *, residual_tol: float,
-                free: torch.Tensor | None = None, rounds: int = 3) -> SampleFit:
+                free: torch.Tensor | None = None, rounds: int = 3, solver=None) -> SampleFit:
     """Fit one sample per zero pattern (k, m) and test it; requires `problem.P_next`.
 
     Rows in `free` (m,) are uncertain (their gradient entry is at the noise level): in the
@@ -34,11 +34,11 @@ def fit_samples(problem: LayerProblem, zero: torch.Tensor, *, residual_tol: floa
     sample's own pre-activations then give its exact ReLU pattern, so the fit is repeated with
     that pattern (`rounds` times) and the final pattern must reproduce itself. Under gradient
     noise (`problem.slack`) the residual tolerance grows with it and neurons whose pre-activation
-    is within the slack of zero may flip.
+    is within the slack of zero may flip. `solver`: replaces `_fit_once` (same contract; fastfit.py).
     """
     residual_tol = max(residual_tol, problem.slack)
     for i in range(rounds):
-        c, residual, z = _fit_once(problem, zero, free if i == 0 else None)
+        c, residual, z = (solver or _fit_once)(problem, zero, free if i == 0 else None)
         new_zero = z <= 0
         clear = z.abs() > problem.slack * z.abs().amax(dim=1, keepdim=True)
         stable = ((new_zero == zero) | ~clear).all(dim=1)

@@ -39,6 +39,8 @@ class Guide:
     draws: int = 0
     misses: int = 0
     calls: int = 0
+    known: torch.Tensor | None = None
+    """Samples (rows of C) found before this guide was made (residual.py): never matched to it."""
 
     @property
     def matched(self) -> int:
@@ -62,6 +64,8 @@ def make_guide(problem: LayerProblem, features: torch.Tensor, pool_start: float)
 def match_guides(guide: Guide, problem: LayerProblem, C: torch.Tensor) -> None:
     """Close the guides that found samples: greedy one-to-one matching on ReLU-pattern agreement."""
     guide.open[:] = True
+    if guide.known is not None and guide.known.shape[0] and C.shape[0]:
+        C = C[torch.cdist(C, guide.known.to(C)).amin(dim=1) > 1e-6 * C.norm(dim=1)]
     if C.shape[0] == 0:
         return
     zero = ((C @ problem.A.T + problem.bias) <= 0).cpu()

@@ -12,7 +12,10 @@ from leakbench.attacks.base import Reconstruction
 from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn
 from leakbench.attacks.spear.deflation import SampleState
 from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.fastfit import FitCache, fit_once_normal
+from leakbench.attacks.spear.guide_fits import fit_guide_patterns
 from leakbench.attacks.spear.guided import Guide, guided_chunk, make_guide
+from leakbench.attacks.spear.residual import ResidualGuides
 from leakbench.attacks.spear.state import SearchSettings
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
@@ -32,6 +35,17 @@ class GuidedSpearConfig(SpearConfig):
         matched to a found sample.
     refine_first: try each guide's whole pool as a zero set before drawing subsets of it (guided.py).
     Once every unmatched guide's pool holds all live neurons, SPEAR's own routes (`sampler`) go on.
+    fast_fit (leakbench addition, issue 16): next-layer fits by normal equations, each (pattern,
+        free rows) fitted once per search (fastfit.py); same accepted samples, far cheaper at b ≥ 150.
+    residual_guides (leakbench addition, issue 16): once the guide in use went `residual_after`
+        guided chunks without a new sample and at most `residual_max_missing` samples are missing,
+        follow a new guide made from the residual problem of the missing samples (FastICA on the
+        deflated factor L N, residual.py), for b ≥ residual_from_b (below it, b ≤ 100 keeps the draws
+        measured before; at embedded b = 8, layer 3, they cost the chunk that found the last sample);
+        residual_max_missing = 0 turns it off.
+    pattern_fit_rounds / pattern_fit_from_b (leakbench addition, issue 16): for b ≥ pattern_fit_from_b,
+        before any draw, fit a sample to each guide's whole predicted ReLU pattern and refit with the
+        fitted sample's own pattern, pattern_fit_rounds times (guide_fits.py); 0 rounds turns it off.
     """
 
     guide: str = "cpa"
@@ -39,6 +53,12 @@ class GuidedSpearConfig(SpearConfig):
     pool_start: float = 1.5
     pool_growth: float = 1.25
     refine_first: bool = False
+    fast_fit: bool = True
+    residual_after: int = 2
+    residual_max_missing: int = 48
+    residual_from_b: int = 128
+    pattern_fit_rounds: int = 10
+    pattern_fit_from_b: int = 128
     attack_name: ClassVar[str] = "spear-guided"
 
     def __post_init__(self) -> None:
@@ -46,6 +66,12 @@ class GuidedSpearConfig(SpearConfig):
         if self.guide in ("spear", "spear-guided"):
             raise ConfigError(f"spear-guided: the guide must be another attack, got {self.guide!r}")
         check_guide(self)
+        if self.pattern_fit_rounds < 0 or self.pattern_fit_from_b < 1:
+            raise ConfigError(f"spear-guided: need pattern_fit_rounds ≥ 0 and pattern_fit_from_b ≥ 1, got "
+                              f"{self.pattern_fit_rounds!r} and {self.pattern_fit_from_b!r}")
+        if self.residual_after < 1 or self.residual_max_missing < 0 or self.residual_from_b < 1:
+            raise ConfigError(f"spear-guided: need residual_after ≥ 1 and residual_max_missing ≥ 0, got "
+                              f"{self.residual_after!r} and {self.residual_max_missing!r}")
         if not self.pool_start >= 1 or not self.pool_growth > 1:
             raise ConfigError(f"spear-guided: need pool_start ≥ 1 and pool_growth > 1, got "
                               f"{self.pool_start!r} and {self.pool_growth!r}")
@@ -66,12 +92,33 @@ class GuidedSpearAttack(SpearAttack):
         if features is None:
             return None, lambda: {"guide": cfg.guide, "guide_seconds": seconds, "guide_failed": reason}
         guide = make_guide(problem, features, cfg.pool_start)
+        guides = ResidualGuides(problem, guide, tol, seed, cfg.pool_start, cfg.residual_after,
+                                cfg.residual_max_missing if problem.b >= cfg.residual_from_b else 0)
+        cache = FitCache() if cfg.fast_fit else None
+        pattern_fits = {"patterns": 0, "found": 0, "seconds": 0.0}
 
         def source(state: SampleState) -> bool:
-            return guided_chunk(problem, guide, tol, state, settings, gen, cfg.residual_tol, cfg.pool_growth,
-                                cfg.refine_first)
+            if cfg.fast_fit and state.fit_cache is None:
+                state.fit_solver, state.fit_cache = fit_once_normal, cache
+            if guide.calls == 0 and cfg.pattern_fit_rounds > 0 and problem.b >= cfg.pattern_fit_from_b:
+                begin = time.perf_counter()
+                pattern_fits["patterns"] = fit_guide_patterns(problem, guide, state, cfg.residual_tol,
+                                                              cfg.pattern_fit_rounds, settings.max_seconds)
+                pattern_fits["found"] = int(state.samples.shape[0])
+                pattern_fits["seconds"] = time.perf_counter() - begin
+            return guided_chunk(problem, guides.guide(state.samples), tol, state, settings, gen, cfg.residual_tol,
+                                cfg.pool_growth, cfg.refine_first)
 
-        return source, lambda: guide_stats(cfg.guide, seconds, guide)
+        def stats() -> dict[str, Any]:
+            out = guide_stats(cfg.guide, seconds, guide)
+            out.update({"residual_guides": guides.made, "residual_guide_seconds": guides.seconds,
+                        "residual_guided_draws": guides.draws + (guides.current.draws if guides.made else 0),
+                        "fits_skipped": cache.skipped if cache is not None else 0,
+                        "pattern_fit_patterns": pattern_fits["patterns"], "pattern_fit_found": pattern_fits["found"],
+                        "pattern_fit_seconds": pattern_fits["seconds"]})
+            return out
+
+        return source, stats
 
     def guide_features(self, update: ClientUpdate, seed: int) -> tuple[torch.Tensor | None, str]:
         """The guide's reconstruction of this layer's inputs (b, n), or None and why it failed.

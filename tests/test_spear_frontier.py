@@ -1,0 +1,146 @@
+"""Issue 16, guided SPEAR past b = 200: normal-equation fits, the fit cache, residual guides."""
+
+from __future__ import annotations
+
+import torch
+
+from leakbench.attacks.spear.deflation import null_basis, reduced_rows
+from leakbench.attacks.spear.factors import factorize
+from leakbench.attacks.spear.fastfit import FitCache, fit_once_normal
+from leakbench.attacks.spear.fit import _fit_once, fit_samples
+from leakbench.attacks.spear.guided import make_guide, match_guides
+from leakbench.attacks.spear.residual import ResidualGuides, residual_guide
+from leakbench.datasets import load_dataset, sample_batch
+from leakbench.fl import ThreatModel, fedsgd_update
+from leakbench.models import build_fc
+
+
+def _problem(b: int = 12, width: int = 96, seed: int = 0):
+    ds = load_dataset("embedded")
+    batch = sample_batch(ds, b, seed=seed)
+    model = build_fc(ds.image_shape, ds.num_classes, width=width, depth=3, seed=seed)
+    update = fedsgd_update(model, batch, ThreatModel())
+    w, bn = model.layer_param_names(1)
+    w2, _ = model.layer_param_names(2)
+    params = dict(model.named_parameters())
+    problem = factorize(update.gradients[w], update.gradients[bn], params[w], params[bn], b,
+                        G_next=update.gradients[w2])
+    with torch.no_grad():
+        X = model.layer_inputs(batch.images, 1).flatten(1).double()
+    return problem, X
+
+
+def _patterns(problem, C, extra: int = 6, seed: int = 0):
+    """True zero patterns, mixtures of two samples' patterns, and random patterns."""
+    z = C @ problem.A.T + problem.bias
+    true = z <= 0
+    gen = torch.Generator().manual_seed(seed)
+    mixed = true[:-1] & true[1:]
+    rand = torch.rand(extra, problem.m, generator=gen) < 0.5
+    return torch.cat([true, mixed, rand])
+
+
+def test_normal_equation_fit_matches_the_full_fit() -> None:
+    problem, X = _problem()
+    C = X @ problem.R.T
+    zero = _patterns(problem, C)
+    for free in (None, torch.rand(problem.m, generator=torch.Generator().manual_seed(1)) < 0.1):
+        c0, r0, _ = _fit_once(problem, zero, free)
+        c1, r1, _ = fit_once_normal(problem, zero, free)
+        ok0, ok1 = r0 <= 1e-4, r1 <= 1e-4
+        assert torch.equal(ok0, ok1)
+        assert ok0[: C.shape[0]].all() and not ok0[-6:].any()
+        assert torch.allclose(c0[ok0], c1[ok0], rtol=1e-8, atol=1e-10)
+    full = fit_samples(problem, zero, residual_tol=1e-4)
+    fast = fit_samples(problem, zero, residual_tol=1e-4, solver=fit_once_normal)
+    assert torch.equal(full.consistent, fast.consistent)
+    assert torch.allclose(full.c[full.consistent], fast.c[fast.consistent], rtol=1e-8, atol=1e-10)
+
+
+def test_fit_cache_fits_each_pattern_once() -> None:
+    problem, X = _problem()
+    zero = _patterns(problem, X @ problem.R.T)
+    cache = FitCache()
+    assert cache.fresh(zero, None).all()
+    again = cache.fresh(torch.cat([zero[:3], zero[:3]]), None)
+    assert not again.any() and cache.skipped == 6
+    free = torch.zeros(problem.m, dtype=torch.bool)
+    free[0] = True
+    assert cache.fresh(zero[:3], free).all()  # other free rows: another fit
+    assert cache.fresh(zero[:3], None, retries=1).all()  # a banned sample since: forget
+
+
+def test_residual_guide_predicts_the_missing_samples() -> None:
+    """With all but k samples known, the residual guide (ICA on L N) points at the k missing ones."""
+    problem, X = _problem(b=12, width=160)
+    C = X @ problem.R.T
+    k = 5
+    known, missing = C[k:], C[:k]
+    guide = residual_guide(problem, known, torch.full((problem.m,), 1e-5, dtype=torch.float64), seed=0,
+                           pool_start=1.5)
+    assert guide is not None and guide.margin.shape[0] == k
+    N = null_basis(known, problem.b)
+    _, _, live = reduced_rows(problem, N, torch.full((problem.m,), 1e-5, dtype=torch.float64))
+    truth = ((missing @ problem.A.T + problem.bias) <= 0)
+    # each missing sample: the guide row that agrees best gets the most confident (k−1)·1.5 live rows right
+    need = int(1.5 * (k - 1)) + 1
+    precision = []
+    for j in range(k):
+        agree = ((guide.margin < 0) == truth[j]).double().mean(1)
+        best = int(agree.argmax())
+        conf = torch.where(live, -guide.margin[best], torch.full_like(guide.margin[best], -float("inf")))
+        top = conf.argsort(descending=True)[:need]
+        precision.append(float(truth[j][top].double().mean()))
+    print(precision)
+    assert min(precision) >= 0.7 and sum(precision) / k >= 0.85
+    # matching ignores the samples known when the guide was made
+    match_guides(guide, problem, known)
+    assert guide.matched == 0
+    match_guides(guide, problem, torch.cat([known, missing[:2]]))
+    assert guide.matched == 2
+
+
+def test_residual_guides_take_over_when_the_first_stalls() -> None:
+    problem, X = _problem()
+    C = X @ problem.R.T
+    tol = torch.full((problem.m,), 1e-5, dtype=torch.float64)
+    first = make_guide(problem, X, pool_start=1.5)
+    guides = ResidualGuides(problem, first, tol, seed=0, pool_start=1.5, after=2, max_missing=8)
+    assert guides.guide(C[:4]) is first  # not stalled
+    first.misses = 2
+    assert guides.guide(C[:2]) is first  # 10 missing > max_missing
+    g = guides.guide(C[:6])
+    assert g is not first and g.known is not None and guides.made == 1
+    assert guides.guide(C[:6]) is g  # not stalled yet
+    off = ResidualGuides(problem, first, tol, seed=0, pool_start=1.5, after=2, max_missing=0)
+    assert off.guide(C[:6]) is first
+
+
+def test_frontier_suite_parses() -> None:
+    from leakbench.harness.suite import load_suite, shipped_suite
+
+    cells = load_suite(shipped_suite("paper/spear-frontier")).cells
+    assert sorted({c.batch_size for c in cells}) == [150, 200, 256]
+    assert {c.width for c in cells} == {2000} and {c.attack for c in cells} == {"spear-guided"}
+    assert sorted({c.seed for c in cells}) == [0, 1, 2]
+
+
+def test_guide_pattern_fits_find_samples_from_a_noisy_guide() -> None:
+    """Fits started from the guide's predicted patterns land on true samples; a bad guide finds none wrong."""
+    from leakbench.attacks.spear.guide_fits import fit_guide_patterns
+    from leakbench.attacks.spear.deflation import SampleState
+
+    problem, X = _problem()
+    C = X @ problem.R.T
+    gen = torch.Generator().manual_seed(0)
+    noisy = X + 0.05 * X.norm(dim=1, keepdim=True) * torch.randn(X.shape, generator=gen, dtype=X.dtype) / X.shape[1] ** 0.5
+    state = SampleState(samples=torch.empty(0, problem.b, dtype=torch.float64))
+    done = fit_guide_patterns(problem, make_guide(problem, noisy, 1.5), state, 1e-4, rounds=10, max_seconds=60)
+    assert done == problem.b and state.samples.shape[0] >= problem.b // 2
+    d = torch.cdist(state.samples, C).min(dim=1).values
+    assert (d <= 1e-6 * C.norm(dim=1).max()).all()  # every accepted sample is a true one
+    junk = torch.randn(X.shape, generator=gen, dtype=X.dtype)
+    state = SampleState(samples=torch.empty(0, problem.b, dtype=torch.float64))
+    fit_guide_patterns(problem, make_guide(problem, junk, 1.5), state, 1e-4, rounds=10, max_seconds=60)
+    if state.samples.shape[0]:
+        assert (torch.cdist(state.samples, C).min(dim=1).values <= 1e-6 * C.norm(dim=1).max()).all()
