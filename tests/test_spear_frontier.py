@@ -5,29 +5,15 @@ from __future__ import annotations
 import torch
 
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows
-from leakbench.attacks.spear.factors import factorize
 from leakbench.attacks.spear.fastfit import FitCache, fit_once_normal
 from leakbench.attacks.spear.fit import _fit_once, fit_samples
 from leakbench.attacks.spear.guided import make_guide, match_guides
 from leakbench.attacks.spear.residual import ResidualGuides, residual_guide
-from leakbench.datasets import load_dataset, sample_batch
-from leakbench.fl import ThreatModel, fedsgd_update
-from leakbench.models import build_fc
+from spear_helpers import layer_problem  # tests/ is on the path
 
 
 def _problem(b: int = 12, width: int = 96, seed: int = 0):
-    ds = load_dataset("embedded")
-    batch = sample_batch(ds, b, seed=seed)
-    model = build_fc(ds.image_shape, ds.num_classes, width=width, depth=3, seed=seed)
-    update = fedsgd_update(model, batch, ThreatModel())
-    w, bn = model.layer_param_names(1)
-    w2, _ = model.layer_param_names(2)
-    params = dict(model.named_parameters())
-    problem = factorize(update.gradients[w], update.gradients[bn], params[w], params[bn], b,
-                        G_next=update.gradients[w2])
-    with torch.no_grad():
-        X = model.layer_inputs(batch.images, 1).flatten(1).double()
-    return problem, X
+    return layer_problem(b, width, seed)
 
 
 def _patterns(problem, C, extra: int = 6, seed: int = 0):

@@ -9,30 +9,16 @@ import pytest
 import torch
 
 from leakbench.attacks import create_attack
-from leakbench.attacks.spear.factors import factorize
 from leakbench.attacks.spear.guided import make_guide, match_guides, pool_weights
 from leakbench.attacks.spear.sampling import draw_directions
-from leakbench.datasets import load_dataset, sample_batch
 from leakbench.errors import ConfigError
-from leakbench.fl import ThreatModel, fedsgd_update
 from leakbench.harness.cell import CellSpec, attack_job, prepare, run_cell, score_cell
 from leakbench.harness.job import attack_cell
-from leakbench.models import build_fc
+from spear_helpers import layer_problem  # tests/ is on the path
 
 
 def _problem(b: int = 8, width: int = 64, seed: int = 0):
-    ds = load_dataset("embedded")
-    batch = sample_batch(ds, b, seed=seed)
-    model = build_fc(ds.image_shape, ds.num_classes, width=width, depth=3, seed=seed)
-    update = fedsgd_update(model, batch, ThreatModel())
-    w, bn = model.layer_param_names(1)
-    w2, _ = model.layer_param_names(2)
-    params = dict(model.named_parameters())
-    problem = factorize(update.gradients[w], update.gradients[bn], params[w], params[bn], b,
-                        G_next=update.gradients[w2])
-    with torch.no_grad():
-        X = model.layer_inputs(batch.images, 1).flatten(1).double()
-    return problem, X
+    return layer_problem(b, width, seed)
 
 
 def test_exact_guide_predicts_every_relu_pattern() -> None:
