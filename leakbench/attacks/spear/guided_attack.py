@@ -35,17 +35,18 @@ class GuidedSpearConfig(SpearConfig):
         matched to a found sample.
     refine_first: try each guide's whole pool as a zero set before drawing subsets of it (guided.py).
     Once every unmatched guide's pool holds all live neurons, SPEAR's own routes (`sampler`) go on.
-    fast_fit (leakbench addition, issue 16): next-layer fits by normal equations, each (pattern,
-        free rows) fitted once per search (fastfit.py); same accepted samples, far cheaper at b ≥ 150.
-    residual_guides (leakbench addition, issue 16): once the guide in use went `residual_after`
-        guided chunks without a new sample and at most `residual_max_missing` samples are missing,
-        follow a new guide made from the residual problem of the missing samples (FastICA on the
-        deflated factor L N, residual.py), for b ≥ residual_from_b (below it, b ≤ 100 keeps the draws
-        measured before; at embedded b = 8, layer 3, they cost the chunk that found the last sample);
-        residual_max_missing = 0 turns it off.
-    pattern_fit_rounds / pattern_fit_from_b (leakbench addition, issue 16): for b ≥ pattern_fit_from_b,
-        before any draw, fit a sample to each guide's whole predicted ReLU pattern and refit with the
-        fitted sample's own pattern, pattern_fit_rounds times (guide_fits.py); 0 rounds turns it off.
+    fast_fit: next-layer fits by normal equations, each (pattern, free rows) fitted once per search
+        (fastfit.py; leakbench addition, issue 16); same accepted samples, far cheaper at b ≥ 150.
+    residual_after / residual_max_missing: residual guides (residual.py; leakbench addition, issue 16):
+        once the guide in use went residual_after guided chunks without a new sample and at most
+        residual_max_missing samples are missing, follow a new guide made from the residual problem
+        of the missing samples (FastICA on the deflated factor L N); 0 missing turns it off.
+    residual_from_b: residual guides only for b ≥ this (below it, b ≤ 100 keeps the draws measured
+        before; at embedded b = 8, layer 3, they cost the chunk that found the last sample).
+    pattern_fit_rounds / pattern_fit_from_b: guide-pattern fits (guide_fits.py; leakbench addition,
+        issue 16): for b ≥ pattern_fit_from_b, before any draw, fit a sample to each guide's whole
+        predicted ReLU pattern and refit with the fitted sample's own pattern, pattern_fit_rounds
+        times; 0 rounds turns it off.
     """
 
     guide: str = "cpa"
