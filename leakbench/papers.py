@@ -70,6 +70,12 @@ ENTRIES = (
      "SPEAR under additive gradient noise σ = 0 … 1e-2 × max|g| (TinyImageNet FC-6, b = 8; needs --data-root)"),
     ("fedavg", Paper("paper/fedavg"), "FedAvg table: E ∈ {1, 5}, mini-batch ∈ {b, b/4}, η ∈ {0.1, 0.01} "
                                 "(TinyImageNet FC-6, b = 20; needs --data-root)"),
+    ("victims", Paper("paper/victims", ("victims",)),
+     "every attack on FC-6 width 200 victims trained 0, 1, 5, 20 epochs, b = 4, 16, 64 (docs/victims.md; "
+     "TinyImageNet; needs --data-root)"),
+    ("victims-fc2", Paper("paper/victims-fc2", ("victims",)),
+     "every attack on FC-2 width 256 victims trained 0, 1, 5, 20 epochs, b = 4, 16 (docs/victims.md; "
+     "TinyImageNet; needs --data-root)"),
     ("baselines", Paper("paper/baselines", ("baselines",)),
      "SPEAR, CPA, CPA + derivative prefilter, IG, DLG on FC-2 width 256 and FC-6 width 200, b = 1…64 "
      "(docs/baselines.md; TinyImageNet; needs --data-root)"),

@@ -369,7 +369,7 @@ def test_paper_suites_parse() -> None:
     names = {name for name, _ in list_papers()}
     assert names == {"spear-batch-size", "spear-speed", "spear-layers", "layers-images", "conv", "conv-embedded", "dp",
                      "fedavg", "spear-guided-w400", "spear-guided-w2000", "spear-dl", "spear-noise", "baselines",
-                     "spear-frontier", "spear-frontier-w400"}
+                     "spear-frontier", "spear-frontier-w400", "victims", "victims-fc2"}
     dl = load_suite(shipped_suite("paper/spear-dl")).cells
     assert sorted({c.batch_size for c in dl}) == [25, 50, 100, 200]
     assert {c.width for c in dl} == {2000} and {c.attack for c in dl} == {"spear-dl", "spear-guided"}
