@@ -322,3 +322,4 @@ def test_report_keeps_victim_models_apart(tmp_path: Path) -> None:
     by_model = text.split("## By victim model")[1].split("\n## ")[0]
     assert "FC-2 w64" in by_model and "FC-6 w200" in by_model
     assert (tmp_path / "rep" / "models" / "figures" / "model.png").is_file()
+    assert "PSNR and exact % against batch size b, FC-2 w64" in text  # the figure says which victim it holds

@@ -136,6 +136,7 @@ def figures(figure_data: dict[str, pd.DataFrame], records: pd.DataFrame, cells: 
     per_image = records.assign(psnr=records["psnr"].where(np.isfinite(records["psnr"])) if "psnr" in records else np.nan)
     per_cell = per_image.groupby("cell_id").agg(psnr=("psnr", "mean"), exact_pct=("exact", lambda e: 100 * e.mean()))
     eps = epsilon_labels(cells)
+    several_models = with_model(cells)["model"].nunique() > 1
     items = []
     for axis, subset in figure_data.items():
         at = ""
@@ -148,6 +149,8 @@ def figures(figure_data: dict[str, pd.DataFrame], records: pd.DataFrame, cells: 
         if axis == "dp":
             data = data.assign(dp=data["dp"].map(eps))
             order = [eps[o] for o in order]
+        if axis != "model" and several_models:  # the figure holds one victim: say which
+            at += f", {subset['model'].iloc[0]}"
         name = f"{axis}.png"
         axis_figure(data, axis, order, AXES[axis], folder / name,
                     f"{suite}: PSNR (image space only) and exact % against {AXES[axis]}{at}")
