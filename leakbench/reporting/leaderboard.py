@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from leakbench.errors import LeakbenchError
+from leakbench.harness.store import write_text_atomic
 from leakbench.reporting.aggregate import epsilon_labels, fmt, grouped, model_order, with_model
 from leakbench.reporting.compare import grid_name
 from leakbench.reporting.pivot import pivot_table
@@ -94,12 +95,6 @@ def write_leaderboard(results: Path, reports: Path) -> list[Path]:
              "leaderboard.html": html_document(TITLE, intro, blocks, sortable=True),
              "leaderboard-timing.md": markdown(TIMING_TITLE, ["Wall-clock seconds per cell; not part of the ranking."],
                                                timing_blocks(records, cells))}
-    reports.mkdir(parents=True, exist_ok=True)
-    paths = []
     for name, text in files.items():
-        path = reports / name
-        tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-        paths.append(path)
-    return paths
+        write_text_atomic(reports / name, text)
+    return [reports / name for name in files]

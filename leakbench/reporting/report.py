@@ -55,8 +55,8 @@ def load_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]
 
 def baseline(cells: pd.DataFrame) -> dict[str, Any]:
     """The value each axis is held at while another axis varies: smallest layer, least noise, the first
-    victim model by name (the untrained one of an architecture and width comes before its trained ones)."""
-    base = {"layer": int(cells["layer"].min()), "dp": dp_order(cells)[0], "model": min(cells["model"])}
+    victim model in `model_order` (an untrained model comes before its trained ones)."""
+    base = {"layer": int(cells["layer"].min()), "dp": dp_order(cells)[0], "model": model_order(cells)[0]}
     if "client" in cells:  # runs stored before FedAvg existed have no client column
         clients = set(cells["client"])
         base["client"] = "fedsgd" if "fedsgd" in clients else min(clients)
