@@ -21,7 +21,7 @@ def layer_problem(b: int, width: int, seed: int = 0) -> tuple[LayerProblem, torc
     w, bn = model.layer_param_names(1)
     w2, _ = model.layer_param_names(2)
     params = dict(model.named_parameters())
-    problem = factorize(update.gradients[w], update.gradients[bn], params[w], params[bn], b,
+    problem = factorize(update.gradients[w], update.gradients[bn], params[w].detach(), params[bn].detach(), b,
                         G_next=update.gradients[w2])
     with torch.no_grad():
         X = model.layer_inputs(batch.images, 1).flatten(1).double()

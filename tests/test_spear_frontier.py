@@ -130,3 +130,34 @@ def test_guide_pattern_fits_find_samples_from_a_noisy_guide() -> None:
     fit_guide_patterns(problem, make_guide(problem, junk, 1.5), state, 1e-4, rounds=10, max_seconds=60)
     if state.samples.shape[0]:
         assert (torch.cdist(state.samples, C).min(dim=1).values <= 1e-6 * C.norm(dim=1).max()).all()
+
+
+def _state_missing(problem, C, k: int, directions: torch.Tensor):
+    from leakbench.attacks.spear.deflation import SampleState
+    return SampleState(samples=C[:-k].clone(), residuals=torch.zeros(C.shape[0] - k, dtype=C.dtype),
+                       directions=directions)
+
+
+def test_directions_complete_many_missing_samples_once() -> None:
+    """With 7 samples missing (more than the old 2–4) and their column directions remembered among
+    mixtures, try_directions completes and verifies the batch; without one of them it does not; the
+    same choice in the same search state is never verified twice."""
+    from leakbench.attacks.spear.candidates import zero_tolerance
+    from leakbench.attacks.spear.deflation import try_directions
+
+    problem, X = _problem(b=12, width=96)
+    C = X @ problem.R.T
+    tol = zero_tolerance(problem, 1e-5, 10.0)
+    Q = torch.linalg.inv(C)
+    cols = (Q / Q.norm(dim=0)).T[-7:]
+    mixes = torch.nn.functional.normalize(cols[:-1] + cols[1:], dim=1)
+    state = _state_missing(problem, C, 7, torch.cat([mixes, cols]))
+    solution = try_directions(problem, state, tol, 1e-4)
+    assert solution is not None and solution.ok and state.from_directions == 7
+    assert float(torch.cdist(solution.X, X).amin(dim=0).max()) < 1e-6 * float(X.norm(dim=1).min())  # every sample, any order
+    short = _state_missing(problem, C, 7, torch.cat([mixes, cols[1:]]))
+    assert try_directions(problem, short, tol, 1e-4) is None
+    wrong = _state_missing(problem, C, 7, torch.cat([mixes[:1], cols[1:]]))
+    assert try_directions(problem, wrong, tol, 1e-4) is None and wrong.directions_tried is not None
+    tried = wrong.directions_tried
+    assert try_directions(problem, wrong, tol, 1e-4) is None and wrong.directions_tried is tried

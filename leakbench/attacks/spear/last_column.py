@@ -2,7 +2,7 @@
 
 Paper route (columns of Q, search.py): `last_column_candidates` below. Deflated route (rows of C,
 deflation.py): `complete_last_sample` (one least-squares solve) and `complete_samples` (the last
-2–4 samples from remembered column directions).
+samples from remembered column directions).
 
 The last column for the price of O(m) kernel solves:
 

@@ -1,0 +1,120 @@
+"""Why guided SPEAR's last samples are not found: per missing sample, what each route would need.
+
+    PYTHONPATH=. python benchmarks/spear_tail.py --data-root ../shared/data --width 400 --b 150 \
+        --seed 2 --max-seconds 600
+
+Runs `spear-guided` on one cell (TinyImageNet FC-6 at init, layer 1) and keeps the search's final
+state. Then, with the ground truth (read here, never by the attack), for every true sample that is
+not among the found ones it prints:
+
+* zeros: the sample's inactive neurons among the rows still live in the deflated space, against
+  the b−k−1 rows a zero draw needs (a draw can isolate it only if zeros ≥ need);
+* fit: the next-layer fit of its true ReLU pattern (`fit.fit_samples`, as the search runs it):
+  relative residual (inf = ill-conditioned, σ_min < 1e-2 σ_max) and whether it is accepted;
+* fit_cond: σ_min/σ_max of that fit's system (the search refuses < 1e-2);
+* direction: whether the sample's column direction (null vector of the other b−1 true rows) is
+  among the directions the search remembered (`try_directions` completes the batch from them).
+
+It also prints the found samples that are not true samples (near-copies, mixtures), if any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from leakbench.attacks import create_attack
+from leakbench.attacks.spear import attack as spear_attack
+from leakbench.attacks.spear.candidates import zero_tolerance
+from leakbench.attacks.spear.deflation import null_basis, reduced_rows
+from leakbench.attacks.spear.fit import fit_samples
+from leakbench.harness.cell import CellSpec, prepare
+
+
+def run_keeping_state(update, seed: int, params: dict):
+    """Run spear-guided and return (reconstruction, final SampleState, LayerProblem)."""
+    kept = {}
+    original = spear_attack.search_samples
+
+    def search(problem, *args, **kwargs):
+        state, solution = original(problem, *args, **kwargs)
+        kept["state"], kept["problem"] = state, problem
+        return state, solution
+
+    spear_attack.search_samples = search
+    try:
+        rec = create_attack("spear-guided", **params).reconstruct(update, seed=seed)
+    finally:
+        spear_attack.search_samples = original
+    return rec, kept["state"], kept["problem"]
+
+
+def true_rows(problem, model, batch) -> torch.Tensor:
+    """The true rows c_i of C (b × b): x_i = Rᵀ c_i for the batch's layer-1 inputs."""
+    with torch.no_grad():
+        X = model.layer_inputs(batch.images, 1).flatten(1).double()
+    return X @ problem.R.T
+
+
+def fit_condition(problem, zero: torch.Tensor) -> float:
+    """σ_min/σ_max of the next-layer fit's system for one pattern (fit._fit_once's test)."""
+    from leakbench.attacks.spear.fit import bias_direction, project_out_next
+    active = (~zero).to(problem.A.dtype)
+    PA = project_out_next(problem, active[:, None] * problem.A)
+    u = bias_direction(problem)
+    weight = problem.A.norm(dim=1).mean() / u.norm()
+    S = torch.linalg.svdvals(torch.cat([PA, weight * u[None]]))
+    return float(S[-1] / S[0])
+
+
+def report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, residual_tol: float) -> None:
+    b = problem.b
+    found = state.samples
+    dist = torch.cdist(C_true, found) if found.shape[0] else torch.full((b, 1), float("inf"), dtype=C_true.dtype)
+    rel = dist / C_true.norm(dim=1, keepdim=True)
+    hit = rel.amin(dim=1) < 1e-4
+    missing = torch.nonzero(~hit).flatten().tolist()
+    false = (rel.amin(dim=0) >= 1e-4).sum() if found.shape[0] else 0
+    print(f"found {found.shape[0]} of {b}; true among them {int(hit.sum())}; not true {int(false)}; "
+          f"missing {len(missing)}; remembered directions {state.directions.shape[0]}; retries {state.retries}")
+    N = null_basis(C_true[hit], b)
+    LNn, tol_r, live = reduced_rows(problem, N, tol)
+    need = N.shape[1] - 1
+    Q_true = torch.linalg.inv(C_true)
+    for j in missing:
+        z = C_true[j] @ problem.A.T + problem.bias
+        zero = z <= 0
+        fit = fit_samples(problem, zero[None], residual_tol=residual_tol, rounds=3, solver=state.fit_solver)
+        q = Q_true[:, j] / Q_true[:, j].norm()
+        known_dir = bool(((state.directions @ q).abs() > 1 - 1e-6).any()) if state.directions.shape[0] else False
+        print(f"  sample {j:3d}: zeros {int((zero & live).sum()):4d} of {int(live.sum())} live (need {need}); "
+              f"all zeros {int(zero.sum())}; fit residual {float(fit.residual[0]):.2e} "
+              f"accepted {bool(fit.consistent[0])}; fit_cond {fit_condition(problem, zero):.2e}; "
+              f"direction remembered {known_dir}; min |z|/max {float(z.abs().min() / z.abs().max()):.1e}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-root", default=None)
+    parser.add_argument("--width", type=int, default=400)
+    parser.add_argument("--b", type=int, default=150)
+    parser.add_argument("--seed", type=int, default=2)
+    parser.add_argument("--max-seconds", type=float, default=600.0)
+    args = parser.parse_args()
+    spec = CellSpec(attack="spear-guided", dataset="tinyimagenet", batch_size=args.b, seed=args.seed,
+                    width=args.width, depth=6, layer=1, data_root=args.data_root)
+    batch, model, update = prepare(spec)
+    params = {"max_seconds": args.max_seconds, "max_draws": 10 ** 10}
+    start = time.perf_counter()
+    rec, state, problem = run_keeping_state(update, args.seed, params)
+    print(f"status {rec.status} in {time.perf_counter() - start:.0f} s: {rec.reason or 'exact?'}")
+    print({k: v for k, v in rec.stats.items() if isinstance(v, (int, float, str, bool))})
+    cfg = create_attack("spear-guided").config
+    tol = zero_tolerance(problem, cfg.zero_tol, cfg.noise_factor)
+    report(problem, state, true_rows(problem, model, batch), tol, cfg.residual_tol)
+
+
+if __name__ == "__main__":
+    main()
