@@ -102,7 +102,14 @@ def main() -> None:
     parser.add_argument("--b", type=int, default=150)
     parser.add_argument("--seed", type=int, default=2)
     parser.add_argument("--max-seconds", type=float, default=600.0)
+    parser.add_argument("--cond-floor", type=float, default=None,
+                        help="what-if probe: the next-layer fit's conditioning floor (fit._fit_once and "
+                             "fastfit.fit_once_normal; default theirs)")
     args = parser.parse_args()
+    if args.cond_floor is not None:
+        from leakbench.attacks.spear import fastfit, fit
+        fit._fit_once.__defaults__ = (None, args.cond_floor)
+        fastfit.fit_once_normal.__defaults__ = (None, args.cond_floor)
     spec = CellSpec(attack="spear-guided", dataset="tinyimagenet", batch_size=args.b, seed=args.seed,
                     width=args.width, depth=6, layer=1, data_root=args.data_root)
     batch, model, update = prepare(spec)

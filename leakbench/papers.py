@@ -66,6 +66,12 @@ ENTRIES = (
      "guided SPEAR at b = 150, FC-6 width 400, 900 s per batch, seeds 0–2 (TinyImageNet; needs --data-root)"),
     ("spear-dl", Paper("paper/spear-dl"), "spear-dl (dictionary-learning proposals) vs guided SPEAR, b = 25…200, "
                                     "FC-6 width 2000 (TinyImageNet; needs --data-root)"),
+    ("spear-dl-noise", Paper("paper/spear-dl-noise", ("noise",)),
+     "spear-dl vs guided SPEAR under additive gradient noise σ = 0 … 1e-3 × max|g|, b = 25, 50, FC-6 width 400 "
+     "(TinyImageNet; needs --data-root)"),
+    ("spear-dl-density", Paper("paper/spear-dl-density", ("baselines",)),
+     "spear-dl vs guided SPEAR on FC-6 width 400 victims trained 0, 1, 5 epochs (ReLU density), b = 25 "
+     "(TinyImageNet; needs --data-root)"),
     ("spear-noise", Paper("paper/spear-noise", ("noise",)),
      "SPEAR under additive gradient noise σ = 0 … 1e-2 × max|g| (TinyImageNet FC-6, b = 8; needs --data-root)"),
     ("fedavg", Paper("paper/fedavg"), "FedAvg table: E ∈ {1, 5}, mini-batch ∈ {b, b/4}, η ∈ {0.1, 0.01} "

@@ -369,7 +369,12 @@ def test_paper_suites_parse() -> None:
     names = {name for name, _ in list_papers()}
     assert names == {"spear-batch-size", "spear-speed", "spear-layers", "layers-images", "conv", "conv-embedded", "dp",
                      "fedavg", "spear-guided-w400", "spear-guided-w2000", "spear-dl", "spear-noise", "baselines",
-                     "spear-frontier", "spear-frontier-w400", "victims", "victims-fc2"}
+                     "spear-frontier", "spear-frontier-w400", "victims", "victims-fc2", "spear-dl-noise",
+                     "spear-dl-density"}
+    noisy = load_suite(shipped_suite("paper/spear-dl-noise")).cells
+    assert len(noisy) == 32 and sorted({c.noise for c in noisy}) == [0.0, 1e-5, 1e-4, 1e-3]
+    dense = load_suite(shipped_suite("paper/spear-dl-density")).cells
+    assert sorted({c.train_epochs for c in dense}) == [0, 1, 5] and {c.width for c in dense} == {400}
     dl = load_suite(shipped_suite("paper/spear-dl")).cells
     assert sorted({c.batch_size for c in dl}) == [25, 50, 100, 200]
     assert {c.width for c in dl} == {2000} and {c.attack for c in dl} == {"spear-dl", "spear-guided"}

@@ -54,6 +54,12 @@ def test_noise_view_per_level() -> None:
     assert table.loc[1e-2, "failed"] == 1 and table.loc[0.0, "seconds_median"] == 2.0 and table.loc[0.0, "n"] == 2
 
 
+def test_noise_view_keeps_batch_sizes_apart() -> None:
+    cells = _cells(noise_sigma=[1e-4] * 4, batch_size=[25, 25, 50, 50], exact_fraction=[1.0, 1.0, 0.0, 0.5])
+    table = apply_view("noise", cells).table
+    assert list(table.columns[:2]) == ["batch_size", "noise_sigma"] and list(table["exact_pct"]) == [100.0, 25.0]
+
+
 def test_spear_speed_view_reads_draws_from_the_attack_stats() -> None:
     stats = [json.dumps({"draws": d}) for d in (100, 300, 5000)] + ["{}"]
     cells = _cells(batch_size=[4, 4, 20, 20], attack_stats=stats, status=["ok", "ok", "ok", "failed"],

@@ -119,12 +119,14 @@ BASE = ("attack", "arch", "width", "depth", "layer", "seed", "status", "exact_fr
 
 
 def noise_view(cells: pd.DataFrame) -> View:
-    """Per additive-noise level σ: cells, failed, mean PSNR of the cells (a failed cell has none), exact %,
-    median seconds (the table of `paper/spear-noise`)."""
+    """Per additive-noise level σ (and batch size, when the run has several): cells, failed, mean PSNR of the
+    cells (a failed cell has none), exact %, median seconds (the table of `paper/spear-noise`)."""
     _require(cells, "noise", (*BASE, "noise_sigma", "noise_scale", "psnr_mean"))
     frame = _with_model(cells)
     scales = set(frame.loc[frame["noise_sigma"] > 0, "noise_scale"])  # σ = 0 is stored as "absolute"
     axis = ["noise_scale", "noise_sigma"] if len(scales) > 1 else ["noise_sigma"]
+    if "batch_size" in frame and frame["batch_size"].nunique() > 1:  # one level's b = 25 and b = 50 never pooled
+        axis = ["batch_size", *axis]
     table = frame.groupby(_key(frame, axis), sort=True, dropna=False).agg(
         n=("seed", "size"), failed=("status", _failed), psnr_mean=("psnr_mean", "mean"),
         exact_pct=("exact_fraction", _exact_pct), seconds_median=("seconds", "median")).reset_index()
