@@ -70,7 +70,7 @@ ENTRIES = (
      "spear-dl vs guided SPEAR under additive gradient noise σ = 0 … 1e-3 × max|g|, b = 25, 50, FC-6 width 400 "
      "(TinyImageNet; needs --data-root)"),
     ("spear-dl-density", Paper("paper/spear-dl-density", ("baselines",)),
-     "spear-dl vs guided SPEAR on FC-6 width 400 victims trained 0, 1, 5 epochs (ReLU density), b = 25 "
+     "spear-dl vs guided SPEAR on FC-6 width 400 victims trained 0, 1, 5 epochs (ReLU density), b = 25, 64 "
      "(TinyImageNet; needs --data-root)"),
     ("spear-noise", Paper("paper/spear-noise", ("noise",)),
      "SPEAR under additive gradient noise σ = 0 … 1e-2 × max|g| (TinyImageNet FC-6, b = 8; needs --data-root)"),
