@@ -21,6 +21,7 @@ It also prints the found samples that are not true samples (near-copies, mixture
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import torch
@@ -101,6 +102,8 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=400)
     parser.add_argument("--b", type=int, default=150)
     parser.add_argument("--seed", type=int, default=2)
+    parser.add_argument("--train-epochs", type=int, default=0, help="victim trained this many epochs (paper/victims' recipe)")
+    parser.add_argument("--param", action="append", default=[], help="KEY=VALUE hyperparameter of spear-guided (JSON value)")
     parser.add_argument("--max-seconds", type=float, default=600.0)
     parser.add_argument("--cond-floor", type=float, default=None,
                         help="what-if probe: the next-layer fit's conditioning floor (fit._fit_once and "
@@ -111,9 +114,10 @@ def main() -> None:
         fit._fit_once.__defaults__ = (None, args.cond_floor)
         fastfit.fit_once_normal.__defaults__ = (None, args.cond_floor)
     spec = CellSpec(attack="spear-guided", dataset="tinyimagenet", batch_size=args.b, seed=args.seed,
-                    width=args.width, depth=6, layer=1, data_root=args.data_root)
+                    width=args.width, depth=6, layer=1, data_root=args.data_root, train_epochs=args.train_epochs)
     batch, model, update = prepare(spec)
-    params = {"max_seconds": args.max_seconds, "max_draws": 10 ** 10}
+    params = {"max_seconds": args.max_seconds, "max_draws": 10 ** 10,
+              **{k: json.loads(v) for k, _, v in (p.partition("=") for p in args.param)}}
     start = time.perf_counter()
     rec, state, problem = run_keeping_state(update, args.seed, params)
     print(f"status {rec.status} in {time.perf_counter() - start:.0f} s: {rec.reason or 'exact?'}")
