@@ -20,7 +20,7 @@ from leakbench.attacks.spear.candidates import (canonical, extra_zeros, is_new, 
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import SampleFit, fit_samples, same_samples
 from leakbench.attacks.spear.joint import JOINT_MAX_B, next_layer_residuals, refine_batch
-from leakbench.attacks.spear.last_column import complete_last_sample, complete_samples
+from leakbench.attacks.spear.last_column import complete_last_sample, complete_samples, samples_from_directions
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
 from leakbench.attacks.spear.select import select_independent
 from leakbench.attacks.spear.solve import Solution, solve_from_samples
@@ -197,18 +197,24 @@ def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SampleState, r
         return SampleFit(c=part.c, residual=part.residual, consistent=consistent)
     fit = fit_samples(problem, zero, residual_tol=residual_tol, free=free, rounds=rounds, solver=state.fit_solver)
     state.fits += int(zero.shape[0])
-    good = torch.nonzero(fit.consistent).flatten()
-    for i in good[torch.argsort(fit.residual[good])].tolist():
-        c, residual = fit.c[i], fit.residual[i:i + 1]
-        if bool(same_samples(c[None], state.banned, rel_tol=1e-5)[0]):
-            continue
-        near = nearest_known(c, state.samples)
-        if near is None:
-            state.samples = torch.cat([state.samples, c[None]])
-            state.residuals = torch.cat([state.residuals, residual])
-        elif float(residual) < float(state.residuals[near]):
-            state.samples[near], state.residuals[near] = c, residual[0]
+    keep_samples(state, fit.c, fit.residual, fit.consistent)
     return fit
+
+
+def keep_samples(state: SampleState, c: torch.Tensor, residual: torch.Tensor, consistent: torch.Tensor) -> None:
+    """Add the consistent fitted samples c (j, b), best residual first, unless banned; a near-copy of a
+    known sample replaces it when its residual is smaller."""
+    good = torch.nonzero(consistent).flatten()
+    for i in good[torch.argsort(residual[good])].tolist():
+        ci, ri = c[i], residual[i:i + 1]
+        if bool(same_samples(ci[None], state.banned, rel_tol=1e-5)[0]):
+            continue
+        near = nearest_known(ci, state.samples)
+        if near is None:
+            state.samples = torch.cat([state.samples, ci[None]])
+            state.residuals = torch.cat([state.residuals, ri])
+        elif float(ri) < float(state.residuals[near]):
+            state.samples[near], state.residuals[near] = ci, ri[0]
 
 
 SAME = 1e-2
@@ -391,16 +397,21 @@ def try_directions(problem: LayerProblem, state: SampleState, tol: torch.Tensor,
     """
     b, known = problem.b, state.samples.shape[0]
     k = b - known
-    if k < 2 or state.directions.shape[0] < k:
+    if k < 2 or state.directions.shape[0] == 0:
         return None
     N = null_basis(state.samples, b)
     inside = state.directions[(state.directions @ N).norm(dim=1) > 1 - 1e-6]
-    if inside.shape[0] < k:
-        return None
     masks = zero_masks(problem.Ln, inside, tol)
     picked = select_independent(inside, masks.sum(1), k, rtol=1e-3, pool=4 * k)
     attempt = (known, float(state.residuals.sum()), state.retries, b"".join(pattern_keys(masks[picked])))
-    if picked.shape[0] < k or attempt == state.directions_tried:
+    if attempt == state.directions_tried or picked.shape[0] == 0:
+        return None
+    if picked.shape[0] < k:
+        state.directions_tried = attempt
+        if problem.P_next is not None:
+            c, residual, stable = samples_from_directions(problem, state.samples, N, inside[picked], tol)
+            state.fits += int(picked.shape[0])
+            keep_samples(state, c, residual, stable & (residual <= max(residual_tol, problem.slack)))
         return None
     state.directions_tried = attempt
     chosen = inside[picked]
