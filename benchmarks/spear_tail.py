@@ -3,8 +3,8 @@
     PYTHONPATH=. python benchmarks/spear_tail.py --data-root ../shared/data --width 400 --b 150 \
         --seed 2 --max-seconds 600
 
-Runs `spear-guided` on one cell (TinyImageNet FC-6 at init, layer 1) and keeps the search's final
-state. Then, with the ground truth (read here, never by the attack), for every true sample that is
+Runs `spear-guided` on one cell (TinyImageNet FC-6, layer 1; at init unless --train-epochs) with the
+attack seed the harness derives from the cell id, and keeps the search's final state. Then, with the ground truth (read here, never by the attack), for every true sample that is
 not among the found ones it prints:
 
 * zeros: the sample's inactive neurons among the rows still live in the deflated space, against
@@ -21,6 +21,7 @@ It also prints the found samples that are not true samples (near-copies, mixture
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -116,10 +117,12 @@ def main() -> None:
     spec = CellSpec(attack="spear-guided", dataset="tinyimagenet", batch_size=args.b, seed=args.seed,
                     width=args.width, depth=6, layer=1, data_root=args.data_root, train_epochs=args.train_epochs)
     batch, model, update = prepare(spec)
-    params = {"max_seconds": args.max_seconds, "max_draws": 10 ** 10,
-              **{k: json.loads(v) for k, _, v in (p.partition("=") for p in args.param)}}
+    params = {"max_seconds": args.max_seconds, **{k: json.loads(v) for k, _, v in (p.partition("=") for p in args.param)}}
+    spec = dataclasses.replace(spec, hyperparameters=params)  # the id (and so the attack seed) a suite cell would have
     start = time.perf_counter()
-    rec, state, problem = run_keeping_state(update, args.seed, params)
+    from leakbench.harness.cell import cell_id
+    from leakbench.harness.job import attack_seed
+    rec, state, problem = run_keeping_state(update, attack_seed(cell_id(spec)), params)
     print(f"status {rec.status} in {time.perf_counter() - start:.0f} s: {rec.reason or 'exact?'}")
     print({k: v for k, v in rec.stats.items() if isinstance(v, (int, float, str, bool))})
     cfg = create_attack("spear-guided").config
