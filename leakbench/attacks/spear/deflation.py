@@ -385,11 +385,14 @@ def remember_directions(state: SampleState, q: torch.Tensor) -> None:
 
 def try_directions(problem: LayerProblem, state: SampleState, tol: torch.Tensor,
                    residual_tol: float) -> Solution | None:
-    """If remembered directions cover all k ≥ 2 missing columns, complete the batch and verify it.
+    """If remembered directions cover all k ≥ 2 missing columns, complete the batch and verify it;
+    otherwise (or if that fails) fit the samples of the directions there are, each in the subspace
+    left to it (`last_column.samples_from_directions`), and keep the consistent ones.
 
-    Directions inside the current null space are either missing columns or mixtures of them;
-    the k sparsest independent ones are tried (verification decides), each choice once per search
-    state (the samples found, their residuals and the bans). Any k: measured
+    Directions inside the current null space are either missing columns or mixtures of them; one
+    per zero pattern (copies of one column differ in rounding), the k sparsest independent ones are
+    tried (verification decides), each choice once per search state (the samples found, their
+    residuals and the bans). Any k: measured
     (TinyImageNet FC-6 width 400 at init, b = 150, seed 1, `benchmarks/spear_tail.py`), the search
     stalled with 27 samples missing, 26 of them with a next-layer fit just under the conditioning
     floor (σ_min/σ_max 0.68–1.0e-2, the fit has ≈ 200 active rows for b = 150 unknowns), while every
@@ -402,23 +405,24 @@ def try_directions(problem: LayerProblem, state: SampleState, tol: torch.Tensor,
     N = null_basis(state.samples, b)
     inside = state.directions[(state.directions @ N).norm(dim=1) > 1 - 1e-6]
     masks = zero_masks(problem.Ln, inside, tol)
+    first = list({key: i for i, key in reversed(list(enumerate(pattern_keys(masks))))}.values())
+    index = torch.as_tensor(sorted(first), dtype=torch.long, device=inside.device)
+    inside, masks = inside[index], masks[index]  # one per zero pattern (copies of a column differ in rounding)
     picked = select_independent(inside, masks.sum(1), k, rtol=1e-3, pool=4 * k)
     attempt = (known, float(state.residuals.sum()), state.retries, b"".join(pattern_keys(masks[picked])))
     if attempt == state.directions_tried or picked.shape[0] == 0:
         return None
-    if picked.shape[0] < k:
-        state.directions_tried = attempt
-        if problem.P_next is not None:
-            c, residual, stable = samples_from_directions(problem, state.samples, N, inside[picked], tol)
-            state.fits += int(picked.shape[0])
-            keep_samples(state, c, residual, stable & (residual <= max(residual_tol, problem.slack)))
-        return None
     state.directions_tried = attempt
     chosen = inside[picked]
-    C, solution = verify_batch(problem, complete_samples(problem, state.samples, chosen.T), tol, residual_tol)
-    if solution.ok:
-        state.samples = C
-        state.last_column_used = True
-        state.from_directions = k
-        return solution
+    if picked.shape[0] == k:
+        C, solution = verify_batch(problem, complete_samples(problem, state.samples, chosen.T), tol, residual_tol)
+        if solution.ok:
+            state.samples = C
+            state.last_column_used = True
+            state.from_directions = k
+            return solution
+    if problem.P_next is not None:  # some directions, or a completion that failed: fit their samples one by one
+        c, residual, stable = samples_from_directions(problem, state.samples, N, chosen, tol)
+        state.fits += int(chosen.shape[0])
+        keep_samples(state, c, residual, stable & (residual <= max(residual_tol, problem.slack)))
     return None
