@@ -33,6 +33,8 @@ Leakbench addition → function:
     acceptance of fitted samples                            deflation.accept_patterns, accept_fits
     closed-form last sample(s)                              last_column.complete_last_sample, complete_samples
                                                             (deflation.complete_batch, try_directions)
+    samples from remembered directions, others missing      last_column.samples_from_directions, known_columns
+                                                            (deflation.try_directions)
     joint refinement of a failed batch                      joint.refine_batch (deflation.verify_batch)
     verification without ground truth, ban and retry        solve.solve_from_samples, deflation.complete_batch
     guides (another attack's reconstruction)                guided.make_guide, guided.guided_chunk
