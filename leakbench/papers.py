@@ -66,6 +66,8 @@ ENTRIES = (
      "guided SPEAR at b = 150, FC-6 width 400, 900 s per batch, seeds 0–2 (TinyImageNet; needs --data-root)"),
     ("spear-dl", Paper("paper/spear-dl"), "spear-dl (dictionary-learning proposals) vs guided SPEAR, b = 25…200, "
                                     "FC-6 width 2000 (TinyImageNet; needs --data-root)"),
+    ("spear-dl-w400", Paper("paper/spear-dl-w400", ("baselines",)),
+     "spear-dl vs guided SPEAR, b = 25…200, FC-6 width 400, seeds 0–2 (TinyImageNet; needs --data-root)"),
     ("spear-dl-noise", Paper("paper/spear-dl-noise", ("noise",)),
      "spear-dl vs guided SPEAR under additive gradient noise σ = 0 … 1e-3 × max|g|, b = 25, 50, FC-6 width 400 "
      "(TinyImageNet; needs --data-root)"),
