@@ -532,7 +532,8 @@ def _signal_and_resume(sig: int, jobs: int, suite_text: str, after: int) -> Call
         args = [a.replace("{d}", str(d)) for a in run_args("{d}/suite.toml", "--jobs", str(jobs))]
         env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
         first = subprocess.Popen([sys.executable, "-m", "leakbench", *args], cwd=d, env=env, start_new_session=True,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=_default_sigint)
         count = lambda: len([p for p in cells_dir.iterdir() if not p.name.startswith(".")]) if cells_dir.is_dir() else 0
         while first.poll() is None and count() < after:
             time.sleep(0.05)
@@ -551,6 +552,13 @@ def _signal_and_resume(sig: int, jobs: int, suite_text: str, after: int) -> Call
         proc = cli(args, cwd=d)
         return _judge_resume(d, ref, proc, [d / USER_FILE])
     return scenario
+
+
+def _default_sigint() -> None:
+    """In the interrupted run's process: Ctrl-C back to Python's default. A checker started in the
+    background by a non-interactive shell (`cmd &`, as CI scripts do) has SIGINT ignored, and an ignored
+    signal is inherited across exec, so the run would never see the interrupt this scenario sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _slow_reference(root: Path) -> Path:
