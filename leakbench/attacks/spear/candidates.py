@@ -26,6 +26,14 @@ def pattern_keys(masks: torch.Tensor) -> list[bytes]:
     return [row.tobytes() for row in packed]
 
 
+def first_of_each_pattern(masks: torch.Tensor) -> torch.Tensor:
+    """Indices (ascending) of the first row of each distinct zero pattern among `masks` (k, m)."""
+    first: dict[bytes, int] = {}
+    for i, key in enumerate(pattern_keys(masks)):
+        first.setdefault(key, i)
+    return torch.as_tensor(sorted(first.values()), dtype=torch.long, device=masks.device)
+
+
 def kernel_on(Ln: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """For each zero set (k, m): the smallest right singular vector of Ln restricted to it, and
     all singular values (k, b), largest first."""

@@ -15,8 +15,8 @@ from typing import Any, Callable
 import torch
 
 from leakbench.attacks.spear.active import BatchSpan, draw_active, find_batch_span
-from leakbench.attacks.spear.candidates import (canonical, extra_zeros, is_new, kernel_on, new_patterns, pattern_keys,
-                                               zero_masks)
+from leakbench.attacks.spear.candidates import (canonical, extra_zeros, first_of_each_pattern, is_new, kernel_on,
+                                               new_patterns, pattern_keys, zero_masks)
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import SampleFit, fit_samples, same_samples
 from leakbench.attacks.spear.joint import JOINT_MAX_B, next_layer_residuals, refine_batch
@@ -405,8 +405,7 @@ def try_directions(problem: LayerProblem, state: SampleState, tol: torch.Tensor,
     N = null_basis(state.samples, b)
     inside = state.directions[(state.directions @ N).norm(dim=1) > 1 - 1e-6]
     masks = zero_masks(problem.Ln, inside, tol)
-    first = list({key: i for i, key in reversed(list(enumerate(pattern_keys(masks))))}.values())
-    index = torch.as_tensor(sorted(first), dtype=torch.long, device=inside.device)
+    index = first_of_each_pattern(masks).to(inside.device)
     inside, masks = inside[index], masks[index]  # one per zero pattern (copies of a column differ in rounding)
     picked = select_independent(inside, masks.sum(1), k, rtol=1e-3, pool=4 * k)
     attempt = (known, float(state.residuals.sum()), state.retries, b"".join(pattern_keys(masks[picked])))

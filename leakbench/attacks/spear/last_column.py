@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.fit import bias_direction
+from leakbench.attacks.spear.fit import bias_direction, project_out_next
 
 
 def null_vector(Q_known: torch.Tensor) -> torch.Tensor:
@@ -132,16 +132,13 @@ def samples_from_directions(problem: LayerProblem, C_known: torch.Tensor, N: tor
     ill-conditioned for the sparse samples (σ_min/σ_max median 8.8e-3 at ≈ 140 active rows), while 24
     of the 39 missing directions were known.
     """
-    assert problem.P_next is not None and problem.V_next is not None
+    assert problem.P_next is not None
     b, k = problem.b, N.shape[1]
     U, _, _ = torch.linalg.svd(known_columns(problem, C_known, N), full_matrices=True)
     B = U[:, b - k:]
     active = ((problem.Ln @ q.T).abs() > tol[:, None]).T.to(problem.A.dtype)  # (j, m)
-    V = problem.V_next
-    X = active.unsqueeze(-1) * (problem.A @ B).unsqueeze(0)
-    X = X - V @ (V.T @ X)
-    ab = active * problem.bias
-    pb = ab - (ab @ V) @ V.T
+    X = project_out_next(problem, active.unsqueeze(-1) * (problem.A @ B).unsqueeze(0))
+    pb = project_out_next(problem, (active * problem.bias).unsqueeze(-1))[..., 0]
     u = bias_direction(problem)
     weight = problem.A.norm(dim=1).mean() / u.norm()
     M = torch.cat([X, (weight * (u @ B)).expand(q.shape[0], 1, k)], dim=1)
