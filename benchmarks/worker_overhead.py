@@ -1,10 +1,12 @@
-"""What running attacks in the isolated attack worker costs per cell (issue 14).
+"""What running attacks in the sandboxed attack worker costs per cell (issues 14, 22).
 
     PYTHONPATH=. python benchmarks/worker_overhead.py [--cells 20] [--jobs 2] [--data-root ../shared/data]
 
-serial: the same cells run with the attack in this process and in the attack worker, alternating;
-the overhead is the per-cell wall-time difference (median), plus the worker's start-up (once per
-process, overlapped with computing the first update). pool: the same cells through the pool
+serial: the same cells run with the attack in this process and in a fresh sandboxed attack worker
+(one per cell, started ahead while the previous cell runs), alternating; the overhead is the
+per-cell wall-time difference (median), plus the first worker's start-up (once per process,
+overlapped with computing the first update). The isolation level is printed (LEAKBENCH_SANDBOX=off
+measures the Python guard alone). pool: the same cells through the pool
 executor with `--jobs` workers, each with its own attack worker, isolated and not: wall time per
 cell. big: with --data-root, one TinyImageNet FC-6 width-2000 update (b = 16, 64×64, ≈ 25 M
 parameters) sent to the worker for an attack that stops at once (SPEAR with one draw): the cost of
@@ -24,7 +26,8 @@ import torch
 
 from leakbench.harness.cell import CellSpec, run_cell
 from leakbench.harness.executors import Task, execute
-from leakbench.harness.isolation import shared_worker
+from leakbench.harness.isolation import workers
+from leakbench.harness.sandbox import isolation_level
 
 
 def _wall(spec: CellSpec, isolate: bool) -> float:
@@ -36,8 +39,7 @@ def _wall(spec: CellSpec, isolate: bool) -> float:
 def serial(cells: list[CellSpec]) -> tuple[float, float, float]:
     """(start-up s, median in-process s, median overhead s per cell)."""
     start = time.perf_counter()
-    worker = shared_worker()
-    worker.start([])
+    workers().prestart()
     run_cell(cells[0], isolate=True)
     first = time.perf_counter() - start
     inproc, extra = [], []
@@ -74,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     cells = [CellSpec(attack="spear", dataset="embedded", batch_size=2, seed=s) for s in range(args.cells)]
     startup, base, extra = serial(cells)
-    print(f"serial: worker start-up {startup:.2f} s (once per process); in-process cell {base:.3f} s median; "
+    print(f"isolation: {isolation_level()}")
+    print(f"serial: worker start-up {startup:.2f} s (first cell only); in-process cell {base:.3f} s median; "
           f"isolation overhead {extra * 1000:.1f} ms per cell median ({args.cells} cells)")
     plain, isolated = pool(cells, args.jobs, False), pool(cells, args.jobs, True)
     print(f"pool --jobs {args.jobs}: {plain:.3f} s per cell in-process, {isolated:.3f} s isolated "

@@ -1,9 +1,11 @@
 """A plugin attack that cheats: it tries to reach the client's batch instead of inverting the update.
 
-`route` picks how (issue 14's six routes). Each route only accepts a candidate batch whose FedSGD
-gradient on the public model equals the shared one, so a hit is the true batch, never a guess;
-when the route finds nothing (or raises, e.g. the isolation guard's PermissionError) the attack
-answers with uniform noise, which scores like noise. `tests/test_cheating.py` runs it, registered for the test only (`leakbench.api.scoped_attack`).
+`route` picks how: issue 14's six Python routes, and issue 22's routes around a Python guard
+(`cheat_native.py`: native readers, new processes, the harness's memory, other folders, the reply,
+the guard itself). Each route only accepts a candidate batch whose FedSGD gradient on the public
+model equals the shared one, so a hit is the true batch, never a guess; routes that read memory or
+files report how many bytes they read. When a route finds nothing (or raises: the guard's or the
+kernel's PermissionError) the attack answers with uniform noise, which scores like noise. `tests/test_cheating.py` runs it, registered for the test only (`leakbench.api.scoped_attack`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import copy
 import gc
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,18 @@ import torch
 from leakbench.attacks import Attack, Reconstruction
 from leakbench.fl.update import ClientUpdate
 
+import cheat_native  # noqa: E402  (tests/ is on the path, in the harness and in the worker)
+
 ROUTES = ("stack", "gc", "seed", "cache", "data_root", "globals")
+"""Issue 14's routes (Python only)."""
+NATIVE_ROUTES = (*cheat_native.READERS, *cheat_native.COPIERS)
+"""Issue 22's routes that copy the private data root (hyperparameter data_root) and load the copy."""
+READ_ROUTES = (*cheat_native.MEMORY, "results")
+"""Routes that read the harness's memory, or a file (data_root: an earlier cell's or a report's)."""
+OTHER_ROUTES = ("copy", "reply_pickle", "sabotage", "sitecustomize")
+"""copy: the data under a folder that is not a listed data location; reply_pickle: a reply that
+would run code where it is unpickled; sabotage: patch the SPEAR attack for later cells;
+sitecustomize: whether a sitecustomize on the import path ran in this process."""
 SEED_GUESSES = range(4)
 
 
@@ -39,16 +53,21 @@ class CheatAttack(Attack):
     Config = CheatConfig
 
     def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
+        route, found, stats = self.config.route, None, {}
         try:
-            found = ROUTE_FUNCTIONS[self.config.route](update, seed, self.config.data_root)
+            if route in READ_ROUTES:
+                why = f"read {_read(route, self.config.data_root)} bytes"
+            elif route in OTHER_ROUTES[1:]:
+                why, stats = OTHER_FUNCTIONS[route]()
+            else:
+                found = ROUTE_FUNCTIONS[route](update, seed, self.config.data_root)
+                why = "found" if found is not None else "nothing found"
         except Exception as exc:  # noqa: BLE001 — a blocked route is a failed cheat, not a failed cell
             found, why = None, f"{type(exc).__name__}: {exc}"
-        else:
-            why = "found" if found is not None else "nothing found"
         b = update.batch_size or 1
         if found is None:
             found = torch.rand((b, *update.model.input_shape), generator=torch.Generator().manual_seed(seed))
-        return Reconstruction("ok", "image", images=found.clone(), stats={"route": self.config.route, "outcome": why})
+        return Reconstruction("ok", "image", images=found.clone(), stats={"route": route, "outcome": why, **stats})
 
 
 def _matches(update: ClientUpdate, images: torch.Tensor, labels: torch.Tensor) -> bool:
@@ -142,5 +161,63 @@ def _globals(update: ClientUpdate, seed: int, data_root: str) -> torch.Tensor | 
     return _first_batch(update, seen + specs)
 
 
+def _native(route: str) -> Any:
+    """A route that copies the data root by `route` and draws the batch from the copy."""
+    def steal(update: ClientUpdate, seed: int, data_root: str) -> torch.Tensor | None:
+        from leakbench.datasets.loaders import load_imagefolder
+
+        copy = cheat_native.exfiltrate(route, data_root)
+        return _draw(update, load_imagefolder(data_root=Path(copy), image_size=update.model.input_shape[-1]),
+                     SEED_GUESSES)
+    return steal
+
+
+def _copy(update: ClientUpdate, seed: int, data_root: str) -> torch.Tensor | None:
+    """The data under a folder no data location lists (a wheel cache, a backup), loaded from Python."""
+    from leakbench.datasets.loaders import load_imagefolder
+
+    return _draw(update, load_imagefolder(data_root=Path(data_root), image_size=update.model.input_shape[-1]),
+                 SEED_GUESSES)
+
+
+def _read(route: str, path: str) -> int:
+    """Bytes read by a memory route, or of the file at `path` (a results folder's)."""
+    if route in cheat_native.MEMORY:
+        return cheat_native.MEMORY[route]()
+    with open(path, "rb") as f:
+        return len(f.read())
+
+
+class _Evil:
+    """Unpickled, it creates the file `marker` (code run wherever the reply is unpickled)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return Path.touch, (Path(self.marker),)
+
+
+REPLY_MARKER = Path(tempfile.gettempdir(), "leakbench-cheat-reply-ran")
+"""Where `_Evil` leaves its mark when the harness unpickles the reply (it never should)."""
+
+
+def _reply_pickle() -> tuple[str, dict[str, Any]]:
+    return "sent", {"evil": _Evil(str(REPLY_MARKER))}
+
+
+def _sabotage() -> tuple[str, dict[str, Any]]:
+    """Break SPEAR in this process: a worker shared with later cells would give them noise."""
+    from leakbench.attacks.spear.attack import SpearAttack
+
+    SpearAttack.reconstruct = lambda self, update, *, seed: Reconstruction.failed("sabotaged")  # type: ignore[method-assign]
+    return "patched", {}
+
+
+def _sitecustomize() -> tuple[str, dict[str, Any]]:
+    return ("sitecustomize ran" if getattr(sys.modules.get("sitecustomize"), "CHEAT", False) else "nothing found"), {}
+
+
 ROUTE_FUNCTIONS = {"stack": _stack, "gc": _gc, "seed": _seed, "cache": _cache, "data_root": _data_root,
-                   "globals": _globals}
+                   "globals": _globals, "copy": _copy, **{r: _native(r) for r in NATIVE_ROUTES}}
+OTHER_FUNCTIONS = {"reply_pickle": _reply_pickle, "sabotage": _sabotage, "sitecustomize": _sitecustomize}

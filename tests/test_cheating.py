@@ -1,11 +1,15 @@
-"""Issue 14: an attack cannot reach the client's batch, by construction. A cheating plugin attack
-(`tests/cheat_attack.py`) tries six routes; in the attack worker every one of them fails and the
-cheat scores like noise. Run in the harness process (`isolate=False`, or handed the batch's seed)
-the same routes reach the truth: the test can fail, and fails on the code before the worker."""
+"""Issues 14 and 22: an attack cannot reach the client's batch, by construction. A cheating plugin
+attack (`tests/cheat_attack.py`, `tests/cheat_native.py`) tries issue 14's six Python routes and
+issue 22's routes around a Python guard (native readers, new processes, the harness's memory, other
+folders, the reply, the guard itself, a later cell). In the sandboxed attack worker every one of
+them fails and the cheat scores like noise. The controls show each route works where nothing stops
+it: run in the harness process (`isolate=False`), and, for issue 22's routes, in a worker with the
+Python guard alone (LEAKBENCH_SANDBOX=off): the tests can fail, and fail on the code before the sandbox."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +17,12 @@ import torch
 from PIL import Image
 
 from leakbench.harness.cell import CellSpec, attack_job, prepare, run_cell
+from leakbench.harness.sandbox import FULL, SWITCH, level
 from leakbench.api import scoped_attack
 
-from cheat_attack import ROUTES, CheatAttack  # tests/ is on the path: the worker imports it too
+import cheat_native
+from cheat_attack import NATIVE_ROUTES, READ_ROUTES, REPLY_MARKER, ROUTES, CheatAttack  # tests/ is on the
+# path: the worker imports them too
 
 B = 4
 BLOCKED = "PermissionError: the attack worker may not reach"
@@ -29,10 +36,9 @@ def image_root(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A tiny imagefolder dataset: the private data root of the `data_root` route."""
     root = tmp_path_factory.mktemp("private")
     rng = np.random.default_rng(0)
-    for c in range(2):
-        (root / f"class{c}").mkdir()
-        for i in range(6):
-            Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(root / f"class{c}" / f"{i}.png")
+    for folder, name in cheat_native.LAYOUT:
+        (root / folder).mkdir(exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(root / folder / name)
     return str(root)
 
 
@@ -43,10 +49,12 @@ def cheat() -> Iterator[None]:
         yield
 
 
-def _spec(route: str, image_root: str) -> CellSpec:
-    if route == "data_root":
+def _spec(route: str, image_root: str, copy_root: str = "") -> CellSpec:
+    """The cheat's cell; the routes that steal files attack a private image folder (`copy` reads
+    its copy at `copy_root`, which no data location lists)."""
+    if route in ("data_root", "copy", *NATIVE_ROUTES):
         return CellSpec(attack="cheat", dataset="imagefolder", data_root=image_root, image_size=16, batch_size=B,
-                        width=32, depth=3, hyperparameters={"route": route, "data_root": image_root})
+                        width=32, depth=3, hyperparameters={"route": route, "data_root": copy_root or image_root})
     return CellSpec(attack="cheat", dataset="embedded", batch_size=B, width=32, depth=3, hyperparameters={"route": route})
 
 
@@ -74,3 +82,115 @@ def test_the_handed_seed_is_not_the_batch_seed() -> None:
     # handed the batch's own seed (what the harness did before), the route reaches the truth
     found = CheatAttack(CheatAttack.Config(route="seed")).reconstruct(update, seed=spec.seed)
     assert found.stats["outcome"] == "found"
+
+
+sandboxed = pytest.mark.skipif(level()[0] != FULL, reason=f"this kernel or install cannot sandbox: {level()[1]}")
+STEALS = (*NATIVE_ROUTES, "copy")
+REFUSED = ("Permission denied", "Operation not permitted")
+"""What the kernel says when Landlock or seccomp refuse (the guard says "may not reach")."""
+
+
+def _refused(outcome: str) -> bool:
+    return any(word in outcome for word in REFUSED)
+"""Issue 22's routes to the private files (the data root, or a copy no data location lists)."""
+
+
+@pytest.fixture(scope="module")
+def copy_root(image_root: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A copy of the private images outside every data location (like a wheel or pip cache)."""
+    import shutil
+
+    copy = tmp_path_factory.mktemp("cache") / "copy"
+    shutil.copytree(image_root, copy)
+    return str(copy)
+
+
+@pytest.fixture
+def guard_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers run under the Python guard alone (issue 14's isolation): the controls of issue 22."""
+    monkeypatch.setenv(SWITCH, "off")
+
+
+@sandboxed
+@pytest.mark.parametrize("route", STEALS)
+def test_every_native_route_fails_in_the_sandbox(route: str, image_root: str, copy_root: str) -> None:
+    s = run_cell(_spec(route, image_root, copy_root if route == "copy" else "")).summary
+    assert s["isolation"] == FULL and _refused(s["attack_stats"]["outcome"]), s["attack_stats"]
+    assert s["exact_fraction"] == 0.0 and s["psnr_median"] < 15, s["psnr_median"]
+
+
+@pytest.mark.parametrize("route", STEALS)
+def test_the_native_routes_reach_the_truth_in_the_harness_process(route: str, image_root: str, copy_root: str) -> None:
+    s = run_cell(_spec(route, image_root, copy_root if route == "copy" else ""), isolate=False).summary
+    assert s["attack_stats"]["outcome"] == "found" and s["exact_fraction"] == 1.0, s["attack_stats"]
+
+
+@pytest.mark.parametrize("route", STEALS)
+def test_the_native_routes_reach_the_truth_past_the_python_guard(route: str, image_root: str, copy_root: str,
+                                                                 guard_only: None) -> None:
+    s = run_cell(_spec(route, image_root, copy_root if route == "copy" else "")).summary
+    assert s["isolation"].startswith("python-guard only")
+    assert s["attack_stats"]["outcome"] == "found" and s["exact_fraction"] == 1.0, s["attack_stats"]
+
+
+@pytest.fixture(scope="module")
+def results_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A file an earlier run left: a grid (it holds the truth row) in a results folder."""
+    grid = tmp_path_factory.mktemp("results") / "run" / "grid.png"
+    grid.parent.mkdir()
+    grid.write_bytes(b"\x89PNG truth row")
+    return str(grid)
+
+
+def _read_spec(route: str, results_file: str) -> CellSpec:
+    return CellSpec(attack="cheat", dataset="embedded", batch_size=B, width=32, depth=3,
+                    hyperparameters={"route": route, "data_root": results_file})
+
+
+@sandboxed
+@pytest.mark.parametrize("route", READ_ROUTES)
+def test_the_harness_memory_and_other_files_are_out_of_reach_in_the_sandbox(route: str, results_file: str) -> None:
+    s = run_cell(_read_spec(route, results_file)).summary
+    assert _refused(s["attack_stats"]["outcome"]), s["attack_stats"]
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "python-guard"])
+@pytest.mark.parametrize("route", READ_ROUTES)
+def test_the_harness_memory_and_other_files_are_read_where_nothing_stops_it(
+        route: str, isolate: bool, results_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SWITCH, "off")
+    s = run_cell(_read_spec(route, results_file), isolate=isolate).summary
+    assert s["attack_stats"]["outcome"].startswith("read "), s["attack_stats"]
+
+
+def test_a_reply_is_plain_data_and_never_runs_code_in_the_harness() -> None:
+    REPLY_MARKER.unlink(missing_ok=True)
+    s = run_cell(_spec("reply_pickle", "")).summary
+    assert s["status"] == "failed" and "not plain data" in s["reason"], s["reason"]
+    assert not REPLY_MARKER.exists()
+
+
+def test_an_attack_cannot_sabotage_a_later_cell(monkeypatch: pytest.MonkeyPatch) -> None:
+    from leakbench.attacks.spear.attack import SpearAttack
+
+    spear = CellSpec(attack="spear", dataset="embedded", batch_size=2, width=200, depth=3)
+    assert run_cell(_spec("sabotage", "")).summary["attack_stats"]["outcome"] == "patched"
+    assert run_cell(spear).summary["exact_fraction"] == 1.0
+    # control: the same sabotage in one shared process breaks the next cell
+    monkeypatch.setattr(SpearAttack, "reconstruct", SpearAttack.reconstruct)
+    run_cell(_spec("sabotage", ""), isolate=False)
+    assert run_cell(spear, isolate=False).summary["status"] == "failed"
+
+
+def test_a_sitecustomize_on_the_import_path_never_runs_in_the_worker(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "sitecustomize.py").write_text("CHEAT = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert run_cell(_spec("sitecustomize", "")).summary["attack_stats"]["outcome"] == "nothing found"
+    # control: an ordinary interpreter with that folder on its path runs it at start-up
+    ran = subprocess.run([sys.executable, "-c", "import sys; print(getattr(sys.modules.get('sitecustomize'), 'CHEAT', 0))"],
+                         env={"PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == "True"

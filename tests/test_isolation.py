@@ -1,19 +1,23 @@
-"""The attack worker (issue 14): its guard's rules, a worker that dies, and one worker for many cells."""
+"""The attack worker (issues 14, 22): its guard's rules, a worker that dies or is killed, a fresh
+worker for every cell, and replies that are plain data, checked."""
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from leakbench.api import scoped_attack
 from leakbench.attacks import Attack, Reconstruction
 from leakbench.harness.cell import CellSpec, run_cell
-from leakbench.harness.isolation import Guard, shared_worker
+from leakbench.harness.isolation import Guard, WorkerDied, check_reply
+from leakbench.harness.sandbox import isolation_level
 
 
 @pytest.fixture
@@ -86,11 +90,87 @@ SMALL = {"dataset": "embedded", "batch_size": 2, "width": 16, "depth": 3}
 
 def test_a_worker_that_dies_gives_a_failed_cell_and_the_next_cell_runs(scoped: None) -> None:
     s = run_cell(CellSpec(attack="test-exit", **SMALL)).summary
-    assert s["status"] == "failed" and "attack process ended (exit code 3)" in s["reason"], s["reason"]
+    assert s["status"] == "failed" and "attack process ended before it answered (exit code 3)" in s["reason"], s["reason"]
     assert run_cell(CellSpec(attack="test-pid", **SMALL)).summary["status"] == "ok"
 
 
-def test_one_worker_serves_every_cell_and_is_not_this_process(scoped: None) -> None:
-    pids = {run_cell(CellSpec(attack="test-pid", seed=s, **SMALL)).summary["attack_stats"]["pid"] for s in range(3)}
-    assert len(pids) == 1 and os.getpid() not in pids
-    assert shared_worker()._proc is not None and shared_worker()._proc.pid in pids
+def test_every_cell_gets_a_fresh_worker_that_is_not_this_process(scoped: None) -> None:
+    pids = [run_cell(CellSpec(attack="test-pid", seed=s, **SMALL)).summary["attack_stats"]["pid"] for s in range(3)]
+    assert len(set(pids)) == 3 and os.getpid() not in pids
+
+
+def test_records_say_what_isolated_the_attack(scoped: None) -> None:
+    result = run_cell(CellSpec(attack="test-pid", **SMALL))
+    assert result.summary["isolation"] == isolation_level()
+    assert set(result.records["isolation"]) == {isolation_level()}
+    assert run_cell(CellSpec(attack="test-pid", **SMALL), isolate=False).summary["isolation"].startswith("not isolated")
+
+
+class KilledAttack(Attack):
+    """Killed by SIGKILL, as the OOM killer would kill it."""
+
+    name, description, Config = "test-killed", "killed by the OS (test)", ExitConfig
+
+    def reconstruct(self, update, *, seed):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_worker_killed_from_outside_is_retried_not_stored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first worker is "killed" (the real kill is the next test's); a fresh one answers."""
+    from leakbench.harness import isolation
+
+    real, tries = isolation.AttackWorker.run, []
+
+    def killed_once(self, job, update, hidden):
+        tries.append(self.pid)
+        if len(tries) == 1:
+            self.stop(kill=True)
+            raise WorkerDied("the attack process ended before it answered (killed by SIGKILL)", -9)
+        return real(self, job, update, hidden)
+
+    monkeypatch.setattr(isolation.AttackWorker, "run", killed_once)
+    with scoped_attack(PidAttack):
+        s = run_cell(CellSpec(attack="test-pid", **SMALL)).summary
+    assert s["status"] == "ok" and len(set(tries)) == 2 and s["attack_stats"]["pid"] == tries[1]
+
+
+def test_a_worker_killed_every_time_stops_the_cell_unstored() -> None:
+    with scoped_attack(KilledAttack), pytest.raises(WorkerDied, match="SIGKILL.* 3 times"):
+        run_cell(CellSpec(attack="test-killed", **SMALL))
+
+
+def _reply(**arrays: np.ndarray) -> tuple[dict, bytes]:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    meta = {"status": "ok", "reason": "", "space": "image", "layer": None, "stats": {}, "seconds": 0.1,
+            "hyperparameters": {}, "isolation": ""}
+    return meta, buffer.getvalue()
+
+
+class _Update:
+    class model:  # noqa: N801 — the one attribute the check reads
+        input_shape = (3, 4, 4)
+
+
+@pytest.mark.parametrize("arrays, why", [
+    ({"images": np.full((2, 3, 4, 4), 0.5, np.float64)}, "dtype"),
+    ({"images": np.full((2, 3, 5, 4), 0.5, np.float32)}, "the model takes"),
+    ({"images": np.full((2, 3, 4, 4), 2.0, np.float32)}, "outside"),
+    ({"images": np.full((2, 3, 4, 4), np.nan, np.float32)}, "not finite"),
+    ({"features": np.zeros((2, 3, 1), np.float32)}, "shape"),
+    ({"images": np.array([object()], dtype=object)}, "allow_pickle"),
+])
+def test_a_malformed_reply_is_refused(arrays: dict, why: str) -> None:
+    meta, npz = _reply(**arrays)
+    out = check_reply(meta, npz, _Update(), 1)
+    assert out.reconstruction.status == "failed" and "reply was refused" in out.reconstruction.reason
+    assert why in out.reconstruction.reason, out.reconstruction.reason
+
+
+def test_a_well_formed_reply_is_read_and_metadata_is_checked() -> None:
+    meta, npz = _reply(images=np.full((2, 3, 4, 4), 0.5, np.float32))
+    assert check_reply(meta, npz, _Update(), 1).reconstruction.status == "ok"
+    assert check_reply({**meta, "seconds": float("nan")}, npz, _Update(), 1).reconstruction.status == "failed"
+    assert check_reply({**meta, "extra": 1}, npz, _Update(), 1).reconstruction.status == "failed"

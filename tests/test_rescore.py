@@ -44,7 +44,7 @@ def _no_attacks(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("rescore ran attack code")
     monkeypatch.setattr(cell_module, "attack_cell", refuse)
     monkeypatch.setattr(cell_module, "configure_attack", refuse)
-    monkeypatch.setattr(cell_module, "shared_worker", refuse)  # the attack worker
+    monkeypatch.setattr(cell_module, "run_isolated", refuse)  # the attack worker
 
 
 def test_rescore_gives_identical_records_without_running_an_attack(run_dir: Path, tmp_path: Path,

@@ -442,7 +442,7 @@ def data_locations(data_root: Path | None = None) -> list[Path]:
     places = [DEFAULT_CACHE_ROOT, Path.home() / ".cache" / "scikit-image"]
     if data_root is not None:
         places.append(Path(data_root))
-    for package, folders in (("sklearn", ("datasets",)), ("skimage", ("data",))):
+    for package, folders in (("sklearn", ("datasets/images", "datasets/data")), ("skimage", ("data",))):
         spec = importlib.util.find_spec(package)
         for base in (spec.submodule_search_locations or []) if spec is not None else []:
             places += [Path(base, folder) for folder in folders]

@@ -26,6 +26,8 @@ from leakbench.attacks import Reconstruction
 
 RECONSTRUCTION_FILE = "reconstruction.npz"
 ATTACK_FILE = "attack.json"
+OLD_ISOLATION = "python-guard only (stored before the sandbox)"
+"""The isolation of a cell stored before attack.json recorded it (issue 14's audit-hook guard)."""
 
 
 @dataclass
@@ -33,12 +35,15 @@ class AttackOutput:
     """What the attack step produced: the reconstruction, its wall time and the attack's settings.
 
     `inverted` holds images inverted from recovered features (None unless feature inversion ran).
+    `isolation` is what kept the attack from the batch, set by the harness, never by the attack
+    (`leakbench.harness.sandbox`: "landlock+seccomp", "python-guard only (why)", or "not isolated").
     """
 
     reconstruction: Reconstruction
     seconds: float
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     inverted: torch.Tensor | None = None
+    isolation: str = ""
 
 
 def arrays(output: AttackOutput) -> dict[str, np.ndarray]:
@@ -50,24 +55,37 @@ def arrays(output: AttackOutput) -> dict[str, np.ndarray]:
 
 def save_attack_output(folder: Path, output: AttackOutput) -> None:
     """Write reconstruction.npz (deterministic bytes for the same arrays) and attack.json into `folder`."""
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays(output))
-    (folder / RECONSTRUCTION_FILE).write_bytes(buffer.getvalue())
-    recon = output.reconstruction
-    meta = {"status": recon.status, "reason": recon.reason, "space": recon.space, "layer": recon.layer,
-            "stats": plain_stats(recon.stats), "seconds": output.seconds, "hyperparameters": output.hyperparameters}
-    (folder / ATTACK_FILE).write_text(json.dumps(json_safe(meta), indent=2, sort_keys=True) + "\n")
+    meta, npz = encode_attack_output(output)
+    (folder / RECONSTRUCTION_FILE).write_bytes(npz)
+    (folder / ATTACK_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
 
 def load_attack_output(folder: Path) -> AttackOutput:
     """Read back what `save_attack_output` wrote (raises OSError/ValueError/KeyError when damaged)."""
-    meta = json.loads((folder / ATTACK_FILE).read_text())
-    with np.load(folder / RECONSTRUCTION_FILE, allow_pickle=False) as data:
+    return decode_attack_output(json.loads((folder / ATTACK_FILE).read_text()), (folder / RECONSTRUCTION_FILE).read_bytes())
+
+
+def encode_attack_output(output: AttackOutput) -> tuple[dict[str, Any], bytes]:
+    """An attack output as plain data: its JSON metadata and an .npz of its arrays (no pickle). The
+    stored artifact and the attack worker's reply are both this."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays(output))
+    recon = output.reconstruction
+    meta = {"status": recon.status, "reason": recon.reason, "space": recon.space, "layer": recon.layer,
+            "stats": plain_stats(recon.stats), "seconds": output.seconds, "hyperparameters": output.hyperparameters,
+            "isolation": output.isolation}
+    return json_safe(meta), buffer.getvalue()
+
+
+def decode_attack_output(meta: dict[str, Any], npz: bytes) -> AttackOutput:
+    """What `encode_attack_output` made, read back without unpickling anything (ValueError/KeyError when damaged)."""
+    with np.load(io.BytesIO(npz), allow_pickle=False) as data:
         tensors = {k: torch.from_numpy(data[k].copy()) for k in data.files}
     recon = Reconstruction(status=meta["status"], space=meta["space"], images=tensors.get("images"),
                            features=tensors.get("features"), layer=meta["layer"], reason=meta["reason"],
                            stats=meta["stats"])
-    return AttackOutput(recon, float(meta["seconds"]), meta["hyperparameters"], tensors.get("inverted"))
+    return AttackOutput(recon, float(meta["seconds"]), meta["hyperparameters"], tensors.get("inverted"),
+                        meta.get("isolation", OLD_ISOLATION))
 
 
 def plain_stats(stats: dict[str, Any]) -> dict[str, Any]:

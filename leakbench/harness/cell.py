@@ -20,7 +20,7 @@ from leakbench.datasets import Batch, ImageDataset, load_dataset, partition, sam
 from leakbench.datasets.loaders import data_locations
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.harness.artifacts import AttackOutput, json_safe, plain_stats
-from leakbench.harness.isolation import shared_worker
+from leakbench.harness.isolation import IN_PROCESS, run_isolated, workers
 from leakbench.harness.job import AttackJob, attack_cell, attack_seed, configure_attack, resolve_class, scoped_ref
 from leakbench.fl import ClientUpdate, DPConfig, FedAvgConfig, dp_update, fedavg_update, fedsgd_update
 from leakbench.fl.dp import ACCOUNTANT
@@ -192,23 +192,26 @@ def attack_job(spec: CellSpec) -> AttackJob:
 
 
 def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: str = "",
-             isolate: bool = True) -> CellResult:
+             isolate: bool = True, hidden: tuple[Path, ...] = ()) -> CellResult:
     """Run one cell end to end. Bad input raises a LeakbenchError before the attack starts.
 
-    The attack runs in this process's attack worker (`leakbench.harness.isolation`), which gets the
-    update and nothing else; `isolate=False` runs it here instead (for debugging an attack only).
+    The attack runs in a fresh sandboxed attack worker (`leakbench.harness.isolation`), which gets
+    the update and nothing else and cannot reach the data locations nor `hidden` (output folders);
+    `isolate=False` runs it here instead (for debugging an attack only; recorded as not isolated).
     `lpips` must be a verified scorer (from `load_lpips`): LPIPS is never reported from a network
     that did not reproduce the published values. Without one, `lpips_note` says why LPIPS is missing.
     """
     if lpips is not None and not lpips.verified:
         raise LeakbenchError(f"refusing to report LPIPS from an unverified network ({lpips.trunk_source})")
-    roots = data_locations(Path(spec.data_root) if spec.data_root else None)
-    worker = shared_worker() if isolate else None
-    if worker is not None:
-        worker.start(roots)  # the worker starts up while the update is computed
+    if isolate:
+        workers().prestart()  # the worker starts up while the update is computed
     batch, model, update = prepare(spec)
     job = attack_job(spec)
-    output = worker.run(job, update, roots) if worker is not None else attack_cell(job, update)
+    if isolate:
+        output = run_isolated(job, update, [*data_locations(Path(spec.data_root) if spec.data_root else None), *hidden])
+    else:
+        output = attack_cell(job, update)
+        output.isolation = IN_PROCESS
     return score_cell(spec, output, batch, model, lpips=lpips, lpips_note=lpips_note)
 
 
@@ -225,9 +228,11 @@ def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: torch.
     for key, value in victim_columns(model).items():
         records[key] = value
     records["lpips_net"] = lpips.net if lpips is not None else ""
+    records["isolation"] = output.isolation
     summary = summarize(spec, recon, records, output.seconds, lpips is not None, lpips_note)
     summary.update(lpips_columns(lpips))
     summary["hyperparameters"] = output.hyperparameters
+    summary["isolation"] = output.isolation
     summary.update(victim_columns(model))
     return CellResult(spec, summary, records, batch.images, aligned, output)
 

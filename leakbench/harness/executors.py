@@ -47,7 +47,7 @@ def run_task(task: Task) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     scorer, note = lpips_scorer(task.lpips_weights, task.lpips_net)
-    result = run_cell(task.spec, lpips=scorer, lpips_note=note, isolate=task.isolate)
+    result = run_cell(task.spec, lpips=scorer, lpips_note=note, isolate=task.isolate, hidden=(task.out.parent.parent,))
     write_cell(result, task.out, selection=list(task.selection))
     return json_safe(result.summary)
 
@@ -118,10 +118,10 @@ def _pool(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: in
 def _start_worker() -> None:
     """A pool worker leaves Ctrl-C to the parent, which stops it (see `_pool`), and starts its attack
     worker at once, so that its start-up overlaps the first cell's data loading."""
-    from leakbench.harness.isolation import shared_worker
+    from leakbench.harness.isolation import workers
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    shared_worker().start([])
+    workers().prestart()
 
 
 def _terminate(pool: ProcessPoolExecutor) -> None:

@@ -1,39 +1,43 @@
-"""The attack runs in a process of its own that has never loaded a dataset or held a batch.
+"""The attack runs in a sandboxed process of its own, a fresh one per cell, that never held a batch.
 
-The harness process loads the data, builds the victim and the client's update, and scores. The
-attack worker is a separate Python process (`python -m leakbench.harness.isolation`), started
-once per harness process (serial run, pool worker or Ray worker) and reused for every cell:
+The harness process loads the data, builds the victim and the client's update, and scores. Each
+cell's attack runs in a new attack worker (`AttackWorker`), a Python process started as
+`python -I -S` (no `sitecustomize`, no `.pth` file, no PYTHONPATH runs in it): it imports torch and
+leakbench's own modules, then waits. The harness keeps one such worker started ahead (`Workers`), so
+its start-up overlaps the previous cell. For a cell, the worker
 
-- it receives an `AttackJob` (attack name, hyperparameters, layer, a seed derived from the cell
-  id, inversion settings) and the `ClientUpdate`, pickled over a pipe, and sends back the
-  `AttackOutput`; no dataset name, data root, batch index or batch seed crosses;
-- before any plugin or attack code runs it installs a guard (`Guard`, a `sys.addaudithook` hook): opening
-  or listing anything under a data location (`leakbench.datasets.loaders.data_locations`: the data
-  roots in use, the download cache, the photo and digit folders bundled with scikit-learn and
-  scikit-image) or a directory above one, another process's `/proc` entries, or starting a
-  process raises PermissionError;
-- it runs in the temporary folder, with one torch thread, ignores Ctrl-C (the harness stops it)
-  and exits when its parent does.
+1. receives the cell's policy as JSON (the data locations and output folders to hide, its scratch
+   folder) and sandboxes itself (`leakbench.harness.sandbox`: Landlock + seccomp, where the kernel
+   has them), then installs the audit-hook `Guard` as a second layer;
+2. only then receives the `AttackJob` and the `ClientUpdate` (pickled by the harness), loads the
+   job's plugins and runs the attack: no plugin or attack code ever runs unsandboxed;
+3. answers with plain data only — JSON metadata and an `.npz` read with `allow_pickle=False`,
+   checked for shape, dtype and range (`check_reply`) — and exits.
 
-What the guard cannot stop is native code (a C extension reading files with its own system calls);
-that barrier would be the operating system's (another user, a mount namespace).
-The worker imports torch and leakbench's own modules, then installs the guard, then loads plugins
-and runs attacks: no attack or plugin code runs unguarded.
+Nothing an attack leaves behind reaches another cell: its process, memory and scratch folder end
+with the cell. A worker that dies without answering (killed by the OS, out of memory) is a fault,
+not a result: `run` raises `WorkerDied`, which the harness retries with a fresh worker.
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
+import io
+import json
+import math
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
+
+from leakbench.errors import LeakbenchError
 
 PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
                             "os.forkpty", "pty.spawn"})
@@ -43,11 +47,25 @@ PATH_EVENTS = {"open": (0,), "os.listdir": (0,), "os.scandir": (0,), "os.chdir":
                "sqlite3.connect": (0,), "os.truncate": (0,)}
 """Audit events that reach a file, and the positions of their path arguments."""
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
+MAX_REPLY_ROWS = 1 << 16
+"""The most images or feature rows a reply may hold."""
+BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
+        "from leakbench.harness.isolation import serve; serve(int(sys.argv[2]), int(sys.argv[3]))")
+"""What `python -I -S -c` runs in a new worker: leakbench from the harness's checkout, nothing else."""
+
+
+class WorkerDied(LeakbenchError):
+    """The attack worker ended without answering; `code` is its exit code (negative: the signal that
+    killed it)."""
+
+    def __init__(self, message: str, code: int | None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Guard:
-    """The worker's audit hook: no path under a protected root, no directory above one, no other
-    process's /proc entry, no new process."""
+    """The worker's audit hook, a second layer inside the sandbox: no path under a protected root,
+    no directory above one, no other process's /proc entry, no new process."""
 
     def __init__(self, roots: list[str]) -> None:
         self.roots: list[str] = []
@@ -91,62 +109,63 @@ class Guard:
 
 
 class AttackWorker:
-    """The harness side of one attack worker process: start it once, send it cells, stop it."""
+    """The harness side of one attack worker process: started ahead, used for one cell, then ended."""
 
     def __init__(self) -> None:
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._send: Connection | None = None
-        self._recv: Connection | None = None
-
-    def start(self, roots: list[Path]) -> None:
-        """Start the worker (it imports while the caller prepares the update); no-op when it runs."""
-        if self._proc is not None and self._proc.poll() is None:
-            return
+        self.scratch = tempfile.mkdtemp(prefix="leakbench-attack-")
         to_child, from_parent = os.pipe()
         to_parent, from_child = os.pipe()
-        self._proc = subprocess.Popen([sys.executable, "-m", __name__, str(to_child), str(from_child)],
-                                      pass_fds=(to_child, from_child), cwd=tempfile.gettempdir(),
-                                      env=_worker_env(), stdin=subprocess.DEVNULL, stdout=2)
+        self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", BOOT, leakbench_root(), str(to_child), str(from_child)],
+            pass_fds=(to_child, from_child), cwd=self.scratch, env=_worker_env(self.scratch),
+            stdin=subprocess.DEVNULL, stdout=2)
         os.close(to_child)
         os.close(from_child)
-        self._send = Connection(from_parent, readable=False)
-        self._recv = Connection(to_parent, writable=False)
+        self._send: Connection | None = Connection(from_parent, readable=False)
+        self._recv: Connection | None = Connection(to_parent, writable=False)
         search_path = [os.path.abspath(p or os.curdir) for p in sys.path]  # plugins and scripts import as here
-        self._send.send_bytes(pickle.dumps(([str(r) for r in roots], search_path)))
+        self._send.send_bytes(json.dumps(search_path).encode())
 
-    def run(self, job: Any, update: Any, roots: list[Path]) -> Any:
-        """The `AttackOutput` of `job` on `update`; a worker that dies gives a failed reconstruction."""
-        from leakbench.attacks import Reconstruction
-        from leakbench.errors import ConfigError, LeakbenchError
-        from leakbench.harness.artifacts import AttackOutput
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
 
-        self.start(roots)
-        assert self._send is not None and self._recv is not None
+    def run(self, job: Any, update: Any, hidden: list[Path]) -> Any:
+        """The `AttackOutput` of `job` on `update`. The worker hides `hidden` (data locations, output
+        folders) from the attack, answers once and ends. Raises `WorkerDied` when it ends without
+        answering, ConfigError/LeakbenchError when the attack refused its settings or the sandbox failed."""
+        from leakbench.errors import ConfigError
+        from leakbench.harness.sandbox import level
+
+        assert self._send is not None and self._recv is not None, "an attack worker runs one cell"
         try:
-            self._send.send_bytes(pickle.dumps(([str(r) for r in roots], job, update), protocol=5))
-            reply = pickle.loads(self._recv.recv_bytes())
-        except (EOFError, OSError):
+            cell = {"hidden": [str(p) for p in hidden], "scratch": self.scratch, "sandbox": not level()[1]}
+            self._send.send_bytes(json.dumps(cell).encode())
+            self._send.send_bytes(pickle.dumps((job, update), protocol=5))
+            header = json.loads(self._recv.recv_bytes(1 << 26))
+            npz = self._recv.recv_bytes() if header.get("kind") == "ok" else b""
+        except (EOFError, OSError, ValueError) as exc:
             code = self.stop()
-            space = "image" if job.layer == 1 else "feature"
-            reason = f"error: the attack process ended (exit code {code}) before it answered"
-            return AttackOutput(Reconstruction.failed(reason, space=space, layer=job.layer), 0.0, job.hyperparameters)
+            raise WorkerDied(f"the attack process ended before it answered ({_exit_text(code)})", code) from None
         except BaseException:
             self.stop(kill=True)
             raise
-        kind, value = reply
-        if kind == "config":
-            raise ConfigError(value)
-        if kind == "error":
-            raise LeakbenchError(f"attack worker: {value}")
-        return value
+        self.stop()
+        if header.get("kind") == "config":
+            raise ConfigError(str(header.get("message")))
+        if header.get("kind") != "ok":
+            raise LeakbenchError(f"attack worker: {header.get('message')}")
+        return check_reply(header.get("meta"), npz, update, job.layer)
 
     def stop(self, *, kill: bool = False) -> int | None:
-        """End the worker (closing its pipe ends it; `kill` does not wait); its exit code."""
+        """End the worker (closing its pipes ends it; `kill` does not wait) and remove its scratch
+        folder; its exit code."""
         proc, self._proc = self._proc, None
         for conn in (self._send, self._recv):
             if conn is not None:
                 conn.close()
         self._send = self._recv = None
+        shutil.rmtree(self.scratch, ignore_errors=True)
         if proc is None:
             return None
         if kill:
@@ -158,76 +177,226 @@ class AttackWorker:
             return proc.wait()
 
 
-_SHARED: AttackWorker | None = None
+class Workers:
+    """Fresh attack workers for one harness process: `take()` hands out the worker started ahead
+    and starts the next, so each cell gets a new process without waiting for its start-up."""
+
+    def __init__(self) -> None:
+        self._spare: AttackWorker | None = None
+
+    def prestart(self) -> None:
+        """Start the next cell's worker now (it imports while the caller prepares the update)."""
+        if self._spare is None:
+            self._spare = AttackWorker()
+
+    def take(self) -> AttackWorker:
+        """A started worker, used for one cell; the next one starts at once."""
+        self.prestart()
+        worker, self._spare = self._spare, AttackWorker()
+        assert worker is not None
+        return worker
+
+    def stop(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.stop()
 
 
-def shared_worker() -> AttackWorker:
-    """This process's attack worker (one per harness process, stopped at exit)."""
-    global _SHARED
-    if _SHARED is None:
-        _SHARED = AttackWorker()
-        atexit.register(_SHARED.stop)
-    return _SHARED
+WORKER_TRIES = 3
+"""How often a cell's attack is tried when its worker is killed from outside (OOM killer, kill -9)."""
+FAULT_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT})
+"""Signals that end a worker from outside: a fault to retry. Any other end (an exit code, a crash
+in the attack's own code) is the attack's answer: a failed cell."""
+IN_PROCESS = "not isolated (in process)"
+"""The isolation of an attack run in the harness process (`isolate=False`: debugging only)."""
+
+
+def run_isolated(job: Any, update: Any, hidden: list[Path]) -> Any:
+    """The `AttackOutput` of `job` on `update` from a fresh sandboxed worker, its `isolation` set
+    here. A worker killed from outside is retried with a new one (WORKER_TRIES in all); a worker that
+    ends by itself gives a failed reconstruction saying how it ended."""
+    from leakbench.attacks import Reconstruction
+    from leakbench.harness.artifacts import AttackOutput
+    from leakbench.harness.sandbox import isolation_level
+
+    for attempt in range(1, WORKER_TRIES + 1):
+        worker = workers().take()
+        try:
+            output = worker.run(job, update, hidden)
+        except WorkerDied as exc:
+            if exc.code is not None and exc.code < 0 and -exc.code in FAULT_SIGNALS:
+                if attempt < WORKER_TRIES:
+                    continue
+                raise WorkerDied(f"{exc} {WORKER_TRIES} times: the cell is not stored (rerun to retry it)",
+                                 exc.code) from None
+            space = "image" if job.layer == 1 else "feature"
+            output = AttackOutput(Reconstruction.failed(f"error: {exc}", space=space, layer=job.layer), 0.0,
+                                  job.hyperparameters)
+        output.isolation = isolation_level()
+        return output
+    raise AssertionError("unreachable")
+
+
+_WORKERS: Workers | None = None
+
+
+def workers() -> Workers:
+    """This process's supply of attack workers (the spare is stopped at exit)."""
+    global _WORKERS
+    if _WORKERS is None:
+        _WORKERS = Workers()
+        atexit.register(_WORKERS.stop)
+    return _WORKERS
+
+
+def check_reply(meta: Any, npz: bytes, update: Any, layer: int) -> Any:
+    """The worker's answer as an `AttackOutput`, or a failed one saying why the answer was refused:
+    JSON metadata of the known shape, and float32 arrays (no pickle) of the update's image shape or
+    two-dimensional features, finite, images in [0, 1]."""
+    from leakbench.attacks import Reconstruction
+    from leakbench.harness.artifacts import AttackOutput, decode_attack_output
+
+    try:
+        _check_meta(meta)
+        output = decode_attack_output(meta, npz)
+        _check_arrays(output, tuple(update.model.input_shape))
+        return output
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        space = "image" if layer == 1 else "feature"
+        reason = f"error: the attack's reply was refused ({type(exc).__name__}: {exc})"
+        return AttackOutput(Reconstruction.failed(reason, space=space, layer=layer), 0.0, {})
+
+
+def _check_meta(meta: Any) -> None:
+    """Raise ValueError unless `meta` is an attack.json of the stored kind."""
+    types = {"status": str, "reason": str, "space": str, "stats": dict, "seconds": (int, float),
+             "hyperparameters": dict, "layer": (int, type(None)), "isolation": str}
+    if not isinstance(meta, dict) or set(meta) != set(types):
+        raise ValueError(f"metadata keys {sorted(meta) if isinstance(meta, dict) else type(meta).__name__}")
+    for key, kind in types.items():
+        if not isinstance(meta[key], kind) or isinstance(meta[key], bool):
+            raise ValueError(f"{key} is a {type(meta[key]).__name__}")
+    if meta["status"] not in ("ok", "failed") or meta["space"] not in ("image", "feature"):
+        raise ValueError(f"status {meta['status']!r}, space {meta['space']!r}")
+    if not math.isfinite(meta["seconds"]) or meta["seconds"] < 0:
+        raise ValueError(f"seconds {meta['seconds']!r}")
+
+
+def _check_arrays(output: Any, image_shape: tuple[int, ...]) -> None:
+    """Raise ValueError unless the output's arrays have the shapes, dtype and range of their kind."""
+    import torch
+
+    named = {"images": output.reconstruction.images, "features": output.reconstruction.features,
+             "inverted": output.inverted}
+    for name, array in named.items():
+        if array is None:
+            continue
+        shape = tuple(array.shape)
+        image = name != "features"
+        if array.dtype != torch.float32 or len(shape) != (4 if image else 2) or not 0 < shape[0] <= MAX_REPLY_ROWS:
+            raise ValueError(f"{name} of dtype {array.dtype} and shape {shape}")
+        if image and shape[1:] != image_shape:
+            raise ValueError(f"{name} of shape {shape}, the model takes {image_shape}")
+        if not bool(torch.isfinite(array).all()) or (image and not bool(((array >= 0) & (array <= 1)).all())):
+            raise ValueError(f"{name} not finite{' or outside [0, 1]' if image else ''}")
+
+
+def leakbench_root() -> str:
+    """The folder that holds the `leakbench` package this process runs."""
+    import leakbench
+
+    return str(Path(leakbench.__file__).resolve().parents[1])
 
 
 def worker_pythonpath() -> str:
     """This process's PYTHONPATH made absolute, with the folder holding `leakbench` first (for
-    processes that start elsewhere: attack workers, Ray workers)."""
-    import leakbench
-
-    here = str(Path(leakbench.__file__).resolve().parents[1])
+    processes that start elsewhere: pool and Ray workers)."""
     rest = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return os.pathsep.join(dict.fromkeys([here, *rest]))
+    return os.pathsep.join(dict.fromkeys([leakbench_root(), *rest]))
 
 
-def _worker_env() -> dict[str, str]:
-    """The worker's environment: this one, with one BLAS thread and `worker_pythonpath()` (the
-    worker runs in the temporary folder)."""
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": worker_pythonpath()}
+def _worker_env(scratch: str) -> dict[str, str]:
+    """The worker's environment: this one, with one BLAS thread and its scratch folder as TMPDIR."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "TMPDIR": scratch}
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"killed by {signal.Signals(-code).name}" if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+    return f"exit code {code}"
 
 
 # --------------------------------------------------------------------------- inside the worker
 
 
-def _serve(receive: Connection, send: Connection) -> None:
-    """Install the guard, then answer jobs until the harness closes the pipe."""
-    roots, search_path = pickle.loads(receive.recv_bytes())
-    sys.path.extend(p for p in search_path if p not in sys.path)
-    import torch  # torch and leakbench's own modules load before the guard (torch probes the system);
+def serve(receive_fd: int, send_fd: int) -> None:
+    """The worker: import, wait for a cell, sandbox itself, run the cell, answer, exit."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    receive, send = Connection(receive_fd, writable=False), Connection(send_fd, readable=False)
+    sys.path[:] = list(dict.fromkeys([*json.loads(receive.recv_bytes()), *sys.path]))
+    import torch  # torch and leakbench's own modules load before the sandbox (torch probes the system);
 
-    from leakbench.errors import LeakbenchError  # no plugin and no attack code has run yet
-    from leakbench.harness.job import attack_cell
+    from leakbench.harness.job import attack_cell  # no plugin and no attack code has run yet
+    from leakbench.harness.sandbox import apply, policy
     from leakbench.progress import attack_progress
 
-    guard = Guard(roots)
-    sys.addaudithook(guard)
     torch.set_num_threads(1)
-    while True:
+    try:
+        cell = json.loads(receive.recv_bytes())
+    except EOFError:
+        return
+    if cell["sandbox"]:  # the harness decides (it records the level); the worker obeys
         try:
-            data = receive.recv_bytes()
-        except EOFError:
-            return
-        roots, job, update = pickle.loads(data)
-        guard.add(roots)
-        try:
-            with attack_progress(sys.stderr if job.bars else None):
-                reply: tuple[str, Any] = ("ok", attack_cell(job, update))
-        except LeakbenchError as exc:
-            reply = ("config", str(exc))
-        except Exception as exc:  # noqa: BLE001 — reported to the harness, which raises it
-            reply = ("error", f"{type(exc).__name__}: {exc}")
-        del job, update
-        send.send_bytes(pickle.dumps(reply, protocol=5))
+            apply(policy(sys.path, cell["hidden"], cell["scratch"]))
+        except Exception as exc:  # noqa: BLE001 — fail closed: no attack runs with less isolation than recorded
+            send.send_bytes(json.dumps({"kind": "error", "message": f"the sandbox could not be applied: {exc}"}).encode())
+            os._exit(0)
+    sys.addaudithook(Guard(cell["hidden"]))
+    _answer(send, receive, attack_cell, attack_progress)
 
 
-def _watch_parent(parent: int) -> None:
-    """End this process when its parent has gone (killed harnesses leave no attack running)."""
-    while os.getppid() == parent:
-        threading.Event().wait(0.5)
-    os._exit(1)
+def _answer(send: Connection, receive: Connection, attack_cell: Any, attack_progress: Any) -> None:
+    """Run the cell that arrives on `receive`; send its header (JSON) and arrays (.npz) on `send`."""
+    from leakbench.errors import LeakbenchError
+
+    job, update = pickle.loads(receive.recv_bytes())
+    npz = b""
+    try:
+        with attack_progress(sys.stderr if job.bars else None):
+            header, npz = _plain(attack_cell(job, update), job.layer)
+    except LeakbenchError as exc:
+        header = json.dumps({"kind": "config", "message": str(exc)})
+    except Exception as exc:  # noqa: BLE001 — reported to the harness, which raises it
+        header = json.dumps({"kind": "error", "message": f"{type(exc).__name__}: {exc}"})
+    send.send_bytes(header.encode())
+    if npz:
+        send.send_bytes(npz)
+    send.close()
+    os._exit(0)  # no atexit or finaliser of an attack's runs after the answer
 
 
-if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
-    _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))
+def _plain(output: Any, layer: int) -> tuple[str, bytes]:
+    """The "ok" header and arrays of an attack output; an output that is not plain data (stats that
+    JSON cannot hold) becomes a failed reconstruction saying so."""
+    from leakbench.attacks import Reconstruction
+    from leakbench.harness.artifacts import AttackOutput, encode_attack_output
+
+    try:
+        meta, npz = encode_attack_output(output)
+        return json.dumps({"kind": "ok", "meta": meta}), npz
+    except (TypeError, ValueError, AttributeError) as exc:
+        reason = f"error: the attack's answer is not plain data ({type(exc).__name__}: {exc})"
+        failed = Reconstruction.failed(reason, space="image" if layer == 1 else "feature", layer=layer)
+        meta, npz = encode_attack_output(AttackOutput(failed, output.seconds, output.hyperparameters))
+        return json.dumps({"kind": "ok", "meta": meta}), npz
+
+
+def _die_with_parent() -> None:
+    """The kernel kills this worker when the harness process ends (no attack outlives a killed run)."""
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)

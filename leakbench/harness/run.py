@@ -24,6 +24,7 @@ import pandas as pd
 from leakbench.errors import LeakbenchWarning
 from leakbench.harness.cell import CellSpec, batch_id, build_attack, cell_id, cell_settings, spec_dict
 from leakbench.harness.executors import Task, execute
+from leakbench.harness.sandbox import warn_unless_sandboxed
 from leakbench.harness.selection import grid_selection
 from leakbench.harness.store import (cell_path, check_cell_folders, consolidate, environment, remove_partial_cells,
                                      survey, write_json_atomic)
@@ -135,6 +136,8 @@ def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Pa
     todo = [t for t in tasks if t.out.name not in done]
     write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs,
                                                                           "lpips_net": lpips_net}))
+    if todo:
+        warn_unless_sandboxed()
     start = time.perf_counter()
     try:
         _run_with_progress(todo, len(tasks), executor=executor, jobs=jobs, address=address, progress=progress)

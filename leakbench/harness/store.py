@@ -37,6 +37,7 @@ from leakbench.harness.artifacts import save_attack_output
 from leakbench.harness.cell import CellResult, json_safe, spec_dict
 from leakbench.harness.folders import check_owned, folder_name, replace_folder
 from leakbench.harness.seal import damage, foreign_cell_entries, is_cell_folder, write_seal
+from leakbench.harness.sandbox import isolation_level
 from leakbench.plugins import loaded_plugins
 
 PACKAGES = ("torch", "torchvision", "numpy", "scipy", "scikit-learn", "scikit-image", "pandas",
@@ -67,6 +68,7 @@ def environment() -> dict[str, Any]:
                     "cpus": os.cpu_count()},
         "git_revision": git_revision(),
         "plugins": loaded_plugins(),  # module, distribution, version and registered names of each plugin
+        "isolation": isolation_level(),  # what keeps attacks from the batch: the sandbox, or the guard alone
     }
 
 
@@ -142,7 +144,7 @@ AXIS_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", 
                 "threat", "labels_known", "batch_size_known", "noise_sigma", "noise_scale")
 SUMMARY_COLUMNS = ("space", "status", "reason", "seconds", "n_images", "exact_fraction", "psnr_mean",
                    "psnr_median", "psnr_min", "psnr_inf", "ssim_mean", "lpips_mean", "lpips_note", "lpips_net",
-                   "lpips_source", "lpips_verified", "matching")
+                   "lpips_source", "lpips_verified", "matching", "isolation")
 
 
 def cell_path(run_dir: Path, cell_id: str) -> Path:

@@ -74,6 +74,7 @@ def pivot_table(records: pd.DataFrame, cells: pd.DataFrame, *, title: str, colum
     settings = sorted({key[1:] for key in stats}, key=column_order(cells, columns))
     attacks = sorted({key[0] for key in stats})
     rows = {a: [stats.get((a, *c)) for c in settings] for a in attacks}
+    exposed = not_isolated(cells)
     body: list[list[Cell]] = []
     for rank, attack in enumerate(sorted(attacks, key=lambda a: (rank_key(rows[a]), a)), 1):
         entries: list[Cell] = []
@@ -83,10 +84,23 @@ def pivot_table(records: pd.DataFrame, cells: pd.DataFrame, *, title: str, colum
             entries.append(Link(text, target) if target else text)
         n = sum(s["n"] for s in rows[attack] if s)
         failures = sum(s["failures"] for s in rows[attack] if s)
-        body.append([str(rank), attack, budgets(cells, attack), *entries, str(n), str(failures)])
+        name = attack if attack not in exposed else f"{attack} (not isolated)"
+        body.append([str(rank), name, budgets(cells, attack), *entries, str(n), str(failures)])
     notes = [f"{len(cells)} cells, {int((cells['status'] != 'ok').sum())} failed; seeds pooled per setting. "
              "budget: the attack's steps (or draws, seconds) as stored with every record."]
+    if exposed:
+        notes.append("not isolated: some of the attack's cells ran without the operating-system sandbox "
+                     "(Python guard only, or in process), so it could have read the batch.")
     return Table(title, ["rank", "attack", "budget", *map(label, settings), "n", "failures"], body, notes)
+
+
+def not_isolated(cells: pd.DataFrame) -> set[str]:
+    """The attacks with a cell that ran outside the operating-system sandbox (cells stored before
+    issue 22 have no `isolation`: they ran under the Python guard)."""
+    from leakbench.harness.sandbox import FULL
+
+    isolation = cells["isolation"] if "isolation" in cells else pd.Series([None] * len(cells), index=cells.index)
+    return set(cells.loc[isolation.fillna("") != FULL, "attack"])
 
 
 def budgets(cells: pd.DataFrame, attack: str) -> str:

@@ -1,0 +1,250 @@
+"""The attack worker's operating-system sandbox: Landlock for the file system, seccomp for the rest.
+
+`apply(policy)` is called once inside a fresh attack worker, after it imported torch and leakbench
+and before it reads a job or runs any attack or plugin code. From then on the kernel, not Python,
+refuses:
+
+- **files** (Landlock, `landlock` on PyPI): the worker may read only the Python runtime, the
+  installed packages, the system's shared libraries and the Python modules and packages of the
+  user's own import path, *minus* every hidden path (the data locations, the run's output folders,
+  every other Python installation's packages); it may write only its own scratch folder. Nothing
+  else — a results folder, a report, `/proc/<harness>/mem`, a wheel cache holding a copy of the
+  data — can be opened, by Python or by native code, by path or by `openat` on a directory
+  descriptor. Landlock also refuses ptrace of any process outside the sandbox.
+- **everything else** (seccomp, `pyseccomp` over the system's libseccomp): no new process (fork,
+  vfork, exec, clone without CLONE_THREAD, clone3), no other process's memory (ptrace,
+  process_vm_readv/writev, pidfd_getfd, kcmp), no signal to another process, no socket (no network,
+  no abstract Unix socket), no mount, namespace, BPF, perf, io_uring, keyring, module or file-handle
+  (open_by_handle_at) call, no TIOCSTI.
+
+`level()` says what this kernel and install can give: `landlock+seccomp`, or `python-guard only`
+with the reason. Records carry it (`isolation`), and reports mark rows that were not isolated.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import sys
+import sysconfig
+from dataclasses import dataclass
+from functools import lru_cache
+
+FULL = "landlock+seccomp"
+"""The isolation level of a sandboxed worker."""
+GUARD_ONLY = "python-guard only"
+"""The level where the kernel (or the install) cannot sandbox: the audit-hook guard alone."""
+LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib")
+"""Where the dynamic linker finds the system's shared libraries (read-only in the sandbox)."""
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/sys/devices/system/cpu", "/proc/cpuinfo", "/proc/self")
+"""Read-only system files the runtime consults (the CPU's features and count, the linker's cache,
+its own /proc entry)."""
+DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the worker may reach.
+
+    `runtime`: trees readable whole (the interpreter, site-packages, shared libraries);
+    `modules`: folders of the import path outside those, of which only Python modules and packages
+    are readable (a checkout's `leakbench/` and `tests/*.py`, not its `results/`);
+    `hidden`: never readable, wherever it lies; `scratch`: the worker's one writable folder.
+    """
+
+    runtime: tuple[str, ...]
+    modules: tuple[str, ...]
+    hidden: tuple[str, ...]
+    scratch: str
+
+
+def policy(search_path: list[str], hidden: list[str], scratch: str) -> Policy:
+    """The policy for a worker that imports from `search_path` and must not reach `hidden`."""
+    runtime = _runtime_trees()
+    search_path = [os.path.realpath(p) for p in search_path if p]
+    inside = [p for p in search_path if any(_within(p, t) for t in runtime)]
+    modules = tuple(p for p in dict.fromkeys(search_path) if p not in inside and os.path.isdir(p))
+    other_packages = [p for p in _package_dirs(runtime) if not any(_within(q, p) for q in search_path)]
+    hide = tuple(dict.fromkeys(os.path.realpath(h) for h in [*hidden, *other_packages]))
+    return Policy(runtime, modules, hide, scratch)
+
+
+SWITCH = "LEAKBENCH_SANDBOX"
+"""Set to `off` to run attack workers under the Python guard alone (recorded so; for comparisons)."""
+
+
+def level() -> tuple[str, str]:
+    """(the isolation level this process gives its attack workers, why it is not the full one or '')."""
+    return _probe(os.environ.get(SWITCH, ""))
+
+
+@lru_cache(maxsize=4)
+def _probe(switch: str) -> tuple[str, str]:
+    """`level()` for the value `switch` of LEAKBENCH_SANDBOX (the kernel is probed once)."""
+    if switch == "off":
+        return GUARD_ONLY, f"the sandbox is turned off ({SWITCH}=off)"
+    try:
+        import landlock
+        import pyseccomp  # noqa: F401 — loads libseccomp.so.2
+    except (ImportError, OSError) as exc:
+        return GUARD_ONLY, f"the sandbox libraries cannot be loaded ({type(exc).__name__}: {exc})"
+    if not sys.platform.startswith("linux"):
+        return GUARD_ONLY, "the sandbox needs Linux (Landlock and seccomp)"
+    try:
+        abi = landlock.landlock_abi_version()
+    except OSError as exc:
+        return GUARD_ONLY, f"this kernel has no Landlock ({exc.strerror})"
+    return (FULL, "") if abi >= 1 else (GUARD_ONLY, "this kernel has no Landlock")
+
+
+def isolation_level() -> str:
+    """What records say kept an attack run now from the batch: FULL, or GUARD_ONLY with the reason."""
+    name, why = level()
+    return name if not why else f"{name} ({why})"
+
+
+def warn_unless_sandboxed() -> None:
+    """One warning line when attacks will run under the Python guard alone (`run` says it once)."""
+    import warnings
+
+    from leakbench.errors import LeakbenchWarning
+
+    name, why = level()
+    if why:
+        warnings.warn(LeakbenchWarning(f"attacks run under the {name} ({why}): not an operating-system "
+                                       "sandbox; records, reports and the leaderboard mark these cells "
+                                       "'not isolated'"), stacklevel=2)
+
+
+def apply(rules: Policy) -> str:
+    """Sandbox this process (it must have one thread); the level reached, or raise OSError."""
+    import landlock  # noqa: F401 — both load before the sandbox: pyseccomp looks its library up with ldconfig
+    import pyseccomp  # noqa: F401
+
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1:
+        raise OSError(errno.EBUSY, f"the sandbox must be applied before any thread starts ({threads} running)")
+    _landlock(rules)
+    _seccomp()
+    return FULL
+
+
+# --------------------------------------------------------------------------- Landlock
+
+
+def _landlock(rules: Policy) -> None:
+    """Restrict the file system to `rules` (irreversible; inherited by threads started later)."""
+    from landlock import FSAccess, Ruleset
+
+    read_file = FSAccess.READ_FILE | FSAccess.EXECUTE
+    read_dir = read_file | FSAccess.READ_DIR
+    ruleset = Ruleset()
+    hidden = rules.hidden
+    for tree in [*rules.runtime, *[p for p in SYSTEM_FILES if os.path.exists(p)]]:
+        _allow(ruleset, tree, hidden, read_dir, read_file)
+    for folder in rules.modules:
+        for entry in _module_entries(folder):
+            _allow(ruleset, entry, hidden, read_dir, read_file)
+    for device in DEVICES:
+        if os.path.exists(device):
+            ruleset.allow(device, rules=FSAccess.READ_FILE | FSAccess.WRITE_FILE)
+    ruleset.allow(rules.scratch)
+    ruleset.apply()
+
+
+def _allow(ruleset: object, path: str, hidden: tuple[str, ...], read_dir: int, read_file: int) -> None:
+    """Allow reading `path` except the hidden paths inside it: a folder that holds one is opened up
+    entry by entry, skipping the hidden ones (Landlock only ever allows), and may itself be listed
+    (imports list package folders; a hidden folder's file names can then be listed, never read).
+    `hidden` are resolved paths."""
+    from landlock import FSAccess
+
+    real = os.path.realpath(path)
+    if any(_within(real, h) for h in hidden) or not os.path.exists(real):
+        return
+    if os.path.isdir(real) and any(_within(h, real) for h in hidden):
+        ruleset.allow(real, rules=FSAccess.READ_DIR)  # type: ignore[attr-defined]  # names only, not contents
+        for entry in os.scandir(real):
+            _allow(ruleset, entry.path, hidden, read_dir, read_file)
+    else:
+        ruleset.allow(real, rules=read_dir if os.path.isdir(real) else read_file)  # type: ignore[attr-defined]
+
+
+def _module_entries(folder: str) -> list[str]:
+    """The Python modules and packages directly inside `folder` (a user's import-path folder)."""
+    entries = []
+    for entry in os.scandir(folder):
+        if entry.is_dir() and os.path.exists(os.path.join(entry.path, "__init__.py")):
+            entries.append(entry.path)
+        elif entry.is_file() and entry.name.endswith((".py", ".pth")):
+            entries.append(entry.path)
+    return entries
+
+
+def _runtime_trees() -> tuple[str, ...]:
+    """The interpreter's standard library, this environment's packages and the shared libraries."""
+    paths = sysconfig.get_paths()
+    trees = [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    trees += [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    trees += [os.path.dirname(os.path.realpath(sys.executable)), sysconfig.get_config_var("LIBDIR") or ""]
+    trees += LIBRARY_DIRS
+    return tuple(dict.fromkeys(os.path.realpath(t) for t in trees if t and os.path.isdir(t)))
+
+
+def _package_dirs(trees: tuple[str, ...]) -> list[str]:
+    """Every site-packages / dist-packages folder in or just below `trees` (other Pythons' packages
+    may hold a dataset's files; the worker's own are re-allowed by the import path)."""
+    found: list[str] = []
+    for tree in trees:
+        for pattern in ("site-packages", "dist-packages", "python3*/site-packages", "python3*/dist-packages",
+                        "lib/python3*/site-packages"):
+            found += glob.glob(os.path.join(tree, pattern))
+    return [os.path.realpath(p) for p in found]
+
+
+def _within(path: str, root: str) -> bool:
+    """Whether `path` is `root` or lies below it (both absolute and resolved)."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+# --------------------------------------------------------------------------- seccomp
+
+DENIED = (
+    # new processes
+    "fork", "vfork", "execve", "execveat",
+    # other processes: memory, descriptors, signals
+    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pidfd_getfd", "pidfd_send_signal",
+    "kcmp", "tkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "process_madvise", "move_pages", "migrate_pages",
+    # network and Unix sockets
+    "socket", "socketpair",
+    # the file system's other doors, namespaces, kernel interfaces
+    "open_by_handle_at", "name_to_handle_at", "mount", "umount2", "pivot_root", "chroot", "unshare",
+    "setns", "fsopen", "fsmount", "move_mount", "open_tree", "bpf", "perf_event_open", "userfaultfd",
+    "io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key",
+    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot", "swapon",
+    "swapoff", "acct", "syslog", "ioperm", "iopl", "fanotify_init", "quotactl", "mknod", "mknodat",
+)
+"""System calls that fail with EPERM in the sandbox."""
+CLONE_THREAD = 0x00010000
+TIOCSTI = 0x5412
+
+
+def _seccomp() -> None:
+    """Load the filter: DENIED fail with EPERM; clone only for threads; clone3 is ENOSYS (the C
+    library then falls back to clone); kill and tgkill only to this process."""
+    import pyseccomp as sc
+
+    own = os.getpid()
+    rules = sc.SyscallFilter(defaction=sc.ALLOW)
+    for name in DENIED:
+        try:
+            rules.add_rule(sc.ERRNO(errno.EPERM), name)
+        except OSError:  # a call this architecture does not have
+            continue
+    rules.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
+    rules.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    rules.add_rule(sc.ERRNO(errno.EPERM), "kill", sc.Arg(0, sc.NE, own))
+    rules.add_rule(sc.ERRNO(errno.EPERM), "tgkill", sc.Arg(0, sc.NE, own))
+    rules.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.EQ, TIOCSTI))
+    rules.load()
