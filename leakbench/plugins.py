@@ -1,17 +1,24 @@
 """Plugins: attacks and datasets from other packages, registered beside the shipped ones.
 
+**An attack plugin's code never runs in the harness process**, which holds the private batch: the
+harness asks a sandboxed attack worker to import the attack plugins and describe them
+(`leakbench.attacks.described`), and registers stand-ins built from those descriptions; only the
+worker imports the real code (`in_attack_worker()`). A dataset plugin serves the private data,
+so it is loaded where the data is, in the harness: only through its entry point.
+
 Three ways in, all ending in `load_plugin(module)` or an entry point:
 
 - installed distributions declare entry points in the groups `leakbench.attacks` / `leakbench.datasets`
-  (`name = "package.module"` or `"package.module:Object"`), loaded once, on the first registry lookup;
+  (`name = "package.module"` or `"package.module:Object"`), loaded once, on the first lookup of that
+  registry;
   an object that is an `Attack` subclass is registered under its `name`, a dataset loader under the
   entry point's name (unless its module registered that very object already); a module registers
   what it holds itself (`@register_attack`, `DATASETS.register`);
-- `--plugin MODULE` on the command line;
-- `plugins = ["module.path"]` in a suite.
+- `--plugin MODULE` on the command line, and `plugins = ["module.path"]` in a suite: attack plugins
+  (a module loaded by name that registers a dataset is refused: declare it as an entry point).
 
-A plugin whose attack or dataset takes a registered name, or that cannot be imported, is a
-ConfigError naming it (one line, exit 2). Modules loaded by name are listed in the environment
+A plugin whose attack or dataset takes a registered name, or that cannot be imported (or exits,
+or is interrupted, while it is), is a ConfigError naming it (one line, exit 2). Modules loaded by name are listed in the environment
 variable LEAKBENCH_PLUGINS as well, so worker processes (spawned, they inherit the environment)
 load them too. `loaded_plugins()` is what run and cell manifests record: each plugin's module, its
 distribution and version, and the names it registered.
@@ -36,32 +43,128 @@ ENV_VAR = "LEAKBENCH_PLUGINS"
 """Modules loaded by name, comma-separated: worker processes load them on their first lookup."""
 
 _LOADED: dict[str, dict[str, Any]] = {}
-_STARTED = False
+_STARTED: set[str] = set()
+_IN_WORKER = False
 
 
-def load_installed() -> None:
-    """Load the entry points of both groups and the modules named in LEAKBENCH_PLUGINS, once per process."""
-    global _STARTED
-    if _STARTED:
+def enter_attack_worker() -> None:
+    """Mark this process as a sandboxed attack worker: from now on attack plugins are imported here;
+    dataset plugins never are (an attack has no use for them)."""
+    global _IN_WORKER
+    _IN_WORKER = True
+    _STARTED.add("datasets")
+
+
+def in_attack_worker() -> bool:
+    return _IN_WORKER
+
+
+def load_dataset_plugins() -> None:
+    """The `leakbench.datasets` entry points, imported here (dataset code runs beside the data), once."""
+    if "datasets" not in _STARTED:
+        _STARTED.add("datasets")
+        _load_entry_points("datasets")
+
+
+def load_attack_plugins() -> None:
+    """The `leakbench.attacks` entry points and the modules named in LEAKBENCH_PLUGINS, once: imported
+    in an attack worker, described by one anywhere else."""
+    if "attacks" in _STARTED:
         return
-    _STARTED = True  # before loading: plugins look registries up while they are imported
-    for kind, group in GROUPS.items():
-        for point in sorted(entry_points(group=group), key=lambda p: p.name):
-            _register(f"entry point {point.name!r} ({group})", point.value.partition(":")[0],
-                      lambda point=point, kind=kind: _load_entry_point(point, kind), point.dist)
-    for module in filter(None, os.environ.get(ENV_VAR, "").split(",")):
+    _STARTED.add("attacks")  # before loading: plugins look registries up while they are imported
+    if not _IN_WORKER:
+        _describe(named_plugins(), entry_points=True)
+        return
+    _load_entry_points("attacks")
+    for module in named_plugins():
         load_plugin(module)
 
 
-def load_plugin(module: str) -> None:
-    """Import plugin `module` (it registers its attacks and datasets); a ConfigError when it cannot."""
-    load_installed()
+def load_dataset_plugin(module: str) -> None:
+    """Import dataset plugin `module` here, in the harness (it serves the private data); a suite's
+    `dataset_plugins`. A module that registers an attack too is refused: attack code never runs here."""
+    from leakbench.attacks import ATTACKS
+
+    _check_module_path(module)
     if module in _LOADED:
         return
+    before = set(ATTACKS.names())
+    _register(f"dataset plugin {module!r}", module, lambda: importlib.import_module(module), None)
+    if set(ATTACKS.names()) - before:
+        raise ConfigError(f"dataset plugin {module!r} registers attacks: list it under 'plugins' (attack code "
+                          "runs only in the sandboxed attack worker) and its datasets apart")
+
+
+def load_plugin(module: str) -> None:
+    """Load attack plugin `module` (imported in an attack worker, described by one elsewhere); a
+    ConfigError when it cannot be."""
+    _check_module_path(module)
+    load_attack_plugins()
+    if module in _LOADED:
+        return
+    if _IN_WORKER:
+        _register(f"plugin {module!r}", module, lambda: importlib.import_module(module), None)
+    else:
+        _describe((module,), entry_points=False)
+    os.environ[ENV_VAR] = ",".join(dict.fromkeys([*named_plugins(), module]))
+
+
+def _check_module_path(module: str) -> None:
     if not module or not all(part.isidentifier() for part in module.split(".")):
         raise ConfigError(f"plugin {module!r} is not a module path (like 'package.module')")
-    _register(f"plugin {module!r}", module, lambda: importlib.import_module(module), None)
-    os.environ[ENV_VAR] = ",".join(dict.fromkeys([*named_plugins(), module]))
+
+
+def described_plugins(modules: list[str], entry_points: bool) -> dict[str, Any]:
+    """In the attack worker: import the attack entry points (when `entry_points`) and `modules`,
+    then describe what they registered as JSON data: {"plugins": [...], "attacks": [...]}."""
+    from leakbench.attacks import attack_class
+    from leakbench.attacks.described import describe
+
+    enter_attack_worker()
+    _STARTED.add("attacks")
+    if entry_points:
+        _load_entry_points("attacks")
+    for module in modules:
+        load_plugin(module)
+    plugins = loaded_plugins()
+    names = sorted({name for p in plugins for name in p["attacks"]})
+    return {"plugins": plugins, "attacks": [describe(attack_class(name)) for name in names]}
+
+
+def _describe(modules: tuple[str, ...], *, entry_points: bool) -> None:
+    """Have a sandboxed attack worker import the attack plugins and register their stand-ins here."""
+    from leakbench.attacks import ATTACKS
+    from leakbench.attacks.described import described_attack
+
+    if not modules and not (entry_points and list(entry_points_of("attacks"))):
+        return
+    from leakbench.harness.isolation import describe_plugins
+
+    found = describe_plugins(list(modules), entry_points)
+    for plugin in found["plugins"]:
+        if plugin["datasets"]:
+            raise ConfigError(f"plugin {plugin['module']!r} registers datasets ({', '.join(plugin['datasets'])}) "
+                              "but is loaded as an attack plugin: list it under a suite's 'dataset_plugins', "
+                              "or declare it under the 'leakbench.datasets' entry point group (dataset code "
+                              "runs beside the data, attack code only in the sandboxed attack worker)")
+    for data in found["attacks"]:
+        try:
+            ATTACKS.register(data["name"], (lambda cls: lambda: cls)(described_attack(data)), data["description"])
+        except DuplicateNameError as exc:
+            raise ConfigError(f"plugin: {exc} (a shipped attack or another plugin has that name)") from None
+    for plugin in found["plugins"]:
+        _LOADED.setdefault(plugin["module"], plugin)
+
+
+def entry_points_of(kind: str) -> list[EntryPoint]:
+    """The installed entry points of one registry kind, by name."""
+    return sorted(entry_points(group=GROUPS[kind]), key=lambda p: p.name)
+
+
+def _load_entry_points(kind: str) -> None:
+    for point in entry_points_of(kind):
+        _register(f"entry point {point.name!r} ({GROUPS[kind]})", point.value.partition(":")[0],
+                  lambda point=point, kind=kind: _load_entry_point(point, kind), point.dist)
 
 
 def named_plugins() -> tuple[str, ...]:
@@ -86,7 +189,7 @@ def _register(what: str, module: str, load: Callable[[], Any], dist: Distributio
         raise ConfigError(f"{what}: {exc} (a shipped attack or dataset, or another plugin, has that name)") from None
     except LeakbenchError as exc:
         raise ConfigError(f"{what}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001  (a third-party import: any error is the plugin's)
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001  (a third-party import: any error is the plugin's)
         raise ConfigError(f"{what} cannot be loaded: {type(exc).__name__}: {exc}") from None
     name, ver = _distribution(module, dist)
     entry = _LOADED.setdefault(module, {"module": module, "distribution": name, "version": ver,

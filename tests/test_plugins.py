@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CLI_TIMEOUT_S, REPO_ROOT
+from leakbench.harness.sandbox import FULL, level
 
 EXAMPLE = REPO_ROOT / "examples" / "leakbench-example-plugin"
 CLASH = '''\
@@ -127,3 +128,53 @@ def test_bad_suite_plugins_are_one_line(tmp_path: Path, plugins: str, mention: s
     proc = _leakbench(tmp_path, "run", str(suite), "--out", "res", "--reports", "rep")
     _one_line_error(proc, mention)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+
+
+STASH = '''\
+import os
+from dataclasses import dataclass
+
+from leakbench.attacks import Attack, register_attack
+
+try:  # import-time code: in the harness process it could reach (and stash) the batch
+    with open(os.environ["STASH_MARK"], "w") as f:
+        f.write(str(os.getpid()))
+except OSError:
+    pass
+
+
+@dataclass(frozen=True)
+class Config:
+    """x: nothing."""
+
+    x: int = 0
+
+
+@register_attack
+class Stash(Attack):
+    name = "stash"
+    description = "runs code when imported"
+    Config = Config
+
+    def reconstruct(self, update, *, seed):
+        raise NotImplementedError
+'''
+
+
+@pytest.mark.skipif(level()[0] != FULL, reason="the proof needs the sandbox (it stops the worker's write)")
+def test_a_plugins_import_time_code_never_runs_in_the_harness(tmp_path: Path) -> None:
+    (tmp_path / "stash_plugin.py").write_text(STASH)
+    mark = tmp_path / "mark"
+    env_path = (tmp_path,)
+    os.environ["STASH_MARK"] = str(mark)
+    try:
+        proc = _leakbench(tmp_path, "list", "attacks", "--params", "--plugin", "stash_plugin", path=env_path)
+        assert proc.returncode == 0 and "stash" in proc.stdout and "x (int, default 0): nothing." in proc.stdout, \
+            proc.stderr[-3000:]
+        assert not mark.exists()  # imported only in the sandboxed worker, which cannot write there
+        # control: imported in an ordinary process, the same code runs
+        subprocess.run([sys.executable, "-c", "import stash_plugin"], cwd=tmp_path, check=True, timeout=CLI_TIMEOUT_S,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO_ROOT)])})
+        assert mark.exists()
+    finally:
+        del os.environ["STASH_MARK"]

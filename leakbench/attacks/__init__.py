@@ -7,10 +7,10 @@ from typing import Any
 
 from leakbench.attacks.base import Attack, Reconstruction, Requirements, build_config
 from leakbench.errors import ConfigError
-from leakbench.plugins import load_installed
+from leakbench.plugins import load_attack_plugins
 from leakbench.registry import Registry
 
-ATTACKS: Registry[type[Attack]] = Registry("attack", on_first_use=load_installed)  # entry-point plugins
+ATTACKS: Registry[type[Attack]] = Registry("attack", on_first_use=load_attack_plugins)  # entry-point plugins
 
 
 def register_attack(cls: type[Attack]) -> type[Attack]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from leakbench.datasets.base import Batch, ImageDataset, Partition, partition, sample_batch
-from leakbench.plugins import load_installed
+from leakbench.plugins import load_dataset_plugins
 from leakbench.registry import Registry
 
-DATASETS: Registry[ImageDataset] = Registry("dataset", on_first_use=load_installed)  # entry-point plugins
+DATASETS: Registry[ImageDataset] = Registry("dataset", on_first_use=load_dataset_plugins)  # entry-point plugins
 
 
 def load_dataset(name: str, *, data_root: Path | None = None, image_size: int | None = None) -> ImageDataset:

@@ -134,16 +134,31 @@ class AttackWorker:
         """The `AttackOutput` of `job` on `update`. The worker hides `hidden` (data locations, output
         folders) from the attack, answers once and ends. Raises `WorkerDied` when it ends without
         answering, ConfigError/LeakbenchError when the attack refused its settings or the sandbox failed."""
+        header, npz = self._exchange(("cell", job, update), hidden)
+        return check_reply(header.get("meta"), npz, update, job.layer)
+
+    def describe(self, modules: list[str], entry_points: bool, hidden: list[Path]) -> dict[str, Any]:
+        """The attack plugins (`leakbench.plugins.described_plugins`), imported and described in the sandbox."""
+        header, _ = self._exchange(("describe", modules, entry_points), hidden)
+        found = header.get("found")
+        if not isinstance(found, dict) or not isinstance(found.get("plugins"), list) \
+                or not isinstance(found.get("attacks"), list):
+            raise LeakbenchError("attack worker: a malformed plugin description")
+        return found
+
+    def _exchange(self, request: tuple[Any, ...], hidden: list[Path]) -> tuple[dict[str, Any], bytes]:
+        """Send the sandbox policy and `request`; the worker's JSON header (kind "ok" or "describe")
+        and arrays. Ends the worker."""
         from leakbench.errors import ConfigError
         from leakbench.harness.sandbox import level
 
-        assert self._send is not None and self._recv is not None, "an attack worker runs one cell"
+        assert self._send is not None and self._recv is not None, "an attack worker serves one request"
         try:
             cell = {"hidden": [str(p) for p in hidden], "scratch": self.scratch, "sandbox": not level()[1]}
             self._send.send_bytes(json.dumps(cell).encode())
-            self._send.send_bytes(pickle.dumps((job, update), protocol=5))
+            self._send.send_bytes(pickle.dumps(request, protocol=5))
             header = json.loads(self._recv.recv_bytes(1 << 26))
-            npz = self._recv.recv_bytes() if header.get("kind") == "ok" else b""
+            npz = self._recv.recv_bytes() if isinstance(header, dict) and header.get("kind") == "ok" else b""
         except (EOFError, OSError, ValueError) as exc:
             code = self.stop()
             raise WorkerDied(f"the attack process ended before it answered ({_exit_text(code)})", code) from None
@@ -151,30 +166,31 @@ class AttackWorker:
             self.stop(kill=True)
             raise
         self.stop()
+        if not isinstance(header, dict) or header.get("kind") == "error":
+            raise LeakbenchError(f"attack worker: {header.get('message') if isinstance(header, dict) else header}")
         if header.get("kind") == "config":
             raise ConfigError(str(header.get("message")))
-        if header.get("kind") != "ok":
-            raise LeakbenchError(f"attack worker: {header.get('message')}")
-        return check_reply(header.get("meta"), npz, update, job.layer)
+        return header, npz
 
     def stop(self, *, kill: bool = False) -> int | None:
-        """End the worker (closing its pipes ends it; `kill` does not wait) and remove its scratch
+        """End the worker (closing its pipes ends it; `kill` does not wait), then remove its scratch
         folder; its exit code."""
         proc, self._proc = self._proc, None
         for conn in (self._send, self._recv):
             if conn is not None:
                 conn.close()
         self._send = self._recv = None
+        code = None
+        if proc is not None:
+            if kill:
+                proc.kill()
+            try:
+                code = proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
         shutil.rmtree(self.scratch, ignore_errors=True)
-        if proc is None:
-            return None
-        if kill:
-            proc.kill()
-        try:
-            return proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return proc.wait()
+        return code
 
 
 class Workers:
@@ -197,9 +213,10 @@ class Workers:
         return worker
 
     def stop(self) -> None:
+        """End the spare (it never received anything: killed at once)."""
         spare, self._spare = self._spare, None
         if spare is not None:
-            spare.stop()
+            spare.stop(kill=True)
 
 
 WORKER_TRIES = 3
@@ -235,6 +252,13 @@ def run_isolated(job: Any, update: Any, hidden: list[Path]) -> Any:
         output.isolation = isolation_level()
         return output
     raise AssertionError("unreachable")
+
+
+def describe_plugins(modules: list[str], entry_points: bool) -> dict[str, Any]:
+    """What a fresh sandboxed worker finds when it imports the attack plugins: the harness never does."""
+    from leakbench.datasets.loaders import data_locations
+
+    return workers().take().describe(modules, entry_points, data_locations())
 
 
 _WORKERS: Workers | None = None
@@ -358,14 +382,22 @@ def serve(receive_fd: int, send_fd: int) -> None:
 
 
 def _answer(send: Connection, receive: Connection, attack_cell: Any, attack_progress: Any) -> None:
-    """Run the cell that arrives on `receive`; send its header (JSON) and arrays (.npz) on `send`."""
+    """Answer the request that arrives on `receive` (run a cell, or describe the attack plugins); send
+    the header (JSON) and arrays (.npz) on `send`."""
     from leakbench.errors import LeakbenchError
 
-    job, update = pickle.loads(receive.recv_bytes())
+    from leakbench.plugins import described_plugins, enter_attack_worker
+
+    enter_attack_worker()  # plugin attacks are imported here, never in the harness
+    request = pickle.loads(receive.recv_bytes())
     npz = b""
     try:
-        with attack_progress(sys.stderr if job.bars else None):
-            header, npz = _plain(attack_cell(job, update), job.layer)
+        if request[0] == "describe":
+            header = json.dumps({"kind": "describe", "found": described_plugins(request[1], request[2])})
+        else:
+            job, update = request[1:]
+            with attack_progress(sys.stderr if job.bars else None):
+                header, npz = _plain(attack_cell(job, update), job.layer)
     except LeakbenchError as exc:
         header = json.dumps({"kind": "config", "message": str(exc)})
     except Exception as exc:  # noqa: BLE001 — reported to the harness, which raises it

@@ -10,7 +10,9 @@ refuses:
   every other Python installation's packages); it may write only its own scratch folder. Nothing
   else — a results folder, a report, `/proc/<harness>/mem`, a wheel cache holding a copy of the
   data — can be opened, by Python or by native code, by path or by `openat` on a directory
-  descriptor. Landlock also refuses ptrace of any process outside the sandbox.
+  descriptor. (Folders on the import path, and folders that hold a hidden one, may be listed, so
+  file *names* below them can be seen; no content.) Landlock also refuses ptrace of any process
+  outside the sandbox.
 - **everything else** (seccomp, `pyseccomp` over the system's libseccomp): no new process (fork,
   vfork, exec, clone without CLONE_THREAD, clone3), no other process's memory (ptrace,
   process_vm_readv/writev, pidfd_getfd, kcmp), no signal to another process, no socket (no network,
@@ -144,6 +146,7 @@ def _landlock(rules: Policy) -> None:
     for tree in [*rules.runtime, *[p for p in SYSTEM_FILES if os.path.exists(p)]]:
         _allow(ruleset, tree, hidden, read_dir, read_file)
     for folder in rules.modules:
+        ruleset.allow(folder, rules=FSAccess.READ_DIR)  # imports list it; names only, not contents
         for entry in _module_entries(folder):
             _allow(ruleset, entry, hidden, read_dir, read_file)
     for device in DEVICES:
@@ -172,12 +175,14 @@ def _allow(ruleset: object, path: str, hidden: tuple[str, ...], read_dir: int, r
 
 
 def _module_entries(folder: str) -> list[str]:
-    """The Python modules and packages directly inside `folder` (a user's import-path folder)."""
+    """What Python reads in a user's import-path folder: its modules, packages and distribution
+    metadata (entry points), not its other files and folders (a checkout's results, reports, docs)."""
     entries = []
     for entry in os.scandir(folder):
-        if entry.is_dir() and os.path.exists(os.path.join(entry.path, "__init__.py")):
+        if entry.is_dir() and (os.path.exists(os.path.join(entry.path, "__init__.py"))
+                               or entry.name.endswith((".dist-info", ".egg-info"))):
             entries.append(entry.path)
-        elif entry.is_file() and entry.name.endswith((".py", ".pth")):
+        elif entry.is_file() and entry.name.endswith((".py", ".pth", ".so")):
             entries.append(entry.path)
     return entries
 

@@ -75,7 +75,7 @@ SUITE_NAME = re.compile(r"^(paper/)?[A-Za-z0-9][\w.-]*$")
 KEYS = {"name": str, "description": str, "dataset": str, "datasets": list, "attacks": list,
         "batch_sizes": list, "layers": list, "layer": int, "seeds": list, "dp": list, "width": int,
         "depth": int, "image_size": int, "data_root": str, "hyperparameters": dict, "grid_images": int,
-        "grid_seed": int, "arch": str, "fedavg": list, "inversion": dict, "plugins": list,
+        "grid_seed": int, "arch": str, "fedavg": list, "inversion": dict, "plugins": list, "dataset_plugins": list,
         "train_epochs": list, "train": dict,
         "threat": list, "noise": list, "noise_scale": str, "models": list}
 REQUIRED = ("name", "attacks", "batch_sizes")
@@ -201,14 +201,17 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
 
 
 def _load_plugins(raw: dict[str, Any]) -> None:
-    """Import the modules of key 'plugins' (before the attack names are checked: they may register some)."""
-    from leakbench.plugins import load_plugin
+    """Load the modules of keys 'plugins' (attack plugins: imported only in the sandboxed attack
+    worker) and 'dataset_plugins' (imported here: dataset code runs beside the data), before the
+    attack and dataset names are checked: they may register some."""
+    from leakbench.plugins import load_dataset_plugin, load_plugin
 
-    plugins = raw.get("plugins", [])
-    if not isinstance(plugins, list) or not all(isinstance(m, str) for m in plugins):
-        raise ConfigError("key 'plugins' must list module paths, like [\"package.module\"]")
-    for module in plugins:
-        load_plugin(module)
+    for key, load in (("dataset_plugins", load_dataset_plugin), ("plugins", load_plugin)):
+        modules = raw.get(key, [])
+        if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+            raise ConfigError(f"key '{key}' must list module paths, like [\"package.module\"]")
+        for module in modules:
+            load(module)
 
 
 def _no_duplicates(axes: dict[str, Any]) -> None:

@@ -1,0 +1,70 @@
+"""A plugin's attack as data: what the harness knows of an attack whose code it never imports.
+
+Plugin attacks are imported only inside the sandboxed attack worker (`leakbench.plugins`). There,
+`describe(cls)` turns each into JSON: name, description, module, its Config's fields (type, default,
+field metadata such as a declared range) and docstring, and its requirements. In the harness,
+`described_attack(data)` rebuilds a stand-in class with the same name, Config and requirements, so
+that listing, `show`, suite parsing and hyperparameter checks work as for a shipped attack; its
+`reconstruct` refuses to run (the worker runs the real one).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import MISSING, Field, asdict, field, fields, make_dataclass
+from typing import Any
+
+from leakbench.attacks.base import Attack, Reconstruction, Requirements
+from leakbench.errors import LeakbenchError
+
+
+def describe(cls: type[Attack]) -> dict[str, Any]:
+    """An attack class as plain JSON data (see `described_attack`)."""
+    return {"name": cls.name, "description": cls.description, "module": cls.__module__,
+            "config": cls.Config.__name__, "doc": inspect.getdoc(cls.Config) or "",
+            "fields": [_describe_field(f) for f in fields(cls.Config)], "requires": asdict(cls.requires)}
+
+
+def described_attack(data: dict[str, Any]) -> type[Attack]:
+    """The harness's stand-in for a described plugin attack."""
+    config = make_dataclass(str(data["config"]), [_field(f) for f in data["fields"]], frozen=True)
+    config.__doc__ = str(data["doc"])
+
+    def reconstruct(self: Attack, update: Any, *, seed: int) -> Reconstruction:
+        raise LeakbenchError(f"attack {self.name!r} is a plugin's: it runs only in the sandboxed attack worker")
+
+    return type(f"Described{config.__name__}", (Attack,), {
+        "name": str(data["name"]), "description": str(data["description"]), "Config": config,
+        "requires": Requirements(**data["requires"]), "reconstruct": reconstruct,
+        "__module__": str(data["module"]), "__doc__": f"{data['name']} (described by the attack worker)"})
+
+
+def _describe_field(f: Field) -> dict[str, Any]:
+    default = f.default if f.default is not MISSING else (f.default_factory() if f.default_factory is not MISSING
+                                                          else None)
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    return {"name": f.name, "type": kind, "default": _plain(default), "tuple": isinstance(default, tuple),
+            "metadata": {k: _plain(v) for k, v in f.metadata.items() if _is_plain(v)}}
+
+
+def _field(data: dict[str, Any]) -> tuple[str, str, Any]:
+    default = tuple(data["default"]) if data["tuple"] else data["default"]
+    meta = dict(data.get("metadata") or {})
+    if isinstance(default, (list, dict)):
+        return data["name"], data["type"], field(default_factory=lambda d=default: json.loads(json.dumps(d)),
+                                                 metadata=meta)
+    return data["name"], data["type"], field(default=default, metadata=meta)
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists (JSON has no tuples)."""
+    return json.loads(json.dumps(value, default=list)) if _is_plain(value) else None
+
+
+def _is_plain(value: Any) -> bool:
+    try:
+        json.dumps(value, default=list)
+    except (TypeError, ValueError):
+        return False
+    return True
