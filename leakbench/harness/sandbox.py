@@ -43,6 +43,10 @@ SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/sys/devices/system/cpu",
 """Read-only system files the runtime consults (the CPU's features and count, the linker's cache,
 its own /proc entry)."""
 DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
+GPU_DEVICES = "/dev/nvidia*"
+"""NVIDIA device nodes (read, write, ioctl) for `device=cuda` attacks; with GPU_FILES read-only.
+Not yet measured on a GPU machine."""
+GPU_FILES = ("/proc/driver/nvidia", "/sys/bus/pci", "/sys/devices")
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,10 @@ def _landlock(rules: Policy) -> None:
     for device in DEVICES:
         if os.path.exists(device):
             ruleset.allow(device, rules=FSAccess.READ_FILE | FSAccess.WRITE_FILE)
+    for device in glob.glob(GPU_DEVICES):
+        ruleset.allow(device, rules=FSAccess.all_file() & ~FSAccess.EXECUTE)
+    for tree in GPU_FILES if glob.glob(GPU_DEVICES) else ():
+        _allow(ruleset, tree, hidden, read_dir, read_file)
     ruleset.allow(rules.scratch)
     ruleset.apply()
 
