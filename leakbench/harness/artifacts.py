@@ -48,19 +48,23 @@ def arrays(output: AttackOutput) -> dict[str, np.ndarray]:
     return {k: v.detach().to("cpu", torch.float32).numpy() for k, v in named.items() if v is not None}
 
 
-def save_attack_output(folder: Path, output: AttackOutput) -> None:
-    """Write reconstruction.npz (deterministic bytes for the same arrays) and attack.json into `folder`."""
+def attack_output_files(output: AttackOutput) -> dict[str, bytes]:
+    """reconstruction.npz (deterministic bytes for the same arrays) and attack.json, as bytes by name."""
     buffer = io.BytesIO()
     np.savez(buffer, **arrays(output))
-    (folder / RECONSTRUCTION_FILE).write_bytes(buffer.getvalue())
     recon = output.reconstruction
     meta = {"status": recon.status, "reason": recon.reason, "space": recon.space, "layer": recon.layer,
             "stats": plain_stats(recon.stats), "seconds": output.seconds, "hyperparameters": output.hyperparameters}
-    (folder / ATTACK_FILE).write_text(json.dumps(json_safe(meta), indent=2, sort_keys=True) + "\n")
+    return {RECONSTRUCTION_FILE: buffer.getvalue(), ATTACK_FILE: json_bytes(meta)}
+
+
+def json_bytes(payload: dict[str, Any]) -> bytes:
+    """A stored JSON file's bytes: sorted keys, indented, non-finite floats as null, a final newline."""
+    return (json.dumps(json_safe(payload), indent=2, sort_keys=True) + "\n").encode()
 
 
 def load_attack_output(folder: Path) -> AttackOutput:
-    """Read back what `save_attack_output` wrote (raises OSError/ValueError/KeyError when damaged)."""
+    """Read back the files of `attack_output_files` (raises OSError/ValueError/KeyError when damaged)."""
     meta = json.loads((folder / ATTACK_FILE).read_text())
     with np.load(folder / RECONSTRUCTION_FILE, allow_pickle=False) as data:
         tensors = {k: torch.from_numpy(data[k].copy()) for k in data.files}

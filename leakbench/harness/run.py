@@ -23,7 +23,7 @@ import pandas as pd
 
 from leakbench.errors import LeakbenchWarning
 from leakbench.harness.cell import CellSpec, batch_id, build_attack, cell_id, cell_settings, spec_dict
-from leakbench.harness.executors import Task, execute
+from leakbench.harness.executors import Task, connection, execute
 from leakbench.harness.selection import grid_selection
 from leakbench.harness.store import (cell_path, check_cell_folders, consolidate, environment, remove_partial_cells,
                                      survey, write_json_atomic)
@@ -127,20 +127,22 @@ def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Pa
     check_cell_folders(run_dir, ids)
     if before_run is not None:
         before_run(suite)
-    remove_partial_cells(run_dir)
-    states = survey(run_dir, ids)
-    for cid, reason in states.damaged.items():
-        warnings.warn(LeakbenchWarning(f"cell {cid} in {run_dir} is damaged ({reason}); recomputing it"), stacklevel=2)
-    done = set(states.intact) if resume else set()
-    todo = [t for t in tasks if t.out.name not in done]
-    write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs,
-                                                                          "lpips_net": lpips_net}))
-    start = time.perf_counter()
-    try:
-        _run_with_progress(todo, len(tasks), executor=executor, jobs=jobs, address=address, progress=progress)
-    finally:
-        remove_partial_cells(run_dir)  # what workers stopped mid-write left (the executor has stopped them)
-    seconds = time.perf_counter() - start
+    with connection(executor, jobs, address):  # a Ray cluster that cannot be reached: one line, nothing written
+        remove_partial_cells(run_dir)
+        states = survey(run_dir, ids)
+        for cid, reason in states.damaged.items():
+            warnings.warn(LeakbenchWarning(f"cell {cid} in {run_dir} is damaged ({reason}); recomputing it"),
+                          stacklevel=2)
+        done = set(states.intact) if resume else set()
+        todo = [t for t in tasks if t.out.name not in done]
+        write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs,
+                                                                              "lpips_net": lpips_net}))
+        start = time.perf_counter()
+        try:
+            _run_with_progress(todo, len(tasks), executor=executor, jobs=jobs, address=address, progress=progress)
+        finally:
+            remove_partial_cells(run_dir)  # what workers stopped mid-write left (the executor has stopped them)
+        seconds = time.perf_counter() - start
     records, cells = consolidate(run_dir, ids)
     write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {
         "executor": executor, "jobs": jobs, "lpips_net": lpips_net, "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),
