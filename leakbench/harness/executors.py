@@ -8,8 +8,10 @@ then do not depend on the executor, and parallelism comes from running cells sid
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import signal
+import socket
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -158,8 +160,7 @@ def ray_connection(jobs: int, address: str | None) -> Iterator[Any]:
     """The `ray` module, connected to the cluster at `address`, else to a local Ray with `jobs` CPUs, and
     disconnected on leaving; a connection already open is used as it is (and left open).
 
-    Workers get this process's PYTHONPATH made absolute (where nodes share the checkout's path) and
-    one BLAS thread. A failure to connect or start is a ConfigError line; nothing is left connected.
+    A failure to connect or start is a ConfigError line; nothing is left connected.
     """
     try:
         import ray
@@ -168,13 +169,15 @@ def ray_connection(jobs: int, address: str | None) -> Iterator[Any]:
     if ray.is_initialized():
         yield ray
         return
-    env = {"env_vars": {"PYTHONPATH": worker_pythonpath(), "OMP_NUM_THREADS": "1"}}
+    if address:
+        check_reachable(address)
+    env = {"env_vars": ray_worker_env()}
     try:
         if address:
-            ray.init(address=address, runtime_env=env, log_to_driver=False, logging_level="ERROR")
+            ray.init(address=address, runtime_env=env, log_to_driver=False, logging_level=logging.ERROR)
         else:
             ray.init(num_cpus=jobs, include_dashboard=False, runtime_env=env, log_to_driver=False,
-                     logging_level="ERROR")
+                     logging_level=logging.ERROR)
     except Exception as exc:  # noqa: BLE001 — Ray raises ConnectionError, ValueError, RuntimeError, …
         ray.shutdown()
         where = f"connect to the Ray cluster at {address}" if address else "start a local Ray"
@@ -183,6 +186,28 @@ def ray_connection(jobs: int, address: str | None) -> Iterator[Any]:
         yield ray
     finally:
         ray.shutdown()
+
+
+def ray_worker_env() -> dict[str, str]:
+    """Environment variables for Ray workers, which do not inherit this process's: its PYTHONPATH made
+    absolute (of use where nodes have the same paths), one BLAS thread, and the plugins loaded by name."""
+    from leakbench.plugins import ENV_VAR, named_plugins
+
+    plugins = {ENV_VAR: ",".join(named_plugins())} if named_plugins() else {}
+    return {"PYTHONPATH": worker_pythonpath(), "OMP_NUM_THREADS": "1", **plugins}
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A ConfigError line unless something accepts a TCP connection at `address` ([SCHEME://]HOST:PORT),
+    checked before `ray.init`, which retries an unreachable cluster for minutes; an address naming no
+    port ('auto') is left to Ray."""
+    host, colon, port = address.split("://")[-1].rpartition(":")
+    if not colon or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(f"cannot connect to the Ray cluster at {address} ({type(exc).__name__}: {exc})") from None
 
 
 def portable(task: Task) -> Task:
