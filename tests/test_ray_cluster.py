@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -47,10 +48,12 @@ grid_seed = 5
 max_draws = 20000
 """
 
-LOCAL_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
-"""Ray's settings for a cluster on 127.0.0.1 alone, for `ray start` and the driver: with multi-node
-clusters off, Ray keeps 127.0.0.1 as the node's address (its servers then listen there only) instead
-of resolving it to the machine's network address."""
+CLUSTER_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
+               "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+"""Ray's settings for `ray start` and the driver. With multi-node clusters off, Ray keeps 127.0.0.1 as
+the node's address (its servers then listen there only) instead of resolving it to the machine's
+network address. Token authentication with a token of this module's own: not whatever
+~/.ray/auth_token holds (a local `ray.init()` writes one, and `ray start` then requires it)."""
 
 START_TIMEOUT_S = 180
 
@@ -97,7 +100,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
                "--object-store-memory=100000000", f"--temp-dir={temp}", "--disable-usage-stats"]
     log = temp / "ray-start.log"
     with log.open("w") as out:
-        head = subprocess.Popen(command, cwd=home, env={**cli_env(), **LOCAL_ONLY}, stdout=out,
+        head = subprocess.Popen(command, cwd=home, env={**cli_env(), **CLUSTER_ENV}, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _wait_until_started(head, log)
@@ -118,7 +121,7 @@ def test_a_cluster_runs_a_suite_with_a_relative_out(cluster: tuple[str, Path], t
     driver.mkdir()
     command = [sys.executable, "-m", "leakbench", "run", str(suite), "--executor", "ray", "--address", address,
                "--out", "rel/res", "--reports", "rel/rep"]
-    with subprocess.Popen(command, cwd=driver, env={**cli_env(), **LOCAL_ONLY}, stdout=subprocess.PIPE,
+    with subprocess.Popen(command, cwd=driver, env={**cli_env(), **CLUSTER_ENV}, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True) as ray_run:
         serial = run_sweep(str(suite), out=tmp_path / "serial")  # meanwhile, here
         stdout, stderr = ray_run.communicate(timeout=CLI_TIMEOUT_S)

@@ -2,8 +2,9 @@
 
 A serial or pool task runs one cell and writes its folder itself (atomically), so whatever finished
 before an interruption is kept; a Ray task returns its cell's files and the driver writes the folder
-(the same store code), so a cluster needs no shared file system. Every cell runs with one torch thread whichever executor runs it: results
-then do not depend on the executor, and parallelism comes from running cells side by side.
+(the same store code), so a cluster needs no shared file system (docs/ray.md). Every cell runs with
+one torch thread whichever executor runs it: results then do not depend on the executor, and
+parallelism comes from running cells side by side.
 """
 
 from __future__ import annotations

@@ -127,14 +127,13 @@ def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Pa
     check_cell_folders(run_dir, ids)
     if before_run is not None:
         before_run(suite)
-    with connection(executor, jobs, address):  # a Ray cluster that cannot be reached: one line, nothing written
-        remove_partial_cells(run_dir)
-        states = survey(run_dir, ids)
-        for cid, reason in states.damaged.items():
-            warnings.warn(LeakbenchWarning(f"cell {cid} in {run_dir} is damaged ({reason}); recomputing it"),
-                          stacklevel=2)
-        done = set(states.intact) if resume else set()
-        todo = [t for t in tasks if t.out.name not in done]
+    remove_partial_cells(run_dir)
+    states = survey(run_dir, ids)
+    for cid, reason in states.damaged.items():
+        warnings.warn(LeakbenchWarning(f"cell {cid} in {run_dir} is damaged ({reason}); recomputing it"), stacklevel=2)
+    done = set(states.intact) if resume else set()
+    todo = [t for t in tasks if t.out.name not in done]
+    with connection(executor, jobs, address):  # before the manifest: an unreachable Ray cluster writes nothing
         write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs,
                                                                               "lpips_net": lpips_net}))
         start = time.perf_counter()
