@@ -139,10 +139,6 @@ def write_cell(result: CellResult, out: Path, selection: list[int] | None = None
     write_cell_files(cell_files(result, selection), out, extra)
 
 
-def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    path.write_bytes(json_bytes(payload))
-
-
 def _version(name: str) -> str | None:
     try:
         return metadata.version(name)
@@ -320,7 +316,7 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        _write_json(tmp, payload)
+        tmp.write_bytes(json_bytes(payload))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
