@@ -125,7 +125,7 @@ def test_a_cluster_runs_a_suite_with_a_relative_out(cluster: tuple[str, Path], t
                           stderr=subprocess.PIPE, text=True) as ray_run:
         serial = run_sweep(str(suite), out=tmp_path / "serial")  # meanwhile, here
         stdout, stderr = ray_run.communicate(timeout=CLI_TIMEOUT_S)
-    assert ray_run.returncode == 0, stderr
+    assert ray_run.returncode == 0 and "Traceback" not in stderr, stderr
     run_dir = driver / "rel" / "res" / "tiny"
     assert finished_cells(run_dir) == {cell_id(spec) for spec in load_suite(suite).cells} and len(serial.cells) == 4
     assert records_difference(run_dir, serial.run_dir) == ""
