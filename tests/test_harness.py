@@ -136,12 +136,13 @@ def test_write_cell_writes_complete_set(tmp_path: Path, ok_cell: CellResult) -> 
     assert manifest["seeds"] == {"batch": 0, "model_init": 0, "attack": 0}
     assert manifest["dataset_indices"] == [int(i) for i in ok_cell.records["dataset_index"]]
 
-def _boom(path: Path, *args, **kwargs) -> None:
-    Path(path).write_bytes(b"\x89PNG half")  # a partial file, then the failure
+def _boom(folder: Path, *args, **kwargs) -> None:
+    """Fails while sealing, the last step: every other file is written by then."""
+    (Path(folder) / "seal.json").write_bytes(b'{"half')  # a partial file, then the failure
     raise RuntimeError("disk on fire")
 
 def test_write_cell_is_all_or_nothing(tmp_path: Path, ok_cell: CellResult, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store, "_write_json", _boom)
+    monkeypatch.setattr(store, "write_seal", _boom)
     out = tmp_path / "cell"
     with pytest.raises(RuntimeError, match="disk on fire"):
         write_cell(ok_cell, out)
@@ -153,7 +154,7 @@ def test_failed_write_keeps_previous_output(tmp_path: Path, ok_cell: CellResult,
     out = tmp_path / "cell"
     write_cell(ok_cell, out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    monkeypatch.setattr(store, "_write_json", _boom)
+    monkeypatch.setattr(store, "write_seal", _boom)
     with pytest.raises(RuntimeError):
         write_cell(failed_cell, out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before

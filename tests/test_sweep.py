@@ -179,7 +179,6 @@ def test_pool_gives_the_same_records_as_serial(tmp_path: Path, reference: Path) 
 
 
 def test_ray_gives_the_same_records_as_serial(tmp_path: Path, reference: Path) -> None:
-    pytest.importorskip("ray")
     sweep = run_sweep(str(_suite(tmp_path)), out=tmp_path / "res", executor="ray", jobs=2)
     _same_records(sweep.run_dir, reference)
 

@@ -53,15 +53,19 @@ def arrays(output: AttackOutput) -> dict[str, np.ndarray]:
     return {k: v.detach().to("cpu", torch.float32).numpy() for k, v in named.items() if v is not None}
 
 
-def save_attack_output(folder: Path, output: AttackOutput) -> None:
-    """Write reconstruction.npz (deterministic bytes for the same arrays) and attack.json into `folder`."""
+def attack_output_files(output: AttackOutput) -> dict[str, bytes]:
+    """reconstruction.npz (deterministic bytes for the same arrays) and attack.json, as bytes by name."""
     meta, npz = encode_attack_output(output)
-    (folder / RECONSTRUCTION_FILE).write_bytes(npz)
-    (folder / ATTACK_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return {RECONSTRUCTION_FILE: npz, ATTACK_FILE: json_bytes(meta)}
+
+
+def json_bytes(payload: dict[str, Any]) -> bytes:
+    """A stored JSON file's bytes: sorted keys, indented, non-finite floats as null, a final newline."""
+    return (json.dumps(json_safe(payload), indent=2, sort_keys=True) + "\n").encode()
 
 
 def load_attack_output(folder: Path) -> AttackOutput:
-    """Read back what `save_attack_output` wrote (raises OSError/ValueError/KeyError when damaged)."""
+    """Read back the files of `attack_output_files` (raises OSError/ValueError/KeyError when damaged)."""
     return decode_attack_output(json.loads((folder / ATTACK_FILE).read_text()), (folder / RECONSTRUCTION_FILE).read_bytes())
 
 

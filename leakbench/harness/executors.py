@@ -1,25 +1,33 @@
 """Executors: run a sweep's cells serially, in a local process pool, or on Ray — same records from each.
 
-Each task runs one cell and writes its folder itself (atomically), so whatever finished before an
-interruption is kept. Every cell runs with one torch thread whichever executor runs it: results
-then do not depend on the executor, and parallelism comes from running cells side by side.
+A serial or pool task runs one cell and writes its folder itself (atomically), so whatever finished
+before an interruption is kept; a Ray task returns its cell's files and the driver writes the folder
+(the same store code), so a cluster needs no shared file system (docs/ray.md). Every cell runs with
+one torch thread whichever executor runs it: results then do not depend on the executor, and
+parallelism comes from running cells side by side.
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import signal
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import islice
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from leakbench.errors import ConfigError
 from leakbench.harness.isolation import worker_pythonpath
 from leakbench.progress import attack_progress
+
+if TYPE_CHECKING:
+    from leakbench.harness.store import CellFiles
 
 EXECUTORS = ("serial", "pool", "ray")
 
@@ -38,18 +46,26 @@ class Task:
     """Run the attack in the attack worker (False only to measure what isolation costs)."""
 
 
-def run_task(task: Task) -> dict[str, Any]:
-    """Run the cell, write its folder, return its JSON-safe summary (runs inside workers)."""
+def cell_output(task: Task) -> tuple[dict[str, Any], CellFiles]:
+    """Run the cell: its JSON-safe summary and its folder's files (runs inside workers)."""
     import torch
 
     from leakbench.harness.cell import json_safe, run_cell
-    from leakbench.harness.store import write_cell
+    from leakbench.harness.store import cell_files
 
     torch.set_num_threads(1)
     scorer, note = lpips_scorer(task.lpips_weights, task.lpips_net)
     result = run_cell(task.spec, lpips=scorer, lpips_note=note, isolate=task.isolate, hidden=(task.out.parent.parent,))
-    write_cell(result, task.out, selection=list(task.selection))
-    return json_safe(result.summary)
+    return json_safe(result.summary), cell_files(result, list(task.selection))
+
+
+def run_task(task: Task) -> dict[str, Any]:
+    """Run the cell, write its folder, return its JSON-safe summary (runs inside serial and pool workers)."""
+    from leakbench.harness.store import write_cell_files
+
+    summary, files = cell_output(task)
+    write_cell_files(files, task.out)
+    return summary
 
 
 @lru_cache(maxsize=4)
@@ -134,30 +150,97 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
         worker.join(timeout=10)
 
 
-def _ray(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int, address: str | None) -> None:
-    """Ray tasks, one CPU each; a local Ray instance with `jobs` CPUs unless `address` names a cluster."""
+def connection(executor: str, jobs: int, address: str | None) -> AbstractContextManager[Any]:
+    """What `executor` needs for a whole sweep, to open before anything is written: for Ray, the connection
+    (`ray_connection`: a cluster that cannot be reached fails there, in one line); nothing otherwise."""
+    return ray_connection(jobs, address) if executor == "ray" else nullcontext()
+
+
+@contextmanager
+def ray_connection(jobs: int, address: str | None) -> Iterator[Any]:
+    """The `ray` module, connected to the cluster at `address`, else to a local Ray with `jobs` CPUs, and
+    disconnected on leaving; a connection already open is used as it is (and left open).
+
+    A failure to connect or start is a ConfigError line; nothing is left connected.
+    """
     try:
         import ray
     except ImportError:
         raise ConfigError("--executor ray needs Ray: pip install 'leakbench[ray]'") from None
-    started = not ray.is_initialized()
-    if started:
-        env = {"env_vars": {"PYTHONPATH": worker_pythonpath(), "OMP_NUM_THREADS": "1"}}
-        if address:
-            ray.init(address=address, runtime_env=env, log_to_driver=False)
-        else:
-            ray.init(num_cpus=jobs, include_dashboard=False, runtime_env=env, log_to_driver=False)
-    pending: list[Any] = []
+    if ray.is_initialized():
+        yield ray
+        return
+    if address:
+        check_reachable(address)
+    env = {"env_vars": ray_worker_env()}
     try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(run_task)
-        pending = [remote.remote(task) for task in tasks]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            on_done(ray.get(done[0]))
-    except BaseException:
-        for ref in pending:
-            ray.cancel(ref, force=True)
-        raise
+        if address:
+            ray.init(address=address, runtime_env=env, log_to_driver=False, logging_level=logging.ERROR)
+        else:
+            ray.init(num_cpus=jobs, include_dashboard=False, runtime_env=env, log_to_driver=False,
+                     logging_level=logging.ERROR)
+    except Exception as exc:  # noqa: BLE001 — Ray raises ConnectionError, ValueError, RuntimeError, …
+        ray.shutdown()
+        where = f"connect to the Ray cluster at {address}" if address else "start a local Ray"
+        raise ConfigError(f"cannot {where} ({type(exc).__name__}: {exc})") from None
+    try:
+        yield ray
     finally:
-        if started:
-            ray.shutdown()
+        ray.shutdown()
+
+
+def ray_worker_env() -> dict[str, str]:
+    """Environment variables for Ray workers, which do not inherit this process's: its PYTHONPATH made
+    absolute (of use where nodes have the same paths), one BLAS thread, and the plugins loaded by name."""
+    from leakbench.plugins import ENV_VAR, named_plugins
+
+    plugins = {ENV_VAR: ",".join(named_plugins())} if named_plugins() else {}
+    return {"PYTHONPATH": worker_pythonpath(), "OMP_NUM_THREADS": "1", **plugins}
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A ConfigError line unless something accepts a TCP connection at `address` ([SCHEME://]HOST:PORT),
+    checked before `ray.init`, which retries an unreachable cluster for minutes; an address naming no
+    port ('auto') is left to Ray."""
+    host, colon, port = address.split("://")[-1].rpartition(":")
+    if not colon or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(f"cannot connect to the Ray cluster at {address} ({type(exc).__name__}: {exc})") from None
+
+
+def portable(task: Task) -> Task:
+    """`task` with the paths a worker reads (data root, LPIPS weights) made absolute: a Ray worker runs
+    in its own folder, maybe on another machine (where those paths must hold the same files)."""
+    spec = task.spec
+    if spec.data_root:
+        spec = replace(spec, data_root=str(Path(spec.data_root).absolute()))
+    weights = str(Path(task.lpips_weights).absolute()) if task.lpips_weights else None
+    return replace(task, spec=spec, lpips_weights=weights)
+
+
+def _ray(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int, address: str | None) -> None:
+    """Ray tasks, one CPU each, on the cluster at `address` or a local Ray with `jobs` CPUs.
+
+    Each task returns its cell's files and this process writes the folder (`write_cell_files`) under
+    its own `out`: relative paths mean the same as for the other executors, and no node but this one
+    needs the output folder. On any interruption the tasks not finished are cancelled.
+    """
+    from leakbench.harness.store import write_cell_files
+
+    with ray_connection(jobs, address) as ray:
+        remote = ray.remote(num_cpus=1, max_retries=0)(cell_output)
+        pending = {remote.remote(portable(task)): task for task in tasks}
+        try:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                task = pending.pop(done[0])
+                summary, files = ray.get(done[0])
+                write_cell_files(files, task.out)
+                on_done(summary)
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise

@@ -23,7 +23,7 @@ import pandas as pd
 
 from leakbench.errors import LeakbenchWarning
 from leakbench.harness.cell import CellSpec, batch_id, build_attack, cell_id, cell_settings, spec_dict
-from leakbench.harness.executors import Task, execute
+from leakbench.harness.executors import Task, connection, execute
 from leakbench.harness.sandbox import warn_unless_sandboxed
 from leakbench.harness.selection import grid_selection
 from leakbench.harness.store import (cell_path, check_cell_folders, consolidate, environment, remove_partial_cells,
@@ -134,16 +134,17 @@ def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Pa
         warnings.warn(LeakbenchWarning(f"cell {cid} in {run_dir} is damaged ({reason}); recomputing it"), stacklevel=2)
     done = set(states.intact) if resume else set()
     todo = [t for t in tasks if t.out.name not in done]
-    write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs,
-                                                                          "lpips_net": lpips_net}))
-    if todo:
-        warn_unless_sandboxed()
-    start = time.perf_counter()
-    try:
-        _run_with_progress(todo, len(tasks), executor=executor, jobs=jobs, address=address, progress=progress)
-    finally:
-        remove_partial_cells(run_dir)  # what workers stopped mid-write left (the executor has stopped them)
-    seconds = time.perf_counter() - start
+    with connection(executor, jobs, address):  # before the manifest: an unreachable Ray cluster writes nothing
+        write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs,
+                                                                              "lpips_net": lpips_net}))
+        if todo:
+            warn_unless_sandboxed()
+        start = time.perf_counter()
+        try:
+            _run_with_progress(todo, len(tasks), executor=executor, jobs=jobs, address=address, progress=progress)
+        finally:
+            remove_partial_cells(run_dir)  # what workers stopped mid-write left (the executor has stopped them)
+        seconds = time.perf_counter() - start
     records, cells = consolidate(run_dir, ids)
     write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {
         "executor": executor, "jobs": jobs, "lpips_net": lpips_net, "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),

@@ -17,6 +17,7 @@ the cell folders. Only leakbench's own folders are ever replaced (`leakbench.har
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import platform
@@ -33,11 +34,11 @@ from typing import Any
 import pandas as pd
 
 from leakbench.errors import ConfigError, LeakbenchError
-from leakbench.harness.artifacts import save_attack_output
-from leakbench.harness.cell import CellResult, json_safe, spec_dict
+from leakbench.harness.artifacts import attack_output_files, json_bytes
+from leakbench.harness.cell import CellResult, spec_dict
 from leakbench.harness.folders import check_owned, folder_name, replace_folder
-from leakbench.harness.seal import damage, foreign_cell_entries, is_cell_folder, write_seal
 from leakbench.harness.sandbox import isolation_level
+from leakbench.harness.seal import CELL_FILES, damage, foreign_cell_entries, is_cell_folder, write_seal
 from leakbench.plugins import loaded_plugins
 
 PACKAGES = ("torch", "torchvision", "numpy", "scipy", "scikit-learn", "scikit-image", "pandas",
@@ -87,34 +88,57 @@ def manifest(result: CellResult, selection: list[int] | None = None) -> dict[str
     }
 
 
-def write_cell(result: CellResult, out: Path, selection: list[int] | None = None,
-               extra: Callable[[Path], None] | None = None) -> None:
-    """Write the cell's stored answer (reconstruction.npz, attack.json) and its scoring (records.parquet,
-    summary.json, manifest.json with the grid's pre-drawn batch positions `selection`) into `out`.
+@dataclass(frozen=True)
+class CellFiles:
+    """A cell folder's content before it is stored: the cell's id and each file's bytes by name (unsealed).
+
+    Ray workers return this and the driver writes the folder (`write_cell_files`), so a cluster needs
+    no shared file system."""
+
+    cell_id: str
+    files: dict[str, bytes]
+
+
+def cell_files(result: CellResult, selection: list[int] | None = None) -> CellFiles:
+    """The cell's stored answer (reconstruction.npz, attack.json) and its scoring (records.parquet,
+    summary.json, manifest.json with the grid's pre-drawn batch positions `selection`)."""
+    records = io.BytesIO()
+    result.records.to_parquet(records, index=False)
+    return CellFiles(result.summary["cell_id"], {
+        **attack_output_files(result.output), "records.parquet": records.getvalue(),
+        "summary.json": json_bytes(result.summary), "manifest.json": json_bytes(manifest(result, selection))})
+
+
+def write_cell_files(cell: CellFiles, out: Path, extra: Callable[[Path], None] | None = None) -> None:
+    """Write `cell`'s files into `out`, all or nothing.
 
     Everything is written to a temporary folder beside `out` first and sealed (`write_seal`); only
     the complete folder replaces `out` (no stale files from an earlier run survive), so an
     interrupted run leaves no half-written output. An `out` holding files leakbench did not write
-    is never replaced (ConfigError). Grids are drawn by the report from these files; `extra(folder)`
-    may add one of CELL_FILES (`attack --out` adds grid.png) before the seal.
+    is never replaced (ConfigError), and neither is a file name outside CELL_FILES written. Grids are
+    drawn by the report from these files; `extra(folder)` may add one of CELL_FILES (`attack --out`
+    adds grid.png) before the seal.
     """
+    unknown = sorted(set(cell.files) - set(CELL_FILES))
+    if unknown:
+        raise LeakbenchError(f"cell {cell.cell_id}: {unknown[0]!r} is not a cell file")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        save_attack_output(tmp, result.output)
-        result.records.to_parquet(tmp / "records.parquet", index=False)
-        _write_json(tmp / "summary.json", result.summary)
-        _write_json(tmp / "manifest.json", manifest(result, selection))
+        for name, data in cell.files.items():
+            (tmp / name).write_bytes(data)
         if extra is not None:
             extra(tmp)
-        write_seal(tmp, result.summary["cell_id"])
+        write_seal(tmp, cell.cell_id)
         replace_folder(tmp, out, foreign_cell_entries)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    path.write_text(json.dumps(json_safe(payload), indent=2, sort_keys=True) + "\n")
+def write_cell(result: CellResult, out: Path, selection: list[int] | None = None,
+               extra: Callable[[Path], None] | None = None) -> None:
+    """Write the cell's files (`cell_files`) into `out`, all or nothing (`write_cell_files`)."""
+    write_cell_files(cell_files(result, selection), out, extra)
 
 
 def _version(name: str) -> str | None:
@@ -294,7 +318,7 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        _write_json(tmp, payload)
+        tmp.write_bytes(json_bytes(payload))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
