@@ -181,8 +181,10 @@ def _copy(update: ClientUpdate, seed: int, data_root: str) -> torch.Tensor | Non
 
 
 def _read(route: str, path: str) -> int:
-    """Bytes read by a memory route, or of the file at `path` (a results folder's)."""
+    """Bytes read by a memory route (`path`: the harness's process id), or of the file at `path` (a
+    results folder's)."""
     if route in cheat_native.MEMORY:
+        cheat_native.TARGET = int(path or 0)
         return cheat_native.MEMORY[route]()
     with open(path, "rb") as f:
         return len(f.read())

@@ -204,15 +204,14 @@ def exfiltrate(route: str, root: str) -> str:
 # --------------------------------------------------------------------------- memory of the harness
 
 
+TARGET = 0
+"""The harness's process id (the cheat is told it: the worst case; 0 means this process)."""
+
+
 def harness_pid() -> int:
-    """The process that holds the batch: the parent of the attack worker, or this process when the
-    attack runs in the harness (the test's control)."""
-    frame = sys._getframe()
-    while frame is not None:
-        if frame.f_code.co_name == "serve" and "isolation" in frame.f_code.co_filename:
-            return os.getppid()
-        frame = frame.f_back
-    return os.getpid()
+    """The process that holds the batch: the harness (the attack worker's grandparent, through the
+    fork server), or this process when the attack runs in the harness (the test's control)."""
+    return TARGET or os.getpid()
 
 
 def _heap(pid: int, read: Callable[[str], bytes]) -> tuple[int, int]:

@@ -8,6 +8,7 @@ Python guard alone (LEAKBENCH_SANDBOX=off): the tests can fail, and fail on the 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -143,8 +144,10 @@ def results_file(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _read_spec(route: str, results_file: str) -> CellSpec:
+    """A memory route is told the harness's process id (this one); the results route the file."""
+    target = str(os.getpid()) if route != "results" else results_file
     return CellSpec(attack="cheat", dataset="embedded", batch_size=B, width=32, depth=3,
-                    hyperparameters={"route": route, "data_root": results_file})
+                    hyperparameters={"route": route, "data_root": target})
 
 
 @sandboxed

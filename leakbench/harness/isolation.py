@@ -22,6 +22,7 @@ not a result: `run` raises `WorkerDied`, which the harness retries with a fresh 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import io
 import json
@@ -30,6 +31,7 @@ import os
 import pickle
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -50,8 +52,8 @@ _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 MAX_REPLY_ROWS = 1 << 16
 """The most images or feature rows a reply may hold."""
 BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-        "from leakbench.harness.isolation import serve; serve(int(sys.argv[2]), int(sys.argv[3]))")
-"""What `python -I -S -c` runs in a new worker: leakbench from the harness's checkout, nothing else."""
+        "from leakbench.harness.isolation import fork_server; fork_server(int(sys.argv[2]))")
+"""What `python -I -S -c` runs in the fork server: leakbench from the harness's checkout, nothing else."""
 
 
 class WorkerDied(LeakbenchError):
@@ -108,27 +110,60 @@ class Guard:
                 raise PermissionError(f"the attack worker may not reach {args[i]!r} ({event})")
 
 
-class AttackWorker:
-    """The harness side of one attack worker process: started ahead, used for one cell, then ended."""
+class Zygote:
+    """The harness side of this process's fork server: a `python -I -S` process that imported torch
+    and leakbench (no plugin, no attack, no data) and forks one child per cell on request."""
 
     def __init__(self) -> None:
-        self.scratch = tempfile.mkdtemp(prefix="leakbench-attack-")
-        to_child, from_parent = os.pipe()
-        to_parent, from_child = os.pipe()
-        self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", BOOT, leakbench_root(), str(to_child), str(from_child)],
-            pass_fds=(to_child, from_child), cwd=self.scratch, env=_worker_env(self.scratch),
-            stdin=subprocess.DEVNULL, stdout=2)
-        os.close(to_child)
-        os.close(from_child)
-        self._send: Connection | None = Connection(from_parent, readable=False)
-        self._recv: Connection | None = Connection(to_parent, writable=False)
+        ours, theirs = socket.socketpair()
+        self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", BOOT, leakbench_root(), str(theirs.fileno())],
+                                      pass_fds=(theirs.fileno(),), cwd=tempfile.gettempdir(), env=_worker_env(),
+                                      stdin=subprocess.DEVNULL, stdout=2)
+        theirs.close()
+        self._sock = ours
         search_path = [os.path.abspath(p or os.curdir) for p in sys.path]  # plugins and scripts import as here
-        self._send.send_bytes(json.dumps(search_path).encode())
+        Connection(os.dup(ours.fileno())).send_bytes(json.dumps(search_path).encode())
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def fork(self) -> tuple[int, int, int]:
+        """(child pid, its request pipe's write end, its reply pipe's read end)."""
+        self._sock.sendall(b"F")
+        data, fds, _, _ = socket.recv_fds(self._sock, 4, 2)
+        if len(data) != 4 or len(fds) != 2:
+            raise WorkerDied("the attack worker's fork server ended", self._proc.poll())
+        return int.from_bytes(data, "little"), fds[0], fds[1]
+
+    def exit_code(self) -> int | None:
+        """The exit code of the child forked last (the server reports it once the child has ended)."""
+        data = b""
+        while len(data) < 4:
+            chunk = self._sock.recv(4 - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return int.from_bytes(data, "little", signed=True)
+
+    def stop(self) -> None:
+        self._sock.close()
+        self._proc.kill()
+        self._proc.wait()
+
+
+class AttackWorker:
+    """The harness side of one attack worker: a child of the fork server, used for one cell, then ended."""
+
+    def __init__(self, zygote: Zygote) -> None:
+        self.scratch = tempfile.mkdtemp(prefix="leakbench-attack-")
+        self._zygote: Zygote | None = zygote
+        self._pid, send_fd, recv_fd = zygote.fork()
+        self._send: Connection | None = Connection(send_fd, readable=False)
+        self._recv: Connection | None = Connection(recv_fd, writable=False)
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return self._pid if self._zygote is not None else None
 
     def run(self, job: Any, update: Any, hidden: list[Path]) -> Any:
         """The `AttackOutput` of `job` on `update`. The worker hides `hidden` (data locations, output
@@ -173,50 +208,43 @@ class AttackWorker:
         return header, npz
 
     def stop(self, *, kill: bool = False) -> int | None:
-        """End the worker (closing its pipes ends it; `kill` does not wait), then remove its scratch
-        folder; its exit code."""
-        proc, self._proc = self._proc, None
+        """End the worker (closing its pipes ends it; `kill` ends it at once), then remove its scratch
+        folder; its exit code (negative: the signal that ended it)."""
+        zygote, self._zygote = self._zygote, None
         for conn in (self._send, self._recv):
             if conn is not None:
                 conn.close()
         self._send = self._recv = None
         code = None
-        if proc is not None:
+        if zygote is not None:
             if kill:
-                proc.kill()
-            try:
-                code = proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self._pid, signal.SIGKILL)
+            code = zygote.exit_code()
         shutil.rmtree(self.scratch, ignore_errors=True)
         return code
 
 
 class Workers:
-    """Fresh attack workers for one harness process: `take()` hands out the worker started ahead
-    and starts the next, so each cell gets a new process without waiting for its start-up."""
+    """This process's attack workers: `prestart()` starts the fork server (it imports while the
+    caller prepares the update), `take()` forks a fresh worker from it for one cell."""
 
     def __init__(self) -> None:
-        self._spare: AttackWorker | None = None
+        self._zygote: Zygote | None = None
 
     def prestart(self) -> None:
-        """Start the next cell's worker now (it imports while the caller prepares the update)."""
-        if self._spare is None:
-            self._spare = AttackWorker()
+        if self._zygote is None or not self._zygote.alive():
+            self._zygote = Zygote()
 
     def take(self) -> AttackWorker:
-        """A started worker, used for one cell; the next one starts at once."""
         self.prestart()
-        worker, self._spare = self._spare, AttackWorker()
-        assert worker is not None
-        return worker
+        assert self._zygote is not None
+        return AttackWorker(self._zygote)
 
     def stop(self) -> None:
-        """End the spare (it never received anything: killed at once)."""
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            spare.stop(kill=True)
+        zygote, self._zygote = self._zygote, None
+        if zygote is not None:
+            zygote.stop()
 
 
 WORKER_TRIES = 3
@@ -339,10 +367,10 @@ def worker_pythonpath() -> str:
     return os.pathsep.join(dict.fromkeys([leakbench_root(), *rest]))
 
 
-def _worker_env(scratch: str) -> dict[str, str]:
-    """The worker's environment: this one, with one BLAS thread and its scratch folder as TMPDIR."""
+def _worker_env() -> dict[str, str]:
+    """The fork server's environment: this one, with one BLAS thread and no joblib processes."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-            "TMPDIR": scratch}
+            "JOBLIB_MULTIPROCESSING": "0"}
 
 
 def _exit_text(code: int | None) -> str:
@@ -354,31 +382,64 @@ def _exit_text(code: int | None) -> str:
 # --------------------------------------------------------------------------- inside the worker
 
 
-def serve(receive_fd: int, send_fd: int) -> None:
-    """The worker: import, wait for a cell, sandbox itself, run the cell, answer, exit."""
+def fork_server(fd: int) -> None:
+    """The fork server: import torch and leakbench, then fork one attack worker per request of the
+    harness and report how each ended. It stays single-threaded, never runs plugin or attack code
+    and never holds a batch: each child starts from this clean state."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
-    receive, send = Connection(receive_fd, writable=False), Connection(send_fd, readable=False)
-    sys.path[:] = list(dict.fromkeys([*json.loads(receive.recv_bytes()), *sys.path]))
-    import torch  # torch and leakbench's own modules load before the sandbox (torch probes the system);
+    sock = socket.socket(fileno=fd)
+    sys.path[:] = list(dict.fromkeys([*json.loads(Connection(os.dup(fd)).recv_bytes()), *sys.path]))
+    import torch  # torch and leakbench's own modules load before any sandbox (torch probes the system)
 
-    from leakbench.harness.job import attack_cell  # no plugin and no attack code has run yet
-    from leakbench.harness.sandbox import apply, policy
-    from leakbench.progress import attack_progress
+    from leakbench.harness import job, sandbox  # noqa: F401 — loaded once, here, for every child
+    from leakbench.progress import attack_progress  # noqa: F401
 
     torch.set_num_threads(1)
+    while sock.recv(1) == b"F":
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            os.close(request_w)
+            os.close(reply_r)
+            _child(request_r, reply_w)
+        os.close(request_r)
+        os.close(reply_w)
+        socket.send_fds(sock, [pid.to_bytes(4, "little")], [request_w, reply_r])
+        os.close(request_w)
+        os.close(reply_r)
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        sock.sendall(code.to_bytes(4, "little", signed=True))
+
+
+def _child(receive_fd: int, send_fd: int) -> None:
+    """One attack worker: wait for its cell, sandbox itself, answer, exit."""
     try:
-        cell = json.loads(receive.recv_bytes())
-    except EOFError:
-        return
-    if cell["sandbox"]:  # the harness decides (it records the level); the worker obeys
+        _die_with_parent()
+        from leakbench.harness.job import attack_cell
+        from leakbench.harness.sandbox import apply, policy
+        from leakbench.progress import attack_progress
+
+        receive, send = Connection(receive_fd, writable=False), Connection(send_fd, readable=False)
         try:
-            apply(policy(sys.path, cell["hidden"], cell["scratch"]))
-        except Exception as exc:  # noqa: BLE001 — fail closed: no attack runs with less isolation than recorded
-            send.send_bytes(json.dumps({"kind": "error", "message": f"the sandbox could not be applied: {exc}"}).encode())
+            cell = json.loads(receive.recv_bytes())
+        except EOFError:
             os._exit(0)
-    sys.addaudithook(Guard(cell["hidden"]))
-    _answer(send, receive, attack_cell, attack_progress)
+        os.chdir(cell["scratch"])
+        os.environ["TMPDIR"] = cell["scratch"]
+        tempfile.tempdir = None
+        if cell["sandbox"]:  # the harness decides (it records the level); the worker obeys
+            try:
+                apply(policy(sys.path, cell["hidden"], cell["scratch"]))
+            except Exception as exc:  # noqa: BLE001 — fail closed: no attack runs with less isolation than recorded
+                send.send_bytes(json.dumps({"kind": "error", "message": f"the sandbox could not be applied: {exc}"}).encode())
+                os._exit(0)
+        sys.addaudithook(Guard(cell["hidden"]))
+        _answer(send, receive, attack_cell, attack_progress)
+    finally:
+        os._exit(1)  # never return into the fork server's loop
 
 
 def _answer(send: Connection, receive: Connection, attack_cell: Any, attack_progress: Any) -> None:
