@@ -396,6 +396,7 @@ def fork_server(fd: int) -> None:
     from leakbench.progress import attack_progress  # noqa: F401
 
     torch.set_num_threads(1)
+    _warm_up()
     while sock.recv(1) == b"F":
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
@@ -412,6 +413,20 @@ def fork_server(fd: int) -> None:
         os.close(reply_r)
         code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         sock.sendall(code.to_bytes(4, "little", signed=True))
+
+
+def _warm_up() -> None:
+    """What every child would otherwise load or initialise again: the sandbox's libraries (pyseccomp
+    runs ldconfig to find libseccomp), scipy's optimisers, torch's first autograd pass. All of it
+    runs in this one thread: the server must stay single-threaded to fork safely (importing
+    scikit-learn starts a thread, so CPA's FastICA loads in the child)."""
+    import landlock  # noqa: F401
+    import pyseccomp  # noqa: F401
+    import scipy.optimize  # noqa: F401
+    import torch
+
+    x = torch.ones(4, 4, requires_grad=True)
+    torch.nn.functional.linear(x, x).relu().sum().backward()
 
 
 def _child(receive_fd: int, send_fd: int) -> None:
