@@ -36,6 +36,7 @@ from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.harness.artifacts import save_attack_output
 from leakbench.harness.cell import CellResult, json_safe, spec_dict
 from leakbench.harness.folders import check_owned, folder_name, honour_umask, replace_folder
+from leakbench.harness.job import attack_seed
 from leakbench.harness.seal import damage, foreign_cell_entries, is_cell_folder, write_seal
 from leakbench.plugins import loaded_plugins
 
@@ -77,7 +78,7 @@ def manifest(result: CellResult, selection: list[int] | None = None) -> dict[str
         **environment(),
         "cell_id": result.summary["cell_id"],
         "spec": spec_dict(result.spec),
-        "seeds": {"batch": seed, "model_init": seed, "attack": seed, **({"dp_noise": seed} if result.spec.dp else {}),
+        "seeds": {"batch": seed, "model_init": seed, "attack": attack_seed(result.summary["cell_id"]), **({"dp_noise": seed} if result.spec.dp else {}),
                   **({"train_shuffle": result.spec.recipe.seed} if result.spec.recipe else {})},
         "dataset_indices": [int(i) for i in result.records["dataset_index"]],
         "grid_selection": selection,
