@@ -78,7 +78,7 @@ def manifest(result: CellResult, selection: list[int] | None = None) -> dict[str
         **environment(),
         "cell_id": result.summary["cell_id"],
         "spec": spec_dict(result.spec),
-        "seeds": {"batch": seed, "model_init": seed, "attack": attack_seed(result.summary["cell_id"]),  # as the attack got it
+        "seeds": {"batch": seed, "model_init": seed, "attack": attack_seed(result.summary["cell_id"]),
                   **({"dp_noise": seed} if result.spec.dp else {}),
                   **({"train_shuffle": result.spec.recipe.seed} if result.spec.recipe else {})},
         "dataset_indices": [int(i) for i in result.records["dataset_index"]],
