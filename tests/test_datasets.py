@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,42 @@ def test_embedded_contract_and_cache() -> None:
     assert set(ds.labels.tolist()) == set(range(ds.num_classes))
     assert load_dataset("embedded") is ds  # cached in memory
     assert load_dataset("embedded", image_size=32) is ds
+
+
+def test_embedded_has_all_six_photos() -> None:
+    ds = load_dataset("embedded")
+    assert ds.num_classes == loaders.EMBEDDED_PHOTOS == 6
+    assert set(ds.labels.tolist()) == set(range(6))
+
+
+@pytest.fixture
+def without_skimage(monkeypatch: pytest.MonkeyPatch):
+    """scikit-image made unimportable (as in a wheel installed without it); the embedded cache emptied
+    before and after, so neither this test nor the next sees the other's dataset."""
+    for name in ("skimage", "skimage.data"):
+        monkeypatch.setitem(sys.modules, name, None)
+    loaders._embedded_cached.cache_clear()
+    yield
+    loaders._embedded_cached.cache_clear()
+
+
+def test_embedded_refuses_without_scikit_image(without_skimage) -> None:
+    with pytest.raises(DatasetError, match=r"scikit-image.*pip install scikit-image") as info:
+        load_dataset("embedded")
+    assert "\n" not in str(info.value)
+
+
+def test_run_without_scikit_image_is_one_line_and_writes_nothing(without_skimage, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from leakbench.cli import main
+
+    suite = tmp_path / "mini.toml"
+    suite.write_text('name = "mini"\ndataset = "embedded"\nattacks = ["cpa"]\nbatch_sizes = [2]\n')
+    code = main(["run", str(suite), "--out", str(tmp_path / "res"), "--reports", str(tmp_path / "rep")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("leakbench: error: embedded:"), err
+    assert "pip install scikit-image" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mini.toml"]
 
 
 def test_embedded_patches_are_distinct_and_not_flat() -> None:

@@ -13,7 +13,9 @@ from conftest import CELL_FILES
 
 from leakbench.errors import ConfigError
 from leakbench.harness import store
-from leakbench.harness.cell import CellResult, CellSpec, run_cell
+from leakbench.harness import cell as cell_module
+from leakbench.harness.cell import CellResult, CellSpec, attack_cell, run_cell
+from leakbench.harness.job import attack_seed
 from leakbench.pipeline import run_suite
 from leakbench.harness.store import check_out_dir, write_cell
 from leakbench.harness.suite import KEYS, REQUIRED, SUITES, find_suite, load_suite, shipped_suite
@@ -133,8 +135,25 @@ def test_write_cell_writes_complete_set(tmp_path: Path, ok_cell: CellResult) -> 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["exact_fraction"] == 1.0
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["seeds"] == {"batch": 0, "model_init": 0, "attack": 0}
+    assert manifest["seeds"] == {"batch": 0, "model_init": 0, "attack": attack_seed(ok_cell.summary["cell_id"])}
     assert manifest["dataset_indices"] == [int(i) for i in ok_cell.records["dataset_index"]]
+
+
+def test_manifest_records_the_seed_the_attack_ran_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attack runs with a seed derived from the cell id (never the batch's): the manifest says that one."""
+    handed: list[int] = []
+
+    def recording(job, update):  # noqa: ANN001, ANN202
+        handed.append(job.seed)
+        return attack_cell(job, update)
+
+    monkeypatch.setattr(cell_module, "attack_cell", recording)
+    result = run_cell(CellSpec(attack="spear", dataset="embedded", batch_size=2, seed=3, width=64, depth=3),
+                      isolate=False)
+    write_cell(result, tmp_path / "cell")
+    seeds = json.loads((tmp_path / "cell" / "manifest.json").read_text())["seeds"]
+    assert len(handed) == 1 and seeds["attack"] == handed[0] != seeds["batch"] == 3
+
 
 def _boom(folder: Path, *args, **kwargs) -> None:
     """Fails while sealing, the last step: every other file is written by then."""

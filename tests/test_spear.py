@@ -13,6 +13,7 @@ from leakbench.attacks.spear import SpearAttack, SpearConfig
 from leakbench.datasets import load_dataset, sample_batch
 from leakbench.errors import ConfigError
 from leakbench.fl import ThreatModel, fedsgd_update
+from leakbench.fl.dp import DPConfig
 from leakbench.harness.cell import CellResult, CellSpec, run_cell
 from leakbench.models import build_fc
 
@@ -94,7 +95,7 @@ def test_spear_b1_closed_form_recovers_layer_input() -> None:
 def _check_budget_failure(result: CellResult, b: int, max_draws: int) -> None:
     s, records = result.summary, result.records
     assert s["status"] == "failed"
-    assert "budget" in s["reason"], s["reason"]
+    assert "budget" in s["reason"], s["reason"]  # spent, or charged without drawing
     # failures are reported for every image, never dropped
     assert s["n_images"] == b and len(records) == b
     assert s["exact_fraction"] == 0.0
@@ -111,7 +112,23 @@ def _check_budget_failure(result: CellResult, b: int, max_draws: int) -> None:
 def test_spear_tiny_budget_fails_cleanly_embedded() -> None:
     spec = CellSpec(attack="spear", dataset="embedded", batch_size=16, seed=0,
                     hyperparameters={"max_draws": 1000})
-    _check_budget_failure(run_cell(spec), 16, 1000)
+    result = run_cell(spec)
+    _check_budget_failure(result, 16, 1000)
+    assert result.summary["reason"] == "draw budget spent after 1000 draws with 0 of 16 samples found"
+
+
+def test_spear_under_heavy_noise_says_nothing_was_left_to_draw() -> None:
+    """DP noise σ = 1e-2: no neuron's gradient stands above the noise, so no draw can be made; the budget is
+    charged as before (same records), but the reason says what stopped it, not "draw budget spent"."""
+    spec = CellSpec(attack="spear", dataset="embedded", batch_size=4, seed=0, width=200, depth=6,
+                    dp=DPConfig(sigma=1e-2, clip=1.0, delta=1e-5, q=0.01, steps=1),
+                    hyperparameters={"max_draws": 300000})
+    result = run_cell(spec)
+    _check_budget_failure(result, 4, 300000)
+    assert result.summary["attack_stats"]["draws"] == 300000
+    assert result.summary["reason"] == (
+        "nothing left to draw after 0 draws with 0 of 4 samples found: only 0 of 200 neurons stand above the "
+        "noise level and a draw needs 3 of them (the other 300000 draws of the budget were charged without drawing)")
 
 
 @pytest.mark.slow

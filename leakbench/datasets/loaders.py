@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -37,6 +38,8 @@ MIN_IMAGE_SIZE = 8
 the conv victim needs 16 or more, a side of 8·2^k, and says so itself)."""
 _IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg"})
 _SKIMAGE_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket")
+EMBEDDED_PHOTOS = 2 + len(_SKIMAGE_PHOTOS)
+"""Photos behind `embedded` (and its number of classes): scikit-learn's two and scikit-image's four."""
 _PIL_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
 
 
@@ -95,17 +98,35 @@ def _open_rgb(path: Path) -> Image.Image:
 
 
 def _embedded_photos() -> list[np.ndarray]:
-    """The bundled RGB photos (uint8, H×W×3): sklearn's china and flower, then scikit-image's."""
+    """The six bundled RGB photos (uint8, H×W×3): sklearn's china and flower, then scikit-image's
+    astronaut, chelsea, coffee and rocket. A missing source is a DatasetError naming the install
+    command, never a smaller dataset (fewer photos would give the same cell ids other images)."""
+    photos = [np.asarray(img) for img in _bundled("scikit-learn", _sklearn_photos)]
+    photos += [np.asarray(img)[..., :3] for img in _bundled("scikit-image", _skimage_photos)]
+    if len(photos) != EMBEDDED_PHOTOS:
+        raise DatasetError(f"embedded: found {len(photos)} bundled photos, expected {EMBEDDED_PHOTOS}")
+    return photos
+
+
+def _sklearn_photos() -> list[np.ndarray]:
     from sklearn.datasets import load_sample_images
 
-    photos = [np.asarray(img) for img in load_sample_images().images]
+    return list(load_sample_images().images)
+
+
+def _skimage_photos() -> list[np.ndarray]:
+    import skimage.data
+
+    return [getattr(skimage.data, name)() for name in _SKIMAGE_PHOTOS]
+
+
+def _bundled(package: str, load: Callable[[], list[np.ndarray]]) -> list[np.ndarray]:
+    """The photos `load` reads from `package`, or a one-line DatasetError saying how to get them."""
     try:
-        import skimage.data
-    except ImportError:
-        return photos
-    for name in _SKIMAGE_PHOTOS:
-        photos.append(np.asarray(getattr(skimage.data, name)())[..., :3])
-    return photos
+        return load()
+    except (ImportError, OSError, ValueError, AttributeError) as exc:
+        raise DatasetError(f"embedded: the photos bundled with {package} cannot be read "
+                           f"({type(exc).__name__}: {exc}); install it: pip install {package}") from None
 
 
 def _halve(photo: np.ndarray) -> np.ndarray:
@@ -142,7 +163,8 @@ def load_embedded(*, data_root: Path | None = None, image_size: int | None = Non
     scene rather than a flat close-up; flat close-ups make activation patterns nearly nested).
     Patches are image_size×image_size (default 32), cut on a regular grid in row-major order;
     near-constant patches (pixel std < 0.02) and exact duplicates are dropped. The label is the
-    index of the source photo. `data_root` is ignored. Cached in memory per image size.
+    index of the source photo (6 classes). `data_root` is ignored. Cached in memory per image size.
+    Both packages are dependencies: without either, loading fails with one line saying what to install.
     """
     return _embedded_cached(_check_size("embedded", image_size, 32))
 

@@ -81,6 +81,13 @@ def lpips_scorer(path: str | None, net: str = "alex"):
         return load_lpips(Path(path) if path else None, net=net)
 
 
+def missing_lpips_note(path: str | None, net: str = "alex") -> str:
+    """'' when the cells will be scored with LPIPS (verified weights for `path` and `net`), else the one-line
+    note saying why not and what to install (the scorer is built once per process: see `lpips_scorer`)."""
+    scorer, note = lpips_scorer(path, net)
+    return "" if scorer is not None else note
+
+
 def execute(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], *, executor: str = "serial",
             jobs: int = 1, address: str | None = None, attack_bars: TextIO | None = None,
             on_start: Callable[[Task], None] | None = None) -> None:

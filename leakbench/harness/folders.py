@@ -29,6 +29,29 @@ def folder_name(value: object, what: str) -> str:
     return value
 
 
+def honour_umask(path: Path) -> Path:
+    """Give a file or folder made by `tempfile.mkstemp`/`mkdtemp` (owner-only: 0600/0700) the mode a plain
+    `open`/`mkdir` gives (0666/0777 less the umask), so that a colleague or a web server can read what
+    leakbench writes when the umask allows it; returns `path`."""
+    mode = 0o777 if path.is_dir() else 0o666
+    os.chmod(path, mode & ~current_umask())
+    return path
+
+
+def current_umask() -> int:
+    """The process's umask, read from /proc where it can be (setting it to read it back races with
+    threads that create files meanwhile)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def foreign_entries(folder: Path, allowed: Callable[[Path], bool]) -> list[str]:
     """Names of the entries of `folder` that `allowed` rejects; [folder name] when it is not a folder."""
     if not os.path.lexists(folder):

@@ -23,7 +23,7 @@ import pandas as pd
 
 from leakbench.errors import LeakbenchWarning
 from leakbench.harness.cell import CellSpec, batch_id, build_attack, cell_id, cell_settings, spec_dict
-from leakbench.harness.executors import Task, connection, execute
+from leakbench.harness.executors import Task, connection, execute, missing_lpips_note
 from leakbench.harness.sandbox import warn_unless_sandboxed
 from leakbench.harness.selection import grid_selection
 from leakbench.harness.store import (cell_path, check_cell_folders, consolidate, environment, remove_partial_cells,
@@ -134,6 +134,9 @@ def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Pa
         warnings.warn(LeakbenchWarning(f"cell {cid} in {run_dir} is damaged ({reason}); recomputing it"), stacklevel=2)
     done = set(states.intact) if resume else set()
     todo = [t for t in tasks if t.out.name not in done]
+    lpips_note = missing_lpips_note(lpips_weights, lpips_net) if todo else ""
+    if lpips_note:  # never silent: the cells record the same note (summary.json, cells.parquet)
+        warnings.warn(LeakbenchWarning(lpips_note), stacklevel=2)
     with connection(executor, jobs, address):  # before the manifest: an unreachable Ray cluster writes nothing
         write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs,
                                                                               "lpips_net": lpips_net}))
@@ -148,7 +151,7 @@ def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Pa
     records, cells = consolidate(run_dir, ids)
     write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {
         "executor": executor, "jobs": jobs, "lpips_net": lpips_net, "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),
-                                                           "seconds": round(seconds, 3)}}))
+                                                           "seconds": round(seconds, 3), "lpips_note": lpips_note}}))
     return Sweep(run_dir, suite, len(todo), len(tasks) - len(todo), seconds, records, cells)
 
 

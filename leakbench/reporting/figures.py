@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from leakbench.harness.folders import honour_umask
+
 
 def axis_figure(per_cell: pd.DataFrame, axis: str, order: list, label: str, path: Path, title: str) -> Path:
     """Two panels (PSNR mean, exact %) against `axis` (categorical, in `order`), one line per attack.
@@ -51,6 +53,7 @@ def save_figure(fig, path: Path) -> Path:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=110, metadata={"Software": None})
+        honour_umask(Path(tmp))
         os.replace(tmp, path)
     finally:
         plt.close(fig)

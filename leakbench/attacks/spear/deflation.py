@@ -24,7 +24,8 @@ from leakbench.attacks.spear.last_column import complete_last_sample, complete_s
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
 from leakbench.attacks.spear.select import select_independent
 from leakbench.attacks.spear.solve import Solution, solve_from_samples
-from leakbench.attacks.spear.state import SearchSettings, SearchState, out_of_budget, search_bar, show_progress
+from leakbench.attacks.spear.state import (SearchSettings, SearchState, charge_undrawable, out_of_budget, search_bar,
+                                          show_progress)
 
 
 @dataclass
@@ -111,8 +112,9 @@ def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, sta
     loose = tol_r * settings.sample_tol_factor
     count = min(settings.chunk, settings.max_draws - state.draws) if weights is None else weights.shape[0]
     if int(live.sum()) < bp - 1:
-        state.draws += count
+        charge_undrawable(state, count, int(live.sum()), problem.m, bp - 1)
         return torch.zeros(0, problem.m, dtype=torch.bool, device=problem.L.device)
+    state.undrawable = ""
     if weights is None:
         weights = row_weights(problem, N, live, settings.row_weight_power, state)
     else:

@@ -45,6 +45,11 @@ class SearchState:
     patterns: int = 0
     last_column_used: bool = False
     started: float = field(default_factory=time.perf_counter)
+    undrawable: str = ""
+    """Why the last chunk drew nothing ('' when it drew): too few rows above the noise for one draw
+    (`charge_undrawable`). Such a chunk is charged to the draw budget all the same."""
+    undrawn: int = 0
+    """Draws charged to the budget without being drawn (counted in `draws`)."""
 
     @property
     def seconds(self) -> float:
@@ -60,6 +65,26 @@ class SearchState:
         return {"draws": self.draws, "two_sided_draws": 0, "two_sided_route": False, "candidates": self.candidates,
                 "patterns": self.patterns, "fits_or_lp_checks": 0, "samples_found": self.found, "retries": 0,
                 "last_sample_closed_form": self.last_column_used}
+
+
+def charge_undrawable(state: SearchState, count: int, rows: int, total: int, need: int) -> None:
+    """Charge a chunk of `count` draws that cannot be drawn to the budget: only `rows` of `total` rows
+    stand above the noise and a draw needs `need` (state.undrawable says so until a chunk draws)."""
+    state.draws += count
+    state.undrawn += count
+    state.undrawable = f"only {rows} of {total} neurons stand above the noise level and a draw needs {need} of them"
+
+
+def stop_reason(state: SearchState, settings: SearchSettings, b: int) -> str:
+    """Why a search stopped without a batch, as the failed cell's reason: nothing could be drawn any
+    more (the rest of the draw budget was charged without drawing), the time budget, or the draw budget."""
+    found = f"with {state.found} of {b} samples found"
+    if state.undrawable:
+        return (f"nothing left to draw after {state.draws - state.undrawn} draws {found}: {state.undrawable} "
+                f"(the other {state.undrawn} draws of the budget were charged without drawing)")
+    if state.seconds >= settings.max_seconds:
+        return f"time budget spent after {state.draws} draws {found}"
+    return f"draw budget spent after {state.draws} draws {found}"
 
 
 def out_of_budget(state: SearchState, settings: SearchSettings) -> bool:
