@@ -33,6 +33,15 @@ class InversionConfig(Ranged):
     owner: ClassVar[str] = "inversion"
 
 
+def inverts(attack: str, layer: int) -> bool:
+    """Whether cells of `attack` at `layer` recover features that inversion can turn into images: the
+    attack has a layer setting (SPEAR, CPA) and attacks an inner layer (layer ≥ 2); the other cells
+    reconstruct images themselves."""
+    from leakbench.attacks import attack_class  # the registry imports attacks that import this module
+
+    return layer >= 2 and "layer" in attack_class(attack).Config.__dataclass_fields__
+
+
 def total_variation(images: torch.Tensor) -> torch.Tensor:
     """Mean absolute difference of horizontally and vertically neighbouring pixels, per image."""
     dh = (images[..., 1:, :] - images[..., :-1, :]).abs().flatten(1).mean(1)
