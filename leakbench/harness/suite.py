@@ -11,7 +11,11 @@ remaining combination with layer 1 (they reconstruct images from the whole updat
 `arch = "conv"` picks the conv victim (layer 1 is its trunk; its first FC layer is layer 2, the
 default there). `fedavg` levels are "none" (FedSGD) or {epochs, minibatch (0 = b), lr}, an axis like
 `dp` (a suite cannot sweep both). `inversion = {steps = 300}` (optional lr, tv) inverts recovered
-features of inner layers to images (cells of image attacks such as IG get none).
+features of inner layers to images (cells of image attacks such as IG get none; a suite where no
+cell attacks an inner layer with a layer attack is refused: it would invert nothing).
+`grid_images` (1 … 1024, default 8) and `grid_seed` pick the images the comparison grids show.
+Every number of a `dp`, `fedavg`, `inversion` or `train` table and of `[hyperparameters.X]` has a
+declared range (`leakbench.ranges`; `leakbench show attack X` prints an attack's).
 `train_epochs = [0, 1, 5]` is the victim axis: 0 is the victim at init, N > 0 trains it N epochs
 (recipe: the optional table `train = {optimizer, lr, momentum, batch_size, weight_decay, augment,
 seed}`, else `TrainRecipe`'s defaults) on the dataset's train part, attacking batches of its attack part.
@@ -25,7 +29,8 @@ seed}`, else `TrainRecipe`'s defaults) on the dataset's train part, attacking ba
 pairing an attack with a level that withholds what it requires is refused before anything runs.
 `noise = [0.0, 1e-6, 1e-4]` is the additive-noise axis: Gaussian noise of std σ on every shared
 gradient entry (`leakbench.fl.noise`, not DP: no clipping, no accountant; not with a `dp` level);
-`noise_scale = "max"` makes σ relative to each tensor's max |entry| (default "absolute").
+`noise_scale = "max"` makes σ relative to each tensor's max |entry| (default "absolute"; refused
+without a `noise` level above 0, where it scales nothing).
 
 `models` is the victim-model axis: a list of tables, each one victim (the entries are zipped, not
 crossed with each other):
