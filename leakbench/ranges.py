@@ -92,32 +92,24 @@ def check_ranges(config: Any) -> None:
 
 
 def check_value(owner: str, name: str, value: Any, rng: Range | None, *, integer: bool = False) -> None:
-    """One field's value: a real number (an integer when `integer`) in `rng`; other values are left to
-    the field's own checks unless `rng` is declared."""
-    if not _is_number(value):
-        if rng is not None:
-            raise ConfigError(f"{owner}: {name} must be {'an integer' if integer else 'a number'} in {rng.text()}, "
-                              f"got {value!r}")
-        return
-    if integer and not isinstance(value, int) and rng is not None:
-        raise ConfigError(f"{owner}: {name} must be an integer in {rng.text()}, got {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{owner}: {name} must be a finite number{_within(rng)}, got {value!r}")
+    """One field's value. With a declared range `rng`: a finite real number (an integer when `integer`)
+    inside it. Without one: a float must be finite and an int within int64; other values are left to
+    the field's own checks."""
     if rng is None:
-        if isinstance(value, int) and not -INT64 < value < INT64:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{owner}: {name} must be a finite number, got {value!r}")
+        if _is_number(value) and isinstance(value, int) and not -INT64 < value < INT64:
             raise ConfigError(f"{owner}: {name} must fit a 64-bit integer, got {value!r}")
         return
-    if value not in rng:
+    number = _is_number(value) and (not integer or isinstance(value, int))
+    if not (number and (isinstance(value, int) or math.isfinite(value)) and value in rng):
         raise ConfigError(f"{owner}: {name} must be {'an integer' if integer else 'a number'} in {rng.text()}, "
                           f"got {value!r}")
 
 
 def range_text(f: Any) -> str:
     """' in [low, high]' for a field with a declared range, else ''."""
-    return _within(field_range(f))
-
-
-def _within(rng: Range | None) -> str:
+    rng = field_range(f)
     return f" in {rng.text()}" if rng is not None else ""
 
 
