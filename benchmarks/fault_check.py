@@ -14,7 +14,7 @@ Two kinds of case, each in a folder of its own under the scratch folder:
   left, and every user file is intact.
 
 Cases carry the number of the item of issue 12 they reproduce (0: a case that behaved before issue
-12 and is kept as a regression case). Prints a line per case that misbehaves, then
+12 and is kept as a regression case; 22: the "Bad input" item of issue 22, `--only item:22`). Prints a line per case that misbehaves, then
 
     bad inputs N, clean N; faults K, recovered K; files outside the output folders 0; user files deleted 0
 
@@ -361,6 +361,120 @@ REGRESSION: list[BadInput] = [
     *[BadInput(key, 0, args, files) for key, (args, files) in _OTHER.items()],
 ]
 
+# --------------------------------------------------------------------------- issue 22: bad input
+
+
+def _param(attack_name: str, *params: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """`attack --attack NAME --param P ...` on the default victim, writing to {d}/out."""
+    pairs = [a for p in params for a in ("--param", p)]
+    return ("attack", "--attack", attack_name, "--batch-size", "2", *pairs, *extra, "--out", "{d}/out")
+
+
+def _hyper(attack_name: str, table: str, extra: str = "") -> dict[str, str]:
+    """A suite of `attack_name` with `[hyperparameters.NAME]` holding `table`."""
+    return {"suite.toml": suite(attacks=f'["{attack_name}"]', extra=f"{extra}[hyperparameters.{attack_name}]\n{table}\n")}
+
+
+def _foreign_tables(d: Path) -> None:
+    """A results folder holding another tool's Parquet tables, named like a run's."""
+    import pandas as pd
+
+    (d / "results" / "theirs").mkdir(parents=True)
+    for name in ("cells.parquet", "records.parquet"):
+        pd.DataFrame({"loss": [0.1, 0.2], "epoch": [1, 2]}).to_parquet(d / "results" / "theirs" / name)
+
+
+LONG = "x" * 300
+"""A 300-character name: longer than file systems allow for one path component."""
+PLUGINS = {"plug_exit.py": "import sys\nsys.exit(3)\n", "plug_interrupt.py": "raise KeyboardInterrupt\n",
+           "plug_odd_name.py": ("from dataclasses import dataclass\n\nfrom leakbench.attacks import Attack, register_attack\n\n\n"
+                                "@dataclass(frozen=True)\nclass Config:\n    \"\"\"x: nothing.\"\"\"\n\n    x: int = 0\n\n\n"
+                                "@register_attack\nclass Odd(Attack):\n    name = 'odd name/../<b>'\n"
+                                "    description = 'odd'\n    Config = Config\n\n"
+                                "    def reconstruct(self, update, *, seed):\n        raise NotImplementedError\n")}
+"""Plugin modules (in the case folder, the CLI's working directory) that misbehave at import."""
+
+ISSUE_22: list[BadInput] = [  # item 22: issue 22's "Bad input" item (`--only item:22`)
+    # every numeric hyperparameter has a declared range: NaN, ±inf, negative, zero, fractions outside [0, 1]
+    BadInput("param_nan", 22, _param("spear", "max_seconds=NaN"), mention="max_seconds"),
+    BadInput("param_inf", 22, _param("spear", "zero_tol=Infinity"), mention="zero_tol"),
+    BadInput("param_negative_inf", 22, _param("ig", "step_size=-Infinity"), mention="step_size"),
+    BadInput("param_negative_lr", 22, _param("cpa", "lr=-0.001"), mention="lr"),
+    BadInput("param_negative_tolerance", 22, _param("cpa", "tol=-1e-4"), mention="tol"),
+    BadInput("param_zero_history", 22, _param("dlg", "history_size=0"), mention="history_size"),
+    BadInput("param_zero_iterations", 22, _param("ig", "iterations=0"), mention="iterations"),
+    BadInput("param_fraction_above_one", 22, _param("spear", "min_zero_fraction=1.5"), mention="min_zero_fraction"),
+    BadInput("param_fraction_negative", 22, _param("spear-dl", "start_keep=-0.1"), mention="start_keep"),
+    BadInput("param_nested_nan", 22, _param("spear-guided", 'guide_options={"tol": NaN}'), mention="tol"),
+    BadInput("param_preset_inf", 22, _param("cpa-released", "temperature=Infinity"), mention="temperature"),
+    # absurd sizes refused up front
+    BadInput("param_iterations_1e12", 22, _param("ig", "iterations=1e12"), mention="iterations"),
+    BadInput("param_iterations_10_12", 22, _param("ig", f"iterations={10**12}"), mention="iterations"),
+    BadInput("param_cpa_iterations_10_12", 22, _param("cpa-released", f"iterations={10**12}"), mention="iterations"),
+    BadInput("param_draws_past_int64", 22, _param("spear", f"max_draws={2**64}"), mention="max_draws"),
+    BadInput("param_duplicate_key", 22, _param("spear", "max_draws=1", "max_draws=2"), mention="max_draws"),
+    BadInput("suite_hyper_nan", 22, run_args(), _hyper("spear", "max_seconds = nan"), mention="max_seconds"),
+    BadInput("suite_hyper_inf", 22, run_args(), _hyper("spear", "zero_tol = inf"), mention="zero_tol"),
+    BadInput("suite_hyper_negative_lr", 22, run_args(), _hyper("cpa", "lr = -1.0"), mention="lr"),
+    BadInput("suite_iterations_10_12", 22, run_args(), _hyper("ig", "iterations = 1_000_000_000_000"),
+             mention="iterations"),
+    BadInput("suite_fedavg_epochs_1e9", 22, run_args(),
+             {"suite.toml": suite(extra="fedavg = [{epochs = 1000000000, minibatch = 0, lr = 0.1}]\n")}, mention="epochs"),
+    BadInput("suite_fedavg_lr_nan", 22, run_args(),
+             {"suite.toml": suite(extra="fedavg = [{epochs = 1, minibatch = 0, lr = nan}]\n")}, mention="lr"),
+    BadInput("suite_inversion_steps_10_12", 22, run_args(),
+             {"suite.toml": suite(extra="layers = [2]\ninversion = { steps = 1_000_000_000_000 }\n")}, mention="steps"),
+    BadInput("suite_inversion_lr_negative", 22, run_args(),
+             {"suite.toml": suite(extra="layers = [2]\ninversion = { steps = 5, lr = -0.1 }\n")}, mention="lr"),
+    BadInput("suite_dp_steps_past_int64", 22, run_args(),
+             {"suite.toml": suite(extra="dp = [{sigma = 1.0, clip = 1.0, steps = 9223372036854775807}]\n")},
+             mention="steps"),
+    BadInput("suite_train_weight_decay_inf", 22, run_args(),
+             {"suite.toml": suite(extra="train_epochs = [1]\ntrain = { weight_decay = inf }\n")}, mention="weight_decay"),
+    BadInput("suite_grid_images_1e9", 22, run_args(),
+             {"suite.toml": suite().replace("grid_images = 2", "grid_images = 1000000000")}, mention="grid_images"),
+    BadInput("suite_grid_seed_1e400", 22, run_args(), {"suite.toml": suite(extra="grid_seed = 1e400\n")},
+             mention="grid_seed"),
+    BadInput("attack_fedavg_epochs_1e9", 22, attack("--fedavg-epochs", "1000000000"), mention="epochs"),
+    BadInput("attack_dp_steps_past_int64", 22, attack("--dp-sigma", "1", "--dp-steps", str(2**64)), mention="steps"),
+    BadInput("attack_invert_steps_10_12", 22, attack("--layer", "2", "--invert-steps", str(10**12)), mention="steps"),
+    # options that would do nothing
+    BadInput("attack_invert_steps_layer_1", 22, attack("--invert-steps", "5"), mention="--invert-steps"),
+    BadInput("attack_invert_steps_ig", 22, ("attack", "--attack", "ig", "--batch-size", "2", "--invert-steps", "5",
+                                            "--out", "{d}/out"), mention="--invert-steps"),
+    BadInput("suite_inversion_layer_1", 22, run_args(), {"suite.toml": suite(extra="inversion = { steps = 5 }\n")},
+             mention="inversion"),
+    BadInput("suite_noise_scale_without_noise", 22, run_args(), {"suite.toml": suite(extra='noise_scale = "max"\n')},
+             mention="noise_scale"),
+    # names and paths
+    BadInput("attack_out_300_characters", 22, ("attack", "--attack", "spear", "--batch-size", "2", "--out",
+                                               "{d}/out/" + LONG), mention="--out"),
+    BadInput("run_out_300_characters", 22, ("run", "{d}/suite.toml", "--out", "{d}/results/" + LONG, "--reports",
+                                            "{d}/reports"), {"suite.toml": suite()}, mention="--out"),
+    BadInput("run_reports_300_characters", 22, ("run", "{d}/suite.toml", "--out", "{d}/results", "--reports",
+                                                "{d}/reports/" + LONG), {"suite.toml": suite()}, mention="--reports"),
+    BadInput("suite_name_300_characters", 22, run_args(), {"suite.toml": suite(name=LONG)}, mention="name"),
+    BadInput("suite_named_leaderboard", 22, run_args(), {"suite.toml": suite(name="leaderboard")}, mention="reserved"),
+    BadInput("suite_named_leaderboard_timing", 22, run_args(), {"suite.toml": suite(name="leaderboard-timing")},
+             mention="reserved"),
+    BadInput("leaderboard_over_user_pages", 22, ("leaderboard", "--results", "{d}/results", "--reports", "{d}/reports"),
+             {"reports/leaderboard.md": "# my own leaderboard\n"}, mention="leaderboard.md"),
+    BadInput("leaderboard_over_garbage_tables", 22, ("leaderboard", "--results", "{d}/results", "--reports",
+                                                     "{d}/reports"),
+             {"results/theirs/cells.parquet": "not parquet\n", "results/theirs/records.parquet": "not parquet\n"},
+             mention="cells.parquet"),
+    BadInput("leaderboard_over_foreign_tables", 22, ("leaderboard", "--results", "{d}/results", "--reports",
+                                                     "{d}/reports"), setup=_foreign_tables, mention="not a leakbench table"),
+    # plugins that misbehave at import
+    BadInput("plugin_system_exit", 22, ("list", "attacks", "--plugin", "plug_exit"), PLUGINS, mention="SystemExit"),
+    BadInput("plugin_keyboard_interrupt", 22, ("list", "attacks", "--plugin", "plug_interrupt"), PLUGINS,
+             mention="KeyboardInterrupt"),
+    BadInput("plugin_odd_attack_name", 22, ("list", "attacks", "--plugin", "plug_odd_name"), PLUGINS,
+             mention="not allowed"),
+    BadInput("suite_plugin_system_exit", 22, run_args(), {**PLUGINS, "suite.toml": 'plugins = ["plug_exit"]\n' + suite()},
+             mention="SystemExit"),
+]
+
 
 def check_bad_input(case: BadInput, root: Path) -> Outcome:
     """Run one bad input in a fresh folder below `root` and judge it."""
@@ -661,20 +775,20 @@ FAULTS: list[Fault] = [
 
 def selected(only: str | None) -> tuple[list[BadInput], list[Fault]]:
     """The cases named in `only` (comma-separated names or 'item:N' / 'issue12'), else all."""
-    bad, faults = [*ISSUE_12, *REGRESSION], FAULTS
+    bad, faults = [*ISSUE_12, *ISSUE_22, *REGRESSION], FAULTS
     if not only:
         return bad, faults
     keys = set(only.split(","))
 
     def keep(case: BadInput | Fault) -> bool:
-        return case.name in keys or f"item:{case.item}" in keys or ("issue12" in keys and case.item > 0)
+        return case.name in keys or f"item:{case.item}" in keys or ("issue12" in keys and 0 < case.item <= 12)
     return [c for c in bad if keep(c)], [f for f in faults if keep(f)]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scratch", type=Path, help="scratch folder (default: a new temporary folder, removed after)")
-    parser.add_argument("--only", help="comma-separated case names, item:N, or issue12")
+    parser.add_argument("--only", help="comma-separated case names, item:N (item:22: issue 22's bad inputs), or issue12")
     parser.add_argument("--jobs", type=int, default=4, help="bad-input cases run side by side (default 4)")
     parser.add_argument("--list", action="store_true", help="print the cases and exit")
     args = parser.parse_args(argv)

@@ -185,7 +185,8 @@ def one_line(exc: BaseException) -> str:
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:
-    """KEY=VALUE strings to a dict; values parsed as JSON when they are JSON (numbers, booleans)."""
+    """KEY=VALUE strings to a dict; values parsed as JSON when they are JSON (numbers, booleans).
+    A key given twice is refused (which value was meant is not known)."""
     from leakbench.errors import ConfigError
 
     params: dict[str, Any] = {}
@@ -193,6 +194,8 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise ConfigError(f"--param expects KEY=VALUE, got {pair!r}")
+        if key in params:
+            raise ConfigError(f"--param {key} is given twice; give each hyperparameter once")
         try:
             params[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -234,6 +237,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
                     inversion=InversionConfig(steps=args.invert_steps) if args.invert_steps else None,
                     train_epochs=args.train_epochs)
     build_attack(spec)  # hyperparameters (nested ones too) checked before any data is loaded
+    check_invert_steps(spec)
     scorer, note = lpips_for(args.lpips_weights, args.lpips_net)
     with attack_progress(sys.stderr if sys.stderr.isatty() else None):
         result = run_cell(spec, lpips=scorer, lpips_note=note)
@@ -269,6 +273,16 @@ def check_attack_options(args: argparse.Namespace) -> None:
     check_width(args.width, "--width")
     if args.depth is not None:
         check_depth(args.depth, "--depth")
+
+
+def check_invert_steps(spec) -> None:  # noqa: ANN001  (a CellSpec; the harness is imported late)
+    """Refuse --invert-steps on a cell whose attack reconstructs images already (nothing to invert)."""
+    from leakbench.attacks.inversion import inverts
+    from leakbench.errors import ConfigError
+
+    if spec.inversion is not None and not inverts(spec.attack, spec.layer):
+        raise ConfigError(f"--invert-steps: nothing to invert: {spec.attack} at layer {spec.layer} reconstructs "
+                          "images (inversion turns features recovered at an inner layer, --layer ≥ 2, into images)")
 
 
 def check_attack_out(out: Path) -> None:

@@ -17,8 +17,9 @@ Three ways in, all ending in `load_plugin(module)` or an entry point:
 - `--plugin MODULE` on the command line, and `plugins = ["module.path"]` in a suite: attack plugins
   (a module loaded by name that registers a dataset is refused: declare it as an entry point).
 
-A plugin whose attack or dataset takes a registered name, or that cannot be imported (or exits,
-or is interrupted, while it is), is a ConfigError naming it (one line, exit 2). Modules loaded by name are listed in the environment
+A plugin whose attack or dataset takes a registered name or a name that is not `registry.NAME`, or
+that cannot be imported (any exception, `SystemExit` and `KeyboardInterrupt` raised at import
+included), is a ConfigError naming it (one line, exit 2). Modules loaded by name are listed in the environment
 variable LEAKBENCH_PLUGINS as well, so worker processes (spawned, they inherit the environment)
 load them too. `loaded_plugins()` is what run and cell manifests record: each plugin's module, its
 distribution and version, and the names it registered.
@@ -189,7 +190,8 @@ def _register(what: str, module: str, load: Callable[[], Any], dist: Distributio
         raise ConfigError(f"{what}: {exc} (a shipped attack or dataset, or another plugin, has that name)") from None
     except LeakbenchError as exc:
         raise ConfigError(f"{what}: {exc}") from None
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001  (a third-party import: any error is the plugin's)
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001  (a third-party import: any error,
+        # even sys.exit() or a KeyboardInterrupt raised at import, is the plugin's, not leakbench's exit)
         raise ConfigError(f"{what} cannot be loaded: {type(exc).__name__}: {exc}") from None
     name, ver = _distribution(module, dist)
     entry = _LOADED.setdefault(module, {"module": module, "distribution": name, "version": ver,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -10,6 +11,11 @@ from typing import Generic, TypeVar
 from leakbench.errors import ConfigError
 
 T = TypeVar("T")
+
+NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+"""A registered name: lowercase letters, digits, '.', '_', '-', at most 64 characters. Names become
+parts of cell ids, folder and file names, report tables and command lines, so a plugin's name with
+a separator, a space, markup or a control character is refused when it registers."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,10 @@ class Registry(Generic[T]):
         self._on_first_use = on_first_use
 
     def register(self, name: str, factory: Callable[..., T], description: str) -> None:
+        """Add `name`; a name that is not `NAME`, or is registered already, raises a ConfigError."""
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise ConfigError(f"{self.kind} name {name!r} is not allowed: use lowercase letters, digits, '.', '_' "
+                              "and '-', starting with a letter or digit, at most 64 characters")
         if name in self._entries:
             raise DuplicateNameError(f"{self.kind} {name!r} is already registered")
         self._entries[name] = Entry(name, factory, description)

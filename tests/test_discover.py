@@ -75,15 +75,16 @@ def test_list_attacks_params(capsys: pytest.CaptureFixture[str]) -> None:
     for name in ATTACKS.names():
         assert any(line.startswith(name + " ") for line in out.splitlines())
         for p in config_params(attack_class(name).Config):
-            assert f"    {p.name} ({p.type}, default {p.default!r}): {p.help}" in out
+            assert f"    {p.name} ({p.type}{p.range}, default {p.default!r}): {p.help}" in out
 
 
 def test_show_attack(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", "attack", "spear-guided"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("spear-guided: ")
-    assert "  pool_growth (float, default 1.25): the pool grows by this factor" in out
-    assert "  max_seconds (float, default 900.0): budget of the sampling search" in out  # inherited from SpearConfig
+    assert "  pool_growth (float in (1, 1000], default 1.25): the pool grows by this factor" in out
+    assert "  max_seconds (float in (0, 604800], default 900.0): budget of the sampling search" in out  # inherited
+    assert "  guide (str, default 'cpa'): " in out  # no range for a string
 
 
 def test_show_dataset(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ import torch
 
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
+from leakbench.ranges import check_ranges
 
 Status = Literal["ok", "failed"]
 Space = Literal["image", "feature"]
@@ -113,15 +114,19 @@ class Attack(ABC):
 
 
 def build_config(config_cls: type, overrides: dict[str, Any]) -> Any:
-    """Instantiate `config_cls` with `overrides`, rejecting unknown keys with a clear message."""
+    """Instantiate `config_cls` with `overrides`, rejecting unknown keys, wrong types and values outside
+    a field's declared range (`leakbench.ranges`; NaN, ±inf and integers past int64 for any Config,
+    plugins' too) with a clear message."""
     known = set(config_cls.__dataclass_fields__)
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ConfigError(f"unknown hyperparameter(s) {', '.join(unknown)} for {config_cls.__name__} "
                           f"(known: {', '.join(sorted(known))})")
     fields = config_cls.__dataclass_fields__
-    return config_cls(**{key: _coerce(config_cls.__name__, key, value, _default(fields[key]))
-                         for key, value in overrides.items()})
+    config = config_cls(**{key: _coerce(config_cls.__name__, key, value, _default(fields[key]))
+                           for key, value in overrides.items()})
+    check_ranges(config)  # a Config that is not `Ranged` (a plugin's) is checked here, at parse time
+    return config
 
 
 def _default(f: Any) -> Any:

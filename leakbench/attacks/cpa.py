@@ -30,11 +30,16 @@ from leakbench.attacks import register_attack
 from leakbench.attacks.base import Attack, Checkpoints, Reconstruction, Requirements
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
+from leakbench.harness.limits import MAX_DEPTH
 from leakbench.progress import steps as progress_steps
+from leakbench.ranges import MAX_LR, MAX_STEPS, MAX_WEIGHT, Ranged, ranged
+
+MAX_TEMPERATURE = 500.0
+"""The decorrelation temperature T: exp(T·|cos|) overflows float64 past T ≈ 709."""
 
 
 @dataclass(frozen=True)
-class CPAConfig:
+class CPAConfig(Ranged):
     """Cocktail Party Attack hyperparameters.
 
     layer: linear layer (1-based) whose weight gradient is unmixed; layer 1 gives images, a
@@ -46,7 +51,7 @@ class CPAConfig:
     iterations: Adam steps of the official objective (the paper runs 25,000).
     lr: Adam step size of the official objective (paper: 1e-3).
     decor: weight of the decorrelation term mean(exp(T·|cos|) − 1) (paper, TinyImageNet FC-2: 1.47).
-    temperature: T in that term (paper: 12.4).
+    temperature: T in that term (paper: 12.4; bounded so that exp(T) stays finite in float64).
     tv: weight of the total-variation prior on the sources viewed as images (paper: 3.1; layer 1 only).
     prefilter: "none" (the paper: ICA on the raw gradient rows) or "derivative" (fastica, layer 1
         only: estimate the unmixing on the rows' horizontal and vertical pixel differences, then
@@ -55,15 +60,15 @@ class CPAConfig:
         which FastICA needs; not part of the published attack.
     """
 
-    layer: int = 1
+    layer: int = ranged(1, 1, MAX_DEPTH)
     method: str = "fastica"
-    max_iter: int = 1000
-    tol: float = 1e-4
-    iterations: int = 2000
-    lr: float = 1e-3
-    decor: float = 1.47
-    temperature: float = 12.4
-    tv: float = 3.1
+    max_iter: int = ranged(1000, 1, MAX_STEPS)
+    tol: float = ranged(1e-4, 0, 1, low_open=True)
+    iterations: int = ranged(2000, 1, MAX_STEPS)
+    lr: float = ranged(1e-3, 0, MAX_LR, low_open=True)
+    decor: float = ranged(1.47, 0, MAX_WEIGHT)
+    temperature: float = ranged(12.4, 0, MAX_TEMPERATURE, low_open=True)
+    tv: float = ranged(3.1, 0, MAX_WEIGHT)
     prefilter: str = "none"
 
 

@@ -28,6 +28,12 @@ from leakbench.attacks.labels import STRATEGIES, find_last_layer, recover_labels
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 from leakbench.progress import steps as progress_steps
+from leakbench.ranges import MAX_LR, MAX_STEPS, MAX_WEIGHT, Ranged, ranged
+
+MAX_RESTARTS = 1000
+"""Independent starts of Inverting Gradients."""
+MAX_INNER = 10**4
+"""L-BFGS function evaluations per step, and its memory (history_size)."""
 
 GradientDistance = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor]], torch.Tensor]
 
@@ -140,7 +146,7 @@ def _finish(oracle: GradientOracle, z: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class IGConfig:
+class IGConfig(Ranged):
     """Inverting Gradients (Geiping et al., 2020) as breaching's `invertinggradients.yaml` sets it.
 
     iterations: Adam steps per restart (breaching: 24,000; the default here is CPU-sized).
@@ -158,10 +164,10 @@ class IGConfig:
         "bias-corrected" (breaching's default) or "uniform-counts" (see leakbench.attacks.labels).
     """
 
-    iterations: int = 500
-    restarts: int = 1
-    step_size: float = 0.1
-    tv: float = 0.2
+    iterations: int = ranged(500, 1, MAX_STEPS)
+    restarts: int = ranged(1, 1, MAX_RESTARTS)
+    step_size: float = ranged(0.1, 0, MAX_LR, low_open=True)
+    tv: float = ranged(0.2, 0, MAX_WEIGHT)
     tv_form: str = "inversefed"
     signed: bool = True
     boxed: bool = True
@@ -170,15 +176,12 @@ class IGConfig:
 
 
 class _GradientMatchingAttack(Attack):
-    """Shared checks of the gradient-matching attacks: step counts, label strategy, batch."""
+    """Shared checks of the gradient-matching attacks: label strategy, batch (step counts: declared ranges)."""
 
     requires = Requirements(batch_size=True)
-    counts: tuple[str, ...] = ()
 
     def check_update(self, update: ClientUpdate) -> None:
         super().check_update(update)
-        if any(getattr(self.config, name) < 1 for name in self.counts):
-            raise ConfigError(f"{self.name}: {' and '.join(self.counts)} must be at least 1")
         _check_strategy(self.config.label_strategy)
         _check_batch(update)
 
@@ -194,7 +197,6 @@ class InvertingGradientsAttack(_GradientMatchingAttack):
     name = "ig"
     description = "Inverting Gradients: cosine gradient matching + TV, signed Adam, box constraint, restarts"
     Config = IGConfig
-    counts = ("iterations", "restarts")
 
     def check_update(self, update: ClientUpdate) -> None:
         super().check_update(update)
@@ -290,7 +292,7 @@ class InvertingGradientsAttack(_GradientMatchingAttack):
 
 
 @dataclass(frozen=True)
-class DLGConfig:
+class DLGConfig(Ranged):
     """Deep Leakage from Gradients (Zhu et al., 2019).
 
     iterations: L-BFGS steps (DLG: 300; the default here is CPU-sized).
@@ -303,11 +305,11 @@ class DLGConfig:
     history_size: L-BFGS memory.
     """
 
-    iterations: int = 100
-    inner_iterations: int = 20
-    lr: float = 1.0
+    iterations: int = ranged(100, 1, MAX_STEPS)
+    inner_iterations: int = ranged(20, 1, MAX_INNER)
+    lr: float = ranged(1.0, 0, MAX_LR, low_open=True)
     optimize_labels: bool = True
-    history_size: int = 100
+    history_size: int = ranged(100, 1, MAX_INNER)
     label_strategy: str = "bias-corrected"
 
 
@@ -316,7 +318,6 @@ class DeepLeakageAttack(_GradientMatchingAttack):
     name = "dlg"
     description = "Deep Leakage from Gradients: L2 gradient matching, L-BFGS on dummy images and soft labels"
     Config = DLGConfig
-    counts = ("iterations", "inner_iterations")
 
     def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
         cfg = self.config

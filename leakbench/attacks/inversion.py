@@ -14,28 +14,32 @@ feature vector gives one image, in the same order. Deterministic: same inputs an
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from leakbench.errors import ConfigError
+from leakbench.ranges import MAX_LR, MAX_STEPS, MAX_WEIGHT, Ranged, ranged
 
 
 @dataclass(frozen=True)
-class InversionConfig:
+class InversionConfig(Ranged):
     """steps: Adam steps (0 disables inversion); lr: Adam step size on the logits z; tv: weight of the prior."""
 
-    steps: int = 0
-    lr: float = 0.1
-    tv: float = 1.0
+    steps: int = ranged(0, 0, MAX_STEPS)
+    lr: float = ranged(0.1, 0, MAX_LR, low_open=True)
+    tv: float = ranged(1.0, 0, MAX_WEIGHT)
+    owner: ClassVar[str] = "inversion"
 
-    def __post_init__(self) -> None:
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 0:
-            raise ConfigError(f"inversion: steps must be an integer ≥ 0, got {self.steps!r}")
-        for key in ("lr", "tv"):
-            value = getattr(self, key)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
-                raise ConfigError(f"inversion: {key} must be a number ≥ 0, got {value!r}")
+
+def inverts(attack: str, layer: int) -> bool:
+    """Whether cells of `attack` at `layer` recover features that inversion can turn into images: the
+    attack has a layer setting (SPEAR, CPA) and attacks an inner layer (layer ≥ 2); the other cells
+    reconstruct images themselves."""
+    from leakbench.attacks import attack_class  # the registry imports attacks that import this module
+
+    return layer >= 2 and "layer" in attack_class(attack).Config.__dataclass_fields__
 
 
 def total_variation(images: torch.Tensor) -> torch.Tensor:

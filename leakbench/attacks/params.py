@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
+from leakbench.ranges import range_text
+
 ENTRY = re.compile(r"^([A-Za-z_]\w*(?:\s*/\s*[A-Za-z_]\w*)*):\s+(.*)$")
 """The first line of a docstring entry: `name: help` or `name / other: help`."""
 
@@ -31,19 +33,22 @@ class Param:
     type: str
     default: Any
     help: str
+    range: str = ""
+    """' in [low, high]' when the field declares a range (leakbench.ranges), else ''."""
 
     def line(self) -> str:
-        """`name (type, default …): help` on one line."""
-        return f"{self.name} ({self.type}, default {self.default!r}): {self.help}"
+        """`name (type in [low, high], default …): help` on one line."""
+        return f"{self.name} ({self.type}{self.range}, default {self.default!r}): {self.help}"
 
 
 def config_params(config_cls: type) -> list[Param]:
-    """Every field of the dataclass `config_cls`, in declaration order, with its docstring help ('' if none)."""
+    """Every field of the dataclass `config_cls`, in declaration order, with its docstring help ('' if none)
+    and its declared range."""
     from leakbench.attacks.base import _default
 
     helps = field_help(config_cls)
     return [Param(f.name, f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type)),
-                  _default(f), helps.get(f.name, "")) for f in fields(config_cls)]
+                  _default(f), helps.get(f.name, ""), range_text(f)) for f in fields(config_cls)]
 
 
 def field_help(config_cls: type) -> dict[str, str]:

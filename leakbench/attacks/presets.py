@@ -66,7 +66,8 @@ def preset_config(preset: Preset) -> type:
     if unknown:
         raise ConfigError(f"preset {preset.name!r}: {', '.join(unknown)} not fields of {base_config.__name__}")
     name = "".join(part.capitalize() for part in preset.name.split("-")) + "Config"
-    config = make_dataclass(name, [(key, known[key].type, field(default=value)) for key, value in preset.values.items()],
+    config = make_dataclass(name, [(key, known[key].type, field(default=value, metadata=known[key].metadata))
+                                  for key, value in preset.values.items()],
                             bases=(base_config,), frozen=True, namespace={"__module__": __name__})
     config.__doc__ = f"{base_config.__name__} with the defaults of {preset.source}."  # field help: the base's
     return config

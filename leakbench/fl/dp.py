@@ -11,24 +11,30 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from leakbench.datasets.base import Batch
-from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate, ThreatModel
+from leakbench.ranges import MAX_WEIGHT, REQUIRED, Ranged, ranged
 
 ACCOUNTANT = "opacus-rdp"
 """Name of the accountant recorded with every ε."""
+
+MAX_CLIP = 1e12
+"""The clipping norm C: at most 10^12 (a huge C clips nothing: plain noisy FedSGD)."""
+MAX_DP_STEPS = 10**9
+"""DP-SGD steps the accountant composes: at most 10^9."""
 
 CLIP_EPS = 1e-6
 """Opacus's guard in the clip factor C / (‖g‖ + 1e-6)."""
 
 
 @dataclass(frozen=True)
-class DPConfig:
+class DPConfig(Ranged):
     """One DP-SGD setting.
 
     sigma: noise multiplier σ (noise std is σ·C); 0 means clipping only.
@@ -38,23 +44,12 @@ class DPConfig:
     steps: number of DP-SGD steps the accountant composes.
     """
 
-    sigma: float
-    clip: float
-    delta: float = 1e-5
-    q: float = 0.01
-    steps: int = 1
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.sigma) and self.sigma >= 0):
-            raise ConfigError(f"dp: sigma must be a finite number ≥ 0, got {self.sigma!r}")
-        if not (math.isfinite(self.clip) and self.clip > 0):
-            raise ConfigError(f"dp: clip must be a finite number > 0, got {self.clip!r}")
-        if not 0 < self.delta < 1:
-            raise ConfigError(f"dp: delta must lie in (0, 1), got {self.delta!r}")
-        if not 0 < self.q <= 1:
-            raise ConfigError(f"dp: q must lie in (0, 1], got {self.q!r}")
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
-            raise ConfigError(f"dp: steps must be a positive integer, got {self.steps!r}")
+    sigma: float = ranged(REQUIRED, 0, MAX_WEIGHT)
+    clip: float = ranged(REQUIRED, 0, MAX_CLIP, low_open=True)
+    delta: float = ranged(1e-5, 0, 1, low_open=True, high_open=True)
+    q: float = ranged(0.01, 0, 1, low_open=True)
+    steps: int = ranged(1, 1, MAX_DP_STEPS)
+    owner: ClassVar[str] = "dp"
 
     def epsilon(self) -> float:
         """ε after `steps` steps at rate q and noise σ (Opacus RDP accountant); ∞ when σ = 0."""

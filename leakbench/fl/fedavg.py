@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -24,10 +25,15 @@ from torch import nn
 from leakbench.datasets.base import Batch
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate, ThreatModel
+from leakbench.harness.limits import MAX_WIDTH
+from leakbench.ranges import MAX_LR, Ranged, ranged
+
+MAX_LOCAL_EPOCHS = 10_000
+"""Local epochs of a FedAvg client: at most 10,000."""
 
 
 @dataclass(frozen=True)
-class FedAvgConfig:
+class FedAvgConfig(Ranged):
     """Local training of one FedAvg client.
 
     epochs: local epochs E over the client's batch.
@@ -35,17 +41,10 @@ class FedAvgConfig:
     lr: local learning rate η.
     """
 
-    epochs: int = 1
-    minibatch: int = 0
-    lr: float = 0.1
-
-    def __post_init__(self) -> None:
-        for key in ("epochs", "minibatch"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (1 if key == "epochs" else 0):
-                raise ConfigError(f"fedavg: {key} must be an integer ≥ {1 if key == 'epochs' else 0}, got {value!r}")
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError(f"fedavg: lr must be a finite number > 0, got {self.lr!r}")
+    epochs: int = ranged(1, 1, MAX_LOCAL_EPOCHS)
+    minibatch: int = ranged(0, 0, MAX_WIDTH)
+    lr: float = ranged(0.1, 0, MAX_LR, low_open=True)
+    owner: ClassVar[str] = "fedavg"
 
     def steps(self, batch_size: int) -> int:
         """K, the number of local SGD steps on a batch of `batch_size` samples."""

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from leakbench.errors import ConfigError
 
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+"""A folder name leakbench makes from a name it was given: at most 100 characters (with the suffixes
+and temporary siblings leakbench adds, it stays under file systems' 255 bytes)."""
 
 Foreign = Callable[[Path], list[str]]
 """Lists the entries of a folder that leakbench did not write there ([] when it is absent)."""
@@ -25,7 +27,9 @@ Foreign = Callable[[Path], list[str]]
 def folder_name(value: object, what: str) -> str:
     """`value` when it is one folder name (letters, digits, '.', '_', '-'; no separator, not '.' or '..')."""
     if not isinstance(value, str) or not NAME.fullmatch(value):
-        raise ConfigError(f"{what} must be a folder name (letters, digits, '.', '_', '-'), got {value!r}")
+        shown = value if not isinstance(value, str) or len(value) <= 60 else f"{value[:40]}… ({len(value)} characters)"
+        raise ConfigError(f"{what} must be a folder name (letters, digits, '.', '_', '-'; at most 100 characters), "
+                          f"got {shown!r}")
     return value
 
 

@@ -25,6 +25,16 @@ MAX_DEPTH = 64
 MAX_CELLS = 100_000
 """A suite expanding to more cells than this is refused before anything is checked or run."""
 
+MAX_GRID_IMAGES = 1024
+"""Images per comparison grid (a suite's `grid_images`): 1 … 1024."""
+
+MAX_COMPONENT = 200
+"""Bytes in one component of an output path: leakbench writes temporary siblings (`.NAME.tmp-…`,
+`.NAME.old-PID`) up to about 30 bytes longer than NAME, and file systems allow 255."""
+
+MAX_PATH = 3000
+"""Bytes in a whole output path (Linux allows 4096, and leakbench adds cell folders and file names)."""
+
 
 def check_int(value: Any, where: str, low: int, high: int) -> int:
     """`value` as an int in [low, high], or a ConfigError naming `where` and the bounds."""
@@ -48,8 +58,21 @@ def check_depth(value: Any, where: str) -> int:
     return check_int(value, where, 1, MAX_DEPTH)
 
 
+def check_path_length(path: Path, option: str) -> None:
+    """Refuse an output path with a component longer than MAX_COMPONENT bytes, or longer than MAX_PATH
+    in all (the write would fail with 'File name too long' after the work is done)."""
+    absolute = os.fsencode(Path(path).absolute())
+    if len(absolute) > MAX_PATH:
+        raise ConfigError(f"{option}: the path is {len(absolute)} bytes long, more than the {MAX_PATH} allowed")
+    for part in Path(path).parts:
+        if len(os.fsencode(part)) > MAX_COMPONENT:
+            raise ConfigError(f"{option}: the name {part[:40]}… is {len(os.fsencode(part))} bytes long, more than "
+                              f"the {MAX_COMPONENT} allowed")
+
+
 def check_writable_dir(path: Path, option: str) -> None:
-    """Refuse an output folder that cannot be created or written, before any work is done.
+    """Refuse an output folder that cannot be created or written, or whose path is too long, before any
+    work is done.
 
     Walks up to the nearest existing ancestor: the path itself, or any component on the way,
     existing as something other than a folder is refused; then a temporary file is created and
@@ -57,6 +80,7 @@ def check_writable_dir(path: Path, option: str) -> None:
     read-only or immutable folders still refuse). Nothing is left behind.
     """
     path = Path(path)
+    check_path_length(path, option)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{option} {path} exists and is not a directory")
     probe = path

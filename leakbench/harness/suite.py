@@ -11,7 +11,11 @@ remaining combination with layer 1 (they reconstruct images from the whole updat
 `arch = "conv"` picks the conv victim (layer 1 is its trunk; its first FC layer is layer 2, the
 default there). `fedavg` levels are "none" (FedSGD) or {epochs, minibatch (0 = b), lr}, an axis like
 `dp` (a suite cannot sweep both). `inversion = {steps = 300}` (optional lr, tv) inverts recovered
-features of inner layers to images (cells of image attacks such as IG get none).
+features of inner layers to images (cells of image attacks such as IG get none; a suite where no
+cell attacks an inner layer with a layer attack is refused: it would invert nothing).
+`grid_images` (1 … 1024, default 8) and `grid_seed` pick the images the comparison grids show.
+Every number of a `dp`, `fedavg`, `inversion` or `train` table and of `[hyperparameters.X]` has a
+declared range (`leakbench.ranges`; `leakbench show attack X` prints an attack's).
 `train_epochs = [0, 1, 5]` is the victim axis: 0 is the victim at init, N > 0 trains it N epochs
 (recipe: the optional table `train = {optimizer, lr, momentum, batch_size, weight_decay, augment,
 seed}`, else `TrainRecipe`'s defaults) on the dataset's train part, attacking batches of its attack part.
@@ -25,7 +29,8 @@ seed}`, else `TrainRecipe`'s defaults) on the dataset's train part, attacking ba
 pairing an attack with a level that withholds what it requires is refused before anything runs.
 `noise = [0.0, 1e-6, 1e-4]` is the additive-noise axis: Gaussian noise of std σ on every shared
 gradient entry (`leakbench.fl.noise`, not DP: no clipping, no accountant; not with a `dp` level);
-`noise_scale = "max"` makes σ relative to each tensor's max |entry| (default "absolute").
+`noise_scale = "max"` makes σ relative to each tensor's max |entry| (default "absolute"; refused
+without a `noise` level above 0, where it scales nothing).
 
 `models` is the victim-model axis: a list of tables, each one victim (the entries are zipped, not
 crossed with each other):
@@ -57,14 +62,14 @@ from typing import Any
 
 from leakbench.attacks import attack_class, build_config
 from leakbench.errors import ConfigError, LeakbenchError
-from leakbench.attacks.inversion import InversionConfig
+from leakbench.attacks.inversion import InversionConfig, inverts
 from leakbench.fl.dp import DPConfig
 from leakbench.fl.fedavg import FedAvgConfig
 from leakbench.fl.noise import check_noise
 from leakbench.fl.update import ThreatModel
 from leakbench.harness.cell import CellSpec, cell_id, cell_settings
 from leakbench.harness.folders import folder_name
-from leakbench.harness.limits import MAX_CELLS, check_depth, check_seed, check_width
+from leakbench.harness.limits import MAX_CELLS, MAX_GRID_IMAGES, check_depth, check_int, check_seed, check_width
 from leakbench.models import ARCHS, first_attackable_layer
 from leakbench.models.training import TrainRecipe, check_epochs
 
@@ -196,6 +201,7 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
                 recipe=recipe if train_epochs else None, labels_known=threat.labels_known,
                 batch_size_known=threat.batch_size_known, noise=noise, noise_scale=raw.get("noise_scale", "absolute")))
     _unique_cells(cells, path)
+    _inversion_applies(inversion, cells, path)
     return Suite(name=raw["name"], cells=cells, grid_seed=raw.get("grid_seed", 0),
                  grid_images=raw.get("grid_images", DEFAULT_GRID_IMAGES), text=text, layerless=layerless)
 
@@ -234,6 +240,14 @@ def _unique_cells(cells: list[CellSpec], path: Path | Traversable) -> None:
             raise ConfigError(f"suite {path}: the plan holds cell {cid} ({spec.attack} b={spec.batch_size} "
                               f"layer {spec.layer} seed {spec.seed}) twice")
         seen.add(cid)
+
+
+def _inversion_applies(inversion: InversionConfig | None, cells: list[CellSpec], path: Path | Traversable) -> None:
+    """Refuse key 'inversion' when no cell recovers features to invert (every cell at layer 1, or of
+    an attack without a layer setting): it would do nothing."""
+    if inversion is not None and inversion.steps and not any(inverts(c.attack, c.layer) for c in cells):
+        raise ConfigError(f"suite {path}: key 'inversion' inverts nothing: no cell attacks an inner layer with an "
+                          "attack that has a layer setting (add 'layers' ≥ 2, or drop 'inversion')")
 
 
 def _has_layer(attack: str) -> bool:
@@ -276,8 +290,9 @@ def _validate(raw: dict[str, Any]) -> None:
         raise ConfigError("a suite sweeps either 'dp' or 'fedavg', not both")
     if "dp" in raw and any(raw.get("noise", [])):
         raise ConfigError("a suite adds plain 'noise' or sweeps 'dp' (which adds its own), not both")
-    if raw.get("grid_images", 1) < 1:
-        raise ConfigError("key 'grid_images' must be at least 1")
+    check_int(raw.get("grid_images", 1), "key 'grid_images'", 1, MAX_GRID_IMAGES)
+    if "noise_scale" in raw and not any(raw.get("noise", [])):
+        raise ConfigError("key 'noise_scale' needs key 'noise' with a level above 0 (without one it scales nothing)")
     check_seed(raw.get("grid_seed", 0), "key 'grid_seed'")
     for attack in raw["attacks"]:
         attack_class(attack)  # unknown attack: ConfigError naming it

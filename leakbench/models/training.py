@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from leakbench.errors import ConfigError
+from leakbench.harness.limits import MAX_SEED
+from leakbench.ranges import MAX_WEIGHT, Ranged, ranged
 
 OPTIMIZERS = ("sgd", "adam")
 MAX_TRAIN_EPOCHS = 1000
 """Epochs a victim may train: 0 (at init) … 1000."""
+MAX_TRAIN_BATCH = 2**20
+"""Training mini-batch size: at most 2^20 samples."""
 
 
 @dataclass(frozen=True)
-class TrainRecipe:
+class TrainRecipe(Ranged):
     """How a victim trains: cross-entropy, mini-batches of `batch_size` reshuffled every epoch from
     `seed`, no learning-rate schedule. Default Adam, lr 1e-3, batches of 64: SGD at lr 0.01 (momentum
     0.9) left FC-6 on TinyImageNet at chance after 3 epochs; Adam reaches 5.8 % train accuracy in 5.
@@ -26,26 +31,18 @@ class TrainRecipe:
     """
 
     optimizer: str = "adam"
-    lr: float = 0.001
-    momentum: float = 0.9
-    batch_size: int = 64
-    weight_decay: float = 0.0
+    lr: float = ranged(0.001, 0, 10, low_open=True)
+    momentum: float = ranged(0.9, 0, 1, high_open=True)
+    batch_size: int = ranged(64, 1, MAX_TRAIN_BATCH)
+    weight_decay: float = ranged(0.0, 0, MAX_WEIGHT)
     augment: bool = False
-    seed: int = 0
+    seed: int = ranged(0, 0, MAX_SEED, high_open=True)
+    owner: ClassVar[str] = "training"
 
     def __post_init__(self) -> None:
+        super().__post_init__()  # declared ranges (leakbench.ranges)
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"training optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        if not (isinstance(self.lr, (int, float)) and 0 < self.lr <= 10):
-            raise ConfigError(f"training lr must be in (0, 10], got {self.lr!r}")
-        if not (isinstance(self.momentum, (int, float)) and 0 <= self.momentum < 1):
-            raise ConfigError(f"training momentum must be in [0, 1), got {self.momentum!r}")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ConfigError(f"training batch size must be a positive integer, got {self.batch_size!r}")
-        if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
-            raise ConfigError(f"training weight decay must be ≥ 0, got {self.weight_decay!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise ConfigError(f"training seed must be an integer in [0, 2^63), got {self.seed!r}")
 
 
 def check_epochs(value: object, where: str) -> int:

@@ -13,32 +13,49 @@ from pathlib import Path
 
 import pandas as pd
 
-from leakbench.errors import LeakbenchError
-from leakbench.harness.store import write_text_atomic
+from leakbench.errors import ConfigError, LeakbenchError
+from leakbench.harness.store import read_table, write_text_atomic
 from leakbench.reporting.aggregate import epsilon_labels, fmt, grouped, model_order, with_model
 from leakbench.reporting.compare import grid_name
 from leakbench.reporting.pivot import pivot_table
 from leakbench.reporting.render import Block, Table, html_document, markdown
+from leakbench.reporting.target import check_leaderboard_target
 
 BOARD = ["suite", "dataset", "model", "layer", "client"]
 """What one leaderboard table holds fixed; its columns are batch size × DP level, its rows attacks."""
 COLUMN = ["batch_size", "dp"]
+CELL_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", "layer", "seed", "dp", "space")
+RECORD_COLUMNS = ("cell_id", "exact")
+"""Columns every leakbench run's cells.parquet / records.parquet holds (runs of every version): a table
+without them is another tool's, refused in one line rather than failing deep in pandas."""
 TITLE = "leakbench leaderboard"
 TIMING_TITLE = "leakbench leaderboard — timing"
 
 
 def load_results(results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """All runs' records and cells, with a `suite` column (the run folder's name), sorted."""
+    """All runs' records and cells, with a `suite` column (the run folder's name), sorted; a table that is
+    not leakbench's (unreadable, or without the columns it writes) is one ConfigError line naming it."""
     runs = sorted(p.parent for p in results.glob("*/cells.parquet") if (p.parent / "records.parquet").is_file())
     records, cells = [], []
     for run in runs:
-        run_cells = pd.read_parquet(run / "cells.parquet")
+        run_cells = read_table(run, "cells.parquet")
         if len(run_cells):  # a sweep interrupted before its first cell stores empty tables
-            records.append(pd.read_parquet(run / "records.parquet").assign(suite=run.name))
+            run_records = read_table(run, "records.parquet")
+            _check_columns(run, run_cells, run_records)
+            records.append(run_records.assign(suite=run.name))
             cells.append(run_cells.assign(suite=run.name))
     if not cells:
         raise LeakbenchError(f"no stored runs under {results} (expected RUN/records.parquet and RUN/cells.parquet)")
     return pd.concat(records, ignore_index=True), with_model(pd.concat(cells, ignore_index=True))
+
+
+def _check_columns(run: Path, cells: pd.DataFrame, records: pd.DataFrame) -> None:
+    """Refuse a run folder whose tables lack the columns the leaderboard reads (not a leakbench run)."""
+    for name, table, needed in (("cells.parquet", cells, CELL_COLUMNS), ("records.parquet", records, RECORD_COLUMNS)):
+        missing = sorted(set(needed) - set(table.columns))
+        if missing:
+            raise ConfigError(f"{run / name} is not a leakbench table (no column {', '.join(missing[:3])}); "
+                              "--results must hold leakbench run folders only")
 
 
 def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple, eps: dict[str, str],
@@ -81,6 +98,7 @@ def timing_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
 def write_leaderboard(results: Path, reports: Path) -> list[Path]:
     """Regenerate REPORTS/leaderboard.{md,html} (ranked, byte-identical for the same records) and
     REPORTS/leaderboard-timing.md (seconds per cell) from the runs under `results`."""
+    check_leaderboard_target(reports)  # before reading anything: a user's leaderboard.md is never replaced
     records, cells = load_results(results)
     intro = ["Per dataset, victim and attacked layer: attacks ranked by mean exact % over the table's settings "
              "(failed images count as not exact), then mean PSNR median, then fewer failures. Each entry is one "

@@ -23,16 +23,35 @@ SUBFOLDERS = ("figures", "grids")
 LEGACY_FILE = re.compile(r"(figures|grids)/[A-Za-z0-9][A-Za-z0-9._-]*\.png")
 PAGE_HEADS = {".md": "# leakbench suite ", ".html": "<title>leakbench suite "}
 """What the first lines of a page leakbench wrote hold."""
+LEADERBOARD_PAGES = {"leaderboard.md": "# leakbench leaderboard", "leaderboard.html": "<title>leakbench leaderboard",
+                     "leaderboard-timing.md": "# leakbench leaderboard"}
+"""The pages `leakbench leaderboard` writes into a reports folder, and what the first lines of each hold."""
+RESERVED_NAMES = frozenset(Path(page).stem for page in LEADERBOARD_PAGES)
+"""Suite names whose report pages would be the leaderboard's (`leaderboard`, `leaderboard-timing`)."""
 
 
 def check_report_target(reports: Path, suite: str) -> None:
-    """Raise one line when writing `suite`'s report under `reports` would replace files leakbench did not write."""
+    """Raise one line when writing `suite`'s report under `reports` would replace files leakbench did not
+    write, or the leaderboard's pages (a suite named like them)."""
+    if suite in RESERVED_NAMES:
+        raise ConfigError(f"suite name {suite!r} is reserved: its report would replace the leaderboard's pages in "
+                          "--reports; rename the suite")
     for suffix, head in PAGE_HEADS.items():
-        page = reports / f"{suite}{suffix}"
-        if os.path.lexists(page) and head not in _head(page):
-            raise ConfigError(f"{page} exists and was not written by leakbench; leakbench replaces only its own "
-                              "output: move it away or choose another --reports")
+        check_page(reports / f"{suite}{suffix}", head)
     check_owned(reports / suite, foreign_report_entries)
+
+
+def check_leaderboard_target(reports: Path) -> None:
+    """Raise one line when a leaderboard page under `reports` exists and was not written by leakbench."""
+    for name, head in LEADERBOARD_PAGES.items():
+        check_page(reports / name, head)
+
+
+def check_page(page: Path, head: str) -> None:
+    """Raise one line when `page` exists and its first lines do not hold `head` (not leakbench's page)."""
+    if os.path.lexists(page) and head not in _head(page):
+        raise ConfigError(f"{page} exists and was not written by leakbench; leakbench replaces only its own "
+                          "output: move it away or choose another --reports")
 
 
 def foreign_report_entries(folder: Path) -> list[str]:

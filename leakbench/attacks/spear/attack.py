@@ -16,14 +16,21 @@ from leakbench.attacks.spear.search import search_columns
 from leakbench.attacks.spear.state import SearchSettings, stop_reason
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
+from leakbench.harness.limits import MAX_DEPTH, MAX_WIDTH
+from leakbench.ranges import MAX_SECONDS, MAX_WEIGHT, Ranged, ranged
+
+MAX_DRAWS = 10**12
+"""Draws a search may be given (about a week at a million draws per second)."""
+MAX_CHUNK = 10**6
+"""Draws per vectorised step, and new patterns refined per step (auto_chunk picks at most 65,536)."""
 
 ChunkSource = Callable[[SampleState], bool]
 StatsFn = Callable[[], dict]
 
 
 @dataclass(frozen=True)
-class SpearConfig:
-    """SPEAR's hyperparameters.
+class SpearConfig(Ranged):
+    """SPEAR's hyperparameters (each number's range: `leakbench show attack spear`).
 
     layer: which linear layer (1-based) of the victim to attack; it must be followed by a ReLU.
     max_draws / max_seconds: budget of the sampling search; past it the attack reports failure.
@@ -61,35 +68,28 @@ class SpearConfig:
     device: torch device for the linear algebra ("cpu" or "cuda").
     """
 
-    layer: int = 1
-    max_draws: int = 200_000_000
-    max_seconds: float = 900.0
-    chunk: int = 0
-    min_extra_zeros: int = 3
-    min_zero_fraction: float = 0.0
-    zero_tol: float = 1e-5
-    noise_factor: float = 10.0
-    sample_tol_factor: float = 10.0
-    unique_gap: float = 1e-5
-    max_new_per_chunk: int = 256
+    layer: int = ranged(1, 1, MAX_DEPTH)
+    max_draws: int = ranged(200_000_000, 1, MAX_DRAWS)
+    max_seconds: float = ranged(900.0, 0, MAX_SECONDS, low_open=True)
+    chunk: int = ranged(0, 0, MAX_CHUNK)
+    min_extra_zeros: int = ranged(3, 1, MAX_WIDTH)
+    min_zero_fraction: float = ranged(0.0, 0, 1)
+    zero_tol: float = ranged(1e-5, 0, 1, low_open=True)
+    noise_factor: float = ranged(10.0, 0, MAX_WEIGHT)
+    sample_tol_factor: float = ranged(10.0, 0, MAX_WEIGHT, low_open=True)
+    unique_gap: float = ranged(1e-5, 0, 1, low_open=True)
+    max_new_per_chunk: int = ranged(256, 1, MAX_CHUNK)
     last_column: bool = True
-    residual_tol: float = 1e-4
+    residual_tol: float = ranged(1e-4, 0, 1, low_open=True)
     sampler: str = "auto"
-    row_weight_power: float = 2.0
+    row_weight_power: float = ranged(2.0, 0, 100)
     route: str = "default"
     device: str = "cpu"
     attack_name: ClassVar[str] = "spear"
     """The attack this Config belongs to, for error messages (check_route_knobs)."""
 
     def __post_init__(self) -> None:
-        positive = ("layer", "max_draws", "max_seconds", "min_extra_zeros", "zero_tol", "sample_tol_factor",
-                    "unique_gap", "max_new_per_chunk", "residual_tol")
-        for name in positive:
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"spear: {name} must be positive, got {getattr(self, name)!r}")
-        for name in ("chunk", "min_zero_fraction", "noise_factor", "row_weight_power"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"spear: {name} must not be negative, got {getattr(self, name)!r}")
+        super().__post_init__()  # declared ranges (leakbench.ranges)
         if self.sampler not in ("auto", "zeros", "actives", "both"):
             raise ConfigError(f"spear: sampler must be auto, zeros, actives or both, got {self.sampler!r}")
         if self.device.split(":")[0] not in ("cpu", "cuda"):

@@ -14,8 +14,12 @@ from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.state import SearchSettings
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
+from leakbench.harness.limits import MAX_WIDTH
+from leakbench.ranges import ranged
 
 INITS = ("subsets", "msp", "msp-only")
+MAX_PROPOSALS = 10**5
+"""starts per round and trim iterations (steps, hold): at most 10^5."""
 
 
 @dataclass(frozen=True)
@@ -36,26 +40,18 @@ class SpearDLConfig(SpearConfig):
     """
 
     init: str = "subsets"
-    starts: int = 32
-    keep: float = 0.7
-    start_keep: float = 0.9
-    steps: int = 30
-    hold: int = 15
-    min_remaining: int = 10
+    starts: int = ranged(32, 1, MAX_PROPOSALS)
+    keep: float = ranged(0.7, 0.5, 1, low_open=True)
+    start_keep: float = ranged(0.9, 0, 1, low_open=True)
+    steps: int = ranged(30, 1, MAX_PROPOSALS)
+    hold: int = ranged(15, 0, MAX_PROPOSALS)
+    min_remaining: int = ranged(10, 1, MAX_WIDTH)
     attack_name: ClassVar[str] = "spear-dl"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.init not in INITS:
             raise ConfigError(f"spear-dl: init must be one of {', '.join(INITS)}, got {self.init!r}")
-        if not 0.5 < self.keep <= 1 or not 0 < self.start_keep <= 1:
-            raise ConfigError(f"spear-dl: need 0.5 < keep ≤ 1 and 0 < start_keep ≤ 1, got {self.keep!r}, "
-                              f"{self.start_keep!r}")
-        for name in ("starts", "steps", "min_remaining"):
-            if not getattr(self, name) >= 1:
-                raise ConfigError(f"spear-dl: {name} must be at least 1, got {getattr(self, name)!r}")
-        if self.hold < 0:
-            raise ConfigError(f"spear-dl: hold must not be negative, got {self.hold!r}")
         ignored = IGNORED_BY_INIT.get(self.init, ())
         changed = [knob for knob in ignored if getattr(self, knob) != SpearDLConfig.__dataclass_fields__[knob].default]
         if changed:

@@ -19,6 +19,14 @@ from leakbench.attacks.spear.residual import ResidualGuides
 from leakbench.attacks.spear.state import SearchSettings
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
+from leakbench.harness.limits import MAX_WIDTH
+from leakbench.ranges import ranged
+
+
+MAX_POOL = 1000.0
+"""pool_start and pool_growth: at most 1000 (a pool never holds more than the live neurons)."""
+MAX_ROUNDS = 10**4
+"""Chunks without a sample before a residual guide, and guide-pattern refit rounds."""
 
 
 @dataclass(frozen=True)
@@ -51,15 +59,15 @@ class GuidedSpearConfig(SpearConfig):
 
     guide: str = "cpa"
     guide_options: dict[str, Any] = field(default_factory=dict)
-    pool_start: float = 1.5
-    pool_growth: float = 1.25
+    pool_start: float = ranged(1.5, 1, MAX_POOL)
+    pool_growth: float = ranged(1.25, 1, MAX_POOL, low_open=True)
     refine_first: bool = False
     fast_fit: bool = True
-    residual_after: int = 2
-    residual_max_missing: int = 48
-    residual_from_b: int = 128
-    pattern_fit_rounds: int = 10
-    pattern_fit_from_b: int = 128
+    residual_after: int = ranged(2, 1, MAX_ROUNDS)
+    residual_max_missing: int = ranged(48, 0, MAX_WIDTH)
+    residual_from_b: int = ranged(128, 1, MAX_WIDTH)
+    pattern_fit_rounds: int = ranged(10, 0, MAX_ROUNDS)
+    pattern_fit_from_b: int = ranged(128, 1, MAX_WIDTH)
     attack_name: ClassVar[str] = "spear-guided"
 
     def __post_init__(self) -> None:
@@ -67,15 +75,6 @@ class GuidedSpearConfig(SpearConfig):
         if self.guide in ("spear", "spear-guided"):
             raise ConfigError(f"spear-guided: the guide must be another attack, got {self.guide!r}")
         check_guide(self)
-        if self.pattern_fit_rounds < 0 or self.pattern_fit_from_b < 1:
-            raise ConfigError(f"spear-guided: need pattern_fit_rounds ≥ 0 and pattern_fit_from_b ≥ 1, got "
-                              f"{self.pattern_fit_rounds!r} and {self.pattern_fit_from_b!r}")
-        if self.residual_after < 1 or self.residual_max_missing < 0 or self.residual_from_b < 1:
-            raise ConfigError(f"spear-guided: need residual_after ≥ 1 and residual_max_missing ≥ 0, got "
-                              f"{self.residual_after!r} and {self.residual_max_missing!r}")
-        if not self.pool_start >= 1 or not self.pool_growth > 1:
-            raise ConfigError(f"spear-guided: need pool_start ≥ 1 and pool_growth > 1, got "
-                              f"{self.pool_start!r} and {self.pool_growth!r}")
 
 
 class GuidedSpearAttack(SpearAttack):

@@ -1,0 +1,132 @@
+"""Issue 22, bad input beyond numeric ranges (those: tests/test_ranges.py): duplicate `--param` keys,
+inversion that inverts nothing, `noise_scale` without noise, absurd grid sizes, overlong names and
+paths, suite names reserved for the leaderboard's pages, a leaderboard over files leakbench did not
+write, plugins that exit or interrupt at import or register odd names. Library calls only (fast); the
+command line runs them in `benchmarks/fault_check.py --only item:22` (tests/test_fault_check_inputs.py)."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from leakbench.attacks.inversion import inverts
+from leakbench.cli import parse_params
+from leakbench.errors import ConfigError
+from leakbench.harness.folders import folder_name
+from leakbench.harness.limits import MAX_COMPONENT, check_writable_dir
+from leakbench.harness.suite import load_suite
+from leakbench.plugins import load_plugin
+from leakbench.registry import Registry
+from leakbench.reporting.leaderboard import write_leaderboard
+from leakbench.reporting.target import RESERVED_NAMES, check_report_target
+
+SUITE = 'name = "{name}"\ndataset = "embedded"\nattacks = {attacks}\nbatch_sizes = [1]\nwidth = 32\ndepth = 3\n'
+
+
+def _suite(tmp_path: Path, extra: str = "", *, name: str = "checks", attacks: str = '["spear"]'):
+    path = tmp_path / "suite.toml"
+    path.write_text(SUITE.format(name=name, attacks=attacks) + extra)
+    return load_suite(path)
+
+
+def test_a_param_given_twice_is_refused() -> None:
+    assert parse_params(["max_draws=1", "chunk=2"]) == {"max_draws": 1, "chunk": 2}
+    with pytest.raises(ConfigError, match="--param max_draws is given twice"):
+        parse_params(["max_draws=1", "max_draws=2"])
+
+
+def test_inversion_applies_to_inner_layers_of_layer_attacks_only() -> None:
+    assert inverts("spear", 2) and inverts("cpa", 3)
+    assert not inverts("spear", 1) and not inverts("ig", 2) and not inverts("dlg", 1)
+
+
+@pytest.mark.parametrize("extra, attacks, match", [
+    ("inversion = { steps = 5 }\n", '["spear"]', "inverts nothing"),  # layer 1 only
+    ("layers = [2]\ninversion = { steps = 5 }\n", '["ig"]', "inverts nothing"),  # no layer setting
+    ('noise_scale = "max"\n', '["spear"]', "noise_scale"),
+    ('noise = [0.0]\nnoise_scale = "max"\n', '["spear"]', "noise_scale"),
+    ("grid_images = 1000000000\n", '["spear"]', "grid_images"),
+    ("grid_seed = 1e400\n", '["spear"]', "grid_seed"),
+    ("fedavg = [{epochs = 1000000000, minibatch = 0, lr = 0.1}]\n", '["spear"]', "epochs"),
+    ("layers = [2]\ninversion = { steps = 1_000_000_000_000 }\n", '["spear"]', "steps"),
+])
+def test_suite_refuses(tmp_path: Path, extra: str, attacks: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        _suite(tmp_path, extra, attacks=attacks)
+
+
+def test_suite_accepts_what_does_something(tmp_path: Path) -> None:
+    assert len(_suite(tmp_path, "layers = [1, 2]\ninversion = { steps = 5 }\n").cells) == 2
+    assert _suite(tmp_path, 'noise = [0.0, 1e-4]\nnoise_scale = "max"\ngrid_images = 1024\n').grid_images == 1024
+
+
+def test_long_names_and_paths_are_refused(tmp_path: Path) -> None:
+    folder_name("x" * 100, "name")
+    with pytest.raises(ConfigError, match="at most 100 characters"):
+        folder_name("x" * 101, "name")
+    with pytest.raises(ConfigError, match="name"):
+        _suite(tmp_path, name="x" * 300)
+    check_writable_dir(tmp_path / ("y" * MAX_COMPONENT), "--out")
+    with pytest.raises(ConfigError, match="--out: the name y+… is 201 bytes long"):
+        check_writable_dir(tmp_path / ("y" * (MAX_COMPONENT + 1)) / "z", "--out")
+    with pytest.raises(ConfigError, match="--reports: the path is"):
+        check_writable_dir(tmp_path.joinpath(*["d" * 100] * 40), "--reports")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["suite.toml"]
+
+
+def test_suite_names_of_the_leaderboard_pages_are_reserved(tmp_path: Path) -> None:
+    assert RESERVED_NAMES == {"leaderboard", "leaderboard-timing"}
+    for name in RESERVED_NAMES:
+        with pytest.raises(ConfigError, match="reserved"):
+            check_report_target(tmp_path, name)
+    check_report_target(tmp_path, "leaderboards")
+
+
+def test_leaderboard_never_replaces_a_users_page(tmp_path: Path) -> None:
+    (tmp_path / "reports").mkdir()
+    page = tmp_path / "reports" / "leaderboard-timing.md"
+    page.write_text("# my timings\n")
+    with pytest.raises(ConfigError, match="leaderboard-timing.md exists and was not written by leakbench"):
+        write_leaderboard(tmp_path / "results", tmp_path / "reports")
+    assert page.read_text() == "# my timings\n"
+
+
+@pytest.mark.parametrize("content, match", [("garbage", "not a readable Parquet table"),
+                                            ("foreign", "not a leakbench table")])
+def test_leaderboard_over_foreign_tables_is_one_line(tmp_path: Path, content: str, match: str) -> None:
+    run = tmp_path / "results" / "theirs"
+    run.mkdir(parents=True)
+    for name in ("cells.parquet", "records.parquet"):
+        if content == "garbage":
+            (run / name).write_text("not parquet")
+        else:
+            pd.DataFrame({"loss": [0.5]}).to_parquet(run / name)
+    with pytest.raises(ConfigError, match=match):
+        write_leaderboard(tmp_path / "results", tmp_path / "reports")
+    assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize("body, match", [("import sys\nsys.exit(3)\n", "SystemExit: 3"),
+                                         ("raise KeyboardInterrupt\n", "KeyboardInterrupt"),
+                                         ("raise SystemExit\n", "SystemExit")])
+def test_a_plugin_exiting_at_import_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      body: str, match: str) -> None:
+    module = f"plug_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=f"plugin '{module}' cannot be loaded: {match}"):
+        load_plugin(module)
+    assert module not in sys.modules
+
+
+@pytest.mark.parametrize("name", ["odd name", "a/b", "../x", "Upper", "-dash", "", "x" * 65, "tab\tname", "<b>"])
+def test_registered_names_must_be_safe(name: str) -> None:
+    registry: Registry[int] = Registry("attack")
+    with pytest.raises(ConfigError, match="attack name .* is not allowed"):
+        registry.register(name, lambda: 1, "odd")
+    registry.register("ok-name_1.2", lambda: 1, "fine")
+    assert registry.names() == ["ok-name_1.2"]
