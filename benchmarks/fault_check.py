@@ -521,7 +521,10 @@ def _signal_and_resume(sig: int, jobs: int, suite_text: str, after: int) -> Call
     """Interrupt a run once `after` cells are stored; resumed, it must equal an uninterrupted run.
 
     With `jobs` > 1 the interrupted run must also stop at once: no more than `jobs` cells may be
-    stored after the signal (those already running), and it must exit within 20 s.
+    stored after the signal (those already running), and it must exit within 20 s. SIGINT, SIGTERM
+    and SIGHUP go to the run's process only (Ctrl-C in a script, `kill PID`, a scheduler); SIGKILL to
+    its whole process group. Once it has exited, none of its processes (pool workers, attack workers,
+    the resource tracker) may be left.
     """
     def scenario(d: Path, reference: Path) -> Outcome:
         _fresh(d)
@@ -539,19 +542,52 @@ def _signal_and_resume(sig: int, jobs: int, suite_text: str, after: int) -> Call
             time.sleep(0.05)
         at_signal, start = count(), time.monotonic()
         if first.poll() is None:
-            os.kill(first.pid, sig) if sig == signal.SIGINT else os.killpg(first.pid, sig)
+            os.killpg(first.pid, sig) if sig == signal.SIGKILL else os.kill(first.pid, sig)
         try:
             first.wait(timeout=120)
         except subprocess.TimeoutExpired:
             os.killpg(first.pid, signal.SIGKILL)
             first.wait()
         stopped_s, after_signal = time.monotonic() - start, count() - at_signal
+        left = _left_behind(first.pid) if sig != signal.SIGKILL else []
         if jobs > 1 and (after_signal > jobs or stopped_s > 20):
             return Outcome(False, f"kept running after {signal.Signals(sig).name}: {after_signal} more cells "
                                   f"stored, exit after {stopped_s:.1f} s")
+        if left:
+            return Outcome(False, f"{len(left)} processes left after {signal.Signals(sig).name}: {left[:5]}")
+        if "Traceback" in (first.stderr.read() if first.stderr else ""):
+            return Outcome(False, f"traceback after {signal.Signals(sig).name}")
         proc = cli(args, cwd=d)
         return _judge_resume(d, ref, proc, [d / USER_FILE])
     return scenario
+
+
+def _left_behind(session: int, grace_s: float = 5.0) -> list[str]:
+    """Names of the processes still in `session` (the interrupted run's) after `grace_s` seconds; they are
+    then killed, so that no later case meets them."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        left = _session_processes(session)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if left:
+        os.killpg(session, signal.SIGKILL)
+    return [name for _, name in left]
+
+
+def _session_processes(session: int) -> list[tuple[int, str]]:
+    """(pid, command name) of the live processes of a session, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        if int(fields[3]) == session and fields[0] != "Z":
+            found.append((int(stat.parent.name), name))
+    return found
 
 
 def _default_sigint() -> None:
@@ -654,6 +690,9 @@ FAULTS: list[Fault] = [
     Fault("interrupt_serial", 0, _signal_and_resume(signal.SIGINT, 1, FAULT_SUITE, after=2)),
     Fault("kill_serial", 0, _signal_and_resume(signal.SIGKILL, 1, FAULT_SUITE, after=3)),
     Fault("kill_jobs_2", 0, _signal_and_resume(signal.SIGKILL, 2, SLOW_SUITE, after=5)),
+    # issue 22, faults
+    Fault("sigterm_jobs_2", 22, _signal_and_resume(signal.SIGTERM, 2, SLOW_SUITE, after=3)),
+    Fault("sighup_serial", 22, _signal_and_resume(signal.SIGHUP, 1, FAULT_SUITE, after=2)),
 ]
 
 # --------------------------------------------------------------------------- main

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 import warnings
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from leakbench.errors import LeakbenchError, LeakbenchWarning
+from leakbench.harness.interrupts import stop_signals_as_interrupt
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -149,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         commands = {"attack": cmd_attack, "run": cmd_run, "report": cmd_report, "rescore": cmd_rescore,
                     "leaderboard": cmd_leaderboard, "reproduce": cmd_reproduce, "view": cmd_view, "list": cmd_list,
                     "show": cmd_show}
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), stop_signals_as_interrupt():
             warnings.simplefilter("always", LeakbenchWarning)
             warnings.showwarning = _one_line_warnings(warnings.showwarning)
             load_plugins(args)
@@ -157,9 +159,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LeakbenchError as exc:
         print(f"leakbench: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("leakbench: interrupted; finished cells are stored, the same command resumes", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (`Terminated`)
+        signum = getattr(exc, "signum", signal.SIGINT)
+        what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        print(f"leakbench: {what}; finished cells are stored, the same command resumes", file=sys.stderr)
+        return EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + signum
     except BrokenPipeError:  # `leakbench list attacks | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
