@@ -508,8 +508,13 @@ def _swap(cell: Path, cells: list[Path]) -> None:
 
 
 def _stale_temp(cell: Path, _: list[Path]) -> None:
+    """A temporary folder as a killed run leaves it (a copy of a cell, and leakbench's marker)."""
+    sys.path.insert(0, str(REPO))
+    from leakbench.harness.folders import TEMP_MARKER
+
     tmp = cell.parent / f".{cell.name}.tmp-abc123"
     shutil.copytree(cell, tmp)
+    (tmp / TEMP_MARKER).write_text("")
 
 
 def _damaged_consolidated(cell: Path, _: list[Path]) -> None:

@@ -147,14 +147,41 @@ def test_run_refuses_foreign_files_in_a_cell_folder(tmp_path: Path, reference: P
 
 
 def test_only_leakbench_temporary_folders_are_removed(tmp_path: Path, reference: Path) -> None:
+    """A marked temporary folder is removed; a user's folder named like one (with or without files, also
+    through a linked cells/) is not."""
     run_dir = _copy_run(reference, tmp_path)
-    mine, partial = run_dir / "cells" / ".backup", run_dir / "cells" / f".{_cell(run_dir, 1).name}.tmp-ab12_x"
-    mine.mkdir()
+    cells = run_dir / "cells"
+    elsewhere = Path(shutil.move(cells, tmp_path / "elsewhere"))
+    cells.symlink_to(elsewhere)
+    name = _cell(run_dir, 1).name
+    mine, empty = cells / ".backup", cells / f".{name}.tmp-mine"
+    named_like = cells / f".{name}.tmp-x"
+    partial, moved = cells / f".{name}.tmp-ab12_x", cells / f".{name}.old-123"
+    for folder in (mine, empty, named_like, partial, moved):
+        folder.mkdir()
     (mine / "keep.txt").write_text("mine\n")
-    partial.mkdir()
-    (partial / "records.parquet").write_bytes(b"half")
+    (named_like / "records.parquet").write_text("mine\n")
+    for folder in (partial, moved):
+        (folder / "records.parquet").write_bytes(b"half")
+        (folder / folders.TEMP_MARKER).write_text("")
     assert run_sweep(str(tmp_path / "suite.toml"), out=tmp_path / "res").ran == 0
-    assert (mine / "keep.txt").read_text() == "mine\n" and not partial.exists()
+    assert (mine / "keep.txt").read_text() == "mine\n" and (named_like / "records.parquet").read_text() == "mine\n"
+    assert empty.is_dir() and not partial.exists() and not moved.exists()
+
+
+def test_an_interrupted_report_leaves_nothing_a_later_report_keeps(tmp_path: Path, reference: Path) -> None:
+    """A report killed mid-way leaves its marked staging folder; the next report of the suite removes it
+    (and only it: a user's folder named like one stays)."""
+    reports = tmp_path / "rep"
+    staging = folders.temp_folder(reports / "tiny")  # as a report killed while drawing leaves it
+    (staging / "figures").mkdir()
+    users = reports / ".tiny.tmp-user"
+    users.mkdir()
+    (users / "notes.txt").write_text("mine\n")
+    write_report(reference, reports)
+    assert not staging.exists() and (users / "notes.txt").read_text() == "mine\n"
+    assert sorted(p.name for p in reports.iterdir()) == [".tiny.tmp-user", "tiny", "tiny.html", "tiny.md"]
+    assert folders.TEMP_MARKER not in json.loads((reports / "tiny" / "report.json").read_text())["files"]
 
 
 # --------------------------------------------------------------------------- 2: names read from disk
@@ -173,6 +200,21 @@ def test_report_refuses_unsafe_names_in_the_manifest(tmp_path: Path, reference: 
     done = run_cli_many({"report": (["report", str(run_dir), "--reports", str(tmp_path / "a" / "b" / "rep")], tmp_path)})
     assert "must be a folder name" in _bad_input(done["report"], value)
     assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("selection", [[0, 2], [-1], [0, 0], ["0"], 3])
+def test_report_refuses_a_grid_selection_outside_the_batch(tmp_path: Path, reference: Path, selection) -> None:
+    """A manifest whose grid selection names no image of the batch (b = 2 here) is refused in one line."""
+    from leakbench.errors import LeakbenchError
+
+    run_dir = _copy_run(reference, tmp_path)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    cell = next(c for c in manifest["cells"] if c["batch_size"] == 2)
+    cell["grid_selection"] = selection
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(LeakbenchError, match=f"cell {cell['cell_id']}: grid_selection"):
+        write_report(run_dir, tmp_path / "rep")
+    assert not (tmp_path / "rep").exists()
 
 
 def test_suite_names_and_stored_names_share_one_check(tmp_path: Path, reference: Path) -> None:

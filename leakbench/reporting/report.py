@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from leakbench.errors import LeakbenchError, LeakbenchWarning
-from leakbench.harness.folders import replace_folder
+from leakbench.harness.folders import remove_leftovers, replace_folder, temp_folder
 from leakbench.harness.store import CELLS_DIR, collect, read_run_manifest, write_text_atomic
 from leakbench.metrics import MATCHING
 from leakbench.reporting.aggregate import (STAT_HEADER, dp_order, epsilon_labels, grouped, model_order, stat_cells,
@@ -182,8 +181,8 @@ def write_report(run_dir: Path, reports: Path) -> Path:
     if cells.empty:
         raise LeakbenchError(f"{run_dir} holds no finished cells")
     check_report_target(reports, suite)
-    reports.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{suite}.tmp-", dir=reports))
+    remove_leftovers(reports, suite)  # staging folders of an interrupted report
+    staging = temp_folder(reports / suite)
     try:
         (staging / "grids").mkdir()
         axis_tables, figure_data = axis_blocks(records, cells, manifest.get("layerless_attacks", []))
