@@ -675,6 +675,94 @@ def _report_of_damaged(d: Path, reference: Path) -> Outcome:
     return Outcome(True)
 
 
+# --------------------------------------------------------------------------- issue 22, faults
+
+
+def _refused_untouched(d: Path, args: list[str]) -> Outcome:
+    """`args` must be refused cleanly (one line, exit 2) and leave the case folder as it was."""
+    before = snapshot(d)
+    proc = cli(args, cwd=d)
+    after = snapshot(d)
+    added = sorted(set(after) - set(before))
+    deleted = sorted(k for k in before if after.get(k) != before[k])
+    problem = refusal_problem(proc) or (f"wrote {added[:3]}" if added else "") or (f"deleted {deleted[:3]}" if deleted else "")
+    return Outcome(not problem, problem, outside=len(outside_outputs(added)), deleted=len(deleted))
+
+
+def _same_name_suites(d: Path, reference: Path) -> Outcome:
+    """Another suite named like a finished run's, into the same --out: refused, the stored run untouched
+    (it used to run, rewrite the manifest, and leave the first suite's cells in no table)."""
+    _fresh(d, reference)
+    (d / "a").mkdir()
+    (d / "a" / "other.toml").write_text(suite(name="faults", attacks='["spear"]', batch_sizes="[3]"))
+    return _refused_untouched(d, [a.replace("{d}", str(d)) for a in run_args("{d}/a/other.toml")])
+
+
+def _grid_selection_out_of_range(d: Path, reference: Path) -> Outcome:
+    """`report` on a manifest whose grid selection names image 7 of a batch of 2: refused, nothing written."""
+    _fresh(d, reference)
+    manifest = d / "results" / "faults" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["cells"][-1]["grid_selection"] = [0, 7]
+    manifest.write_text(json.dumps(data))
+    return _refused_untouched(d, ["report", f"{d}/results/faults", "--reports", f"{d}/reports"])
+
+
+def _users_temp_named_folder(linked: bool) -> Callable[[Path, Path], Outcome]:
+    """A user's folder named like leakbench's temporary folders (`cells/.CELL.tmp-x`) in a finished run,
+    its cells/ folder a link when `linked`: the resumed run leaves it alone (it used to delete it)."""
+    def scenario(d: Path, reference: Path) -> Outcome:
+        _fresh(d, reference)
+        run = d / "results" / "faults"
+        if linked:
+            (run / "cells").rename(d / "results" / "elsewhere")
+            (run / "cells").symlink_to(d / "results" / "elsewhere")
+        cell = sorted((run / "cells").iterdir())[0]
+        keep = [run / "cells" / f".{cell.name}.tmp-x" / "notes.txt", run / "cells" / ".x.tmp-y" / "records.parquet"]
+        for path in keep:
+            path.parent.mkdir()
+            path.write_text("a user's file\n")
+        proc = cli([a.replace("{d}", str(d)) for a in run_args()], cwd=d)
+        return _judge_kept(proc, run, reference, [*keep, d / USER_FILE])
+    return scenario
+
+
+def _judge_kept(proc: subprocess.CompletedProcess[str], run: Path, reference: Path, keep: list[Path]) -> Outcome:
+    """The command succeeded, every file in `keep` is intact, and `run` holds the reference's records."""
+    sys.path.insert(0, str(REPO))
+    from leakbench.harness.store import records_difference
+
+    deleted = sum(1 for p in keep if not p.is_file())
+    if proc.returncode != 0 or "Traceback" in proc.stderr:
+        return Outcome(False, f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}", deleted=deleted)
+    difference = records_difference(run, reference)
+    if difference:
+        return Outcome(False, f"records differ from the uninterrupted run: {difference}", deleted=deleted)
+    return Outcome(deleted == 0, f"{deleted} user files deleted" if deleted else "", deleted=deleted)
+
+
+def _killed_report(d: Path, reference: Path) -> Outcome:
+    """`report` killed (SIGKILL) while it builds its staging folder; the next `report` must leave no staging
+    folder behind (one used to stay for good) and write the report."""
+    _fresh(d, reference)
+    args = ["report", f"{d}/results/faults", "--reports", f"{d}/reports"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([sys.executable, "-m", "leakbench", *args], cwd=d, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    staging = lambda: [p.name for p in (d / "reports").glob(".faults.*")] if (d / "reports").is_dir() else []
+    while first.poll() is None and not staging():
+        time.sleep(0.01)
+    first.kill()
+    first.wait()
+    if not staging():
+        return Outcome(False, "the report finished before it could be killed (no staging folder to recover from)")
+    proc = cli(args, cwd=d)
+    if proc.returncode != 0 or "Traceback" in proc.stderr:
+        return Outcome(False, f"report after the killed one: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    left = staging()
+    return Outcome(not left and (d / "reports" / "faults.md").is_file(), f"staging folders left: {left}" if left else "")
+
+
 FAULTS: list[Fault] = [
     Fault("report_manifest_name_escapes", 2, _report_name_escapes),
     Fault("user_files_in_attack_out", 1, _user_files_in_outputs("attack")),
@@ -698,6 +786,11 @@ FAULTS: list[Fault] = [
     # issue 22, faults
     Fault("sigterm_jobs_2", 22, _signal_and_resume(signal.SIGTERM, 2, SLOW_SUITE, after=3)),
     Fault("sighup_serial", 22, _signal_and_resume(signal.SIGHUP, 1, FAULT_SUITE, after=2)),
+    Fault("same_name_suites", 22, _same_name_suites),
+    Fault("users_temp_named_folder", 22, _users_temp_named_folder(linked=False)),
+    Fault("users_temp_named_folder_linked_cells", 22, _users_temp_named_folder(linked=True)),
+    Fault("report_killed_staging", 22, _killed_report),
+    Fault("grid_selection_out_of_range", 22, _grid_selection_out_of_range),
 ]
 
 # --------------------------------------------------------------------------- main

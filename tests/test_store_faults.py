@@ -335,6 +335,17 @@ def test_run_with_duplicate_attacks_is_refused_before_anything_runs(tmp_path: Pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["suite.toml"]
 
 
+def test_another_suite_of_the_same_name_is_refused(tmp_path: Path, reference: Path) -> None:
+    """A different suite named like the stored one, into the same --out: refused before anything runs or is
+    written (its cells would leave the stored ones in no table)."""
+    run_dir = _copy_run(reference, tmp_path)
+    (tmp_path / "other.toml").write_text(SUITE.replace("batch_sizes = [1, 2]", "batch_sizes = [2]"))
+    before = _tree(run_dir)
+    with pytest.raises(ConfigError, match="holds 2 finished cells that suite 'tiny' does not plan"):
+        run_sweep(str(tmp_path / "other.toml"), out=tmp_path / "res")
+    assert _tree(run_dir) == before
+
+
 def test_report_of_a_run_that_planned_a_cell_twice(tmp_path: Path, reference: Path) -> None:
     """Run folders stored before duplicates were refused list a cell twice in their manifest: reported once."""
     run_dir = _copy_run(reference, tmp_path)

@@ -21,12 +21,12 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from leakbench.errors import LeakbenchWarning
+from leakbench.errors import ConfigError, LeakbenchWarning
 from leakbench.harness.cell import CellSpec, batch_id, build_attack, cell_id, cell_settings, spec_dict
 from leakbench.harness.executors import Task, execute
 from leakbench.harness.selection import grid_selection
-from leakbench.harness.store import (cell_path, check_cell_folders, consolidate, environment, remove_partial_cells,
-                                     survey, write_json_atomic)
+from leakbench.harness.store import (cell_path, check_cell_folders, consolidate, environment, finished_cells,
+                                     remove_partial_cells, survey, write_json_atomic)
 from leakbench.harness.suite import Suite, find_suite, load_suite
 from leakbench.metrics.lpips_metric import check_net
 
@@ -125,6 +125,7 @@ def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Pa
     tasks = plan(suite, run_dir, lpips_weights, lpips_net)
     ids = [t.out.name for t in tasks]
     check_cell_folders(run_dir, ids)
+    check_same_suite(run_dir, suite.name, ids)
     if before_run is not None:
         before_run(suite)
     remove_partial_cells(run_dir)
@@ -146,6 +147,21 @@ def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Pa
         "executor": executor, "jobs": jobs, "lpips_net": lpips_net, "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),
                                                            "seconds": round(seconds, 3)}}))
     return Sweep(run_dir, suite, len(todo), len(tasks) - len(todo), seconds, records, cells)
+
+
+def check_same_suite(run_dir: Path, name: str, cell_ids: list[str]) -> None:
+    """Refuse (one line) a run folder holding finished cells that this suite does not plan.
+
+    A run folder is one suite's: its manifest lists the planned cells, and every table is built from
+    them. Another suite of the same name run into the same `--out` (or an earlier version of this one
+    that planned other cells) would leave those cells in no table while both runs report success.
+    Growing a suite (more seeds, another attack) keeps every stored cell planned and is allowed.
+    """
+    others = finished_cells(run_dir, set(cell_ids))
+    if others:
+        raise ConfigError(f"{run_dir} holds {len(others)} finished cells that suite '{name}' does not plan "
+                          "(another suite of the same name, or an earlier version of this one); they would be "
+                          "in no table: choose another --out or another suite name")
 
 
 def _run_with_progress(todo: list[Task], total: int, *, executor: str, jobs: int, address: str | None,

@@ -171,12 +171,13 @@ def survey(run_dir: Path, cell_ids: list[str]) -> CellStates:
     return states
 
 
-def finished_cells(run_dir: Path) -> set[str]:
-    """Ids of the cells whose folder is intact (temporary and moved-aside folders start with '.')."""
+def finished_cells(run_dir: Path, planned: set[str] | frozenset[str] = frozenset()) -> set[str]:
+    """Ids of the cells whose folder is intact, leaving out the ids in `planned` (temporary and moved-aside
+    folders start with '.')."""
     folder = run_dir / CELLS_DIR
     if not folder.is_dir():
         return set()
-    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith(".") and p.name not in planned)
     return set(survey(run_dir, names).intact)
 
 
