@@ -81,6 +81,7 @@ def manifest(result: CellResult, selection: list[int] | None = None) -> dict[str
         "dataset_indices": [int(i) for i in result.records["dataset_index"]],
         "grid_selection": selection,
         "summary": result.summary,
+        **result.provenance,  # attack_code, batch_fingerprint: checked before the cell is reused (harness.reuse)
     }
 
 

@@ -211,12 +211,21 @@ def _intro(manifest: dict[str, Any], cells: pd.DataFrame) -> list[str]:
     if damaged:
         left_out.append(f"{len(damaged)} damaged, left out: {', '.join(damaged)}")
     return [f"{len(cells)} of {planned} planned cells finished" + (f" ({'; '.join(left_out)})" if left_out else "")
-            + f"; {failed} failed (shown in every table, counted in n and failures). "
-            f"Git revision {manifest.get('git_revision') or 'unknown'}.",
+            + f"; {failed} failed (shown in every table, counted in n and failures). {_revisions(manifest)}",
             f"Matching: {MATCHING} (reconstructions assigned to ground truth by the Hungarian method on MSE). "
             "PSNR peak 1, on images in [0, 1]; mean ± std over finite values, ∞ = bit-identical. "
             "Exact = every pixel rounds to the same 8-bit value (feature space: max error ≤ 1e-4 of scale). "
             "Failed images count as not exact and carry no PSNR/SSIM.", _lpips_line(cells)]
+
+
+def _revisions(manifest: dict[str, Any]) -> str:
+    """The git revision the cells were computed at, or each revision with its number of cells when a
+    resumed run mixes them."""
+    revisions = manifest.get("cell_revisions") or {}
+    if len(revisions) > 1:
+        listed = ", ".join(f"{rev[:12]} ({n} cells)" for rev, n in sorted(revisions.items(), key=lambda kv: -kv[1]))
+        return f"Git revisions (the run was resumed across code changes): {listed}."
+    return f"Git revision {next(iter(revisions), None) or manifest.get('git_revision') or 'unknown'}."
 
 
 def _lpips_line(cells: pd.DataFrame) -> str:
