@@ -560,8 +560,9 @@ def _signal_and_resume(sig: int, jobs: int, suite_text: str, after: int) -> Call
                                   f"stored, exit after {stopped_s:.1f} s")
         if left:
             return Outcome(False, f"{len(left)} processes left after {signal.Signals(sig).name}: {left[:5]}")
-        if "Traceback" in (first.stderr.read() if first.stderr else ""):
-            return Outcome(False, f"traceback after {signal.Signals(sig).name}")
+        err = first.stderr.read() if first.stderr else ""
+        if "Traceback" in err:
+            return Outcome(False, f"traceback after {signal.Signals(sig).name}: {err.strip().splitlines()[-1]}")
         proc = cli(args, cwd=d)
         return _judge_resume(d, ref, proc, [d / USER_FILE])
     return scenario
