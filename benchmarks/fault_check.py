@@ -764,6 +764,67 @@ def _killed_report(d: Path, reference: Path) -> Outcome:
     return Outcome(not left and (d / "reports" / "faults.md").is_file(), f"staging folders left: {left}" if left else "")
 
 
+DISK_LEFT = {"run": 300_000, "attack": 20_000, "report": 60_000}
+"""Bytes left free on the small file system each command writes to: `run` stores a few cells first."""
+
+
+def _disk_full(command: str) -> Callable[[Path, Path], Outcome]:
+    """`command` (run, attack --out, report) writing to a 2 MB tmpfs that a user's file nearly fills: one
+    `leakbench: error:` line (after `run`'s progress lines), exit 2, no traceback, nothing half-written
+    (no temporary file or folder; every stored cell intact), the user's file untouched; `run`, once the
+    user's file is gone, resumes to the uninterrupted run's records. Skipped where mount is not allowed."""
+    def scenario(d: Path, reference: Path) -> Outcome:
+        _fresh(d, reference if command == "report" else None)
+        mount = d / {"run": "results", "attack": "out", "report": "reports"}[command]
+        mount.mkdir(exist_ok=True)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True).returncode:
+            return Outcome(True, "skipped: cannot mount a tmpfs here")
+        try:
+            filler = mount / "user-filler.bin"
+            stat = os.statvfs(mount)
+            filler.write_bytes(b"u" * (stat.f_bavail * stat.f_frsize - DISK_LEFT[command]))
+            digest = hashlib.sha256(filler.read_bytes()).hexdigest()
+            args = {"run": [a.replace("{d}", str(d)) for a in run_args()],
+                    "attack": ["attack", "--attack", "spear", "--batch-size", "2", "--out", f"{d}/out/cell"],
+                    "report": ["report", f"{d}/results/faults", "--reports", f"{d}/reports"]}[command]
+            proc = cli(args, cwd=d)
+            deleted = 0 if filler.is_file() and hashlib.sha256(filler.read_bytes()).hexdigest() == digest else 1
+            problem = _disk_full_problem(proc, mount, filler)
+            if problem or command != "run":
+                return Outcome(not problem and not deleted, problem or ("the user's file changed" if deleted else ""),
+                               deleted=deleted)
+            filler.unlink()
+            return _judge_resume(d, reference, cli(args, cwd=d), [d / USER_FILE])
+        finally:
+            subprocess.run(["umount", str(mount)], capture_output=True)
+    return scenario
+
+
+def _disk_full_problem(proc: subprocess.CompletedProcess[str], mount: Path, filler: Path) -> str:
+    """'' when a command that ran out of space said so in one error line and left nothing half-written."""
+    sys.path.insert(0, str(REPO))
+    from leakbench.harness.seal import damage
+
+    lines = proc.stderr.strip().splitlines()
+    if "Traceback" in proc.stderr:
+        return f"traceback: {lines[-1] if lines else ''}"
+    if proc.returncode != 2 or not lines or not lines[-1].startswith("leakbench: error:") or "space" not in lines[-1]:
+        return f"exit {proc.returncode} (want 2 and an error line on space): {' | '.join(lines[-2:])}"
+    errors = [line for line in lines if line.startswith("leakbench:")]
+    if len(errors) != 1:
+        return f"{len(errors)} leakbench lines: {errors[:3]}"
+    hidden = [str(p.relative_to(mount)) for p in mount.rglob(".*")]
+    if hidden:
+        return f"temporary files left: {hidden[:3]}"
+    cells = mount / "faults" / "cells"
+    damaged = [p.name for p in cells.iterdir() if damage(p, p.name)] if cells.is_dir() else []
+    if damaged:
+        return f"damaged cells left: {damaged[:3]}"
+    if mount.name != "results" and sorted(mount.iterdir()) != [filler]:
+        return f"wrote {sorted(p.name for p in mount.iterdir() if p != filler)[:3]}"
+    return ""
+
+
 FAULTS: list[Fault] = [
     Fault("report_manifest_name_escapes", 2, _report_name_escapes),
     Fault("user_files_in_attack_out", 1, _user_files_in_outputs("attack")),
@@ -792,6 +853,9 @@ FAULTS: list[Fault] = [
     Fault("users_temp_named_folder_linked_cells", 22, _users_temp_named_folder(linked=True)),
     Fault("report_killed_staging", 22, _killed_report),
     Fault("grid_selection_out_of_range", 22, _grid_selection_out_of_range),
+    Fault("disk_full_run", 22, _disk_full("run")),
+    Fault("disk_full_attack_out", 22, _disk_full("attack")),
+    Fault("disk_full_report", 22, _disk_full("report")),
 ]
 
 # --------------------------------------------------------------------------- main
@@ -850,6 +914,8 @@ def report(bad: list[BadInput], faults: list[Fault], root: Path, jobs: int) -> i
     for case, outcome in [*zip(bad, bad_out), *zip(faults, fault_out)]:
         if not outcome.ok:
             print(f"FAIL {case.name} (item {case.item}): {outcome.detail}", flush=True)
+        elif outcome.detail.startswith("skipped"):
+            print(f"SKIP {case.name} (item {case.item}): {outcome.detail}", flush=True)
     outcomes = [*bad_out, *fault_out]
     print(f"bad inputs {len(bad)}, clean {sum(o.ok for o in bad_out)}; faults {len(faults)}, "
           f"recovered {sum(o.ok for o in fault_out)}; files outside the output folders "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -167,6 +168,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `leakbench list attacks | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        if exc.errno not in DISK_FULL:
+            raise
+        print(f"leakbench: error: {disk_full_line(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def disk_full_line(exc: OSError) -> str:
+    """The one-line error for a full disk (or quota). Every writer of leakbench writes through a temporary
+    file or folder that it removes on failure, so nothing half-written is left."""
+    where = f" writing {exc.filename}" if exc.filename else ""
+    return (f"{exc.strerror or 'no space left on device'}{where}; nothing half-written was left: free some space "
+            "and run the same command again (a run resumes from its finished cells)")
 
 
 def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:

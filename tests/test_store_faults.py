@@ -5,8 +5,12 @@ refused, and an interrupted process pool stops at once."""
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import shutil
+import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +19,7 @@ import pytest
 
 from conftest import CELL_FILES, load_benchmark, run_cli_many
 from leakbench.errors import ConfigError, LeakbenchWarning
-from leakbench.harness import executors, folders, suite as suite_module
+from leakbench.harness import executors, folders, interrupts, suite as suite_module
 from leakbench.harness.executors import Task
 from leakbench.harness.run import run_sweep
 from leakbench.harness.store import read_run_manifest, records_difference
@@ -379,3 +383,19 @@ def test_pool_interrupt_stops_at_once(tmp_path: Path) -> None:
     started = sorted(p.parent.name for p in tmp_path.glob("*/started"))
     finished = sorted(p.parent.name for p in tmp_path.glob("*/finished"))
     assert started == ["0", "1"] and finished == ["0"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_stop_signals_end_the_pool_like_ctrl_c(tmp_path: Path, sig: int) -> None:
+    """SIGTERM / SIGHUP to the sweep's process (`kill PID`) raise `Terminated`: the pool's workers are ended at
+    once (none left, no cell finished after it), and the previous handler is back afterwards."""
+    from pool_helpers import slow_task
+
+    tasks = [Task(spec=8.0, out=tmp_path / str(i), selection=(), grid_seed=0) for i in range(4)]
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), sig))
+    timer.start()
+    with pytest.raises(interrupts.Terminated) as stopped, interrupts.stop_signals_as_interrupt():
+        executors._pool(tasks, lambda summary: None, 2, work=slow_task)
+    assert stopped.value.signum == sig
+    assert multiprocessing.active_children() == [] and not list(tmp_path.glob("*/finished"))
+    assert signal.getsignal(sig) is signal.SIG_DFL

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import warnings
 from pathlib import Path
@@ -19,7 +20,7 @@ import pandas as pd
 
 from leakbench.errors import LeakbenchError, LeakbenchWarning
 from leakbench.harness.folders import remove_leftovers, replace_folder, temp_folder
-from leakbench.harness.store import CELLS_DIR, collect, read_run_manifest, write_text_atomic
+from leakbench.harness.store import CELLS_DIR, collect, read_run_manifest
 from leakbench.metrics import MATCHING
 from leakbench.reporting.aggregate import (STAT_HEADER, dp_order, epsilon_labels, grouped, model_order, stat_cells,
                                           with_model)
@@ -192,8 +193,11 @@ def write_report(run_dir: Path, reports: Path) -> Path:
         intro = _intro(manifest, cells)
         title = f"leakbench suite '{suite}'"
         write_marker(staging, suite)
-        write_text_atomic(reports / f"{suite}.md", markdown(title, intro, blocks))
-        write_text_atomic(reports / f"{suite}.html", html_document(title, intro, blocks))
+        pages = {f"{suite}.md": markdown(title, intro, blocks), f"{suite}.html": html_document(title, intro, blocks)}
+        for name, text in pages.items():  # both written in full before either replaces a page (disk full: neither)
+            (staging / name).write_text(text)
+        for name in pages:
+            os.replace(staging / name, reports / name)
         replace_folder(staging, reports / suite, foreign_report_entries)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
