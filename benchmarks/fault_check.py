@@ -680,10 +680,11 @@ def _report_of_damaged(d: Path, reference: Path) -> Outcome:
 
 
 def _refused_untouched(d: Path, args: list[str]) -> Outcome:
-    """`args` must be refused cleanly (one line, exit 2) and leave the case folder as it was."""
-    before = snapshot(d)
+    """`args` must be refused cleanly (one line, exit 2) and leave the case folder as it was (Python's
+    bytecode caches of a plugin aside)."""
+    before = {k: v for k, v in snapshot(d).items() if "__pycache__" not in k}
     proc = cli(args, cwd=d)
-    after = snapshot(d)
+    after = {k: v for k, v in snapshot(d).items() if "__pycache__" not in k}
     added = sorted(set(after) - set(before))
     deleted = sorted(k for k in before if after.get(k) != before[k])
     problem = refusal_problem(proc) or (f"wrote {added[:3]}" if added else "") or (f"deleted {deleted[:3]}" if deleted else "")
@@ -762,6 +763,78 @@ def _killed_report(d: Path, reference: Path) -> Outcome:
         return Outcome(False, f"report after the killed one: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
     left = staging()
     return Outcome(not left and (d / "reports" / "faults.md").is_file(), f"staging folders left: {left}" if left else "")
+
+
+PLUGIN_ATTACK = """\
+from leakbench.attacks import register_attack
+from leakbench.attacks.spear import SpearAttack
+
+
+@register_attack
+class Mine(SpearAttack):
+    name = "mine"
+    description = "a user's SPEAR, whose code changes between two runs"
+"""
+PLUGIN_DATASET = """\
+import numpy as np
+import torch
+
+from leakbench.datasets import DATASETS
+from leakbench.datasets.base import ImageDataset
+
+SEED = {seed}
+
+
+def load(*, data_root=None, image_size=None):
+    images = np.random.default_rng(SEED).random((40, 3, 16, 16), dtype=np.float32)
+    return ImageDataset("noise", torch.from_numpy(images), torch.arange(40) % 4, 4)
+
+
+DATASETS.register("noise", load, "random images; another install's differ (another SEED)")
+"""
+
+
+def _sweep(d: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """`run` of the case's suite, and the run manifest's last sweep (cells run now, skipped)."""
+    proc = cli([a.replace("{d}", str(d)) for a in run_args()], cwd=d)
+    manifests = list((d / "results").glob("*/manifest.json"))
+    return proc, json.loads(manifests[0].read_text()).get("last_sweep", {}) if manifests else {}
+
+
+def _code_change(d: Path, reference: Path) -> Outcome:
+    """A finished run of a plugin attack, resumed after the attack's code changed: its cells are recomputed
+    and that is said (they used to be reused silently, under the new revision); resumed again: reused."""
+    _fresh(d)
+    (d / "a").mkdir()
+    (d / "a" / "mine.py").write_text(PLUGIN_ATTACK)
+    (d / "suite.toml").write_text(suite(name="mine", attacks='["mine"]', extra='plugins = ["a.mine"]\n'))
+    runs = [_sweep(d)]
+    (d / "a" / "mine.py").write_text(PLUGIN_ATTACK.replace("whose code changes", "whose code changed"))
+    runs += [_sweep(d), _sweep(d)]
+    for proc, _ in runs:
+        if proc.returncode != 0 or "Traceback" in proc.stderr:
+            return Outcome(False, f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    said = [line for line in runs[1][0].stderr.splitlines() if "computed by other code" in line]
+    counts = [sweep.get("cells_run") for _, sweep in runs]
+    if counts != [2, 2, 0] or len(said) != 1:
+        return Outcome(False, f"cells run per sweep {counts} (want [2, 2, 0]); {len(said)} lines say the code changed")
+    return Outcome(True)
+
+
+def _other_images(d: Path, reference: Path) -> Outcome:
+    """A finished run resumed where its dataset serves other images for the same cell ids (another install:
+    a plugin dataset with another seed here; a wheel without scikit-image in `embedded`): refused in one
+    line, the run folder untouched (the cells used to be reused, PSNRs of other images under the same ids)."""
+    _fresh(d)
+    (d / "a").mkdir()
+    (d / "a" / "noise.py").write_text(PLUGIN_DATASET.format(seed=0))
+    (d / "suite.toml").write_text(suite(name="noise").replace('"embedded"', '"noise"') + 'plugins = ["a.noise"]\n')
+    proc, _ = _sweep(d)
+    if proc.returncode != 0:
+        return Outcome(False, f"first run: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    (d / "a" / "noise.py").write_text(PLUGIN_DATASET.format(seed=1))
+    shutil.rmtree(d / "a" / "__pycache__", ignore_errors=True)
+    return _refused_untouched(d, [a.replace("{d}", str(d)) for a in run_args()])
 
 
 DISK_LEFT = {"run": 300_000, "attack": 20_000, "report": 60_000}
@@ -856,6 +929,8 @@ FAULTS: list[Fault] = [
     Fault("disk_full_run", 22, _disk_full("run")),
     Fault("disk_full_attack_out", 22, _disk_full("attack")),
     Fault("disk_full_report", 22, _disk_full("report")),
+    Fault("resume_after_code_change", 22, _code_change),
+    Fault("resume_on_other_images", 22, _other_images),
 ]
 
 # --------------------------------------------------------------------------- main
