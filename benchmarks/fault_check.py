@@ -14,7 +14,7 @@ Two kinds of case, each in a folder of its own under the scratch folder:
   left, and every user file is intact.
 
 Cases carry the number of the item of issue 12 they reproduce (0: a case that behaved before issue
-12 and is kept as a regression case). Prints a line per case that misbehaves, then
+12 and is kept as a regression case; 22: a fault of issue 22). Prints a line per case that misbehaves, then
 
     bad inputs N, clean N; faults K, recovered K; files outside the output folders 0; user files deleted 0
 
