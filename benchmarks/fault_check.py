@@ -577,8 +577,11 @@ def _left_behind(session: int, grace_s: float = 5.0) -> list[str]:
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    if left:
-        os.killpg(session, signal.SIGKILL)
+    for pid, _ in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     return [name for _, name in left]
 
 
