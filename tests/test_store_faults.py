@@ -399,3 +399,28 @@ def test_stop_signals_end_the_pool_like_ctrl_c(tmp_path: Path, sig: int) -> None
     assert stopped.value.signum == sig
     assert multiprocessing.active_children() == [] and not list(tmp_path.glob("*/finished"))
     assert signal.getsignal(sig) is signal.SIG_DFL
+
+
+def test_a_full_disk_is_one_line_and_leaves_the_earlier_report(tmp_path: Path, reference: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`report` running out of space while it writes: exit 2, one `leakbench: error:` line, the earlier report
+    whole (neither page replaced, no staging folder left). `fault_check.py` does it on a real full tmpfs."""
+    import errno
+
+    from leakbench import cli
+    from leakbench.reporting import report as report_module
+
+    reports = tmp_path / "rep"
+    write_report(reference, reports)
+    before = _tree(reports)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(reports / "tiny.html"))
+
+    monkeypatch.setattr(report_module, "html_document", full)
+    capsys.readouterr()
+    assert cli.main(["report", str(reference), "--reports", str(reports)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("leakbench: error: No space left on device writing"), err
+    assert _tree(reports) == before and not [p for p in reports.iterdir() if p.name.startswith(".")]
