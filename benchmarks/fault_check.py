@@ -14,7 +14,7 @@ Two kinds of case, each in a folder of its own under the scratch folder:
   left, and every user file is intact.
 
 Cases carry the number of the item of issue 12 they reproduce (0: a case that behaved before issue
-12 and is kept as a regression case; 22: the "Bad input" item of issue 22, `--only item:22`). Prints a line per case that misbehaves, then
+12 and is kept as a regression case; 22: issue 22's bad inputs and faults, `--only item:22`). Prints a line per case that misbehaves, then
 
     bad inputs N, clean N; faults K, recovered K; files outside the output folders 0; user files deleted 0
 
@@ -622,8 +622,13 @@ def _swap(cell: Path, cells: list[Path]) -> None:
 
 
 def _stale_temp(cell: Path, _: list[Path]) -> None:
+    """A temporary folder as a killed run leaves it (a copy of a cell, and leakbench's marker)."""
+    sys.path.insert(0, str(REPO))
+    from leakbench.harness.folders import TEMP_MARKER
+
     tmp = cell.parent / f".{cell.name}.tmp-abc123"
     shutil.copytree(cell, tmp)
+    (tmp / TEMP_MARKER).write_text("")
 
 
 def _damaged_consolidated(cell: Path, _: list[Path]) -> None:
@@ -635,7 +640,10 @@ def _signal_and_resume(sig: int, jobs: int, suite_text: str, after: int) -> Call
     """Interrupt a run once `after` cells are stored; resumed, it must equal an uninterrupted run.
 
     With `jobs` > 1 the interrupted run must also stop at once: no more than `jobs` cells may be
-    stored after the signal (those already running), and it must exit within 20 s.
+    stored after the signal (those already running), and it must exit within 20 s. SIGINT, SIGTERM
+    and SIGHUP go to the run's process only (Ctrl-C in a script, `kill PID`, a scheduler); SIGKILL to
+    its whole process group. Once it has exited, none of its processes (pool workers, attack workers,
+    the resource tracker) may be left.
     """
     def scenario(d: Path, reference: Path) -> Outcome:
         _fresh(d)
@@ -653,19 +661,56 @@ def _signal_and_resume(sig: int, jobs: int, suite_text: str, after: int) -> Call
             time.sleep(0.05)
         at_signal, start = count(), time.monotonic()
         if first.poll() is None:
-            os.kill(first.pid, sig) if sig == signal.SIGINT else os.killpg(first.pid, sig)
+            os.killpg(first.pid, sig) if sig == signal.SIGKILL else os.kill(first.pid, sig)
         try:
             first.wait(timeout=120)
         except subprocess.TimeoutExpired:
             os.killpg(first.pid, signal.SIGKILL)
             first.wait()
         stopped_s, after_signal = time.monotonic() - start, count() - at_signal
+        left = _left_behind(first.pid) if sig != signal.SIGKILL else []
         if jobs > 1 and (after_signal > jobs or stopped_s > 20):
             return Outcome(False, f"kept running after {signal.Signals(sig).name}: {after_signal} more cells "
                                   f"stored, exit after {stopped_s:.1f} s")
+        if left:
+            return Outcome(False, f"{len(left)} processes left after {signal.Signals(sig).name}: {left[:5]}")
+        err = first.stderr.read() if first.stderr else ""
+        if "Traceback" in err:
+            return Outcome(False, f"traceback after {signal.Signals(sig).name}: {err.strip().splitlines()[-1]}")
         proc = cli(args, cwd=d)
         return _judge_resume(d, ref, proc, [d / USER_FILE])
     return scenario
+
+
+def _left_behind(session: int, grace_s: float = 5.0) -> list[str]:
+    """Names of the processes still in `session` (the interrupted run's) after `grace_s` seconds; they are
+    then killed, so that no later case meets them."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        left = _session_processes(session)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    for pid, _ in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return [name for _, name in left]
+
+
+def _session_processes(session: int) -> list[tuple[int, str]]:
+    """(pid, command name) of the live processes of a session, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        if int(fields[3]) == session and fields[0] != "Z":
+            found.append((int(stat.parent.name), name))
+    return found
 
 
 def _default_sigint() -> None:
@@ -748,6 +793,228 @@ def _report_of_damaged(d: Path, reference: Path) -> Outcome:
     return Outcome(True)
 
 
+# --------------------------------------------------------------------------- issue 22, faults
+
+
+def _refused_untouched(d: Path, args: list[str]) -> Outcome:
+    """`args` must be refused cleanly (one line, exit 2) and leave the case folder as it was (Python's
+    bytecode caches of a plugin aside)."""
+    before = {k: v for k, v in snapshot(d).items() if "__pycache__" not in k}
+    proc = cli(args, cwd=d)
+    after = {k: v for k, v in snapshot(d).items() if "__pycache__" not in k}
+    added = sorted(set(after) - set(before))
+    deleted = sorted(k for k in before if after.get(k) != before[k])
+    problem = refusal_problem(proc) or (f"wrote {added[:3]}" if added else "") or (f"deleted {deleted[:3]}" if deleted else "")
+    return Outcome(not problem, problem, outside=len(outside_outputs(added)), deleted=len(deleted))
+
+
+def _same_name_suites(d: Path, reference: Path) -> Outcome:
+    """Another suite named like a finished run's, into the same --out: refused, the stored run untouched
+    (it used to run, rewrite the manifest, and leave the first suite's cells in no table)."""
+    _fresh(d, reference)
+    (d / "a").mkdir()
+    (d / "a" / "other.toml").write_text(suite(name="faults", attacks='["spear"]', batch_sizes="[3]"))
+    return _refused_untouched(d, [a.replace("{d}", str(d)) for a in run_args("{d}/a/other.toml")])
+
+
+def _grid_selection_out_of_range(d: Path, reference: Path) -> Outcome:
+    """`report` on a manifest whose grid selection names image 7 of a batch of 2: refused, nothing written."""
+    _fresh(d, reference)
+    manifest = d / "results" / "faults" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["cells"][-1]["grid_selection"] = [0, 7]
+    manifest.write_text(json.dumps(data))
+    return _refused_untouched(d, ["report", f"{d}/results/faults", "--reports", f"{d}/reports"])
+
+
+def _users_temp_named_folder(linked: bool) -> Callable[[Path, Path], Outcome]:
+    """A user's folder named like leakbench's temporary folders (`cells/.CELL.tmp-x`) in a finished run,
+    its cells/ folder a link when `linked`: the resumed run leaves it alone (it used to delete it)."""
+    def scenario(d: Path, reference: Path) -> Outcome:
+        _fresh(d, reference)
+        run = d / "results" / "faults"
+        if linked:
+            (run / "cells").rename(d / "results" / "elsewhere")
+            (run / "cells").symlink_to(d / "results" / "elsewhere")
+        cell = sorted((run / "cells").iterdir())[0]
+        keep = [run / "cells" / f".{cell.name}.tmp-x" / "notes.txt", run / "cells" / ".x.tmp-y" / "records.parquet"]
+        for path in keep:
+            path.parent.mkdir()
+            path.write_text("a user's file\n")
+        proc = cli([a.replace("{d}", str(d)) for a in run_args()], cwd=d)
+        return _judge_kept(proc, run, reference, [*keep, d / USER_FILE])
+    return scenario
+
+
+def _judge_kept(proc: subprocess.CompletedProcess[str], run: Path, reference: Path, keep: list[Path]) -> Outcome:
+    """The command succeeded, every file in `keep` is intact, and `run` holds the reference's records."""
+    sys.path.insert(0, str(REPO))
+    from leakbench.harness.store import records_difference
+
+    deleted = sum(1 for p in keep if not p.is_file())
+    if proc.returncode != 0 or "Traceback" in proc.stderr:
+        return Outcome(False, f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}", deleted=deleted)
+    difference = records_difference(run, reference)
+    if difference:
+        return Outcome(False, f"records differ from the uninterrupted run: {difference}", deleted=deleted)
+    return Outcome(deleted == 0, f"{deleted} user files deleted" if deleted else "", deleted=deleted)
+
+
+def _killed_report(d: Path, reference: Path) -> Outcome:
+    """`report` killed (SIGKILL) while it builds its staging folder; the next `report` must leave no staging
+    folder behind (one used to stay for good) and write the report."""
+    _fresh(d, reference)
+    args = ["report", f"{d}/results/faults", "--reports", f"{d}/reports"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([sys.executable, "-m", "leakbench", *args], cwd=d, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    staging = lambda: [p.name for p in (d / "reports").glob(".faults.*")] if (d / "reports").is_dir() else []
+    while first.poll() is None and not staging():
+        time.sleep(0.01)
+    first.kill()
+    first.wait()
+    if not staging():
+        return Outcome(False, "the report finished before it could be killed (no staging folder to recover from)")
+    proc = cli(args, cwd=d)
+    if proc.returncode != 0 or "Traceback" in proc.stderr:
+        return Outcome(False, f"report after the killed one: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    left = staging()
+    return Outcome(not left and (d / "reports" / "faults.md").is_file(), f"staging folders left: {left}" if left else "")
+
+
+PLUGIN_ATTACK = """\
+from leakbench.attacks import register_attack
+from leakbench.attacks.spear import SpearAttack
+
+
+@register_attack
+class Mine(SpearAttack):
+    name = "mine"
+    description = "a user's SPEAR, whose code changes between two runs"
+"""
+PLUGIN_DATASET = """\
+import numpy as np
+import torch
+
+from leakbench.datasets import DATASETS
+from leakbench.datasets.base import ImageDataset
+
+SEED = {seed}
+
+
+def load(*, data_root=None, image_size=None):
+    images = np.random.default_rng(SEED).random((40, 3, 16, 16), dtype=np.float32)
+    return ImageDataset("noise", torch.from_numpy(images), torch.arange(40) % 4, 4)
+
+
+DATASETS.register("noise", load, "random images; another install's differ (another SEED)")
+"""
+
+
+def _sweep(d: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """`run` of the case's suite, and the run manifest's last sweep (cells run now, skipped)."""
+    proc = cli([a.replace("{d}", str(d)) for a in run_args()], cwd=d)
+    manifests = list((d / "results").glob("*/manifest.json"))
+    return proc, json.loads(manifests[0].read_text()).get("last_sweep", {}) if manifests else {}
+
+
+def _code_change(d: Path, reference: Path) -> Outcome:
+    """A finished run of a plugin attack, resumed after the attack's code changed: its cells are recomputed
+    and that is said (they used to be reused silently, under the new revision); resumed again: reused."""
+    _fresh(d)
+    (d / "a").mkdir()
+    (d / "a" / "mine.py").write_text(PLUGIN_ATTACK)
+    (d / "suite.toml").write_text(suite(name="mine", attacks='["mine"]', extra='plugins = ["a.mine"]\n'))
+    runs = [_sweep(d)]
+    (d / "a" / "mine.py").write_text(PLUGIN_ATTACK.replace("whose code changes", "whose code changed"))
+    runs += [_sweep(d), _sweep(d)]
+    for proc, _ in runs:
+        if proc.returncode != 0 or "Traceback" in proc.stderr:
+            return Outcome(False, f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    said = [line for line in runs[1][0].stderr.splitlines() if "computed by other code" in line]
+    counts = [sweep.get("cells_run") for _, sweep in runs]
+    if counts != [2, 2, 0] or len(said) != 1:
+        return Outcome(False, f"cells run per sweep {counts} (want [2, 2, 0]); {len(said)} lines say the code changed")
+    return Outcome(True)
+
+
+def _other_images(d: Path, reference: Path) -> Outcome:
+    """A finished run resumed where its dataset serves other images for the same cell ids (another install:
+    a plugin dataset with another seed here; a wheel without scikit-image in `embedded`): refused in one
+    line, the run folder untouched (the cells used to be reused, PSNRs of other images under the same ids)."""
+    _fresh(d)
+    (d / "a").mkdir()
+    (d / "a" / "noise.py").write_text(PLUGIN_DATASET.format(seed=0))
+    (d / "suite.toml").write_text(suite(name="noise").replace('"embedded"', '"noise"') + 'plugins = ["a.noise"]\n')
+    proc, _ = _sweep(d)
+    if proc.returncode != 0:
+        return Outcome(False, f"first run: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    (d / "a" / "noise.py").write_text(PLUGIN_DATASET.format(seed=1))
+    shutil.rmtree(d / "a" / "__pycache__", ignore_errors=True)
+    return _refused_untouched(d, [a.replace("{d}", str(d)) for a in run_args()])
+
+
+DISK_LEFT = {"run": 300_000, "attack": 20_000, "report": 60_000}
+"""Bytes left free on the small file system each command writes to: `run` stores a few cells first."""
+
+
+def _disk_full(command: str) -> Callable[[Path, Path], Outcome]:
+    """`command` (run, attack --out, report) writing to a 2 MB tmpfs that a user's file nearly fills: one
+    `leakbench: error:` line (after `run`'s progress lines), exit 2, no traceback, nothing half-written
+    (no temporary file or folder; every stored cell intact), the user's file untouched; `run`, once the
+    user's file is gone, resumes to the uninterrupted run's records. Skipped where mount is not allowed."""
+    def scenario(d: Path, reference: Path) -> Outcome:
+        _fresh(d, reference if command == "report" else None)
+        mount = d / {"run": "results", "attack": "out", "report": "reports"}[command]
+        mount.mkdir(exist_ok=True)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True).returncode:
+            return Outcome(True, "skipped: cannot mount a tmpfs here")
+        try:
+            filler = mount / "user-filler.bin"
+            stat = os.statvfs(mount)
+            filler.write_bytes(b"u" * (stat.f_bavail * stat.f_frsize - DISK_LEFT[command]))
+            digest = hashlib.sha256(filler.read_bytes()).hexdigest()
+            args = {"run": [a.replace("{d}", str(d)) for a in run_args()],
+                    "attack": ["attack", "--attack", "spear", "--batch-size", "2", "--out", f"{d}/out/cell"],
+                    "report": ["report", f"{d}/results/faults", "--reports", f"{d}/reports"]}[command]
+            proc = cli(args, cwd=d)
+            deleted = 0 if filler.is_file() and hashlib.sha256(filler.read_bytes()).hexdigest() == digest else 1
+            problem = _disk_full_problem(proc, mount, filler)
+            if problem or command != "run":
+                return Outcome(not problem and not deleted, problem or ("the user's file changed" if deleted else ""),
+                               deleted=deleted)
+            filler.unlink()
+            return _judge_resume(d, reference, cli(args, cwd=d), [d / USER_FILE])
+        finally:
+            subprocess.run(["umount", str(mount)], capture_output=True)
+    return scenario
+
+
+def _disk_full_problem(proc: subprocess.CompletedProcess[str], mount: Path, filler: Path) -> str:
+    """'' when a command that ran out of space said so in one error line and left nothing half-written."""
+    sys.path.insert(0, str(REPO))
+    from leakbench.harness.seal import damage
+
+    lines = proc.stderr.strip().splitlines()
+    if "Traceback" in proc.stderr:
+        return f"traceback: {lines[-1] if lines else ''}"
+    if proc.returncode != 2 or not lines or not lines[-1].startswith("leakbench: error:") or "space" not in lines[-1]:
+        return f"exit {proc.returncode} (want 2 and an error line on space): {' | '.join(lines[-2:])}"
+    errors = [line for line in lines if line.startswith("leakbench:")]
+    if len(errors) != 1:
+        return f"{len(errors)} leakbench lines: {errors[:3]}"
+    hidden = [str(p.relative_to(mount)) for p in mount.rglob(".*")]
+    if hidden:
+        return f"temporary files left: {hidden[:3]}"
+    cells = mount / "faults" / "cells"
+    damaged = [p.name for p in cells.iterdir() if damage(p, p.name)] if cells.is_dir() else []
+    if damaged:
+        return f"damaged cells left: {damaged[:3]}"
+    if mount.name != "results" and sorted(mount.iterdir()) != [filler]:
+        return f"wrote {sorted(p.name for p in mount.iterdir() if p != filler)[:3]}"
+    return ""
+
+
 FAULTS: list[Fault] = [
     Fault("report_manifest_name_escapes", 2, _report_name_escapes),
     Fault("user_files_in_attack_out", 1, _user_files_in_outputs("attack")),
@@ -768,6 +1035,19 @@ FAULTS: list[Fault] = [
     Fault("interrupt_serial", 0, _signal_and_resume(signal.SIGINT, 1, FAULT_SUITE, after=2)),
     Fault("kill_serial", 0, _signal_and_resume(signal.SIGKILL, 1, FAULT_SUITE, after=3)),
     Fault("kill_jobs_2", 0, _signal_and_resume(signal.SIGKILL, 2, SLOW_SUITE, after=5)),
+    # issue 22, faults
+    Fault("sigterm_jobs_2", 22, _signal_and_resume(signal.SIGTERM, 2, SLOW_SUITE, after=3)),
+    Fault("sighup_serial", 22, _signal_and_resume(signal.SIGHUP, 1, FAULT_SUITE, after=2)),
+    Fault("same_name_suites", 22, _same_name_suites),
+    Fault("users_temp_named_folder", 22, _users_temp_named_folder(linked=False)),
+    Fault("users_temp_named_folder_linked_cells", 22, _users_temp_named_folder(linked=True)),
+    Fault("report_killed_staging", 22, _killed_report),
+    Fault("grid_selection_out_of_range", 22, _grid_selection_out_of_range),
+    Fault("disk_full_run", 22, _disk_full("run")),
+    Fault("disk_full_attack_out", 22, _disk_full("attack")),
+    Fault("disk_full_report", 22, _disk_full("report")),
+    Fault("resume_after_code_change", 22, _code_change),
+    Fault("resume_on_other_images", 22, _other_images),
 ]
 
 # --------------------------------------------------------------------------- main
@@ -826,6 +1106,8 @@ def report(bad: list[BadInput], faults: list[Fault], root: Path, jobs: int) -> i
     for case, outcome in [*zip(bad, bad_out), *zip(faults, fault_out)]:
         if not outcome.ok:
             print(f"FAIL {case.name} (item {case.item}): {outcome.detail}", flush=True)
+        elif outcome.detail.startswith("skipped"):
+            print(f"SKIP {case.name} (item {case.item}): {outcome.detail}", flush=True)
     outcomes = [*bad_out, *fault_out]
     print(f"bad inputs {len(bad)}, clean {sum(o.ok for o in bad_out)}; faults {len(faults)}, "
           f"recovered {sum(o.ok for o in fault_out)}; files outside the output folders "

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import signal
 import sys
 import time
 import warnings
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from leakbench.errors import LeakbenchError, LeakbenchWarning
+from leakbench.harness.interrupts import stop_signals_as_interrupt
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -149,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         commands = {"attack": cmd_attack, "run": cmd_run, "report": cmd_report, "rescore": cmd_rescore,
                     "leaderboard": cmd_leaderboard, "reproduce": cmd_reproduce, "view": cmd_view, "list": cmd_list,
                     "show": cmd_show}
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), stop_signals_as_interrupt():
             warnings.simplefilter("always", LeakbenchWarning)
             warnings.showwarning = _one_line_warnings(warnings.showwarning)
             load_plugins(args)
@@ -157,12 +160,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LeakbenchError as exc:
         print(f"leakbench: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("leakbench: interrupted; finished cells are stored, the same command resumes", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (`Terminated`)
+        signum = getattr(exc, "signum", signal.SIGINT)
+        what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        print(f"leakbench: {what}; finished cells are stored, the same command resumes", file=sys.stderr)
+        return EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + signum
     except BrokenPipeError:  # `leakbench list attacks | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        if exc.errno not in DISK_FULL:
+            raise
+        print(f"leakbench: error: {disk_full_line(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def disk_full_line(exc: OSError) -> str:
+    """The one-line error for a full disk (or quota). Every writer of leakbench writes through a temporary
+    file or folder that it removes on failure, so nothing half-written is left."""
+    where = f" writing {exc.filename}" if exc.filename else ""
+    return (f"{exc.strerror or 'no space left on device'}{where}; nothing half-written was left: free some space "
+            "and run the same command again (a run resumes from its finished cells)")
 
 
 def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:

@@ -5,8 +5,12 @@ refused, and an interrupted process pool stops at once."""
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import shutil
+import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +19,7 @@ import pytest
 
 from conftest import CELL_FILES, load_benchmark, run_cli_many
 from leakbench.errors import ConfigError, LeakbenchWarning
-from leakbench.harness import executors, folders, suite as suite_module
+from leakbench.harness import executors, folders, interrupts, suite as suite_module
 from leakbench.harness.executors import Task
 from leakbench.harness.run import run_sweep
 from leakbench.harness.store import read_run_manifest, records_difference
@@ -147,14 +151,41 @@ def test_run_refuses_foreign_files_in_a_cell_folder(tmp_path: Path, reference: P
 
 
 def test_only_leakbench_temporary_folders_are_removed(tmp_path: Path, reference: Path) -> None:
+    """A marked temporary folder is removed; a user's folder named like one (with or without files, also
+    through a linked cells/) is not."""
     run_dir = _copy_run(reference, tmp_path)
-    mine, partial = run_dir / "cells" / ".backup", run_dir / "cells" / f".{_cell(run_dir, 1).name}.tmp-ab12_x"
-    mine.mkdir()
+    cells = run_dir / "cells"
+    elsewhere = Path(shutil.move(cells, tmp_path / "elsewhere"))
+    cells.symlink_to(elsewhere)
+    name = _cell(run_dir, 1).name
+    mine, empty = cells / ".backup", cells / f".{name}.tmp-mine"
+    named_like = cells / f".{name}.tmp-x"
+    partial, moved = cells / f".{name}.tmp-ab12_x", cells / f".{name}.old-123"
+    for folder in (mine, empty, named_like, partial, moved):
+        folder.mkdir()
     (mine / "keep.txt").write_text("mine\n")
-    partial.mkdir()
-    (partial / "records.parquet").write_bytes(b"half")
+    (named_like / "records.parquet").write_text("mine\n")
+    for folder in (partial, moved):
+        (folder / "records.parquet").write_bytes(b"half")
+        (folder / folders.TEMP_MARKER).write_text("")
     assert run_sweep(str(tmp_path / "suite.toml"), out=tmp_path / "res").ran == 0
-    assert (mine / "keep.txt").read_text() == "mine\n" and not partial.exists()
+    assert (mine / "keep.txt").read_text() == "mine\n" and (named_like / "records.parquet").read_text() == "mine\n"
+    assert empty.is_dir() and not partial.exists() and not moved.exists()
+
+
+def test_an_interrupted_report_leaves_nothing_a_later_report_keeps(tmp_path: Path, reference: Path) -> None:
+    """A report killed mid-way leaves its marked staging folder; the next report of the suite removes it
+    (and only it: a user's folder named like one stays)."""
+    reports = tmp_path / "rep"
+    staging = folders.temp_folder(reports / "tiny")  # as a report killed while drawing leaves it
+    (staging / "figures").mkdir()
+    users = reports / ".tiny.tmp-user"
+    users.mkdir()
+    (users / "notes.txt").write_text("mine\n")
+    write_report(reference, reports)
+    assert not staging.exists() and (users / "notes.txt").read_text() == "mine\n"
+    assert sorted(p.name for p in reports.iterdir()) == [".tiny.tmp-user", "tiny", "tiny.html", "tiny.md"]
+    assert folders.TEMP_MARKER not in json.loads((reports / "tiny" / "report.json").read_text())["files"]
 
 
 # --------------------------------------------------------------------------- 2: names read from disk
@@ -173,6 +204,21 @@ def test_report_refuses_unsafe_names_in_the_manifest(tmp_path: Path, reference: 
     done = run_cli_many({"report": (["report", str(run_dir), "--reports", str(tmp_path / "a" / "b" / "rep")], tmp_path)})
     assert "must be a folder name" in _bad_input(done["report"], value)
     assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("selection", [[0, 2], [-1], [0, 0], ["0"], 3])
+def test_report_refuses_a_grid_selection_outside_the_batch(tmp_path: Path, reference: Path, selection) -> None:
+    """A manifest whose grid selection names no image of the batch (b = 2 here) is refused in one line."""
+    from leakbench.errors import LeakbenchError
+
+    run_dir = _copy_run(reference, tmp_path)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    cell = next(c for c in manifest["cells"] if c["batch_size"] == 2)
+    cell["grid_selection"] = selection
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(LeakbenchError, match=f"cell {cell['cell_id']}: grid_selection"):
+        write_report(run_dir, tmp_path / "rep")
+    assert not (tmp_path / "rep").exists()
 
 
 def test_suite_names_and_stored_names_share_one_check(tmp_path: Path, reference: Path) -> None:
@@ -293,6 +339,17 @@ def test_run_with_duplicate_attacks_is_refused_before_anything_runs(tmp_path: Pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["suite.toml"]
 
 
+def test_another_suite_of_the_same_name_is_refused(tmp_path: Path, reference: Path) -> None:
+    """A different suite named like the stored one, into the same --out: refused before anything runs or is
+    written (its cells would leave the stored ones in no table)."""
+    run_dir = _copy_run(reference, tmp_path)
+    (tmp_path / "other.toml").write_text(SUITE.replace("batch_sizes = [1, 2]", "batch_sizes = [2]"))
+    before = _tree(run_dir)
+    with pytest.raises(ConfigError, match="holds 2 finished cells that suite 'tiny' does not plan"):
+        run_sweep(str(tmp_path / "other.toml"), out=tmp_path / "res")
+    assert _tree(run_dir) == before
+
+
 def test_report_of_a_run_that_planned_a_cell_twice(tmp_path: Path, reference: Path) -> None:
     """Run folders stored before duplicates were refused list a cell twice in their manifest: reported once."""
     run_dir = _copy_run(reference, tmp_path)
@@ -326,3 +383,44 @@ def test_pool_interrupt_stops_at_once(tmp_path: Path) -> None:
     started = sorted(p.parent.name for p in tmp_path.glob("*/started"))
     finished = sorted(p.parent.name for p in tmp_path.glob("*/finished"))
     assert started == ["0", "1"] and finished == ["0"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_stop_signals_end_the_pool_like_ctrl_c(tmp_path: Path, sig: int) -> None:
+    """SIGTERM / SIGHUP to the sweep's process (`kill PID`) raise `Terminated`: the pool's workers are ended at
+    once (none left, no cell finished after it), and the previous handler is back afterwards."""
+    from pool_helpers import slow_task
+
+    tasks = [Task(spec=8.0, out=tmp_path / str(i), selection=(), grid_seed=0) for i in range(4)]
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), sig))
+    timer.start()
+    with pytest.raises(interrupts.Terminated) as stopped, interrupts.stop_signals_as_interrupt():
+        executors._pool(tasks, lambda summary: None, 2, work=slow_task)
+    assert stopped.value.signum == sig
+    assert multiprocessing.active_children() == [] and not list(tmp_path.glob("*/finished"))
+    assert signal.getsignal(sig) is signal.SIG_DFL
+
+
+def test_a_full_disk_is_one_line_and_leaves_the_earlier_report(tmp_path: Path, reference: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`report` running out of space while it writes: exit 2, one `leakbench: error:` line, the earlier report
+    whole (neither page replaced, no staging folder left). `fault_check.py` does it on a real full tmpfs."""
+    import errno
+
+    from leakbench import cli
+    from leakbench.reporting import report as report_module
+
+    reports = tmp_path / "rep"
+    write_report(reference, reports)
+    before = _tree(reports)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(reports / "tiny.html"))
+
+    monkeypatch.setattr(report_module, "html_document", full)
+    capsys.readouterr()
+    assert cli.main(["report", str(reference), "--reports", str(reports)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("leakbench: error: No space left on device writing"), err
+    assert _tree(reports) == before and not [p for p in reports.iterdir() if p.name.startswith(".")]

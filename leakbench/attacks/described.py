@@ -5,7 +5,8 @@ Plugin attacks are imported only inside the sandboxed attack worker (`leakbench.
 field metadata such as a declared range) and docstring, and its requirements. In the harness,
 `described_attack(data)` rebuilds a stand-in class with the same name, Config and requirements, so
 that listing, `show`, suite parsing and hyperparameter checks work as for a shipped attack; its
-`reconstruct` refuses to run (the worker runs the real one).
+`reconstruct` refuses to run (the worker runs the real one); `code_hash` is the worker's hash of its
+source (`leakbench.harness.fingerprint.attack_code`), so resuming notices a changed plugin.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def described_attack(data: dict[str, Any]) -> type[Attack]:
     return type(f"Described{config.__name__}", (Attack,), {
         "name": str(data["name"]), "description": str(data["description"]), "Config": config,
         "requires": Requirements(**data["requires"]), "reconstruct": reconstruct,
-        "__module__": str(data["module"]), "__doc__": f"{data['name']} (described by the attack worker)"})
+        "__module__": str(data["module"]), "__doc__": f"{data['name']} (described by the attack worker)",
+        "code_hash": data.get("code_hash")})
 
 
 def _describe_field(f: Field) -> dict[str, Any]:

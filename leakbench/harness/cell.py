@@ -20,6 +20,7 @@ from leakbench.datasets import Batch, ImageDataset, load_dataset, partition, sam
 from leakbench.datasets.loaders import data_locations
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.harness.artifacts import AttackOutput, json_safe, plain_stats
+from leakbench.harness.fingerprint import provenance
 from leakbench.harness.isolation import IN_PROCESS, run_isolated, workers
 from leakbench.harness.job import AttackJob, attack_cell, attack_seed, configure_attack, resolve_class, scoped_ref
 from leakbench.fl import ClientUpdate, DPConfig, FedAvgConfig, dp_update, fedavg_update, fedsgd_update
@@ -109,6 +110,8 @@ class CellResult:
     truth: torch.Tensor
     aligned: torch.Tensor | None
     output: AttackOutput
+    provenance: dict[str, Any] = field(default_factory=dict)
+    """The attack's code and the batch's fingerprint (`fingerprint.provenance`), for the cell manifest."""
 
     @property
     def reconstruction(self) -> Reconstruction:
@@ -130,7 +133,7 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, torch.nn.
     root = Path(spec.data_root) if spec.data_root else None
     dataset = load_dataset(spec.dataset, data_root=root, image_size=spec.image_size)
     parts = partition(dataset) if spec.train_epochs else None
-    batch = sample_batch(dataset, spec.batch_size, spec.seed, pool=None if parts is None else parts.attack)
+    batch = draw_batch(dataset, spec)
     if not with_model:
         return batch, None
     model = build_model(spec.arch, dataset.image_shape, dataset.num_classes, width=spec.width, depth=spec.depth,
@@ -143,6 +146,11 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, torch.nn.
                               spec.train_epochs)
     model.victim_info = info
     return batch, model
+
+
+def draw_batch(dataset: ImageDataset, spec: CellSpec) -> Batch:
+    """The cell's batch from its loaded dataset: the whole dataset at init, the attack part for a trained victim."""
+    return sample_batch(dataset, spec.batch_size, spec.seed, pool=partition(dataset).attack if spec.train_epochs else None)
 
 
 def victim_key(spec: CellSpec, dataset: ImageDataset) -> dict[str, Any]:
@@ -212,7 +220,9 @@ def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: st
     else:
         output = attack_cell(job, update)
         output.isolation = IN_PROCESS
-    return score_cell(spec, output, batch, model, lpips=lpips, lpips_note=lpips_note)
+    result = score_cell(spec, output, batch, model, lpips=lpips, lpips_note=lpips_note)
+    result.provenance = provenance(resolve_class(job), batch)
+    return result
 
 
 def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: torch.nn.Module, *,

@@ -2,9 +2,10 @@
 
 A serial or pool task runs one cell and writes its folder itself (atomically), so whatever finished
 before an interruption is kept; a Ray task returns its cell's files and the driver writes the folder
-(the same store code), so a cluster needs no shared file system (docs/ray.md). Every cell runs with
-one torch thread whichever executor runs it: results then do not depend on the executor, and
-parallelism comes from running cells side by side.
+(the same store code), so a cluster needs no shared file system (docs/ray.md). SIGTERM and SIGHUP
+stop every executor as Ctrl-C does (`harness.interrupts`): its workers are ended and nothing of
+theirs runs on. Every cell runs with one torch thread whichever executor runs it: results then do
+not depend on the executor, and parallelism comes from running cells side by side.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from leakbench.errors import ConfigError
+from leakbench.harness.interrupts import stop_signals_as_interrupt
 from leakbench.harness.isolation import worker_pythonpath
 from leakbench.progress import attack_progress
 
@@ -94,7 +96,8 @@ def execute(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], *, exe
     """Run `tasks`, calling `on_done(summary)` in this process as each cell finishes (any order).
 
     Serial executor only: `attack_bars` is a terminal to draw bars inside long attacks on, and
-    `on_start(task)` is called as each cell starts.
+    `on_start(task)` is called as each cell starts. SIGTERM and SIGHUP raise `Terminated` (a
+    KeyboardInterrupt) here, so every executor stops its workers as on Ctrl-C.
     """
     if executor not in EXECUTORS:
         raise ConfigError(f"unknown executor {executor!r} (known: {', '.join(EXECUTORS)})")
@@ -102,16 +105,17 @@ def execute(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], *, exe
         raise ConfigError(f"--jobs must be at least 1, got {jobs}")
     if not tasks:
         return
-    if executor == "ray":
-        _ray(tasks, on_done, jobs, address)
-    elif executor == "pool" and jobs > 1:
-        _pool(tasks, on_done, jobs)
-    else:
-        with attack_progress(attack_bars):
-            for task in tasks:
-                if on_start is not None:
-                    on_start(task)
-                on_done(run_task(task))
+    with stop_signals_as_interrupt():
+        if executor == "ray":
+            _ray(tasks, on_done, jobs, address)
+        elif executor == "pool" and jobs > 1:
+            _pool(tasks, on_done, jobs)
+        else:
+            with attack_progress(attack_bars):
+                for task in tasks:
+                    if on_start is not None:
+                        on_start(task)
+                    on_done(run_task(task))
 
 
 def _pool(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int,

@@ -4,6 +4,12 @@ A name that becomes a path (a suite's name, a cell id) must be a single folder n
 from a suite file or a stored manifest goes through `folder_name`. An existing folder is replaced
 only when it holds nothing but what leakbench writes there (`foreign` lists anything else); leakbench
 never deletes a file it did not write.
+
+A folder is written in a temporary folder beside it (`temp_folder`) and renamed into place
+(`replace_folder`). Temporary and moved-aside folders carry a marker file (`TEMP_MARKER`) from the
+moment they are made until the rename; an interrupted command can leave them behind, and a later one
+removes them (`remove_leftovers`) — only folders holding the marker, never a user's folder that is
+merely named like one, and never through a link.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -84,8 +91,43 @@ def check_owned(folder: Path, foreign: Foreign) -> None:
         raise ConfigError(refusal(folder, found))
 
 
+TEMP_MARKER = ".leakbench-temporary"
+"""The file that marks a temporary or moved-aside folder as leakbench's (left out of seals and report markers)."""
+LEFTOVER = re.compile(r"\.(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\.(tmp-[A-Za-z0-9_]+|old-[0-9]+)")
+"""The names of temporary (`.NAME.tmp-XXXX`) and moved-aside (`.NAME.old-PID`) folders."""
+
+
+def temp_folder(out: Path) -> Path:
+    """A new, marked temporary folder `.NAME.tmp-XXXX` beside `out` (whose parent is created) to build `out` in."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = honour_umask(Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent)))
+    _mark(tmp)
+    return tmp
+
+
+def _mark(folder: Path) -> None:
+    (folder / TEMP_MARKER).write_text("a temporary folder of leakbench's; the next command removes it if it is left\n")
+
+
+def is_leftover(path: Path, name: str | None = None) -> bool:
+    """Whether `path` is a temporary or moved-aside folder leakbench made (of folder `name`, when given):
+    named like one, a folder and not a link, holding leakbench's marker."""
+    match = LEFTOVER.fullmatch(path.name)
+    return (match is not None and (name is None or match["name"] == name) and path.is_dir()
+            and not path.is_symlink() and is_plain_file(path / TEMP_MARKER))
+
+
+def remove_leftovers(folder: Path, name: str | None = None) -> int:
+    """Delete the folders an interrupted command left in `folder` (`is_leftover`); how many."""
+    found = [p for p in folder.iterdir() if is_leftover(p, name)] if folder.is_dir() else []
+    for path in found:
+        shutil.rmtree(path, ignore_errors=True)
+    return len(found)
+
+
 def replace_folder(new: Path, out: Path, foreign: Foreign) -> None:
-    """Put the complete folder `new` at `out`; an older `out` of leakbench's own is moved aside, then deleted.
+    """Put the complete folder `new` (from `temp_folder`) at `out`; an older `out` of leakbench's own is
+    moved aside (and marked), then deleted.
 
     An `out` holding anything else is left untouched and ConfigError is raised.
     """
@@ -94,6 +136,8 @@ def replace_folder(new: Path, out: Path, foreign: Foreign) -> None:
     if out.exists():
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
         os.replace(out, old)
+        _mark(old)
+    (new / TEMP_MARKER).unlink(missing_ok=True)
     os.replace(new, out)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

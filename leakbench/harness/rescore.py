@@ -19,6 +19,7 @@ from leakbench.errors import LeakbenchError
 from leakbench.harness.artifacts import RECONSTRUCTION_FILE, load_attack_output
 from leakbench.harness.cell import score_cell, spec_from_dict, victim
 from leakbench.harness.executors import lpips_scorer
+from leakbench.harness.fingerprint import PROVENANCE
 from leakbench.harness.store import cell_path, consolidate, finished_cells, write_cell
 
 
@@ -37,6 +38,7 @@ def rescore_cell(cell_dir: Path, *, lpips_weights: str | None = None, data_root:
     output = load_attack_output(cell_dir)
     batch, model = victim(spec)
     result = score_cell(spec, output, batch, model, lpips=lpips, lpips_note=lpips_note)
+    result.provenance = {k: manifest[k] for k in PROVENANCE if k in manifest}  # what the stored answer came from
     write_cell(result, cell_dir, selection=manifest.get("grid_selection"))
 
 

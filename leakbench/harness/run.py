@@ -4,7 +4,9 @@ Planning happens before anything runs: every cell is checked (names, data, sizes
 gets its configuration hash and its grid's batch positions (drawn from the suite's grid seed), and
 all of it goes into the run manifest. With `resume` (the default) cells whose folder is intact
 are skipped, so an interrupted sweep continues where it stopped and never duplicates a cell; a
-damaged cell folder is reported (one warning line) and recomputed.
+damaged cell folder is reported (one warning line) and recomputed, and so is a cell computed by
+other attack code or hyperparameters (`harness.reuse`). The final manifest counts the cells per git
+revision they were computed at (`cell_revisions`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 import threading
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +24,14 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from leakbench.errors import LeakbenchWarning
+from leakbench.errors import ConfigError, LeakbenchWarning
 from leakbench.harness.cell import CellSpec, batch_id, build_attack, cell_id, cell_settings, spec_dict
 from leakbench.harness.executors import Task, connection, execute, missing_lpips_note
+from leakbench.harness.reuse import revision_note, stale_cells
 from leakbench.harness.sandbox import warn_unless_sandboxed
 from leakbench.harness.selection import grid_selection
-from leakbench.harness.store import (cell_path, check_cell_folders, consolidate, environment, remove_partial_cells,
-                                     survey, write_json_atomic)
+from leakbench.harness.store import (cell_path, check_cell_folders, consolidate, environment, finished_cells,
+                                     git_revision, remove_partial_cells, survey, write_json_atomic)
 from leakbench.harness.suite import Suite, find_suite, load_suite
 from leakbench.metrics.lpips_metric import check_net
 
@@ -126,13 +130,11 @@ def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Pa
     tasks = plan(suite, run_dir, lpips_weights, lpips_net)
     ids = [t.out.name for t in tasks]
     check_cell_folders(run_dir, ids)
+    check_same_suite(run_dir, suite.name, ids)
     if before_run is not None:
         before_run(suite)
+    done, revisions = reusable_cells(run_dir, tasks) if resume else (set(), Counter())
     remove_partial_cells(run_dir)
-    states = survey(run_dir, ids)
-    for cid, reason in states.damaged.items():
-        warnings.warn(LeakbenchWarning(f"cell {cid} in {run_dir} is damaged ({reason}); recomputing it"), stacklevel=2)
-    done = set(states.intact) if resume else set()
     todo = [t for t in tasks if t.out.name not in done]
     lpips_note = missing_lpips_note(lpips_weights, lpips_net) if todo else ""
     if lpips_note:  # never silent: the cells record the same note (summary.json, cells.parquet)
@@ -149,10 +151,55 @@ def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Pa
             remove_partial_cells(run_dir)  # what workers stopped mid-write left (the executor has stopped them)
         seconds = time.perf_counter() - start
     records, cells = consolidate(run_dir, ids)
+    revisions[git_revision()] += len(todo)
     write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {
         "executor": executor, "jobs": jobs, "lpips_net": lpips_net, "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),
-                                                           "seconds": round(seconds, 3), "lpips_note": lpips_note}}))
+                                                           "seconds": round(seconds, 3), "lpips_note": lpips_note},
+        "cell_revisions": {(rev or "unknown"): n for rev, n in revisions.items() if n}}))
     return Sweep(run_dir, suite, len(todo), len(tasks) - len(todo), seconds, records, cells)
+
+
+def reusable_cells(run_dir: Path, tasks: list[Task]) -> tuple[set[str], Counter]:
+    """The stored cells a resumed sweep skips, and their git revisions (revision → count).
+
+    A damaged cell is recomputed (one warning line each). An intact one is checked against what this
+    run would compute it from (`harness.reuse`): other resolved hyperparameters or attack code →
+    recomputed (one warning line); other images in its batch → ConfigError before anything runs; another
+    git revision → said in one warning line and reused.
+    """
+    states = survey(run_dir, [t.out.name for t in tasks])
+    for cid, reason in states.damaged.items():
+        warnings.warn(LeakbenchWarning(f"cell {cid} in {run_dir} is damaged ({reason}); recomputing it"), stacklevel=3)
+    specs = {t.out.name: t.spec for t in tasks if t.out.name in set(states.intact)}
+    stale = stale_cells(run_dir, specs)
+    if stale.refuse:
+        cid, why = next(iter(stale.refuse.items()))
+        raise ConfigError(f"{len(stale.refuse)} stored cells in {run_dir} cannot be resumed: cell {cid}: {why} "
+                          f"(dataset {specs[cid].dataset}: is a package or data file missing?); "
+                          "choose another --out, or rerun them all with --no-resume")
+    if stale.recompute:
+        cid, why = next(iter(stale.recompute.items()))
+        warnings.warn(LeakbenchWarning(f"{len(stale.recompute)} stored cells in {run_dir} were computed by other "
+                                       f"code (cell {cid}: {why}); recomputing them"), stacklevel=3)
+    note = revision_note(stale.revisions, git_revision())
+    if note:
+        warnings.warn(LeakbenchWarning(f"{run_dir}: {note}"), stacklevel=3)
+    return set(specs) - set(stale.recompute), stale.revisions
+
+
+def check_same_suite(run_dir: Path, name: str, cell_ids: list[str]) -> None:
+    """Refuse (one line) a run folder holding finished cells that this suite does not plan.
+
+    A run folder is one suite's: its manifest lists the planned cells, and every table is built from
+    them. Another suite of the same name run into the same `--out` (or an earlier version of this one
+    that planned other cells) would leave those cells in no table while both runs report success.
+    Growing a suite (more seeds, another attack) keeps every stored cell planned and is allowed.
+    """
+    others = finished_cells(run_dir, set(cell_ids))
+    if others:
+        raise ConfigError(f"{run_dir} holds {len(others)} finished cells that suite '{name}' does not plan "
+                          "(another suite of the same name, or an earlier version of this one); they would be "
+                          "in no table: choose another --out or another suite name")
 
 
 def _run_with_progress(todo: list[Task], total: int, *, executor: str, jobs: int, address: str | None,

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from leakbench.harness.folders import foreign_entries, is_plain_file
+from leakbench.harness.folders import TEMP_MARKER, foreign_entries, is_plain_file
 
 SEAL = "seal.json"
 MARKER = "leakbench cell"
@@ -40,7 +40,7 @@ def foreign_cell_entries(folder: Path) -> list[str]:
 
 def write_seal(folder: Path, cell_id: str) -> None:
     """Seal the files now in `folder` (call once they are all written)."""
-    files = {p.name: _sha256(p) for p in sorted(folder.iterdir()) if p.name != SEAL}
+    files = {p.name: _sha256(p) for p in sorted(folder.iterdir()) if p.name not in (SEAL, TEMP_MARKER)}
     seal = {"leakbench": MARKER, "cell_id": cell_id, "sha256": files}
     (folder / SEAL).write_text(json.dumps(seal, indent=2, sort_keys=True) + "\n")
 

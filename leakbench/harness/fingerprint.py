@@ -1,0 +1,78 @@
+"""Fingerprints of what a cell was computed from, beyond its id: the batch's images and the attack's code.
+
+Stored in each cell's manifest (`provenance`) and compared before a stored cell is reused
+(`harness.reuse`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from leakbench.attacks.base import Attack
+from leakbench.datasets import Batch
+from leakbench.harness.artifacts import json_safe
+
+
+def batch_fingerprint(batch: Batch) -> str:
+    """A hash of the batch as the attack sees it: its images rounded to 8 bits (robust to float noise of
+    resizing) and its labels, in batch order."""
+    digest = hashlib.sha256()
+    digest.update(str(tuple(batch.images.shape)).encode())
+    digest.update((batch.images.detach().to(torch.float32) * 255).round().clamp(0, 255).to(torch.uint8).numpy().tobytes())
+    digest.update(batch.labels.to(torch.int64).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def attack_code(cls: type) -> str:
+    """A hash of the source of attack class `cls`: the files of its module and of its attack bases' modules
+    (a module inside a sub-package of `leakbench.attacks` stands for the whole sub-package; the
+    `Attack` base and modules the attack only imports are not covered). A plugin's attack, which the
+    harness knows only from its description, carries the hash the attack worker computed."""
+    described = getattr(cls, "code_hash", None)
+    return described if isinstance(described, str) else _hash_files(tuple(sorted(_source_files(cls))))
+
+
+def _source_files(cls: type) -> set[tuple[str, Path]]:
+    """(name relative to its import root, path) of the source files that define `cls` and its bases."""
+    files: set[tuple[str, Path]] = set()
+    for klass in cls.__mro__:
+        module = sys.modules.get(klass.__module__)
+        path = getattr(module, "__file__", None)
+        if path is None or not issubclass(klass, Attack) or klass is Attack:
+            continue
+        path = Path(path).resolve()
+        parts = klass.__module__.split(".")
+        if parts[:2] == ["leakbench", "attacks"] and len(parts) > 3:  # leakbench.attacks.spear.x: all of spear
+            folder = path.parent
+            files |= {(p.relative_to(folder.parent).as_posix(), p) for p in folder.rglob("*.py")}
+        else:
+            files.add((klass.__module__, path))
+    return files
+
+
+def _hash_files(files: tuple[tuple[str, Path], ...]) -> str:
+    digest = hashlib.sha256()
+    for name, path in files:
+        digest.update(f"{name}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def resolved(hyperparameters: dict[str, Any]) -> str:
+    """Resolved hyperparameters as canonical JSON (as stored: tuples as lists, non-finite floats as null)."""
+    return json.dumps(json_safe(hyperparameters), sort_keys=True, separators=(",", ":"), default=str)
+
+
+PROVENANCE = ("attack_code", "batch_fingerprint")
+"""The keys `provenance` adds to a cell manifest."""
+
+
+def provenance(attack: type, batch: Batch) -> dict[str, Any]:
+    """What a cell manifest records for `stale_cells`: the attack's code and the batch's fingerprint."""
+    return {"attack_code": attack_code(attack), "batch_fingerprint": batch_fingerprint(batch)}
