@@ -682,6 +682,40 @@ def _signal_and_resume(sig: int, jobs: int, suite_text: str, after: int) -> Call
     return scenario
 
 
+def _killed_attack_worker(d: Path, reference: Path) -> Outcome:
+    """The OOM killer ends an attack worker mid-cell (SIGKILL to one worker, not to the run): the cell
+    is retried with a fresh worker, the run finishes by itself, and its records equal the reference."""
+    _fresh(d)
+    args = [a.replace("{d}", str(d)) for a in run_args("{d}/suite.toml")]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    run = subprocess.Popen([sys.executable, "-m", "leakbench", *args], cwd=d, env=env, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    killed = None
+    while run.poll() is None and killed is None:
+        workers = [pid for pid, _ in _session_processes(run.pid) if _is_attack_worker(pid)]
+        if workers:
+            os.kill(workers[0], signal.SIGKILL)
+            killed = workers[0]
+        time.sleep(0.02)
+    try:
+        err = run.communicate(timeout=600)[1]
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        return Outcome(False, "the run did not finish after its attack worker was killed")
+    if killed is None:
+        return Outcome(False, "no attack worker was seen running")
+    return _judge_resume(d, reference, subprocess.CompletedProcess(args, run.returncode, "", err), [d / USER_FILE])
+
+
+def _is_attack_worker(pid: int) -> bool:
+    """Whether `pid` is an attack worker: a child of the fork server (both run `fork_server`)."""
+    try:
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        return all(b"fork_server" in Path(f"/proc/{p}/cmdline").read_bytes() for p in (pid, parent))
+    except (OSError, ValueError, IndexError):
+        return False
+
+
 def _left_behind(session: int, grace_s: float = 5.0) -> list[str]:
     """Names of the processes still in `session` (the interrupted run's) after `grace_s` seconds; they are
     then killed, so that no later case meets them."""
@@ -1048,6 +1082,7 @@ FAULTS: list[Fault] = [
     Fault("disk_full_report", 22, _disk_full("report")),
     Fault("resume_after_code_change", 22, _code_change),
     Fault("resume_on_other_images", 22, _other_images),
+    Fault("killed_attack_worker", 22, _killed_attack_worker),
 ]
 
 # --------------------------------------------------------------------------- main
