@@ -2,7 +2,7 @@
 
 Plugin attacks are imported only inside the sandboxed attack worker (`leakbench.plugins`). There,
 `describe(cls)` turns each into JSON: name, description, module, its Config's fields (type, default,
-field metadata such as a declared range) and docstring, and its requirements. In the harness,
+declared range, help) and its requirements. In the harness,
 `described_attack(data)` rebuilds a stand-in class with the same name, Config and requirements, so
 that listing, `show`, suite parsing and hyperparameter checks work as for a shipped attack; its
 `reconstruct` refuses to run (the worker runs the real one); `code_hash` is the worker's hash of its
@@ -11,26 +11,27 @@ source (`leakbench.harness.fingerprint.attack_code`), so resuming notices a chan
 
 from __future__ import annotations
 
-import inspect
 import json
 from dataclasses import MISSING, Field, asdict, field, fields, make_dataclass
 from typing import Any
 
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
+from leakbench.attacks.params import field_help
 from leakbench.errors import LeakbenchError
+from leakbench.ranges import Range, field_range
 
 
 def describe(cls: type[Attack]) -> dict[str, Any]:
     """An attack class as plain JSON data (see `described_attack`)."""
     return {"name": cls.name, "description": cls.description, "module": cls.__module__,
-            "config": cls.Config.__name__, "doc": inspect.getdoc(cls.Config) or "",
+            "config": cls.Config.__name__, "help": field_help(cls.Config),
             "fields": [_describe_field(f) for f in fields(cls.Config)], "requires": asdict(cls.requires)}
 
 
 def described_attack(data: dict[str, Any]) -> type[Attack]:
     """The harness's stand-in for a described plugin attack."""
     config = make_dataclass(str(data["config"]), [_field(f) for f in data["fields"]], frozen=True)
-    config.__doc__ = str(data["doc"])
+    config.__doc__ = "\n".join(f"{name}: {text}" for name, text in dict(data["help"]).items())
 
     def reconstruct(self: Attack, update: Any, *, seed: int) -> Reconstruction:
         raise LeakbenchError(f"attack {self.name!r} is a plugin's: it runs only in the sandboxed attack worker")
@@ -46,13 +47,14 @@ def _describe_field(f: Field) -> dict[str, Any]:
     default = f.default if f.default is not MISSING else (f.default_factory() if f.default_factory is not MISSING
                                                           else None)
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    rng = field_range(f)
     return {"name": f.name, "type": kind, "default": _plain(default), "tuple": isinstance(default, tuple),
-            "metadata": {k: _plain(v) for k, v in f.metadata.items() if _is_plain(v)}}
+            "range": asdict(rng) if rng is not None else None}
 
 
 def _field(data: dict[str, Any]) -> tuple[str, str, Any]:
     default = tuple(data["default"]) if data["tuple"] else data["default"]
-    meta = dict(data.get("metadata") or {})
+    meta = {"range": Range(**data["range"])} if data.get("range") else {}
     if isinstance(default, (list, dict)):
         return data["name"], data["type"], field(default_factory=lambda d=default: json.loads(json.dumps(d)),
                                                  metadata=meta)
