@@ -32,6 +32,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
+from functools import lru_cache
 from importlib.metadata import Distribution, EntryPoint, entry_points, packages_distributions, version
 from typing import Any
 
@@ -160,9 +161,10 @@ def _describe(modules: tuple[str, ...], *, entry_points: bool) -> None:
         _LOADED.setdefault(plugin["module"], plugin)
 
 
-def entry_points_of(kind: str) -> list[EntryPoint]:
-    """The installed entry points of one registry kind, by name."""
-    return sorted(entry_points(group=GROUPS[kind]), key=lambda p: p.name)
+@lru_cache(maxsize=2)
+def entry_points_of(kind: str) -> tuple[EntryPoint, ...]:
+    """The installed entry points of one registry kind, by name (read once per process)."""
+    return tuple(sorted(entry_points(group=GROUPS[kind]), key=lambda p: p.name))
 
 
 def _load_entry_points(kind: str) -> None:

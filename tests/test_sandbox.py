@@ -14,16 +14,6 @@ from leakbench.harness import sandbox
 from leakbench.harness.sandbox import FULL, level, policy
 
 
-class Recorder:
-    """A stand-in ruleset that records what would be allowed, with which rights."""
-
-    def __init__(self) -> None:
-        self.rules: dict[str, int] = {}
-
-    def allow(self, path: str, *, rules: int) -> None:
-        self.rules[path] = rules
-
-
 def _tree(root: Path) -> None:
     for path in ("pkg/__init__.py", "pkg/data/secret.png", "pkg/mod.py", "other/x.txt", "top.py"):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
@@ -32,13 +22,30 @@ def _tree(root: Path) -> None:
 
 def test_a_hidden_folder_inside_an_allowed_tree_is_never_readable(tmp_path: Path) -> None:
     _tree(tmp_path)
-    ruleset, hidden = Recorder(), (str(tmp_path / "pkg" / "data"),)
-    sandbox._allow(ruleset, str(tmp_path), hidden, read_dir=13, read_file=5)
-    read = {p for p, r in ruleset.rules.items() if r & 4}  # READ_FILE
+    found: list[tuple[str, int]] = []
+    hidden = (str(tmp_path / "pkg" / "data"),)
+    sandbox._allow(found, str(tmp_path), hidden, read_dir=13, read_file=5)
+    rules = dict(found)
+    read = {p for p, r in rules.items() if r & 4}  # READ_FILE
     assert str(tmp_path / "pkg" / "mod.py") in read and str(tmp_path / "other") in read
-    assert not any(p == hidden[0] or p.startswith(hidden[0] + os.sep) for p in ruleset.rules)
+    assert not any(p == hidden[0] or p.startswith(hidden[0] + os.sep) for p in rules)
     assert not any(hidden[0].startswith(p + os.sep) for p in read)  # no readable ancestor of the hidden folder
-    assert ruleset.rules[str(tmp_path)] == sandbox_read_dir()  # the folder above it: listing only
+    assert rules[str(tmp_path)] == sandbox_read_dir()  # the folder above it: listing only
+
+
+def test_prepared_rules_are_reused_only_when_the_new_hidden_paths_lie_apart(tmp_path: Path) -> None:
+    _tree(tmp_path / "tree")
+    base = sandbox.Policy((str(tmp_path / "tree"),), (), (), "")
+    sandbox.prepare(base)
+    try:
+        apart = sandbox.Policy(base.runtime, (), (str(tmp_path / "data"),), "")
+        assert sandbox.read_rules(apart) is sandbox._PREPARED[0][1]
+        inside = sandbox.Policy(base.runtime, (), (str(tmp_path / "tree" / "other"),), "")
+        rules = dict(sandbox.read_rules(inside))
+        assert str(tmp_path / "tree") not in rules or not rules[str(tmp_path / "tree")] & 4
+        assert not any(p.startswith(str(tmp_path / "tree" / "other")) for p in rules)
+    finally:
+        sandbox._PREPARED.clear()
 
 
 def sandbox_read_dir() -> int:

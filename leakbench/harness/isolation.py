@@ -417,7 +417,8 @@ def fork_server(fd: int) -> None:
 
 def _warm_up() -> None:
     """What every child would otherwise load or initialise again: the sandbox's libraries (pyseccomp
-    runs ldconfig to find libseccomp), scipy's optimisers, torch's first autograd pass. All of it
+    runs ldconfig to find libseccomp) and its read rules, scipy's optimisers, torch's first autograd
+    pass, the installed attack entry points. All of it
     runs in this one thread: the server must stay single-threaded to fork safely (importing
     scikit-learn starts a thread, so CPA's FastICA loads in the child)."""
     import landlock  # noqa: F401
@@ -425,8 +426,15 @@ def _warm_up() -> None:
     import scipy.optimize  # noqa: F401
     import torch
 
+    from leakbench.datasets.loaders import data_locations
+    from leakbench.harness import sandbox
+    from leakbench.plugins import entry_points_of
+
     x = torch.ones(4, 4, requires_grad=True)
     torch.nn.functional.linear(x, x).relu().sum().backward()
+    entry_points_of("attacks")  # cached: scanning every distribution's metadata takes a while
+    if not sandbox.level()[1]:
+        sandbox.prepare(sandbox.policy(sys.path, [str(p) for p in data_locations()], ""))
 
 
 def _child(receive_fd: int, send_fd: int) -> None:

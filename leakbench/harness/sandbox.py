@@ -141,30 +141,58 @@ def apply(rules: Policy) -> str:
 
 def _landlock(rules: Policy) -> None:
     """Restrict the file system to `rules` (irreversible; inherited by threads started later)."""
-    from landlock import FSAccess, Ruleset
+    from landlock import Ruleset
 
-    read_file = FSAccess.READ_FILE | FSAccess.EXECUTE
-    read_dir = read_file | FSAccess.READ_DIR
     ruleset = Ruleset()
-    hidden = rules.hidden
-    for tree in [*rules.runtime, *[p for p in SYSTEM_FILES if os.path.exists(p)]]:
-        _allow(ruleset, tree, hidden, read_dir, read_file)
-    for folder in rules.modules:
-        ruleset.allow(folder, rules=FSAccess.READ_DIR)  # imports list it; names only, not contents
-        for entry in _module_entries(folder):
-            _allow(ruleset, entry, hidden, read_dir, read_file)
-    for device in DEVICES:
-        if os.path.exists(device):
-            ruleset.allow(device, rules=FSAccess.READ_FILE | FSAccess.WRITE_FILE)
-    for device in glob.glob(GPU_DEVICES):
-        ruleset.allow(device, rules=FSAccess.all_file() & ~FSAccess.EXECUTE)
-    for tree in GPU_FILES if glob.glob(GPU_DEVICES) else ():
-        _allow(ruleset, tree, hidden, read_dir, read_file)
+    for path, access in read_rules(rules):
+        ruleset.allow(path, rules=access)
     ruleset.allow(rules.scratch)
     ruleset.apply()
 
 
-def _allow(ruleset: object, path: str, hidden: tuple[str, ...], read_dir: int, read_file: int) -> None:
+_PREPARED: list[tuple[Policy, tuple[tuple[str, int], ...]]] = []
+"""Read rules worked out ahead (`prepare`, in the fork server): its children inherit them."""
+
+
+def prepare(rules: Policy) -> None:
+    """Work out the read rules of `rules` now, so that a process forked later reuses them."""
+    _PREPARED[:] = [(rules, _read_rules(rules))]
+
+
+def read_rules(rules: Policy) -> tuple[tuple[str, int], ...]:
+    """(path, Landlock access) pairs that let the worker read what `rules` allow. Rules prepared for
+    the same trees are reused when every path hidden now and not then lies apart from all of them:
+    no rule is at or above it, none below it (so none of its files is reachable)."""
+    for base, found in _PREPARED:
+        extra = set(rules.hidden) - set(base.hidden)
+        if (base.runtime, base.modules) == (rules.runtime, rules.modules) and not any(
+                _within(h, path) or _within(path, h) for h in extra for path, _ in found):
+            return found
+    return _read_rules(rules)
+
+
+def _read_rules(rules: Policy) -> tuple[tuple[str, int], ...]:
+    from landlock import FSAccess
+
+    read_file = int(FSAccess.READ_FILE | FSAccess.EXECUTE)
+    read_dir = read_file | int(FSAccess.READ_DIR)
+    found: list[tuple[str, int]] = []
+    hidden = rules.hidden
+    for tree in [*rules.runtime, *[p for p in SYSTEM_FILES if os.path.exists(p)]]:
+        _allow(found, tree, hidden, read_dir, read_file)
+    for folder in rules.modules:
+        found.append((folder, int(FSAccess.READ_DIR)))  # imports list it; names only, not contents
+        for entry in _module_entries(folder):
+            _allow(found, entry, hidden, read_dir, read_file)
+    found += [(d, int(FSAccess.READ_FILE | FSAccess.WRITE_FILE)) for d in DEVICES if os.path.exists(d)]
+    gpu = glob.glob(GPU_DEVICES)
+    found += [(d, int(FSAccess.all_file() & ~FSAccess.EXECUTE)) for d in gpu]
+    for tree in GPU_FILES if gpu else ():
+        _allow(found, tree, hidden, read_dir, read_file)
+    return tuple(found)
+
+
+def _allow(found: list[tuple[str, int]], path: str, hidden: tuple[str, ...], read_dir: int, read_file: int) -> None:
     """Allow reading `path` except the hidden paths inside it: a folder that holds one is opened up
     entry by entry, skipping the hidden ones (Landlock only ever allows), and may itself be listed
     (imports list package folders; a hidden folder's file names can then be listed, never read).
@@ -175,11 +203,11 @@ def _allow(ruleset: object, path: str, hidden: tuple[str, ...], read_dir: int, r
     if any(_within(real, h) for h in hidden) or not os.path.exists(real):
         return
     if os.path.isdir(real) and any(_within(h, real) for h in hidden):
-        ruleset.allow(real, rules=FSAccess.READ_DIR)  # type: ignore[attr-defined]  # names only, not contents
+        found.append((real, int(FSAccess.READ_DIR)))  # names only, not contents
         for entry in os.scandir(real):
-            _allow(ruleset, entry.path, hidden, read_dir, read_file)
+            _allow(found, entry.path, hidden, read_dir, read_file)
     else:
-        ruleset.allow(real, rules=read_dir if os.path.isdir(real) else read_file)  # type: ignore[attr-defined]
+        found.append((real, read_dir if os.path.isdir(real) else read_file))
 
 
 def _module_entries(folder: str) -> list[str]:
