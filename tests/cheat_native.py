@@ -92,9 +92,13 @@ def guard_class_patched(path: str) -> bytes:
     """Replace the guard's class method (the hook calls it), then open the file from Python."""
     from leakbench.harness import isolation
 
+    real = isolation.Guard.__call__
     isolation.Guard.__call__ = lambda self, event, args: None  # type: ignore[method-assign]
-    with open(path, "rb") as f:
-        return f.read()
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    finally:
+        isolation.Guard.__call__ = real  # type: ignore[method-assign]  (the control runs in the test's process)
 
 
 def realpath_patched(path: str) -> bytes:

@@ -29,6 +29,8 @@ B = 4
 BLOCKED = "PermissionError: the attack worker may not reach"
 EXPECTED = {"stack": "nothing found", "gc": "nothing found", "globals": "nothing found",
             "seed": BLOCKED, "cache": BLOCKED, "data_root": BLOCKED}
+"""The start of each route's outcome in the worker (the dataset loaders may wrap the refusal: then it is
+named inside their message)."""
 """Why each route fails in the worker: no batch in its memory, or the guard refused a data file."""
 
 
@@ -63,7 +65,8 @@ def _spec(route: str, image_root: str, copy_root: str = "") -> CellSpec:
 def test_every_route_fails_in_the_attack_worker(route: str, image_root: str) -> None:
     result = run_cell(_spec(route, image_root))
     s = result.summary
-    assert s["attack_stats"]["outcome"].startswith(EXPECTED[route]), s["attack_stats"]
+    outcome = s["attack_stats"]["outcome"]
+    assert outcome.startswith(EXPECTED[route]) or f"({EXPECTED[route]}" in outcome, s["attack_stats"]
     assert s["exact_fraction"] == 0.0
     assert s["psnr_median"] < 15, s["psnr_median"]  # uniform noise against photos
 

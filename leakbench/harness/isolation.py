@@ -121,8 +121,7 @@ class Zygote:
                                       stdin=subprocess.DEVNULL, stdout=2)
         theirs.close()
         self._sock = ours
-        search_path = [os.path.abspath(p or os.curdir) for p in sys.path]  # plugins and scripts import as here
-        Connection(os.dup(ours.fileno())).send_bytes(json.dumps(search_path).encode())
+        Connection(os.dup(ours.fileno())).send_bytes(json.dumps(search_path()).encode())
 
     def alive(self) -> bool:
         return self._proc.poll() is None
@@ -189,7 +188,8 @@ class AttackWorker:
 
         assert self._send is not None and self._recv is not None, "an attack worker serves one request"
         try:
-            cell = {"hidden": [str(p) for p in hidden], "scratch": self.scratch, "sandbox": not level()[1]}
+            cell = {"hidden": [str(p) for p in hidden], "scratch": self.scratch, "sandbox": not level()[1],
+                    "path": search_path()}
             self._send.send_bytes(json.dumps(cell).encode())
             self._send.send_bytes(pickle.dumps(request, protocol=5))
             header = json.loads(self._recv.recv_bytes(1 << 26))
@@ -353,6 +353,11 @@ def _check_arrays(output: Any, image_shape: tuple[int, ...]) -> None:
             raise ValueError(f"{name} not finite{' or outside [0, 1]' if image else ''}")
 
 
+def search_path() -> list[str]:
+    """This process's import path, absolute: plugins and scripts import in a worker as they do here."""
+    return [os.path.abspath(p or os.curdir) for p in sys.path]
+
+
 def leakbench_root() -> str:
     """The folder that holds the `leakbench` package this process runs."""
     import leakbench
@@ -450,6 +455,7 @@ def _child(receive_fd: int, send_fd: int) -> None:
             cell = json.loads(receive.recv_bytes())
         except EOFError:
             os._exit(0)
+        sys.path[:] = list(dict.fromkeys([*cell["path"], *sys.path]))  # the harness's, as it is now
         os.chdir(cell["scratch"])
         os.environ["TMPDIR"] = cell["scratch"]
         tempfile.tempdir = None

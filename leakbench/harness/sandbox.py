@@ -211,16 +211,23 @@ def _allow(found: list[tuple[str, int]], path: str, hidden: tuple[str, ...], rea
 
 
 def _module_entries(folder: str) -> list[str]:
-    """What Python reads in a user's import-path folder: its modules, packages and distribution
-    metadata (entry points), not its other files and folders (a checkout's results, reports, docs)."""
+    """What Python reads in a user's import-path folder: its modules, its packages (a folder with
+    Python files at its top: regular or namespace packages) and distribution metadata (entry
+    points), not its other files and folders (a checkout's results, reports, data)."""
     entries = []
     for entry in os.scandir(folder):
-        if entry.is_dir() and (os.path.exists(os.path.join(entry.path, "__init__.py"))
-                               or entry.name.endswith((".dist-info", ".egg-info"))):
+        if entry.is_dir() and (entry.name.endswith((".dist-info", ".egg-info")) or _holds_python(entry.path)):
             entries.append(entry.path)
         elif entry.is_file() and entry.name.endswith((".py", ".pth", ".so")):
             entries.append(entry.path)
     return entries
+
+
+def _holds_python(folder: str) -> bool:
+    try:
+        return any(name.endswith(".py") for name in os.listdir(folder))
+    except OSError:
+        return False
 
 
 def _runtime_trees() -> tuple[str, ...]:
