@@ -979,7 +979,7 @@ def _other_images(d: Path, reference: Path) -> Outcome:
     _fresh(d)
     (d / "a").mkdir()
     (d / "a" / "noise.py").write_text(PLUGIN_DATASET.format(seed=0))
-    (d / "suite.toml").write_text(suite(name="noise").replace('"embedded"', '"noise"') + 'plugins = ["a.noise"]\n')
+    (d / "suite.toml").write_text(suite(name="noise").replace('"embedded"', '"noise"') + 'dataset_plugins = ["a.noise"]\n')
     proc, _ = _sweep(d)
     if proc.returncode != 0:
         return Outcome(False, f"first run: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
