@@ -30,6 +30,15 @@ if "OMP_NUM_THREADS" not in os.environ:
     torch.set_num_threads(1)
 
 
+def reference_run(factory: pytest.TempPathFactory, suite_text: str, folder: str = "ref") -> Path:
+    """A finished run of `suite_text` (its suite file beside it in a fresh folder); its run folder."""
+    from leakbench.harness.run import run_sweep
+
+    root = factory.mktemp(folder)
+    (root / "suite.toml").write_text(suite_text)
+    return run_sweep(str(root / "suite.toml"), out=root / "res").run_dir
+
+
 def load_benchmark(name: str):
     """Import the script benchmarks/NAME.py as a module (benchmarks are scripts, not a package)."""
     import importlib.util

@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import reference_run
+
 from leakbench.harness import cell as cell_module
 from leakbench.harness.artifacts import load_attack_output
 from leakbench.harness.rescore import rescore_run
-from leakbench.harness.run import run_sweep
 
 SUITE = """\
 name = "rescore"
@@ -34,9 +35,7 @@ iterations = 3
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("rescore")
-    (root / "suite.toml").write_text(SUITE)
-    return run_sweep(str(root / "suite.toml"), out=root / "res").run_dir
+    return reference_run(tmp_path_factory, SUITE, "rescore")
 
 
 def _no_attacks(monkeypatch: pytest.MonkeyPatch) -> None:

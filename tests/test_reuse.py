@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import reference_run
+
 from leakbench.errors import ConfigError, LeakbenchWarning
 from leakbench.harness import fingerprint, reuse
 from leakbench.harness import run as run_module
@@ -32,9 +34,7 @@ grid_images = 2
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("ref")
-    (root / "suite.toml").write_text(SUITE)
-    return run_sweep(str(root / "suite.toml"), out=root / "res").run_dir
+    return reference_run(tmp_path_factory, SUITE, "ref")
 
 
 def _copy(reference: Path, tmp_path: Path) -> Path:

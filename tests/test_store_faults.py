@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import CELL_FILES, load_benchmark, run_cli_many
+from conftest import CELL_FILES, load_benchmark, run_cli_many, reference_run
 from leakbench.errors import ConfigError, LeakbenchWarning
 from leakbench.harness import executors, folders, interrupts, suite as suite_module
 from leakbench.harness.executors import Task
@@ -41,9 +41,7 @@ grid_images = 2
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An uninterrupted run of SUITE (4 cells: b ∈ {1, 2} × layers {1, 2}); its suite file is beside it."""
-    root = tmp_path_factory.mktemp("ref")
-    (root / "suite.toml").write_text(SUITE)
-    return run_sweep(str(root / "suite.toml"), out=root / "res").run_dir
+    return reference_run(tmp_path_factory, SUITE, "ref")
 
 
 def _copy_run(reference: Path, tmp_path: Path) -> Path:
