@@ -157,6 +157,8 @@ def _describe(modules: tuple[str, ...], *, entry_points: bool) -> None:
             ATTACKS.register(data["name"], (lambda cls: lambda: cls)(described_attack(data)), data["description"])
         except DuplicateNameError as exc:
             raise ConfigError(f"plugin: {exc} (a shipped attack or another plugin has that name)") from None
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:  # the worker ran a plugin: its word is data
+            raise ConfigError(f"plugin: a malformed attack description ({type(exc).__name__}: {exc})") from None
     for plugin in found["plugins"]:
         _LOADED.setdefault(plugin["module"], plugin)
 

@@ -33,3 +33,15 @@ def test_a_described_attack_refuses_what_the_real_one_refuses_and_never_runs() -
         build_config(stand_in.Config, {"max_draws": 10**13})
     with pytest.raises(LeakbenchError, match="only in the sandboxed attack worker"):
         stand_in(stand_in.Config()).reconstruct(None, seed=0)
+
+
+def test_a_described_type_that_would_run_code_is_replaced(tmp_path) -> None:
+    """A malicious worker's description never puts code where `typing.get_type_hints` evaluates it."""
+    import typing
+
+    mark = tmp_path / "ran"
+    data = json.loads(json.dumps(describe(attack_class("spear"))))
+    data["fields"][0]["type"] = f'__import__("pathlib").Path("{mark}").touch()'
+    stand_in = described_attack(data)
+    typing.get_type_hints(stand_in.Config)
+    assert not mark.exists()

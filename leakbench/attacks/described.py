@@ -12,6 +12,7 @@ source (`leakbench.harness.fingerprint.attack_code`), so resuming notices a chan
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import MISSING, Field, asdict, field, fields, make_dataclass
 from typing import Any
 
@@ -52,13 +53,19 @@ def _describe_field(f: Field) -> dict[str, Any]:
             "range": asdict(rng) if rng is not None else None}
 
 
+SAFE_TYPE = re.compile(r"[A-Za-z_][\w.\[\], '\"|]*")
+"""A type annotation as text that names types only: no call, no assignment (were it ever evaluated —
+`typing.get_type_hints` evaluates annotations — it could run no code)."""
+
+
 def _field(data: dict[str, Any]) -> tuple[str, str, Any]:
+    kind = str(data["type"]) if SAFE_TYPE.fullmatch(str(data["type"])) else "object"
     default = tuple(data["default"]) if data["tuple"] else data["default"]
     meta = {"range": Range(**data["range"])} if data.get("range") else {}
     if isinstance(default, (list, dict)):
-        return data["name"], data["type"], field(default_factory=lambda d=default: json.loads(json.dumps(d)),
+        return data["name"], kind, field(default_factory=lambda d=default: json.loads(json.dumps(d)),
                                                  metadata=meta)
-    return data["name"], data["type"], field(default=default, metadata=meta)
+    return data["name"], kind, field(default=default, metadata=meta)
 
 
 def _plain(value: Any) -> Any:
