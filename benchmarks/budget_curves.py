@@ -34,7 +34,9 @@ import pandas as pd
 
 from leakbench.attacks import Reconstruction, create_attack
 from leakbench.attacks.base import Checkpoints
-from leakbench.harness.cell import CellSpec, prepare, score
+from leakbench.harness.scoring import score
+from leakbench.harness.spec import CellSpec
+from leakbench.harness.victim import prepare
 from leakbench.metrics import load_lpips
 
 DEFAULT_CHECKPOINTS = (100, 250, 500, 1000, 2000, 5000, 10000, 15000, 20000, 25000)

@@ -24,6 +24,7 @@ import pandas as pd
 from leakbench.harness.run import run_sweep
 from leakbench.harness.store import records_difference
 
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", default="default")

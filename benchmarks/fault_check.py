@@ -177,7 +177,7 @@ def _tiny_annotations(d: Path) -> None:
     (root / "wnids.txt").write_text("n01443537\n")
     secret = d / "secret.JPEG"
     Image.new("RGB", (64, 64), (200, 10, 10)).save(secret, format="JPEG")
-    lines = [f"../../../secret.JPEG\tn01443537\t0\t0\t63\t63"] * 4
+    lines = ["../../../secret.JPEG\tn01443537\t0\t0\t63\t63"] * 4
     (root / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
 
 

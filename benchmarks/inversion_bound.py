@@ -14,7 +14,8 @@ import time
 import torch
 
 from leakbench.attacks.inversion import InversionConfig, invert_features
-from leakbench.harness.cell import CellSpec, prepare
+from leakbench.harness.spec import CellSpec
+from leakbench.harness.victim import prepare
 from leakbench.metrics.image import psnr, ssim
 
 

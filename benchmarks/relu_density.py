@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from leakbench.harness.cell import spec_from_dict, victim
+from leakbench.harness.spec import spec_from_dict
+from leakbench.harness.victim import victim
 
 
 def density_row(summary: dict, manifest: dict, data_root: str | None) -> dict:

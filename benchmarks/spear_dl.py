@@ -23,7 +23,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ranges import parse_range  # noqa: E402
 
-from leakbench.harness.cell import CellSpec, run_cell  # noqa: E402
+from leakbench.harness.cell import run_cell  # noqa: E402
+from leakbench.harness.spec import CellSpec  # noqa: E402
 
 
 def run(args: argparse.Namespace, attack: str, b: int, width: int, seed: int, budget: float,

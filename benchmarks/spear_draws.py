@@ -26,7 +26,9 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from leakbench.attacks.spear import theory  # noqa: E402
-from leakbench.harness.cell import CellSpec, prepare, run_cell  # noqa: E402
+from leakbench.harness.cell import run_cell  # noqa: E402
+from leakbench.harness.spec import CellSpec  # noqa: E402
+from leakbench.harness.victim import prepare  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from ranges import parse_range  # noqa: E402

@@ -34,7 +34,9 @@ from ranges import parse_range  # noqa: E402
 from leakbench.attacks import create_attack  # noqa: E402
 from leakbench.attacks.spear import GuidedSpearAttack  # noqa: E402
 from leakbench.attacks.spear.theory import coupon_draws, hit_probability  # noqa: E402
-from leakbench.harness.cell import CellSpec, prepare, run_cell  # noqa: E402
+from leakbench.harness.cell import run_cell  # noqa: E402
+from leakbench.harness.spec import CellSpec  # noqa: E402
+from leakbench.harness.victim import prepare  # noqa: E402
 from leakbench.metrics import score_images  # noqa: E402
 from leakbench.metrics.image import psnr  # noqa: E402
 

@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from leakbench.attacks import create_attack
-    from leakbench.harness.cell import CellSpec, prepare, score
+    from leakbench.harness.scoring import score
+    from leakbench.harness.spec import CellSpec
+    from leakbench.harness.victim import prepare
 
     spec = CellSpec(attack=args.attack, dataset="tinyimagenet", batch_size=args.b, seed=args.seed, width=args.width,
                     depth=6, layer=1, data_root=args.data_root)

@@ -32,7 +32,8 @@ from leakbench.attacks.spear import attack as spear_attack
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows
 from leakbench.attacks.spear.fit import fit_samples
-from leakbench.harness.cell import CellSpec, prepare
+from leakbench.harness.spec import CellSpec
+from leakbench.harness.victim import prepare
 
 
 def run_keeping_state(update, seed: int, params: dict):
@@ -120,8 +121,8 @@ def main() -> None:
     params = {"max_seconds": args.max_seconds, **{k: json.loads(v) for k, _, v in (p.partition("=") for p in args.param)}}
     spec = dataclasses.replace(spec, hyperparameters=params)  # the id (and so the attack seed) a suite cell would have
     start = time.perf_counter()
-    from leakbench.harness.cell import cell_id
     from leakbench.harness.job import attack_seed
+    from leakbench.harness.spec import cell_id
     rec, state, problem = run_keeping_state(update, attack_seed(cell_id(spec)), params)
     print(f"status {rec.status} in {time.perf_counter() - start:.0f} s: {rec.reason or 'exact?'}")
     print({k: v for k, v in rec.stats.items() if isinstance(v, (int, float, str, bool))})

@@ -23,7 +23,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from leakbench.harness.cell import spec_from_dict, victim
+from leakbench.harness.spec import spec_from_dict
+from leakbench.harness.victim import victim
 from leakbench.reporting.views import apply_view
 
 BEGIN, END = "<!-- victims-table:begin -->", "<!-- victims-table:end -->"

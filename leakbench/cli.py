@@ -241,7 +241,9 @@ def cmd_attack(args: argparse.Namespace) -> int:
         check_attack_out(args.out)
 
     from leakbench.attacks.inversion import InversionConfig
-    from leakbench.harness.cell import CellSpec, build_attack, json_safe, run_cell
+    from leakbench.harness.artifacts import json_safe
+    from leakbench.harness.cell import build_attack, run_cell
+    from leakbench.harness.spec import CellSpec
     from leakbench.harness.store import check_cell_out, write_cell
     from leakbench.progress import attack_progress
     from leakbench.reporting.grid import save_grid

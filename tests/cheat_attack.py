@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cheat_native  # noqa: E402  (tests/ is on the path, in the harness and in the worker)
 import torch
 
 from leakbench.attacks import Attack, Reconstruction
 from leakbench.fl.update import ClientUpdate
-
-import cheat_native  # noqa: E402  (tests/ is on the path, in the harness and in the worker)
 
 ROUTES = ("stack", "gc", "seed", "cache", "data_root", "globals")
 """Issue 14's routes (Python only)."""
@@ -148,7 +147,8 @@ def _data_root(update: ClientUpdate, seed: int, data_root: str) -> torch.Tensor 
 def _globals(update: ClientUpdate, seed: int, data_root: str) -> torch.Tensor | None:
     """Module globals of the harness (and everything they hold one level down), including cell specs
     from which the batch could be re-derived."""
-    from leakbench.harness.cell import CellSpec, load_batch
+    from leakbench.harness.spec import CellSpec
+    from leakbench.harness.victim import load_batch
 
     seen: list[Any] = []
     for name, module in list(sys.modules.items()):

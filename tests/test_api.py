@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-
 from conftest import CLI_TIMEOUT_S, REPO_ROOT
+
 from leakbench import api
 from leakbench.attacks import ATTACKS, Attack, Reconstruction
 from leakbench.errors import ConfigError

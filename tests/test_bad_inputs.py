@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from PIL import Image
 
-from conftest import run_cli
 from leakbench.errors import ConfigError, DatasetError
 
 SUITE = """\

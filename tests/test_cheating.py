@@ -12,17 +12,18 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import cheat_native
 import numpy as np
 import pytest
-import torch
+from cheat_attack import NATIVE_ROUTES, READ_ROUTES, REPLY_MARKER, ROUTES, CheatAttack  # tests/ is on the
 from PIL import Image
 
-from leakbench.harness.cell import CellSpec, attack_job, prepare, run_cell
-from leakbench.harness.sandbox import FULL, SWITCH, level
 from leakbench.api import scoped_attack
+from leakbench.harness.cell import attack_job, run_cell
+from leakbench.harness.sandbox import FULL, SWITCH, level
+from leakbench.harness.spec import CellSpec
+from leakbench.harness.victim import prepare
 
-import cheat_native
-from cheat_attack import NATIVE_ROUTES, READ_ROUTES, REPLY_MARKER, ROUTES, CheatAttack  # tests/ is on the
 # path: the worker imports them too
 
 B = 4

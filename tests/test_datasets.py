@@ -11,8 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from leakbench.datasets import DATASETS, ImageDataset, list_datasets, load_dataset, sample_batch
-from leakbench.datasets import loaders
+from leakbench.datasets import DATASETS, ImageDataset, list_datasets, load_dataset, loaders, sample_batch
 from leakbench.errors import DatasetError
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

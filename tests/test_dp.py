@@ -10,7 +10,9 @@ import torch
 from leakbench.errors import ConfigError
 from leakbench.fl import DPConfig, dp_update, fedsgd_update
 from leakbench.fl.dp import clip_and_noise, per_sample_gradients
-from leakbench.harness.cell import CellSpec, prepare, run_cell
+from leakbench.harness.cell import run_cell
+from leakbench.harness.spec import CellSpec
+from leakbench.harness.victim import prepare
 
 
 @pytest.fixture(scope="module")

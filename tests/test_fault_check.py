@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from conftest import load_benchmark
 
 fault_check = load_benchmark("fault_check")

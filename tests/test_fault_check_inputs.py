@@ -10,7 +10,6 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 from conftest import load_benchmark
 
 fault_check = load_benchmark("fault_check")

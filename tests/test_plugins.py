@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import CLI_TIMEOUT_S, REPO_ROOT
+
 from leakbench.harness.sandbox import FULL, level
 
 EXAMPLE = REPO_ROOT / "examples" / "leakbench-example-plugin"

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import reference_run
 
 from leakbench.harness import cell as cell_module

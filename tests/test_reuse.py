@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import reference_run
 
 from leakbench.errors import ConfigError, LeakbenchWarning

@@ -14,7 +14,8 @@ from leakbench.attacks.spear.dl import expected_zero_fraction, msp_directions, t
 from leakbench.datasets import load_dataset, sample_batch
 from leakbench.errors import ConfigError
 from leakbench.fl import fedsgd_update
-from leakbench.harness.cell import CellSpec, run_cell
+from leakbench.harness.cell import run_cell
+from leakbench.harness.spec import CellSpec
 from leakbench.models import build_fc
 from leakbench.progress import attack_progress
 

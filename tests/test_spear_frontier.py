@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import torch
+from spear_helpers import layer_problem  # tests/ is on the path
 
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows
 from leakbench.attacks.spear.fastfit import FitCache, fit_once_normal
 from leakbench.attacks.spear.fit import _fit_once, fit_samples
 from leakbench.attacks.spear.guided import make_guide, match_guides
 from leakbench.attacks.spear.residual import ResidualGuides, residual_guide
-from spear_helpers import layer_problem  # tests/ is on the path
 
 
 def _problem(b: int = 12, width: int = 96, seed: int = 0):
@@ -113,8 +113,8 @@ def test_frontier_suite_parses() -> None:
 
 def test_guide_pattern_fits_find_samples_from_a_noisy_guide() -> None:
     """Fits started from the guide's predicted patterns land on true samples; a bad guide finds none wrong."""
-    from leakbench.attacks.spear.guide_fits import fit_guide_patterns
     from leakbench.attacks.spear.deflation import SampleState
+    from leakbench.attacks.spear.guide_fits import fit_guide_patterns
 
     problem, X = _problem()
     C = X @ problem.R.T

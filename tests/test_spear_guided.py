@@ -7,14 +7,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from spear_helpers import layer_problem  # tests/ is on the path
 
 from leakbench.attacks import create_attack
 from leakbench.attacks.spear.guided import make_guide, match_guides, pool_weights
 from leakbench.attacks.spear.sampling import draw_directions
 from leakbench.errors import ConfigError
-from leakbench.harness.cell import CellSpec, attack_job, prepare, run_cell, score_cell
+from leakbench.harness.cell import attack_job, run_cell
 from leakbench.harness.job import attack_cell
-from spear_helpers import layer_problem  # tests/ is on the path
+from leakbench.harness.scoring import score_cell
+from leakbench.harness.spec import CellSpec
+from leakbench.harness.victim import prepare
 
 
 def _problem(b: int = 8, width: int = 64, seed: int = 0):

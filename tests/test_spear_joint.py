@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import verify_batch
 from leakbench.attacks.spear.factors import LayerProblem, factorize
 from leakbench.attacks.spear.joint import next_layer_residuals, refine_batch
-from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.solve import solve_from_samples
-from leakbench.harness.cell import CellSpec, prepare
+from leakbench.harness.spec import CellSpec
+from leakbench.harness.victim import prepare
 
 
 @pytest.fixture(scope="module")

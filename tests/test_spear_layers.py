@@ -9,7 +9,9 @@ import torch
 
 from leakbench.attacks.spear.active import find_batch_span
 from leakbench.attacks.spear.factors import factorize
-from leakbench.harness.cell import CellSpec, prepare, run_cell
+from leakbench.harness.cell import run_cell
+from leakbench.harness.spec import CellSpec
+from leakbench.harness.victim import prepare
 
 
 def _assert_features_exact(spec: CellSpec) -> dict:

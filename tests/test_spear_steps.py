@@ -14,7 +14,8 @@ from leakbench.attacks.spear.attack import ROUTE_ONLY, ROUTES
 from leakbench.attacks.spear.select import select_independent
 from leakbench.attacks.spear.state import SearchSettings
 from leakbench.errors import ConfigError
-from leakbench.harness.cell import CellSpec, prepare
+from leakbench.harness.spec import CellSpec
+from leakbench.harness.victim import prepare
 
 
 def test_selection_takes_sparsest_first_and_skips_dependent_directions() -> None:

@@ -6,7 +6,8 @@ import torch
 
 from leakbench.attacks.spear.deflation import SampleState, null_basis, row_weights
 from leakbench.attacks.spear.factors import factorize
-from leakbench.harness.cell import CellSpec, prepare
+from leakbench.harness.spec import CellSpec
+from leakbench.harness.victim import prepare
 
 
 def _problem_and_zeros(layer: int, b: int = 8):

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import CELL_FILES, load_benchmark, reference_run, run_cli_many
 
-from conftest import CELL_FILES, load_benchmark, run_cli_many, reference_run
 from leakbench.errors import ConfigError, LeakbenchWarning
-from leakbench.harness import executors, folders, interrupts, suite as suite_module
+from leakbench.harness import executors, folders, interrupts
+from leakbench.harness import suite as suite_module
 from leakbench.harness.executors import Task
 from leakbench.harness.run import run_sweep
 from leakbench.harness.store import read_run_manifest, records_difference

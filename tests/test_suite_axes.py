@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from leakbench.errors import ConfigError
-from leakbench.harness.cell import cell_id
+from leakbench.harness.spec import cell_id
 from leakbench.harness.suite import find_suite, load_suite
 
 BASE = """\

@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 
 from leakbench.errors import ConfigError
-from leakbench.harness import executors, run as run_module
-from leakbench.harness.cell import cell_id
+from leakbench.harness import executors
+from leakbench.harness import run as run_module
 from leakbench.harness.run import run_sweep
 from leakbench.harness.selection import grid_selection
+from leakbench.harness.spec import cell_id
 from leakbench.harness.store import records_difference
 from leakbench.harness.suite import load_suite
 from leakbench.reporting.leaderboard import write_leaderboard

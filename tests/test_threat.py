@@ -11,14 +11,16 @@ import pytest
 import torch
 
 from leakbench.api import scoped_attack
-from leakbench.attacks import Attack, Reconstruction, create_attack
+from leakbench.attacks import Attack, Reconstruction
 from leakbench.attacks.base import Requirements
 from leakbench.attacks.estimate import estimate_batch_size
 from leakbench.cli import main
 from leakbench.errors import ConfigError
 from leakbench.fl import DPConfig, FedAvgConfig, ThreatModel, fedsgd_update
-from leakbench.harness.cell import CellSpec, cell_id, prepare, run_cell, victim
+from leakbench.harness.cell import run_cell
+from leakbench.harness.spec import CellSpec, cell_id
 from leakbench.harness.suite import find_suite, load_suite
+from leakbench.harness.victim import prepare, victim
 
 SMALL = dict(dataset="embedded", batch_size=4, width=32, depth=3)
 BASE = 'name = "threat"\ndataset = "embedded"\nattacks = ["cpa"]\nbatch_sizes = [4]\nwidth = 32\ndepth = 3\n'

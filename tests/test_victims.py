@@ -9,13 +9,15 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from conftest import REPO_ROOT
+
 from leakbench.datasets import load_dataset, partition, sample_batch
 from leakbench.errors import ConfigError
 from leakbench.fl import DPConfig, FedAvgConfig
-from leakbench.harness.cell import CellSpec, cell_id, prepare, score_cell, spec_dict, spec_from_dict, victim
+from leakbench.harness.scoring import score_cell
+from leakbench.harness.spec import CellSpec, cell_id, spec_dict, spec_from_dict
 from leakbench.harness.suite import load_suite
+from leakbench.harness.victim import prepare, victim
 from leakbench.models import build_model
 from leakbench.models import victims as victims_module
 from leakbench.models.training import TrainRecipe
@@ -242,6 +244,7 @@ def test_victims_table_from_a_stored_run(tmp_path):
     """The doc's tables come from the stored records; the ReLU sparsity at init is that of the victim
     and batch built directly; prose outside the markers survives a regeneration."""
     from conftest import load_benchmark
+
     from leakbench.harness.run import run_sweep
 
     suite = tmp_path / "v.toml"

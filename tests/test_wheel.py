@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import CLI_TIMEOUT_S, REPO_ROOT
 
 MINI = """\

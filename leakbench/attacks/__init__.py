@@ -50,10 +50,10 @@ def list_attacks() -> list[tuple[str, str]]:
     return [(e.name, e.description) for e in ATTACKS.entries()]
 
 
-from leakbench.attacks import spear as _spear  # noqa: E402,F401  (registers on import)
 from leakbench.attacks import cpa as _cpa  # noqa: E402,F401
 from leakbench.attacks import gradient_matching as _gradient_matching  # noqa: E402,F401
 from leakbench.attacks import presets as _presets  # noqa: E402,F401  (cpa-released, ig-breaching)
+from leakbench.attacks import spear as _spear  # noqa: E402,F401  (registers on import)
 
 __all__ = ["ATTACKS", "Attack", "Reconstruction", "Requirements", "attack_budget", "attack_class", "create_attack",
            "list_attacks", "register_attack"]

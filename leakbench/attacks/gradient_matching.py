@@ -19,7 +19,6 @@ from typing import Any, Callable, Collection, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from leakbench.attacks import register_attack
 from leakbench.attacks.base import Attack, Checkpoints, Reconstruction, Requirements

@@ -52,7 +52,8 @@ def cell_output(task: Task) -> tuple[dict[str, Any], CellFiles]:
     """Run the cell: its JSON-safe summary and its folder's files (runs inside workers)."""
     import torch
 
-    from leakbench.harness.cell import json_safe, run_cell
+    from leakbench.harness.artifacts import json_safe
+    from leakbench.harness.cell import run_cell
     from leakbench.harness.store import cell_files
 
     torch.set_num_threads(1)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
-import io
 import json
 import math
 import os
@@ -194,7 +193,7 @@ class AttackWorker:
             self._send.send_bytes(pickle.dumps(request, protocol=5))
             header = json.loads(self._recv.recv_bytes(1 << 26))
             npz = self._recv.recv_bytes() if isinstance(header, dict) and header.get("kind") == "ok" else b""
-        except (EOFError, OSError, ValueError) as exc:
+        except (EOFError, OSError, ValueError):
             code = self.stop()
             raise WorkerDied(f"the attack process ended before it answered ({_exit_text(code)})", code) from None
         except BaseException:
@@ -475,7 +474,6 @@ def _answer(send: Connection, receive: Connection, attack_cell: Any, attack_prog
     """Answer the request that arrives on `receive` (run a cell, or describe the attack plugins); send
     the header (JSON) and arrays (.npz) on `send`."""
     from leakbench.errors import LeakbenchError
-
     from leakbench.plugins import described_plugins, enter_attack_worker
 
     enter_attack_worker()  # plugin attacks are imported here, never in the harness

@@ -17,10 +17,12 @@ import torch
 
 from leakbench.errors import LeakbenchError
 from leakbench.harness.artifacts import RECONSTRUCTION_FILE, load_attack_output
-from leakbench.harness.cell import score_cell, spec_from_dict, victim
 from leakbench.harness.executors import lpips_scorer
 from leakbench.harness.fingerprint import PROVENANCE
+from leakbench.harness.scoring import score_cell
+from leakbench.harness.spec import spec_from_dict
 from leakbench.harness.store import cell_path, consolidate, finished_cells, write_cell
+from leakbench.harness.victim import victim
 
 
 def rescore_cell(cell_dir: Path, *, lpips_weights: str | None = None, data_root: str | None = None) -> None:

@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from leakbench.datasets import Batch, load_dataset
-from leakbench.harness.cell import CellSpec, build_attack, draw_batch
+from leakbench.harness.cell import build_attack
 from leakbench.harness.fingerprint import attack_code, batch_fingerprint, resolved
+from leakbench.harness.spec import CellSpec
 from leakbench.harness.store import cell_path
+from leakbench.harness.victim import draw_batch
 
 
 @dataclass

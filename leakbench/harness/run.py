@@ -25,13 +25,23 @@ from typing import Any, TextIO
 import pandas as pd
 
 from leakbench.errors import ConfigError, LeakbenchWarning
-from leakbench.harness.cell import CellSpec, batch_id, build_attack, cell_id, cell_settings, spec_dict
+from leakbench.harness.cell import build_attack
 from leakbench.harness.executors import Task, connection, execute, missing_lpips_note
 from leakbench.harness.reuse import revision_note, stale_cells
 from leakbench.harness.sandbox import warn_unless_sandboxed
 from leakbench.harness.selection import grid_selection
-from leakbench.harness.store import (cell_path, check_cell_folders, consolidate, environment, finished_cells,
-                                     git_revision, remove_partial_cells, survey, write_json_atomic)
+from leakbench.harness.spec import CellSpec, batch_id, cell_id, cell_settings, spec_dict
+from leakbench.harness.store import (
+    cell_path,
+    check_cell_folders,
+    consolidate,
+    environment,
+    finished_cells,
+    git_revision,
+    remove_partial_cells,
+    survey,
+    write_json_atomic,
+)
 from leakbench.harness.suite import Suite, find_suite, load_suite
 from leakbench.metrics.lpips_metric import check_net
 

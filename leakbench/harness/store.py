@@ -23,8 +23,8 @@ import os
 import platform
 import shutil
 import subprocess
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -33,12 +33,13 @@ import pandas as pd
 
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.harness.artifacts import attack_output_files, json_bytes
-from leakbench.harness.cell import CellResult, spec_dict
 from leakbench.harness.folders import check_owned, folder_name, remove_leftovers, replace_folder, temp_folder
 from leakbench.harness.job import attack_seed
 from leakbench.harness.sandbox import isolation_level
+from leakbench.harness.scoring import CellResult
 from leakbench.harness.seal import CELL_FILES, damage, foreign_cell_entries, is_cell_folder, write_seal
 from leakbench.harness.selection import check_selection
+from leakbench.harness.spec import spec_dict
 from leakbench.plugins import loaded_plugins
 
 PACKAGES = ("torch", "torchvision", "numpy", "scipy", "scikit-learn", "scikit-image", "pandas",

@@ -61,15 +61,15 @@ from pathlib import Path
 from typing import Any
 
 from leakbench.attacks import attack_class, build_config
-from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.attacks.inversion import InversionConfig, inverts
+from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.fl.dp import DPConfig
 from leakbench.fl.fedavg import FedAvgConfig
 from leakbench.fl.noise import check_noise
 from leakbench.fl.update import ThreatModel
-from leakbench.harness.cell import CellSpec, cell_id, cell_settings
 from leakbench.harness.folders import folder_name
 from leakbench.harness.limits import MAX_CELLS, MAX_GRID_IMAGES, check_depth, check_int, check_seed, check_width
+from leakbench.harness.spec import CellSpec, cell_id, cell_settings
 from leakbench.models import ARCHS, first_attackable_layer
 from leakbench.models.training import TrainRecipe, check_epochs
 

@@ -12,7 +12,6 @@ counts as exact). Results are CPU float64 tensors of shape ``(b,)``.
 
 from __future__ import annotations
 
-
 import torch
 from torch import Tensor
 

@@ -21,7 +21,8 @@ import pandas as pd
 import torch
 
 from leakbench.harness.artifacts import load_attack_output
-from leakbench.harness.cell import CellSpec, load_batch, spec_from_dict
+from leakbench.harness.spec import CellSpec, spec_from_dict
+from leakbench.harness.victim import load_batch
 from leakbench.metrics.matching import UNMATCHED
 from leakbench.reporting.grid import ComparisonRow, save_comparison, save_grid
 

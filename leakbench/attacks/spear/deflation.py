@@ -15,8 +15,16 @@ from typing import Any, Callable
 import torch
 
 from leakbench.attacks.spear.active import BatchSpan, draw_active, find_batch_span
-from leakbench.attacks.spear.candidates import (canonical, extra_zeros, first_of_each_pattern, is_new, kernel_on,
-                                               new_patterns, pattern_keys, zero_masks)
+from leakbench.attacks.spear.candidates import (
+    canonical,
+    extra_zeros,
+    first_of_each_pattern,
+    is_new,
+    kernel_on,
+    new_patterns,
+    pattern_keys,
+    zero_masks,
+)
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import SampleFit, fit_samples, same_samples
 from leakbench.attacks.spear.joint import JOINT_MAX_B, next_layer_residuals, refine_batch
@@ -24,8 +32,14 @@ from leakbench.attacks.spear.last_column import complete_last_sample, complete_s
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
 from leakbench.attacks.spear.select import select_independent
 from leakbench.attacks.spear.solve import Solution, solve_from_samples
-from leakbench.attacks.spear.state import (SearchSettings, SearchState, charge_undrawable, out_of_budget, search_bar,
-                                          show_progress)
+from leakbench.attacks.spear.state import (
+    SearchSettings,
+    SearchState,
+    charge_undrawable,
+    out_of_budget,
+    search_bar,
+    show_progress,
+)
 
 
 @dataclass

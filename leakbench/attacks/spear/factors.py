@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import torch
 
-
 NOISE_MULTIPLE = 30.0
 
 

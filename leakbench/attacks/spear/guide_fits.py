@@ -14,8 +14,6 @@ stability, known and banned samples) and, with the rest of the batch, the final 
 
 from __future__ import annotations
 
-import torch
-
 from leakbench.attacks.spear.deflation import SampleState, accept_fits
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.guided import Guide

@@ -22,7 +22,6 @@ from leakbench.fl.update import ClientUpdate
 from leakbench.harness.limits import MAX_WIDTH
 from leakbench.ranges import ranged
 
-
 MAX_POOL = 1000.0
 """pool_start and pool_growth: at most 1000 (a pool never holds more than the live neurons)."""
 MAX_ROUNDS = 10**4

@@ -11,8 +11,15 @@ from typing import Any
 
 import torch
 
-from leakbench.attacks.spear.candidates import (canonical, is_new, min_zeros, new_patterns, pattern_margin, refine,
-                                                zero_masks)
+from leakbench.attacks.spear.candidates import (
+    canonical,
+    is_new,
+    min_zeros,
+    new_patterns,
+    pattern_margin,
+    refine,
+    zero_masks,
+)
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.last_column import last_column_candidates
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions

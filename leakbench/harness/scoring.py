@@ -1,0 +1,139 @@
+"""Scoring a cell: the attack's output against the re-derived ground truth, as per-image records and a summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from leakbench.attacks import Reconstruction
+from leakbench.datasets import Batch
+from leakbench.harness.artifacts import AttackOutput, plain_stats
+from leakbench.harness.spec import CellSpec, cell_columns
+from leakbench.harness.victim import victim_columns
+from leakbench.metrics import MATCHING, LpipsScorer, apply_matching, match_by_mse, score_features, score_images
+from leakbench.metrics.image import exact, mse, psnr, ssim
+from leakbench.metrics.matching import UNMATCHED
+from leakbench.metrics.stats import describe, or_none
+
+
+@dataclass
+class CellResult:
+    """The outcome of a cell: the attack's stored output, a summary row, per-image records and what a
+    grid needs (the ground truth and the reconstruction aligned to it; neither is stored)."""
+
+    spec: CellSpec
+    summary: dict[str, Any]
+    records: pd.DataFrame
+    truth: torch.Tensor
+    aligned: torch.Tensor | None
+    output: AttackOutput
+    provenance: dict[str, Any] = field(default_factory=dict)
+    """The attack's code and the batch's fingerprint (`fingerprint.provenance`), for the cell manifest."""
+
+    @property
+    def reconstruction(self) -> Reconstruction:
+        return self.output.reconstruction
+
+
+def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: torch.nn.Module, *,
+               lpips: LpipsScorer | None = None, lpips_note: str = "") -> CellResult:
+    """The scoring step: a pure function of the attack's output and the re-derived ground truth."""
+    recon = output.reconstruction
+    records, aligned = score(recon, batch, model, lpips)
+    if spec.inversion is not None and spec.inversion.steps and recon.space == "feature":
+        aligned = add_inversion(records, output.inverted, batch, lpips)
+    records.insert(0, "dataset_index", list(batch.indices))
+    for key, value in reversed(list(cell_columns(spec).items())):
+        records.insert(0, key, value)
+    for key, value in victim_columns(model).items():
+        records[key] = value
+    records["lpips_net"] = lpips.net if lpips is not None else ""
+    records["isolation"] = output.isolation
+    summary = summarize(spec, recon, records, output.seconds, lpips is not None, lpips_note)
+    summary.update(lpips_columns(lpips))
+    summary["hyperparameters"] = output.hyperparameters
+    summary["isolation"] = output.isolation
+    summary.update(victim_columns(model))
+    return CellResult(spec, summary, records, batch.images, aligned, output)
+
+
+def score(recon: Reconstruction, batch: Batch, model: torch.nn.Module, lpips: LpipsScorer | None
+          ) -> tuple[pd.DataFrame, torch.Tensor | None]:
+    """Per-image metrics in the reconstruction's space, and the reconstruction aligned to truth."""
+    if recon.space == "image":
+        images = recon.images if recon.status == "ok" else None
+        records = score_images(images, batch.images, lpips=lpips)
+    else:
+        truth = model.layer_inputs(batch.images.to(next(model.parameters()).dtype), recon.layer or 1)
+        images = None
+        records = score_features(recon.features if recon.status == "ok" else None, truth.detach())
+    aligned = None
+    if images is not None:
+        aligned = apply_matching(images, match_by_mse(images, batch.images))
+    records.insert(0, "space", recon.space)
+    records["status"] = recon.status
+    return records, aligned
+
+
+def add_inversion(records: pd.DataFrame, images: torch.Tensor | None, batch: Batch, lpips: LpipsScorer | None
+                  ) -> torch.Tensor | None:
+    """Add image metrics of the inverted images (`images`, from recovered features) to `records`.
+
+    Each ground-truth row keeps the reconstruction the feature matching gave it; the image metrics
+    (mse, psnr, ssim, lpips, image_exact) are of that reconstruction's inverted image. `exact` stays
+    the feature-space exactness. Returns the inverted images aligned to the truth (None if none).
+    """
+    nan = np.full(len(records), np.nan)
+    records["mse"], records["psnr"], records["ssim"], records["lpips"] = nan, nan.copy(), nan.copy(), nan.copy()
+    records["image_exact"] = False
+    if images is None:
+        return None
+    perm = records["matched_recon"].to_numpy()
+    rows = np.flatnonzero(perm != UNMATCHED)
+    rr, tt = images[torch.as_tensor(perm[rows])], batch.images[torch.as_tensor(rows)].to(torch.float32)
+    records.loc[rows, "mse"] = mse(rr, tt).numpy()
+    records.loc[rows, "psnr"] = psnr(rr, tt).numpy()
+    records.loc[rows, "ssim"] = ssim(rr, tt).numpy()
+    records.loc[rows, "image_exact"] = exact(rr, tt).numpy()
+    if lpips is not None:
+        records.loc[rows, "lpips"] = lpips.score(rr, tt).numpy()
+    aligned = torch.full_like(batch.images, 0.5, dtype=torch.float32)
+    aligned[torch.as_tensor(rows)] = rr
+    return aligned
+
+
+def lpips_columns(lpips: LpipsScorer | None) -> dict[str, Any]:
+    """Which LPIPS network scored the cell: net, where its weights came from, whether it was verified."""
+    if lpips is None:
+        return {"lpips_net": "", "lpips_source": "", "lpips_verified": False}
+    return {"lpips_net": lpips.net, "lpips_source": lpips.source, "lpips_verified": lpips.verified}
+
+
+def summarize(spec: CellSpec, recon: Reconstruction, records: pd.DataFrame, seconds: float,
+              have_lpips: bool, lpips_note: str) -> dict[str, Any]:
+    """The one-object summary printed by `leakbench attack --json`."""
+    psnr, ssim, lp = (describe(_values(records, name)) for name in ("psnr", "ssim", "lpips"))
+    out: dict[str, Any] = dict(cell_columns(spec))
+    out.update({
+        "space": recon.space,
+        "n_images": int(len(records)),
+        "exact_fraction": float(records["exact"].astype(bool).mean()),
+        "psnr_mean": or_none(psnr.mean), "psnr_median": or_none(psnr.median), "psnr_min": or_none(psnr.min),
+        "psnr_inf": psnr.n_inf, "ssim_mean": or_none(ssim.mean),
+        "lpips_mean": or_none(lp.mean) if have_lpips else None,
+        "lpips_note": "" if have_lpips else lpips_note,
+        "seconds": seconds, "status": recon.status, "reason": recon.reason,
+        "matching": MATCHING, "attack_stats": plain_stats(recon.stats),
+    })
+    if recon.space == "feature":
+        out["feature_rel_error_max"] = or_none(describe(_values(records, "rel_error")).max)
+    return out
+
+
+def _values(records: pd.DataFrame, name: str) -> np.ndarray:
+    """A metric column as floats (empty when the records have no such column)."""
+    return records[name].to_numpy(dtype=float) if name in records else np.array([], dtype=float)

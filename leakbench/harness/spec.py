@@ -1,0 +1,165 @@
+"""A cell's specification: what defines one attack run, its id, its settings in words and its axes as record columns."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from leakbench.attacks.inversion import InversionConfig
+from leakbench.errors import ConfigError
+from leakbench.fl import DPConfig, FedAvgConfig
+from leakbench.fl.dp import ACCOUNTANT
+from leakbench.fl.noise import check_noise
+from leakbench.fl.update import ThreatModel
+from leakbench.models.training import TrainRecipe, check_epochs
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """Everything that defines one attack run; `seed` drives the batch, the init and the client's noise
+    (DP, FedAvg shuffling); the attack's seed is derived from the cell id (`harness.job.attack_seed`).
+
+    `dp` None is plain FedSGD; a DPConfig makes the client run one DP-SGD step instead; a
+    `fedavg` config makes it run local epochs and share the weight difference (not with DP).
+    `arch` is the victim ("fc" or "conv"); `inversion` (steps > 0) turns recovered features of an
+    inner layer back into images, scored next to the feature metrics. `train_epochs` > 0 trains the
+    victim first (`recipe`, the default TrainRecipe when not given) on the dataset's train part and
+    attacks a batch of its attack part (`datasets.partition`); 0 is the victim at init.
+    `labels_known` / `batch_size_known` are the threat model (`ThreatModel`: what the update carries
+    besides the gradients). `noise` σ > 0 adds Gaussian noise to the shared gradients (`fl.noise`;
+    `noise_scale` "absolute" or "max"), drawn from `seed`; not with DP.
+    """
+
+    attack: str
+    dataset: str
+    batch_size: int
+    seed: int = 0
+    width: int = 200
+    depth: int = 6
+    layer: int = 1
+    data_root: str | None = None
+    image_size: int | None = None
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    dp: DPConfig | None = None
+    arch: str = "fc"
+    fedavg: FedAvgConfig | None = None
+    inversion: InversionConfig | None = None
+    train_epochs: int = 0
+    recipe: TrainRecipe | None = None
+    labels_known: bool = False
+    batch_size_known: bool = True
+    noise: float = 0.0
+    noise_scale: str = "absolute"
+
+    def __post_init__(self) -> None:
+        check_epochs(self.train_epochs, "train_epochs")
+        check_noise(self.noise, self.noise_scale)
+        object.__setattr__(self, "noise", float(self.noise))  # 1 and 1.0 are one cell
+        if not self.noise:
+            object.__setattr__(self, "noise_scale", "absolute")  # σ = 0 is the plain update, whatever its scale
+        if self.noise and self.dp is not None:
+            raise ConfigError("a cell adds plain noise or runs DP-SGD (which adds its own), not both")
+        if self.train_epochs and self.recipe is None:
+            object.__setattr__(self, "recipe", TrainRecipe())  # the id names the recipe it was trained with
+        if not self.train_epochs and self.recipe is not None:
+            raise ConfigError("a training recipe needs train_epochs ≥ 1 (a victim at init is not trained)")
+
+    @property
+    def threat(self) -> ThreatModel:
+        """What the attacker is given besides the update and the model."""
+        return ThreatModel(batch_size_known=self.batch_size_known, labels_known=self.labels_known)
+
+
+NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None, "train_epochs": 0, "recipe": None,
+                      "labels_known": False, "batch_size_known": True, "noise": 0.0, "noise_scale": "absolute"}
+"""Fields added after the first stored runs: left out of ids and manifests at these defaults."""
+
+
+def cell_columns(spec: CellSpec) -> dict[str, Any]:
+    """The axes of a cell as record columns (numbers as numbers; no DP: σ, C, q, δ NaN, ε ∞)."""
+    return {"cell_id": cell_id(spec), "attack": spec.attack, "dataset": spec.dataset, "arch": spec.arch,
+            "batch_size": spec.batch_size, "width": spec.width, "depth": spec.depth, "layer": spec.layer,
+            "seed": spec.seed, **dp_columns(spec.dp), **fedavg_columns(spec.fedavg),
+            "inversion_steps": spec.inversion.steps if spec.inversion else 0, **train_columns(spec),
+            **threat_columns(spec)}
+
+
+def threat_columns(spec: CellSpec) -> dict[str, Any]:
+    """The threat model (what the attacker knew) and the additive noise on the update (σ 0: none)."""
+    return {"threat": spec.threat.label(), "labels_known": spec.labels_known,
+            "batch_size_known": spec.batch_size_known, "noise_sigma": float(spec.noise),
+            "noise_scale": spec.noise_scale}
+
+
+def train_columns(spec: CellSpec) -> dict[str, Any]:
+    """The victim's training axis: epochs (0 = at init) and the recipe's optimiser, lr and batch size."""
+    r = spec.recipe
+    return {"train_epochs": spec.train_epochs, "train_optimizer": r.optimizer if r else "",
+            "train_lr": float(r.lr) if r else math.nan, "train_batch": r.batch_size if r else 0}
+
+
+def fedavg_columns(fedavg: FedAvgConfig | None) -> dict[str, Any]:
+    """E, mini-batch size (0 = whole batch), η of a FedAvg client, and a label ('fedsgd' without)."""
+    if fedavg is None:
+        return {"client": "fedsgd", "fedavg_epochs": 0, "fedavg_minibatch": 0, "fedavg_lr": math.nan}
+    return {"client": fedavg.label(), "fedavg_epochs": fedavg.epochs, "fedavg_minibatch": fedavg.minibatch,
+            "fedavg_lr": float(fedavg.lr)}
+
+
+def dp_columns(dp: DPConfig | None) -> dict[str, Any]:
+    """σ, C, δ, q, steps, ε and the accountant of a DP setting, and a readable label."""
+    if dp is None:
+        nan = math.nan
+        return {"dp": "none", "dp_sigma": nan, "dp_clip": nan, "dp_delta": nan, "dp_q": nan, "dp_steps": 0,
+                "dp_epsilon": math.inf, "dp_accountant": "none"}
+    return {"dp": dp.label(), "dp_sigma": dp.sigma, "dp_clip": dp.clip, "dp_delta": dp.delta, "dp_q": dp.q,
+            "dp_steps": dp.steps, "dp_epsilon": dp.epsilon(), "dp_accountant": ACCOUNTANT}
+
+
+def cell_settings(spec: CellSpec, *, hyperparameters: bool = False) -> list[str]:
+    """The cell's settings as short words ("b=16", "dp=σ=0.01 C=1", "train_epochs=5", ...): the plan's and the
+    progress lines' description of a cell; the hyperparameters (as compact JSON) only when asked for."""
+    settings = [spec.attack, spec.dataset, f"b={spec.batch_size}", f"{spec.arch}-{spec.depth} w={spec.width}",
+                f"layer={spec.layer}", f"dp={spec.dp.label() if spec.dp else 'none'}",
+                f"client={spec.fedavg.label() if spec.fedavg else 'FedSGD'}", f"seed={spec.seed}"]
+    if spec.image_size is not None:
+        settings.append(f"image_size={spec.image_size}")
+    if spec.inversion is not None:
+        settings.append(f"inversion_steps={spec.inversion.steps}")
+    if spec.train_epochs:
+        settings.append(f"train_epochs={spec.train_epochs}")
+    if spec.threat != ThreatModel():
+        settings.append(f"threat={spec.threat.label().replace(' ', '_').replace(',', '')}")
+    if spec.noise:
+        settings.append(f"noise={spec.noise:g}" + ("×max" if spec.noise_scale == "max" else ""))
+    if hyperparameters and spec.hyperparameters:
+        settings.append(json.dumps(spec.hyperparameters, sort_keys=True, separators=(",", ":")))
+    return settings
+
+
+def cell_id(spec: CellSpec) -> str:
+    """A hash of the cell's full configuration (everything but `data_root`, which is only a location)."""
+    config = {k: v for k, v in spec_dict(spec).items() if k != "data_root"}
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def batch_id(spec: CellSpec) -> str:
+    """A hash of what chooses the batch (dataset, image size, batch size, seed): the same for every attack,
+    layer, DP level and client on that batch, so their grids can show the same images side by side."""
+    config = {"dataset": spec.dataset, "image_size": spec.image_size, "batch_size": spec.batch_size, "seed": spec.seed}
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def spec_from_dict(data: dict[str, Any]) -> CellSpec:
+    """The spec `spec_dict` wrote (as stored in a cell's manifest)."""
+    configs = {"dp": DPConfig, "fedavg": FedAvgConfig, "inversion": InversionConfig, "recipe": TrainRecipe}
+    return CellSpec(**{k: (configs[k](**v) if k in configs and v is not None else v) for k, v in data.items()})
+
+
+def spec_dict(spec: CellSpec) -> dict[str, Any]:
+    """The spec as plain data; fields added later are left out at their defaults, so old ids stay valid."""
+    return {k: v for k, v in asdict(spec).items() if k not in NEW_FIELD_DEFAULTS or v != NEW_FIELD_DEFAULTS[k]}

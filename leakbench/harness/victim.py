@@ -1,0 +1,85 @@
+"""A cell's client: its private batch and victim model, re-derived from the spec, and the update it shares."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from leakbench.datasets import Batch, ImageDataset, load_dataset, partition, sample_batch
+from leakbench.errors import ConfigError
+from leakbench.fl import ClientUpdate, dp_update, fedavg_update, fedsgd_update
+from leakbench.fl.noise import add_noise
+from leakbench.harness.spec import CellSpec
+from leakbench.models import build_model
+from leakbench.models.victims import AT_INIT, VictimInfo, trained_victim
+
+
+def load_batch(spec: CellSpec) -> Batch:
+    """The cell's private batch, re-derived from its dataset, image size, batch size and seed."""
+    return victim(spec, with_model=False)[0]
+
+
+def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, torch.nn.Module | None]:
+    """The cell's private batch and its victim (both re-derived from the spec).
+
+    At init (`train_epochs` 0) the batch is drawn from the whole dataset, as it always was. A trained
+    victim is loaded from the victim cache or trained on the dataset's train part, and its batch is
+    drawn from the attack part, which no training ever sees. The model carries its `victim_info`.
+    """
+    root = Path(spec.data_root) if spec.data_root else None
+    dataset = load_dataset(spec.dataset, data_root=root, image_size=spec.image_size)
+    parts = partition(dataset) if spec.train_epochs else None
+    batch = draw_batch(dataset, spec)
+    if not with_model:
+        return batch, None
+    model = build_model(spec.arch, dataset.image_shape, dataset.num_classes, width=spec.width, depth=spec.depth,
+                        seed=spec.seed)
+    info = AT_INIT
+    if parts is not None:
+        assert spec.recipe is not None
+        info = trained_victim(model, victim_key(spec, dataset), dataset.images, dataset.labels,
+                              (torch.as_tensor(parts.train), torch.as_tensor(parts.test)), spec.recipe,
+                              spec.train_epochs)
+    model.victim_info = info
+    return batch, model
+
+
+def draw_batch(dataset: ImageDataset, spec: CellSpec) -> Batch:
+    """The cell's batch from its loaded dataset: the whole dataset at init, the attack part for a trained victim."""
+    return sample_batch(dataset, spec.batch_size, spec.seed, pool=partition(dataset).attack if spec.train_epochs else None)
+
+
+def victim_key(spec: CellSpec, dataset: ImageDataset) -> dict[str, Any]:
+    """What makes a trained victim's weights (the victim cache's key): data, partition, model, init seed,
+    recipe, epochs — never the batch, the attack or where the data lies."""
+    from leakbench.datasets.base import PARTITION_FRACTIONS, PARTITION_SEED
+
+    return {"dataset": spec.dataset, "dataset_size": len(dataset), "image_shape": list(dataset.image_shape),
+            "partition": [PARTITION_SEED, *PARTITION_FRACTIONS], "arch": spec.arch, "width": spec.width,
+            "depth": spec.depth, "init_seed": spec.seed, "recipe": asdict(spec.recipe) if spec.recipe else None,
+            "epochs": spec.train_epochs}
+
+
+def victim_columns(model: torch.nn.Module) -> dict[str, Any]:
+    """The victim's accuracies as record columns (NaN at init) and its cache hash ("" at init)."""
+    info: VictimInfo = getattr(model, "victim_info", AT_INIT)
+    return {"train_accuracy": info.train_accuracy, "test_accuracy": info.test_accuracy,
+            "victim_hash": info.victim_hash}
+
+
+def prepare(spec: CellSpec) -> tuple[Batch, torch.nn.Module, ClientUpdate]:
+    """Load the batch, build the victim and compute the client's update (no attack yet): FedSGD, DP-SGD
+    or FedAvg under the cell's threat model, then its additive noise (if any)."""
+    if spec.dp is not None and spec.fedavg is not None:
+        raise ConfigError("a cell runs either DP-SGD or FedAvg, not both")
+    batch, model = victim(spec)
+    if spec.dp is not None:
+        update = dp_update(model, batch, spec.dp, seed=spec.seed, threat=spec.threat)
+    elif spec.fedavg is not None:
+        update = fedavg_update(model, batch, spec.fedavg, seed=spec.seed, threat=spec.threat)
+    else:
+        update = fedsgd_update(model, batch, spec.threat)
+    return batch, model, add_noise(update, spec.noise, spec.seed, spec.noise_scale)
