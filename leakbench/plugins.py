@@ -4,11 +4,15 @@
 harness asks a sandboxed attack worker to import the attack plugins and describe them
 (`leakbench.attacks.described`), and registers stand-ins built from those descriptions; only the
 worker imports the real code (`in_attack_worker()`). A dataset plugin serves the private data,
-so it is loaded where the data is, in the harness: only through its entry point.
+so it is loaded where the data is, in the harness: only through its entry point or a suite's
+`dataset_plugins`. A defence plugin (`leakbench.fl.transform`) changes the client's update, so it
+too runs on the client's side, in the harness: its entry point (group `leakbench.defences`) or a
+suite's `defence_plugins`.
 
 Three ways in, all ending in `load_plugin(module)` or an entry point:
 
-- installed distributions declare entry points in the groups `leakbench.attacks` / `leakbench.datasets`
+- installed distributions declare entry points in the groups `leakbench.attacks` / `leakbench.datasets` /
+  `leakbench.defences`
   (`name = "package.module"` or `"package.module:Object"`), loaded once, on the first lookup of that
   registry;
   an object that is an `Attack` subclass is registered under its `name`, a dataset loader under the
@@ -39,7 +43,7 @@ from typing import Any
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.registry import DuplicateNameError
 
-GROUPS = {"attacks": "leakbench.attacks", "datasets": "leakbench.datasets"}
+GROUPS = {"attacks": "leakbench.attacks", "datasets": "leakbench.datasets", "defences": "leakbench.defences"}
 """Registry kind → entry-point group."""
 ENV_VAR = "LEAKBENCH_PLUGINS"
 """Modules loaded by name, comma-separated: worker processes load them on their first lookup."""
@@ -54,7 +58,7 @@ def enter_attack_worker() -> None:
     dataset plugins never are (an attack has no use for them)."""
     global _IN_WORKER
     _IN_WORKER = True
-    _STARTED.add("datasets")
+    _STARTED.update(("datasets", "defences"))
 
 
 def in_attack_worker() -> bool:
@@ -63,9 +67,18 @@ def in_attack_worker() -> bool:
 
 def load_dataset_plugins() -> None:
     """The `leakbench.datasets` entry points, imported here (dataset code runs beside the data), once."""
-    if "datasets" not in _STARTED:
-        _STARTED.add("datasets")
-        _load_entry_points("datasets")
+    _load_client_side("datasets")
+
+
+def load_defence_plugins() -> None:
+    """The `leakbench.defences` entry points, imported here (a defence runs on the client's side), once."""
+    _load_client_side("defences")
+
+
+def _load_client_side(kind: str) -> None:
+    if kind not in _STARTED:
+        _STARTED.add(kind)
+        _load_entry_points(kind)
 
 
 def load_attack_plugins() -> None:
@@ -82,19 +95,20 @@ def load_attack_plugins() -> None:
         load_plugin(module)
 
 
-def load_dataset_plugin(module: str) -> None:
-    """Import dataset plugin `module` here, in the harness (it serves the private data); a suite's
-    `dataset_plugins`. A module that registers an attack too is refused: attack code never runs here."""
+def load_client_plugin(module: str) -> None:
+    """Import client-side plugin `module` here, in the harness: datasets (they serve the private data)
+    and defences (they change the client's update); a suite's `dataset_plugins` and `defence_plugins`.
+    A module that registers an attack too is refused: attack code never runs here."""
     from leakbench.attacks import ATTACKS
 
     _check_module_path(module)
     if module in _LOADED:
         return
     before = set(ATTACKS.names())
-    _register(f"dataset plugin {module!r}", module, lambda: importlib.import_module(module), None)
+    _register(f"client-side plugin {module!r}", module, lambda: importlib.import_module(module), None)
     if set(ATTACKS.names()) - before:
-        raise ConfigError(f"dataset plugin {module!r} registers attacks: list it under 'plugins' (attack code "
-                          "runs only in the sandboxed attack worker) and its datasets apart")
+        raise ConfigError(f"client-side plugin {module!r} registers attacks: list it under 'plugins' (attack code "
+                          "runs only in the sandboxed attack worker) and its datasets and defences apart")
 
 
 def load_plugin(module: str) -> None:
@@ -163,7 +177,7 @@ def _describe(modules: tuple[str, ...], *, entry_points: bool) -> None:
         _LOADED.setdefault(plugin["module"], plugin)
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=3)
 def entry_points_of(kind: str) -> tuple[EntryPoint, ...]:
     """The installed entry points of one registry kind, by name (read once per process)."""
     return tuple(sorted(entry_points(group=GROUPS[kind]), key=lambda p: p.name))
@@ -189,8 +203,10 @@ def _register(what: str, module: str, load: Callable[[], Any], dist: Distributio
     """Run `load` and note the attacks and datasets it registered; any failure is one ConfigError line."""
     from leakbench.attacks import ATTACKS
     from leakbench.datasets import DATASETS
+    from leakbench.fl.transform import TRANSFORMS
 
-    before = set(ATTACKS.names()), set(DATASETS.names())
+    registries = {"attacks": ATTACKS, "datasets": DATASETS, "defences": TRANSFORMS}
+    before = {kind: set(registry.names()) for kind, registry in registries.items()}
     try:
         load()
     except DuplicateNameError as exc:
@@ -203,14 +219,17 @@ def _register(what: str, module: str, load: Callable[[], Any], dist: Distributio
     name, ver = _distribution(module, dist)
     entry = _LOADED.setdefault(module, {"module": module, "distribution": name, "version": ver,
                                         "attacks": [], "datasets": []})
-    entry["attacks"] += sorted(set(ATTACKS.names()) - before[0])
-    entry["datasets"] += sorted(set(DATASETS.names()) - before[1])
+    for kind, registry in registries.items():
+        added = sorted(set(registry.names()) - before[kind])
+        if added or kind != "defences":  # a plugin without defences is recorded as before
+            entry[kind] = entry.get(kind, []) + added
 
 
 def _load_entry_point(point: EntryPoint, kind: str) -> None:
     """Load one entry point: an Attack subclass or a dataset loader is registered; a module registers itself."""
     from leakbench.attacks import ATTACKS, Attack, register_attack
     from leakbench.datasets import DATASETS
+    from leakbench.fl.transform import TRANSFORMS, UpdateTransform, register_transform
 
     obj = point.load()
     if inspect.ismodule(obj):
@@ -221,8 +240,12 @@ def _load_entry_point(point: EntryPoint, kind: str) -> None:
     elif kind == "datasets" and callable(obj):
         if point.name not in DATASETS.names() or DATASETS.entry(point.name).factory is not obj:
             DATASETS.register(point.name, obj, (inspect.getdoc(obj) or point.name).splitlines()[0])
+    elif kind == "defences" and isinstance(obj, type) and issubclass(obj, UpdateTransform):
+        if obj.name not in TRANSFORMS.names() or TRANSFORMS.create(obj.name) is not obj:
+            register_transform(obj)
     else:
-        raise ConfigError(f"{point.value} is neither a module nor {'an Attack subclass' if kind == 'attacks' else 'a loader'}")
+        wanted = {"attacks": "an Attack subclass", "datasets": "a loader", "defences": "an UpdateTransform subclass"}
+        raise ConfigError(f"{point.value} is neither a module nor {wanted[kind]}")
 
 
 def _distribution(module: str, dist: Distribution | None) -> tuple[str | None, str | None]:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from leakbench.datasets.base import Batch
+from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel
 from leakbench.ranges import MAX_WEIGHT, REQUIRED, Ranged, ranged
 
@@ -120,3 +121,32 @@ def dp_update(model: nn.Module, batch: Batch, dp: DPConfig, *, seed: int,
         labels=batch.labels.clone() if threat.labels_known else None,
         kind="dp-sgd",
     )
+
+
+def dp_columns(dp: DPConfig | None) -> dict[str, Any]:
+    """σ, C, δ, q, steps, ε and the accountant of a DP setting, and a readable label (no DP: σ, C, q, δ
+    NaN, ε ∞)."""
+    if dp is None:
+        nan = math.nan
+        return {"dp": "none", "dp_sigma": nan, "dp_clip": nan, "dp_delta": nan, "dp_q": nan, "dp_steps": 0,
+                "dp_epsilon": math.inf, "dp_accountant": "none"}
+    return {"dp": dp.label(), "dp_sigma": dp.sigma, "dp_clip": dp.clip, "dp_delta": dp.delta, "dp_q": dp.q,
+            "dp_steps": dp.steps, "dp_epsilon": dp.epsilon(), "dp_accountant": ACCOUNTANT}
+
+
+@register_transform
+class DPSGD(UpdateTransform):
+    """DP-SGD: one step of per-sample clipping to C and Gaussian noise σ·C (Opacus semantics)."""
+
+    name = "dp"
+    Config = DPConfig
+    makes_update = True
+
+    def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:
+        return dp_update(client.model, client.batch, self.config, seed=client.seed, threat=client.threat)
+
+    def label(self) -> str:
+        return f"DP {self.config.label()}"
+
+    def columns(self) -> dict[str, Any]:
+        return dp_columns(self.config)

@@ -17,13 +17,14 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from leakbench.datasets.base import Batch
 from leakbench.errors import ConfigError
+from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel
 from leakbench.harness.limits import MAX_WIDTH
 from leakbench.ranges import MAX_LR, Ranged, ranged
@@ -100,3 +101,29 @@ def fedavg_update(model: nn.Module, batch: Batch, config: FedAvgConfig, *, seed:
         labels=batch.labels.clone() if threat.labels_known else None,
         kind="fedavg",
     )
+
+
+def fedavg_columns(fedavg: FedAvgConfig | None) -> dict[str, Any]:
+    """E, mini-batch size (0 = whole batch), η of a FedAvg client, and a label ('fedsgd' without)."""
+    if fedavg is None:
+        return {"client": "fedsgd", "fedavg_epochs": 0, "fedavg_minibatch": 0, "fedavg_lr": math.nan}
+    return {"client": fedavg.label(), "fedavg_epochs": fedavg.epochs, "fedavg_minibatch": fedavg.minibatch,
+            "fedavg_lr": float(fedavg.lr)}
+
+
+@register_transform
+class FedAvg(UpdateTransform):
+    """FedAvg: local SGD epochs on the batch, sharing (θ₀ − θ_K) / (η K)."""
+
+    name = "fedavg"
+    Config = FedAvgConfig
+    makes_update = True
+
+    def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:
+        return fedavg_update(client.model, client.batch, self.config, seed=client.seed, threat=client.threat)
+
+    def label(self) -> str:
+        return self.config.label()
+
+    def columns(self) -> dict[str, Any]:
+        return fedavg_columns(self.config)

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from leakbench.errors import ConfigError
+from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate
+from leakbench.ranges import REQUIRED, Ranged, ranged
 
 NOISE_SCALES = ("absolute", "max")
 """How σ sets each tensor's noise std: σ itself, or σ × that tensor's max |entry|."""
@@ -40,3 +44,34 @@ def add_noise(update: ClientUpdate, sigma: float, seed: int, scale: str = "absol
         std = sigma * (float(g.abs().max()) if scale == "max" else 1.0)
         grads[name] = g + std * torch.randn(g.shape, generator=gen, dtype=g.dtype)
     return dataclasses.replace(update, gradients=grads, kind=f"{update.kind}+noise")
+
+
+@dataclass(frozen=True)
+class NoiseConfig(Ranged):
+    """Additive Gaussian noise: std `sigma` (≥ 0; 0 is none), "absolute" or relative to each tensor's
+    max |entry| (`scale` "max")."""
+
+    sigma: float = ranged(REQUIRED, 0, math.inf, high_open=True)
+    scale: str = "absolute"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_noise(self.sigma, self.scale)
+
+
+@register_transform
+class Noise(UpdateTransform):
+    """Additive Gaussian noise on every shared gradient entry (no clipping, no accountant: not DP)."""
+
+    name = "noise"
+    Config = NoiseConfig
+
+    def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:
+        assert update is not None
+        return add_noise(update, self.config.sigma, client.seed, self.config.scale)
+
+    def label(self) -> str:
+        return f"noise σ={self.config.sigma:g}" + ("×max|g|" if self.config.scale == "max" else "")
+
+    def columns(self) -> dict[str, Any]:
+        return {"noise_sigma": float(self.config.sigma), "noise_scale": self.config.scale}

@@ -11,8 +11,10 @@ from typing import Any
 from leakbench.attacks.inversion import InversionConfig
 from leakbench.errors import ConfigError
 from leakbench.fl import DPConfig, FedAvgConfig
-from leakbench.fl.dp import ACCOUNTANT
-from leakbench.fl.noise import check_noise
+from leakbench.fl.dp import DPSGD, dp_columns
+from leakbench.fl.fedavg import FedAvg, fedavg_columns
+from leakbench.fl.noise import Noise, NoiseConfig, check_noise
+from leakbench.fl.transform import DefenceSetting, FedSGD, UpdateTransform, transform_class
 from leakbench.fl.update import ThreatModel
 from leakbench.models.training import TrainRecipe, check_epochs
 
@@ -30,7 +32,9 @@ class CellSpec:
     attacks a batch of its attack part (`datasets.partition`); 0 is the victim at init.
     `labels_known` / `batch_size_known` are the threat model (`ThreatModel`: what the update carries
     besides the gradients). `noise` σ > 0 adds Gaussian noise to the shared gradients (`fl.noise`;
-    `noise_scale` "absolute" or "max"), drawn from `seed`; not with DP.
+    `noise_scale` "absolute" or "max"), drawn from `seed`; not with DP. `defences` are further
+    registered update transforms (`leakbench.fl.transform`, plugins' too), applied after the noise,
+    in order (`transforms`).
     """
 
     attack: str
@@ -53,6 +57,7 @@ class CellSpec:
     batch_size_known: bool = True
     noise: float = 0.0
     noise_scale: str = "absolute"
+    defences: tuple[DefenceSetting, ...] = ()
 
     def __post_init__(self) -> None:
         check_epochs(self.train_epochs, "train_epochs")
@@ -66,6 +71,11 @@ class CellSpec:
             object.__setattr__(self, "recipe", TrainRecipe())  # the id names the recipe it was trained with
         if not self.train_epochs and self.recipe is not None:
             raise ConfigError("a training recipe needs train_epochs ≥ 1 (a victim at init is not trained)")
+        if self.dp is not None and self.fedavg is not None:
+            raise ConfigError("a cell runs either DP-SGD or FedAvg, not both")
+        object.__setattr__(self, "defences", tuple(self.defences))
+        for defence in self.defences:
+            defence.transform()  # a registered defence with its own Config, or a ConfigError
 
     @property
     def threat(self) -> ThreatModel:
@@ -74,7 +84,8 @@ class CellSpec:
 
 
 NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None, "train_epochs": 0, "recipe": None,
-                      "labels_known": False, "batch_size_known": True, "noise": 0.0, "noise_scale": "absolute"}
+                      "labels_known": False, "batch_size_known": True, "noise": 0.0, "noise_scale": "absolute",
+                      "defences": ()}
 """Fields added after the first stored runs: left out of ids and manifests at these defaults."""
 
 
@@ -84,14 +95,35 @@ def cell_columns(spec: CellSpec) -> dict[str, Any]:
             "batch_size": spec.batch_size, "width": spec.width, "depth": spec.depth, "layer": spec.layer,
             "seed": spec.seed, **dp_columns(spec.dp), **fedavg_columns(spec.fedavg),
             "inversion_steps": spec.inversion.steps if spec.inversion else 0, **train_columns(spec),
-            **threat_columns(spec)}
+            **threat_columns(spec), **defence_columns(spec)}
+
+
+def transforms(spec: CellSpec) -> list[UpdateTransform]:
+    """The cell's update transforms in the order they run: its client (FedSGD, FedAvg or DP-SGD), the
+    additive noise (if any), then its defences."""
+    client: UpdateTransform = DPSGD(spec.dp) if spec.dp else FedAvg(spec.fedavg) if spec.fedavg else FedSGD(
+        FedSGD.Config())
+    noise = [Noise(NoiseConfig(spec.noise, spec.noise_scale))] if spec.noise else []
+    return [client, *noise, *(d.transform() for d in spec.defences)]
+
+
+def defence_columns(spec: CellSpec) -> dict[str, Any]:
+    """The record columns of the cell's defences, and `defence` (their labels joined by ' + '); none
+    for a cell without any, so records of cells stored before defences existed stay as they were."""
+    if not spec.defences:
+        return {}
+    defences = [d.transform() for d in spec.defences]
+    columns: dict[str, Any] = {"defence": " + ".join(d.label() for d in defences)}
+    for defence in defences:
+        columns.update(defence.columns())
+    return columns
 
 
 def threat_columns(spec: CellSpec) -> dict[str, Any]:
     """The threat model (what the attacker knew) and the additive noise on the update (σ 0: none)."""
     return {"threat": spec.threat.label(), "labels_known": spec.labels_known,
-            "batch_size_known": spec.batch_size_known, "noise_sigma": float(spec.noise),
-            "noise_scale": spec.noise_scale}
+            "batch_size_known": spec.batch_size_known,
+            **Noise(NoiseConfig(spec.noise, spec.noise_scale)).columns()}
 
 
 def train_columns(spec: CellSpec) -> dict[str, Any]:
@@ -101,22 +133,8 @@ def train_columns(spec: CellSpec) -> dict[str, Any]:
             "train_lr": float(r.lr) if r else math.nan, "train_batch": r.batch_size if r else 0}
 
 
-def fedavg_columns(fedavg: FedAvgConfig | None) -> dict[str, Any]:
-    """E, mini-batch size (0 = whole batch), η of a FedAvg client, and a label ('fedsgd' without)."""
-    if fedavg is None:
-        return {"client": "fedsgd", "fedavg_epochs": 0, "fedavg_minibatch": 0, "fedavg_lr": math.nan}
-    return {"client": fedavg.label(), "fedavg_epochs": fedavg.epochs, "fedavg_minibatch": fedavg.minibatch,
-            "fedavg_lr": float(fedavg.lr)}
 
 
-def dp_columns(dp: DPConfig | None) -> dict[str, Any]:
-    """σ, C, δ, q, steps, ε and the accountant of a DP setting, and a readable label."""
-    if dp is None:
-        nan = math.nan
-        return {"dp": "none", "dp_sigma": nan, "dp_clip": nan, "dp_delta": nan, "dp_q": nan, "dp_steps": 0,
-                "dp_epsilon": math.inf, "dp_accountant": "none"}
-    return {"dp": dp.label(), "dp_sigma": dp.sigma, "dp_clip": dp.clip, "dp_delta": dp.delta, "dp_q": dp.q,
-            "dp_steps": dp.steps, "dp_epsilon": dp.epsilon(), "dp_accountant": ACCOUNTANT}
 
 
 def cell_settings(spec: CellSpec, *, hyperparameters: bool = False) -> list[str]:
@@ -135,6 +153,8 @@ def cell_settings(spec: CellSpec, *, hyperparameters: bool = False) -> list[str]
         settings.append(f"threat={spec.threat.label().replace(' ', '_').replace(',', '')}")
     if spec.noise:
         settings.append(f"noise={spec.noise:g}" + ("×max" if spec.noise_scale == "max" else ""))
+    if spec.defences:
+        settings.append("defence=" + "+".join(d.transform().label().replace(" ", "_") for d in spec.defences))
     if hyperparameters and spec.hyperparameters:
         settings.append(json.dumps(spec.hyperparameters, sort_keys=True, separators=(",", ":")))
     return settings
@@ -157,7 +177,11 @@ def batch_id(spec: CellSpec) -> str:
 def spec_from_dict(data: dict[str, Any]) -> CellSpec:
     """The spec `spec_dict` wrote (as stored in a cell's manifest)."""
     configs = {"dp": DPConfig, "fedavg": FedAvgConfig, "inversion": InversionConfig, "recipe": TrainRecipe}
-    return CellSpec(**{k: (configs[k](**v) if k in configs and v is not None else v) for k, v in data.items()})
+    fields = {k: (configs[k](**v) if k in configs and v is not None else v) for k, v in data.items()}
+    if "defences" in fields:
+        fields["defences"] = tuple(DefenceSetting(d["name"], transform_class(d["name"]).Config(**d["config"]))
+                                   for d in fields["defences"])
+    return CellSpec(**fields)
 
 
 def spec_dict(spec: CellSpec) -> dict[str, Any]:

@@ -167,7 +167,7 @@ AXIS_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", 
                 "dp_sigma", "dp_clip", "dp_delta", "dp_q", "dp_steps", "dp_epsilon", "dp_accountant", "arch",
                 "client", "fedavg_epochs", "fedavg_minibatch", "fedavg_lr", "inversion_steps", "train_epochs",
                 "train_optimizer", "train_lr", "train_batch", "train_accuracy", "test_accuracy", "victim_hash",
-                "threat", "labels_known", "batch_size_known", "noise_sigma", "noise_scale")
+                "threat", "labels_known", "batch_size_known", "noise_sigma", "noise_scale", "defence")
 SUMMARY_COLUMNS = ("space", "status", "reason", "seconds", "n_images", "exact_fraction", "psnr_mean",
                    "psnr_median", "psnr_min", "psnr_inf", "ssim_mean", "lpips_mean", "lpips_note", "lpips_net",
                    "lpips_source", "lpips_verified", "matching", "isolation")

@@ -66,6 +66,7 @@ from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.fl.dp import DPConfig
 from leakbench.fl.fedavg import FedAvgConfig
 from leakbench.fl.noise import check_noise
+from leakbench.fl.transform import TRANSFORMS, DefenceSetting, transform_class
 from leakbench.fl.update import ThreatModel
 from leakbench.harness.folders import folder_name
 from leakbench.harness.limits import MAX_CELLS, MAX_GRID_IMAGES, check_depth, check_int, check_seed, check_width
@@ -81,6 +82,7 @@ KEYS = {"name": str, "description": str, "dataset": str, "datasets": list, "atta
         "batch_sizes": list, "layers": list, "layer": int, "seeds": list, "dp": list, "width": int,
         "depth": int, "image_size": int, "data_root": str, "hyperparameters": dict, "grid_images": int,
         "grid_seed": int, "arch": str, "fedavg": list, "inversion": dict, "plugins": list, "dataset_plugins": list,
+        "defence_plugins": list, "defences": list,
         "train_epochs": list, "train": dict,
         "threat": list, "noise": list, "noise_scale": str, "models": list}
 REQUIRED = ("name", "attacks", "batch_sizes")
@@ -174,8 +176,10 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
             raise ConfigError("key 'train' (a training recipe) needs key 'train_epochs' with a value ≥ 1")
         threats = [_threat_level(v, i) for i, v in enumerate(raw.get("threat", ["default"]))]
         noises = [_noise_level(v, i, raw.get("noise_scale", "absolute")) for i, v in enumerate(raw.get("noise", [0.0]))]
+        defences = [_defence_level(v, i) for i, v in enumerate(raw.get("defences", ["none"]))]
         layerless = tuple(a for a in raw["attacks"] if not _has_layer(a))
-        _no_duplicates({**raw, "dp": dp_levels, "fedavg": fedavg_levels, "threat": threats, "noise": noises})
+        _no_duplicates({**raw, "dp": dp_levels, "fedavg": fedavg_levels, "threat": threats, "noise": noises,
+                        "defences": [tuple(sorted(d.items())) for d in defences]})
     except LeakbenchError as exc:
         raise ConfigError(f"suite {path}: {exc}") from None
     params = raw.get("hyperparameters", {})
@@ -183,23 +187,25 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
     per_batch = sum((1 if a in layerless else len(layers[v])) * len(epochs) for a in raw["attacks"]
                     for v, epochs in victims.items())
     count = len(datasets) * per_batch * len(raw["batch_sizes"]) * len(dp_levels) * len(fedavg_levels) \
-        * len(raw.get("seeds", [0])) * len(threats) * len(noises)
+        * len(raw.get("seeds", [0])) * len(threats) * len(noises) * len(defences)
     if count > MAX_CELLS:  # refused before expanding, checking or running anything
         raise ConfigError(f"suite {path}: expands to {count:,} cells, more than the {MAX_CELLS:,} a suite may hold; "
                           "split it into several suites")
     cells = []
     for dataset, attack, v in product(datasets, raw["attacks"], victims):
         model_layers = layers[v][:1] if attack in layerless else layers[v]  # no layer setting: once per model
-        for b, layer, dp, fedavg, threat, noise, seed, train_epochs in product(
-                raw["batch_sizes"], model_layers, dp_levels, fedavg_levels, threats, noises, raw.get("seeds", [0]),
-                victims[v]):
-            cells.append(CellSpec(
+        for b, layer, dp, fedavg, threat, noise, defence, seed, train_epochs in product(
+                raw["batch_sizes"], model_layers, dp_levels, fedavg_levels, threats, noises, defences,
+                raw.get("seeds", [0]), victims[v]):
+            update = {"dp": dp, "fedavg": fedavg, "noise": noise, "noise_scale": raw.get("noise_scale", "absolute"),
+                      **defence}
+            cells.append(CellSpec(**update,
                 attack=attack, dataset=dataset, batch_size=b, seed=seed, width=v.width, depth=v.depth,
                 layer=1 if attack in layerless else layer, data_root=data_root or raw.get("data_root"),
-                image_size=raw.get("image_size"), hyperparameters=dict(params.get(attack, {})), dp=dp, arch=v.arch,
-                fedavg=fedavg, inversion=None if attack in layerless else inversion, train_epochs=train_epochs,
+                image_size=raw.get("image_size"), hyperparameters=dict(params.get(attack, {})), arch=v.arch,
+                inversion=None if attack in layerless else inversion, train_epochs=train_epochs,
                 recipe=recipe if train_epochs else None, labels_known=threat.labels_known,
-                batch_size_known=threat.batch_size_known, noise=noise, noise_scale=raw.get("noise_scale", "absolute")))
+                batch_size_known=threat.batch_size_known))
     _unique_cells(cells, path)
     _inversion_applies(inversion, cells, path)
     return Suite(name=raw["name"], cells=cells, grid_seed=raw.get("grid_seed", 0),
@@ -210,9 +216,10 @@ def _load_plugins(raw: dict[str, Any]) -> None:
     """Load the modules of keys 'plugins' (attack plugins: imported only in the sandboxed attack
     worker) and 'dataset_plugins' (imported here: dataset code runs beside the data), before the
     attack and dataset names are checked: they may register some."""
-    from leakbench.plugins import load_dataset_plugin, load_plugin
+    from leakbench.plugins import load_client_plugin, load_plugin
 
-    for key, load in (("dataset_plugins", load_dataset_plugin), ("plugins", load_plugin)):
+    for key, load in (("dataset_plugins", load_client_plugin), ("defence_plugins", load_client_plugin),
+                      ("plugins", load_plugin)):
         modules = raw.get(key, [])
         if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
             raise ConfigError(f"key '{key}' must list module paths, like [\"package.module\"]")
@@ -223,7 +230,7 @@ def _load_plugins(raw: dict[str, Any]) -> None:
 def _no_duplicates(axes: dict[str, Any]) -> None:
     """Refuse an axis that lists one value twice (its cells would run, and be stored, twice)."""
     for key in ("datasets", "attacks", "batch_sizes", "layers", "seeds", "dp", "fedavg", "train_epochs", "threat",
-                "noise"):
+                "noise", "defences"):
         seen: set[Any] = set()  # levels are frozen dataclasses or None: hashable; linear in the axis length
         for value in axes.get(key, []):
             if value in seen:
@@ -268,7 +275,10 @@ def _validate(raw: dict[str, Any]) -> None:
         raise ConfigError("exactly one of key 'dataset' or key 'datasets' must be given")
     if "layer" in raw and "layers" in raw:
         raise ConfigError("give key 'layer' or key 'layers', not both")
-    for key in ("dp", "fedavg", "threat", "noise"):
+    if "defences" in raw and any(key in raw for key in ("dp", "fedavg", "noise")):
+        raise ConfigError("give the update's settings in key 'defences' or in keys 'dp' / 'fedavg' / 'noise', "
+                          "not both")
+    for key in ("dp", "fedavg", "threat", "noise", "defences"):
         if key in raw and not raw[key]:
             none = {"threat": '"default"', "noise": "0.0"}.get(key, '"none"')
             raise ConfigError(f"key {key!r} must list at least one level ({none} for none)")
@@ -396,6 +406,46 @@ def _noise_level(value: Any, index: int, scale: Any) -> float:
     except ConfigError as exc:
         raise ConfigError(f"key 'noise[{index}]': {exc}") from None
     return float(value)
+
+
+def _defence_level(value: Any, index: int) -> dict[str, Any]:
+    """One entry of `defences`: "none", a table {name = "...", settings...} or a list of such tables
+    (applied in order), as the cell fields it sets: `dp`, `fedavg`, `noise`/`noise_scale` for the
+    shipped transforms of those names (so their cells keep their ids), `defences` for the others."""
+    where = f"key 'defences[{index}]'"
+    if value == "none":
+        return {}
+    tables = value if isinstance(value, list) else [value]
+    fields: dict[str, Any] = {"defences": ()}
+    for i, table in enumerate(tables):
+        name, config = _transform_table(table, f"{where}[{i}]" if isinstance(value, list) else where)
+        key = {"dp": "dp", "fedavg": "fedavg", "noise": "noise"}.get(name, "defences")
+        if key != "defences" and key in fields:
+            raise ConfigError(f"{where} names {name!r} twice")
+        if key == "noise":
+            fields.update(noise=config.sigma, noise_scale=config.scale)
+        elif key == "defences":
+            fields["defences"] += (DefenceSetting(name, config),)
+        else:
+            fields[key] = config
+    if fields.get("dp") is not None and ("fedavg" in fields or fields.get("noise")):
+        raise ConfigError(f"{where}: DP-SGD runs alone (it adds its own noise; it is not FedAvg)")
+    return fields
+
+
+def _transform_table(table: Any, where: str) -> tuple[str, Any]:
+    """A table {name = "...", settings...}: the transform's name and its Config, built by the same
+    coercer as an attack's hyperparameters (types, declared ranges)."""
+    if not isinstance(table, dict) or not isinstance(table.get("name"), str):
+        raise ConfigError(f"{where} must be \"none\" or a table with a 'name' (known: {', '.join(TRANSFORMS.names())})")
+    name = table["name"]
+    cls = transform_class(name)
+    if cls.makes_update and name not in ("dp", "fedavg"):
+        raise ConfigError(f"{where}: {name!r} is the default client (FedSGD): leave it out")
+    try:
+        return name, build_config(cls.Config, {k: v for k, v in table.items() if k != "name"})
+    except ConfigError as exc:
+        raise ConfigError(f"{where} ({name}): {exc}") from None
 
 
 def _fedavg_level(value: Any, index: int) -> FedAvgConfig | None:

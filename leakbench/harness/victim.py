@@ -9,10 +9,8 @@ from typing import Any
 import torch
 
 from leakbench.datasets import Batch, ImageDataset, load_dataset, partition, sample_batch
-from leakbench.errors import ConfigError
-from leakbench.fl import ClientUpdate, dp_update, fedavg_update, fedsgd_update
-from leakbench.fl.noise import add_noise
-from leakbench.harness.spec import CellSpec
+from leakbench.fl import Client, ClientUpdate, client_update
+from leakbench.harness.spec import CellSpec, transforms
 from leakbench.models import build_model
 from leakbench.models.victims import AT_INIT, VictimInfo, trained_victim
 
@@ -71,15 +69,8 @@ def victim_columns(model: torch.nn.Module) -> dict[str, Any]:
 
 
 def prepare(spec: CellSpec) -> tuple[Batch, torch.nn.Module, ClientUpdate]:
-    """Load the batch, build the victim and compute the client's update (no attack yet): FedSGD, DP-SGD
-    or FedAvg under the cell's threat model, then its additive noise (if any)."""
-    if spec.dp is not None and spec.fedavg is not None:
-        raise ConfigError("a cell runs either DP-SGD or FedAvg, not both")
+    """Load the batch, build the victim and compute the client's update (no attack yet): the cell's
+    update transforms (`spec.transforms`: FedSGD, DP-SGD or FedAvg, then noise and defences) under
+    its threat model."""
     batch, model = victim(spec)
-    if spec.dp is not None:
-        update = dp_update(model, batch, spec.dp, seed=spec.seed, threat=spec.threat)
-    elif spec.fedavg is not None:
-        update = fedavg_update(model, batch, spec.fedavg, seed=spec.seed, threat=spec.threat)
-    else:
-        update = fedsgd_update(model, batch, spec.threat)
-    return batch, model, add_noise(update, spec.noise, spec.seed, spec.noise_scale)
+    return batch, model, client_update(transforms(spec), Client(model, batch, spec.seed, spec.threat))

@@ -62,8 +62,8 @@ def epsilon_labels(cells: pd.DataFrame) -> dict[str, str]:
 
 def with_model(cells: pd.DataFrame) -> pd.DataFrame:
     """`cells` with a readable `model` column ('FC-6 w200', 'conv-3 w200', 'FC-6 w200 trained 5 ep') and
-    a `client` naming the update's noise and threat model when not the default ('fedsgd + noise
-    σ=0.0001×max|g| · labels known'), so tables and grids never pool them; runs stored before the
+    a `client` naming the update's noise, defences and threat model when not the default ('fedsgd + noise
+    σ=0.0001×max|g| + prune keep=0.5 · labels known'), so tables and grids never pool them; runs stored before the
     arch and client axes existed get their defaults."""
     cells = cells.copy()
     for column, default in (("arch", "fc"), ("client", "fedsgd")):
@@ -72,6 +72,9 @@ def with_model(cells: pd.DataFrame) -> pd.DataFrame:
         noise = cells["noise_sigma"].fillna(0.0)
         scale = (cells["noise_scale"] == "max").map({True: "×max|g|", False: ""})
         cells["client"] = cells["client"].where(noise == 0, cells["client"] + " + noise σ=" + noise.map("{:g}".format) + scale)
+    if "defence" in cells:  # the labels of a cell's defences (update transforms past the noise), '' for none
+        defence = cells["defence"].fillna("")
+        cells["client"] = cells["client"].where(defence == "", cells["client"] + " + " + defence)
     if "threat" in cells:
         threat = cells["threat"].fillna("default")
         cells["client"] = cells["client"].where(threat == "default", cells["client"] + " · " + threat)
