@@ -20,6 +20,7 @@ from leakbench.metrics import (
     UNMATCHED,
     WEIGHTS_ENV_VAR,
     LpipsScorer,
+    aligned_to_truth,
     apply_matching,
     exact,
     find_alexnet_weights,
@@ -33,6 +34,7 @@ from leakbench.metrics import (
     ssim,
     ssim_kernel_size,
     ssim_sigma,
+    stored_matching,
 )
 
 
@@ -248,6 +250,41 @@ def test_score_images_with_lpips() -> None:
     truth = _images(3, 1, 8, 8)
     df = score_images(truth.flip(0), truth, lpips=scorer)
     assert df["lpips"].abs().max() < 1e-6
+
+
+def test_score_images_given_matching() -> None:
+    """With a matching given (e.g. found on features), that pairing is scored, not the MSE one."""
+    truth = _quantised(3, 1, 8, 8)
+    recon = truth[[1, 0, 2]].float()
+    perm = np.array([0, UNMATCHED, 2])  # truth 0 <- recon 0 (= truth 1), truth 1 unmatched, truth 2 exact
+    df = score_images(recon, truth.float(), perm=perm)
+    assert list(df.columns) == list(IMAGE_COLUMNS)
+    assert df["matched_recon"].tolist() == [0, UNMATCHED, 2]
+    assert df["exact"].tolist() == [False, False, True]
+    assert df.loc[0, "mse"] == pytest.approx(float(mse(truth[1:2], truth[0:1])[0]))
+    assert math.isnan(df.loc[1, "psnr"]) and math.isinf(df.loc[2, "psnr"])
+    by_mse = score_images(recon, truth.float())
+    assert by_mse["matched_recon"].tolist() == [1, 0, 2] and by_mse["exact"].all()
+
+
+@pytest.mark.parametrize("perm", [[0, 1], [0, 0, 1], [0, 3, 1], [0, -2, 1], [0.0, 1.0, 2.0]])
+def test_score_images_refuses_bad_matching(perm: list) -> None:
+    truth = _images(3, 1, 8, 8)
+    with pytest.raises(LeakbenchError, match="matching"):
+        score_images(truth, truth, perm=np.array(perm))
+
+
+def test_aligned_to_truth_from_stored_matching() -> None:
+    """Reports and grids align by the matching the records keep, in ground-truth order."""
+    recon = _images(2, 1, 4, 4).double()
+    records = pd.DataFrame({"image": [2, 0, 1], "matched_recon": [0, 1, UNMATCHED]})
+    perm = stored_matching(records)
+    assert perm.tolist() == [1, UNMATCHED, 0] and perm.dtype == np.int64
+    aligned = aligned_to_truth(recon, perm)
+    assert aligned is not None and aligned.dtype == torch.float32 and aligned.shape == (3, 1, 4, 4)
+    assert torch.equal(aligned[0], recon[1].float()) and torch.equal(aligned[2], recon[0].float())
+    assert torch.isnan(aligned[1]).all()
+    assert aligned_to_truth(None, perm) is None
 
 
 def test_score_features() -> None:

@@ -14,9 +14,14 @@ from leakbench.datasets import Batch
 from leakbench.harness.artifacts import AttackOutput, plain_stats
 from leakbench.harness.spec import CellSpec, cell_columns
 from leakbench.harness.victim import victim_columns
-from leakbench.metrics import MATCHING, LpipsScorer, apply_matching, match_by_mse, score_features, score_images
-from leakbench.metrics.image import exact, mse, psnr, ssim
-from leakbench.metrics.matching import UNMATCHED
+from leakbench.metrics import (
+    MATCHING,
+    LpipsScorer,
+    aligned_to_truth,
+    score_features,
+    score_images,
+    stored_matching,
+)
 from leakbench.metrics.stats import describe, or_none
 
 
@@ -71,12 +76,14 @@ def score(recon: Reconstruction, batch: Batch, model: torch.nn.Module, lpips: Lp
         truth = model.layer_inputs(batch.images.to(next(model.parameters()).dtype), recon.layer or 1)
         images = None
         records = score_features(recon.features if recon.status == "ok" else None, truth.detach())
-    aligned = None
-    if images is not None:
-        aligned = apply_matching(images, match_by_mse(images, batch.images))
+    aligned = aligned_to_truth(images, stored_matching(records))
     records.insert(0, "space", recon.space)
     records["status"] = recon.status
     return records, aligned
+
+
+INVERSION_COLUMNS = {"mse": "mse", "psnr": "psnr", "ssim": "ssim", "lpips": "lpips", "exact": "image_exact"}
+"""Columns of `score_images` added to a feature cell's records for its inverted images, and their names there."""
 
 
 def add_inversion(records: pd.DataFrame, images: torch.Tensor | None, batch: Batch, lpips: LpipsScorer | None
@@ -87,23 +94,11 @@ def add_inversion(records: pd.DataFrame, images: torch.Tensor | None, batch: Bat
     (mse, psnr, ssim, lpips, image_exact) are of that reconstruction's inverted image. `exact` stays
     the feature-space exactness. Returns the inverted images aligned to the truth (None if none).
     """
-    nan = np.full(len(records), np.nan)
-    records["mse"], records["psnr"], records["ssim"], records["lpips"] = nan, nan.copy(), nan.copy(), nan.copy()
-    records["image_exact"] = False
-    if images is None:
-        return None
-    perm = records["matched_recon"].to_numpy()
-    rows = np.flatnonzero(perm != UNMATCHED)
-    rr, tt = images[torch.as_tensor(perm[rows])], batch.images[torch.as_tensor(rows)].to(torch.float32)
-    records.loc[rows, "mse"] = mse(rr, tt).numpy()
-    records.loc[rows, "psnr"] = psnr(rr, tt).numpy()
-    records.loc[rows, "ssim"] = ssim(rr, tt).numpy()
-    records.loc[rows, "image_exact"] = exact(rr, tt).numpy()
-    if lpips is not None:
-        records.loc[rows, "lpips"] = lpips.score(rr, tt).numpy()
-    aligned = torch.full_like(batch.images, 0.5, dtype=torch.float32)
-    aligned[torch.as_tensor(rows)] = rr
-    return aligned
+    perm = stored_matching(records)
+    scored = score_images(images, batch.images.to(torch.float32), lpips=lpips, perm=perm)
+    for column, name in INVERSION_COLUMNS.items():
+        records[name] = scored[column].to_numpy()
+    return aligned_to_truth(images, perm)
 
 
 def lpips_columns(lpips: LpipsScorer | None) -> dict[str, Any]:

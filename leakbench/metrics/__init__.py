@@ -18,7 +18,15 @@ from leakbench.metrics.lpips_metric import (
     weights_search_locations,
 )
 from leakbench.metrics.matching import MATCHING, UNMATCHED, apply_matching, match_by_mse, pairwise_mse
-from leakbench.metrics.score import FEATURE_COLUMNS, IMAGE_COLUMNS, score_features, score_images
+from leakbench.metrics.score import (
+    FEATURE_COLUMNS,
+    IMAGE_COLUMNS,
+    aligned_to_truth,
+    check_matching,
+    score_features,
+    score_images,
+    stored_matching,
+)
 
 __all__ = [
     "ALEXNET_WEIGHTS_FILE",
@@ -34,7 +42,9 @@ __all__ = [
     "WEIGHTS_ENV_VAR",
     "WEIGHTS_ENV_VARS",
     "LpipsScorer",
+    "aligned_to_truth",
     "apply_matching",
+    "check_matching",
     "exact",
     "find_alexnet_weights",
     "hub_weights_path",
@@ -49,6 +59,7 @@ __all__ = [
     "ssim",
     "ssim_kernel_size",
     "ssim_sigma",
+    "stored_matching",
     "verify",
     "weights_search_locations",
 ]

@@ -1,9 +1,14 @@
 """Score a reconstructed batch against its ground truth: one table row per item.
 
 Reconstructions are first paired with ground-truth items by
-:func:`leakbench.metrics.matching.match_by_mse`. A missing reconstruction (the
-attack failed and produced nothing, or produced fewer items than the batch)
-gives NaN metrics, ``matched_recon == -1`` and ``exact == False``.
+:func:`leakbench.metrics.matching.match_by_mse`, unless a matching is given (e.g.
+the one found on the recovered features of images inverted from them). A missing
+reconstruction (the attack failed and produced nothing, or produced fewer items
+than the batch) gives NaN metrics, ``matched_recon == -1`` and ``exact == False``.
+
+This module is the one scoring path: cells, feature inversion, ``leakbench attack
+--out``, rescore and reports all score with :func:`score_images` /
+:func:`score_features` and align with :func:`aligned_to_truth`.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from torch import Tensor
 from leakbench.errors import LeakbenchError
 from leakbench.metrics.image import exact, mse, psnr, ssim
 from leakbench.metrics.lpips_metric import LpipsScorer
-from leakbench.metrics.matching import UNMATCHED, match_by_mse
+from leakbench.metrics.matching import UNMATCHED, apply_matching, match_by_mse
 
 IMAGE_COLUMNS = ("image", "matched_recon", "mse", "psnr", "ssim", "lpips", "exact")
 """Columns of :func:`score_images`."""
@@ -46,7 +51,41 @@ def _scatter(perm: np.ndarray, matched: Tensor, fill: float | bool) -> np.ndarra
     return out
 
 
-def score_images(recon: Tensor | None, truth: Tensor, *, lpips: LpipsScorer | None) -> pd.DataFrame:
+def check_matching(perm: np.ndarray, b: int, m: int) -> np.ndarray:
+    """A given matching as int64, refused unless it pairs each of ``b`` truth rows with a distinct one of
+    ``m`` reconstructions or with ``UNMATCHED``."""
+    perm = np.asarray(perm)
+    if perm.shape != (b,) or (perm.size and not np.issubdtype(perm.dtype, np.integer)):
+        raise LeakbenchError(f"a matching must hold one integer per ground-truth item ({b}), got {perm.dtype} "
+                             f"shaped {perm.shape}")
+    perm = perm.astype(np.int64)
+    used = perm[perm != UNMATCHED]
+    if ((used < 0) | (used >= m)).any() or len(np.unique(used)) != len(used):
+        raise LeakbenchError(f"matching {perm.tolist()} does not pair truth rows with distinct ones of "
+                             f"{m} reconstructions")
+    return perm
+
+
+def _image_values(r: Tensor, t: Tensor, perm: np.ndarray, lpips: LpipsScorer | None) -> dict[str, np.ndarray]:
+    """The image metrics of the pairs of ``perm``, scattered to ground-truth rows."""
+    rows = perm != UNMATCHED
+    if not rows.any():
+        return {}
+    rr = r[torch.as_tensor(perm[rows])]
+    tt = t[torch.as_tensor(np.flatnonzero(rows))]
+    values = {
+        "mse": _scatter(perm, mse(rr, tt), np.nan),
+        "psnr": _scatter(perm, psnr(rr, tt), np.nan),
+        "ssim": _scatter(perm, ssim(rr, tt), np.nan),
+        "exact": _scatter(perm, exact(rr, tt), False),
+    }
+    if lpips is not None:
+        values["lpips"] = _scatter(perm, lpips.score(rr, tt), np.nan)
+    return values
+
+
+def score_images(recon: Tensor | None, truth: Tensor, *, lpips: LpipsScorer | None = None,
+                 perm: np.ndarray | None = None) -> pd.DataFrame:
     """Per-image metrics of a reconstructed image batch.
 
     Args:
@@ -54,6 +93,9 @@ def score_images(recon: Tensor | None, truth: Tensor, *, lpips: LpipsScorer | No
             when the attack produced nothing.
         truth: ground truth ``(b, C, H, W)`` in [0, 1].
         lpips: a real LPIPS scorer, or ``None`` to leave the column NaN.
+        perm: a matching to score instead of matching by MSE: for each
+            ground-truth row the index of its reconstruction, ``UNMATCHED`` for
+            none (e.g. the feature matching, for images inverted from features).
 
     Returns:
         One row per ground-truth image with columns ``image``, ``matched_recon``,
@@ -72,19 +114,19 @@ def score_images(recon: Tensor | None, truth: Tensor, *, lpips: LpipsScorer | No
         )
     r = recon.detach().cpu().clamp(0.0, 1.0)
     t = truth.detach().cpu()
-    perm = match_by_mse(r, t)
-    rows = perm != UNMATCHED
-    rr = r[torch.as_tensor(perm[rows])]
-    tt = t[torch.as_tensor(np.flatnonzero(rows))]
-    values = {
-        "mse": _scatter(perm, mse(rr, tt), np.nan),
-        "psnr": _scatter(perm, psnr(rr, tt), np.nan),
-        "ssim": _scatter(perm, ssim(rr, tt), np.nan),
-        "exact": _scatter(perm, exact(rr, tt), False),
-    }
-    if lpips is not None:
-        values["lpips"] = _scatter(perm, lpips.score(rr, tt), np.nan)
-    return _frame(IMAGE_COLUMNS, b, perm, values)
+    perm = match_by_mse(r, t) if perm is None else check_matching(perm, b, r.shape[0])
+    return _frame(IMAGE_COLUMNS, b, perm, _image_values(r, t, perm, lpips))
+
+
+def stored_matching(records: pd.DataFrame) -> np.ndarray:
+    """The matching kept in a cell's records (``matched_recon``), in ground-truth order (``image``)."""
+    return records.sort_values("image")["matched_recon"].to_numpy(dtype=np.int64)
+
+
+def aligned_to_truth(recon: Tensor | None, perm: np.ndarray) -> Tensor | None:
+    """The reconstruction aligned to the ground truth by a matching (row ``i`` pairs with truth row ``i``;
+    NaN where unmatched, drawn as failed), as float32; None when there is no reconstruction."""
+    return None if recon is None else apply_matching(recon, perm).to(torch.float32)
 
 
 def score_features(recon_feats: Tensor | None, truth_feats: Tensor, *, atol: float = 1e-4) -> pd.DataFrame:
@@ -134,4 +176,5 @@ def score_features(recon_feats: Tensor | None, truth_feats: Tensor, *, atol: flo
     return _frame(FEATURE_COLUMNS, b, perm, values)
 
 
-__all__ = ["FEATURE_COLUMNS", "IMAGE_COLUMNS", "score_features", "score_images"]
+__all__ = ["FEATURE_COLUMNS", "IMAGE_COLUMNS", "aligned_to_truth", "check_matching", "score_features", "score_images",
+           "stored_matching"]

@@ -16,14 +16,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 
 from leakbench.harness.artifacts import load_attack_output
 from leakbench.harness.spec import CellSpec, spec_from_dict
 from leakbench.harness.victim import load_batch
-from leakbench.metrics.matching import UNMATCHED
+from leakbench.metrics import aligned_to_truth, stored_matching
 from leakbench.reporting.grid import ComparisonRow, save_comparison, save_grid
 
 GROUP = ["dataset", "model", "batch_size", "seed", "layer", "dp", "client"]
@@ -53,11 +52,7 @@ def aligned_images(cell_dir: Path, records: pd.DataFrame, truth: torch.Tensor) -
     images = output.reconstruction.images if output.reconstruction.space == "image" else output.inverted
     if images is None or output.reconstruction.status != "ok":
         return None
-    perm = records.sort_values("image")["matched_recon"].to_numpy()
-    aligned = torch.full_like(truth, math.nan, dtype=torch.float32)
-    rows = np.flatnonzero(perm != UNMATCHED)
-    aligned[torch.as_tensor(rows)] = images[torch.as_tensor(perm[rows])].to(torch.float32)
-    return aligned
+    return aligned_to_truth(images, stored_matching(records))
 
 
 def cell_grid(cell_dir: Path, records: pd.DataFrame, path: Path, caption: str) -> None:
