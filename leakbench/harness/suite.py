@@ -32,6 +32,18 @@ gradient entry (`leakbench.fl.noise`, not DP: no clipping, no accountant; not wi
 `noise_scale = "max"` makes σ relative to each tensor's max |entry| (default "absolute"; refused
 without a `noise` level above 0, where it scales nothing).
 
+`defences` is the update's axis, one level per entry: "none" (FedSGD as it is), a table naming a
+registered update transform (`leakbench.fl.transform`: `dp`, `fedavg`, `noise`, or a defence from a
+plugin) with its settings, or a list of such tables, applied in order after the client's update:
+
+    defences = ["none", { name = "noise", sigma = 1e-4, scale = "max" }, { name = "dp", sigma = 1e-2, clip = 1.0 },
+                [{ name = "noise", sigma = 1e-6 }, { name = "prune", keep = 0.1 }]]
+
+Its `dp`, `fedavg` and `noise` levels are the cells (and cell ids) of the keys of those names, which
+a suite giving `defences` leaves out. `defence_plugins = ["package.module"]` imports modules that
+register defences (or datasets) here, in the harness; installed ones come in through the entry-point
+group `leakbench.defences`.
+
 `models` is the victim-model axis: a list of tables, each one victim (the entries are zipped, not
 crossed with each other):
 
