@@ -337,8 +337,7 @@ def default_layer(args: argparse.Namespace) -> int:
     from leakbench.attacks import attack_class
     from leakbench.models import first_attackable_layer
 
-    has_layer = "layer" in attack_class(args.attack).Config.__dataclass_fields__
-    return first_attackable_layer(args.arch) if has_layer else 1
+    return first_attackable_layer(args.arch) if attack_class(args.attack).layered else 1
 
 
 def fedavg_config(args: argparse.Namespace):
