@@ -78,7 +78,8 @@ def with_model(cells: pd.DataFrame) -> pd.DataFrame:
         cells["client"] = cells["client"].where(threat == "default", cells["client"] + " · " + threat)
     # a trained victim is another model (and other batches): its own tables, grids
     epochs = cells["train_epochs"].fillna(0).astype(int) if "train_epochs" in cells else pd.Series(0, index=cells.index)
-    cells["model"] = [victim_label(*victim) for victim in zip(cells["arch"], cells["depth"], cells["width"], epochs)]
+    cells["model"] = [victim_label(*victim)
+                      for victim in zip(cells["arch"], cells["depth"], cells["width"], epochs, strict=True)]
     return cells
 
 
