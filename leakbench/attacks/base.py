@@ -80,6 +80,7 @@ class Attack(ABC):
     """Whether the attack has a layer setting (a `layer` field of its Config): set by `__init_subclass__`."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Derive the capabilities of a class that defines its own Config (others inherit them)."""
         super().__init_subclass__(**kwargs)
         config = vars(cls).get("Config")
         if config is not None and is_dataclass(config):
