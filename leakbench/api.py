@@ -65,7 +65,7 @@ def suite_for(attack: type[Attack], suite: str | Path, hyperparameters: dict[str
     `evaluate`): one cell per distinct setting, in the suite's order."""
     base = load_suite(find_suite(str(suite)), data_root=data_root)
     build_config(attack.Config, hyperparameters)  # unknown or mistyped hyperparameters: one line, before any run
-    has_layer = "layer" in attack.Config.__dataclass_fields__
+    has_layer = attack.layered
     sources = [s for s in base.cells if (s.attack in base.layerless) != has_layer] or base.cells
     cells: dict[str, Any] = {}
     for spec in sources:

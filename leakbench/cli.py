@@ -337,8 +337,7 @@ def default_layer(args: argparse.Namespace) -> int:
     from leakbench.attacks import attack_class
     from leakbench.models import first_attackable_layer
 
-    has_layer = "layer" in attack_class(args.attack).Config.__dataclass_fields__
-    return first_attackable_layer(args.arch) if has_layer else 1
+    return first_attackable_layer(args.arch) if attack_class(args.attack).layered else 1
 
 
 def fedavg_config(args: argparse.Namespace):
@@ -355,8 +354,10 @@ def human_summary(s: dict[str, Any]) -> str:
     def f(v: Any, d: int = 2) -> str:
         return "n/a" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
 
-    model = f"FC-{s['depth']}" if s.get("arch", "fc") == "fc" else f"conv depth {s['depth']}"
-    lines = [f"{s['attack']} on {s['dataset']} (b={s['batch_size']}, {model} width {s['width']}, "
+    from leakbench.models import victim_label
+
+    model = victim_label(s.get("arch", "fc"), s["depth"], s["width"])  # training: _trained(s)
+    lines = [f"{s['attack']} on {s['dataset']} (b={s['batch_size']}, {model}, "
              f"layer {s['layer']}, dp {s['dp']}, client {s['client']}, seed {s['seed']}{_trained(s)}): {s['status']}" + (f" — {s['reason']}" if s['reason'] else ""),
              f"  exact {100 * s['exact_fraction']:.0f}% of {s['n_images']} images; PSNR mean {f(s['psnr_mean'], 1)}, "
              f"median {f(s['psnr_median'], 1)}, min {f(s['psnr_min'], 1)} dB; SSIM {f(s['ssim_mean'], 4)}; "

@@ -1,4 +1,5 @@
-"""Declared ranges of numeric settings: one declaration per field, checked wherever a Config is made.
+"""Declared ranges of numeric settings and choices of string settings: one declaration per field,
+checked wherever a Config is made.
 
 A numeric field of a settings dataclass (an attack's Config, `DPConfig`, `FedAvgConfig`,
 `InversionConfig`, `TrainRecipe`) declares its range where it is declared:
@@ -11,7 +12,12 @@ A numeric field of a settings dataclass (an attack's Config, `DPConfig`, `FedAvg
 checks any Config (plugins' too) the same way, so `--param`, a suite's `[hyperparameters.X]` table and
 `create_attack` refuse NaN, ±inf, an integer past int64 and a value outside its range with one line,
 before any cell runs. Upper bounds are generous but finite: a budget of 10^12 steps is refused up
-front rather than run into a time-out. `leakbench show attack NAME` prints each range.
+front rather than run into a time-out. A string field with a fixed set of values declares them the
+same way, and is checked in the same places:
+
+    method: str = chosen("fastica", "fastica", "official")
+
+`leakbench show attack NAME` prints each range and each field's choices.
 """
 
 from __future__ import annotations
@@ -74,6 +80,24 @@ def field_range(f: Any) -> Range | None:
     return f.metadata.get("range")
 
 
+def chosen(default: str, *choices: str) -> Any:
+    """A dataclass field with `default` whose value must be one of `choices` (the default among them)."""
+    if default not in choices:
+        raise ValueError(f"default {default!r} not among its declared choices {choices!r}")
+    return field(default=default, metadata={"choices": tuple(choices)})
+
+
+def field_choices(f: Any) -> tuple[str, ...] | None:
+    """The values a dataclass field declares as its only valid ones (None when it declares none)."""
+    return f.metadata.get("choices")
+
+
+def check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> None:
+    """Raise one ConfigError line when `value` is not one of the declared `choices`."""
+    if not (isinstance(value, str) and value in choices):
+        raise ConfigError(f"{owner}: {name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+
+
 class Ranged:
     """Mixin of settings dataclasses: every field is checked against its declared range on construction
     (a subclass defining `__post_init__` calls `super().__post_init__()` first). Errors name the
@@ -85,10 +109,15 @@ class Ranged:
 
 def check_ranges(config: Any) -> None:
     """Raise one ConfigError line for the first field of the dataclass instance `config` whose value
-    lies outside its declared range; without a range, a float must be finite and an int within int64."""
+    lies outside its declared range or choices; without either, a float must be finite and an int
+    within int64."""
     owner = getattr(config, "attack_name", None) or getattr(config, "owner", None) or type(config).__name__
     for f in fields(config):
-        check_value(owner, f.name, getattr(config, f.name), field_range(f), integer=_is_int_field(f))
+        choices = field_choices(f)
+        if choices is not None:
+            check_choice(owner, f.name, getattr(config, f.name), choices)
+        else:
+            check_value(owner, f.name, getattr(config, f.name), field_range(f), integer=_is_int_field(f))
 
 
 def check_value(owner: str, name: str, value: Any, rng: Range | None, *, integer: bool = False) -> None:
@@ -108,8 +137,11 @@ def check_value(owner: str, name: str, value: Any, rng: Range | None, *, integer
 
 
 def range_text(f: Any) -> str:
-    """' in [low, high]' for a field with a declared range, else ''."""
-    rng = field_range(f)
+    """' in [low, high]' for a field with a declared range, ' in {a, b}' for one with declared choices,
+    else ''."""
+    rng, choices = field_range(f), field_choices(f)
+    if choices is not None:
+        return f" in {{{', '.join(choices)}}}"
     return f" in {rng.text()}" if rng is not None else ""
 
 

@@ -147,7 +147,9 @@ def test_cpa_refuses_impossible_cases() -> None:
     with pytest.raises(ConfigError, match="batch size"):
         create_attack("cpa").check_update(unknown_b)
     with pytest.raises(ConfigError, match="method"):
-        create_attack("cpa", method="magic").check_update(_case(2)[2])
+        create_attack("cpa", method="magic")  # refused when the attack is made, before any update
+    with pytest.raises(ConfigError, match="prefilter 'derivative' needs method 'fastica' on layer 1"):
+        create_attack("cpa", prefilter="derivative", layer=2)
 
 
 # --------------------------------------------------------------------------- gradient matching

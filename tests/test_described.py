@@ -20,6 +20,7 @@ def test_a_described_attack_has_the_real_ones_settings(name: str) -> None:
     real = attack_class(name)
     stand_in = described_attack(json.loads(json.dumps(describe(real))))  # through JSON, as from the worker
     assert stand_in.name == real.name and stand_in.requires == real.requires
+    assert stand_in.layered == real.layered and stand_in.reconstructs(2) == real.reconstructs(2)
     assert asdict(stand_in.Config()) == json.loads(json.dumps(asdict(real.Config()), default=list)) or \
         asdict(stand_in.Config()) == asdict(real.Config())
     assert param_lines(stand_in.Config) == param_lines(real.Config)
@@ -31,6 +32,8 @@ def test_a_described_attack_refuses_what_the_real_one_refuses_and_never_runs() -
     stand_in = described_attack(json.loads(json.dumps(describe(attack_class("spear")))))
     with pytest.raises(ConfigError, match="max_draws"):
         build_config(stand_in.Config, {"max_draws": 10**13})
+    with pytest.raises(ConfigError, match="route must be one of 'default', 'paper'"):
+        build_config(stand_in.Config, {"route": "road"})
     with pytest.raises(LeakbenchError, match="only in the sandboxed attack worker"):
         stand_in(stand_in.Config()).reconstruct(None, seed=0)
 

@@ -119,7 +119,7 @@ def test_run_plan_prints_cells_and_writes_nothing(tmp_path: Path, capsys: pytest
     assert len(cells) == 12  # spear: 2 b × 2 layers × 2 dp; ig: 2 b × 2 dp (layer axis does not apply)
     assert lines[-1].startswith("12 cells in suite plan-me")
     assert [line.split()[0] for line in lines[:-1]] == [cell_id(c) for c in cells]
-    assert "ig embedded b=2 fc-6 w=200 layer=1 dp=σ=0.0001 C=1 client=FedSGD seed=0 {\"iterations\":5}" in lines[-2]
+    assert "ig embedded b=2 FC-6 w200 layer=1 dp=σ=0.0001 C=1 client=FedSGD seed=0 {\"iterations\":5}" in lines[-2]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan-me.toml"]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import MISSING, asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Callable, ClassVar, Literal
 
 import torch
@@ -65,12 +65,32 @@ class Checkpoints:
 
 
 class Attack(ABC):
-    """Base class: a frozen-dataclass `Config` with defaults, a name, a description."""
+    """Base class: a frozen-dataclass `Config` with defaults, a name, a description.
+
+    Capabilities are class attributes, derived once from the Config when the class is made (plugins'
+    stand-ins too, `leakbench.attacks.described`): `layered` — the Config has a `layer` field, so the
+    attacked layer is an axis of the cell; `reconstructs(layer)` — the space of the answer there.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str]
     Config: ClassVar[type]
     requires: ClassVar[Requirements] = Requirements()
+    layered: ClassVar[bool] = False
+    """Whether the attack has a layer setting (a `layer` field of its Config): set by `__init_subclass__`."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Derive the capabilities of a class that defines its own Config (others inherit them)."""
+        super().__init_subclass__(**kwargs)
+        config = vars(cls).get("Config")
+        if config is not None and is_dataclass(config):
+            cls.layered = any(f.name == "layer" for f in fields(config))
+
+    @classmethod
+    def reconstructs(cls, layer: int) -> Space:
+        """The space the attack answers in at `layer`: the inputs of an inner layer ("feature") for a
+        layered attack at layer ≥ 2, else images."""
+        return "feature" if cls.layered and layer >= 2 else "image"
 
     def __init__(self, config: Any | None = None) -> None:
         self.config = config if config is not None else self.Config()

@@ -32,7 +32,7 @@ from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 from leakbench.harness.limits import MAX_DEPTH
 from leakbench.progress import steps as progress_steps
-from leakbench.ranges import MAX_LR, MAX_STEPS, MAX_WEIGHT, Ranged, ranged
+from leakbench.ranges import MAX_LR, MAX_STEPS, MAX_WEIGHT, Ranged, chosen, ranged
 
 MAX_TEMPERATURE = 500.0
 """The decorrelation temperature T: exp(T·|cos|) overflows float64 past T ≈ 709."""
@@ -61,7 +61,7 @@ class CPAConfig(Ranged):
     """
 
     layer: int = ranged(1, 1, MAX_DEPTH)
-    method: str = "fastica"
+    method: str = chosen("fastica", "fastica", "official")
     max_iter: int = ranged(1000, 1, MAX_STEPS)
     tol: float = ranged(1e-4, 0, 1, low_open=True)
     iterations: int = ranged(2000, 1, MAX_STEPS)
@@ -69,7 +69,13 @@ class CPAConfig(Ranged):
     decor: float = ranged(1.47, 0, MAX_WEIGHT)
     temperature: float = ranged(12.4, 0, MAX_TEMPERATURE, low_open=True)
     tv: float = ranged(3.1, 0, MAX_WEIGHT)
-    prefilter: str = "none"
+    prefilter: str = chosen("none", "none", "derivative")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # declared ranges and choices (leakbench.ranges)
+        if self.prefilter == "derivative" and (self.method != "fastica" or self.layer != 1):
+            raise ConfigError(f"cpa: prefilter 'derivative' needs method 'fastica' on layer 1, "
+                              f"got method {self.method!r} on layer {self.layer}")
 
 
 @register_attack
@@ -82,15 +88,10 @@ class CPAAttack(Attack):
     def check_update(self, update: ClientUpdate) -> None:
         super().check_update(update)
         cfg = self.config
-        if cfg.method not in ("fastica", "official"):
-            raise ConfigError(f"cpa: method must be 'fastica' or 'official', got {cfg.method!r}")
-        if cfg.prefilter not in ("none", "derivative"):
-            raise ConfigError(f"cpa: prefilter must be 'none' or 'derivative', got {cfg.prefilter!r}")
         model = update.model
         if not hasattr(model, "layer_param_names") or not hasattr(model, "denormalize"):
             raise ConfigError("cpa needs a victim exposing layer_param_names() and denormalize() (e.g. FCNet)")
-        if cfg.prefilter == "derivative" and (cfg.method != "fastica" or cfg.layer != 1
-                                              or len(getattr(model, "input_shape", ())) != 3):
+        if cfg.prefilter == "derivative" and len(getattr(model, "input_shape", ())) != 3:
             raise ConfigError("cpa: prefilter 'derivative' needs method 'fastica' on layer 1 of an image model")
         weight, bias = model.layer_param_names(cfg.layer)
         if weight not in update.gradients or bias not in update.gradients:
@@ -119,7 +120,7 @@ class CPAAttack(Attack):
         G = update.gradients[weight].detach().to(torch.float64).cpu().numpy()
         g = update.gradients[bias].detach().to(torch.float64).cpu().numpy()
         b = int(update.batch_size)
-        space = "image" if cfg.layer == 1 else "feature"
+        space = self.reconstructs(cfg.layer)
         stats: dict[str, Any] = {"method": cfg.method}
         try:
             if b == 1:
@@ -146,7 +147,7 @@ class CPAAttack(Attack):
         stats["seconds"] = time.perf_counter() - start
         if not np.isfinite(X).all():
             return Reconstruction.failed("cpa: recovered inputs are not finite (a source scale is zero)",
-                                         space="image" if layer == 1 else "feature", layer=layer, stats=stats)
+                                         space=self.reconstructs(layer), layer=layer, stats=stats)
         dtype = next(model.parameters()).dtype
         feats = torch.from_numpy(X).to(dtype)
         if layer != 1:

@@ -2,8 +2,9 @@
 
 Plugin attacks are imported only inside the sandboxed attack worker (`leakbench.plugins`). There,
 `describe(cls)` turns each into JSON: name, description, module, its Config's fields (type, default,
-declared range, help) and its requirements. In the harness,
-`described_attack(data)` rebuilds a stand-in class with the same name, Config and requirements, so
+declared range or choices, help) and its requirements. In the harness,
+`described_attack(data)` rebuilds a stand-in class with the same name, Config and requirements (and
+so the same capabilities, `Attack.layered`, derived from the Config), so
 that listing, `show`, suite parsing and hyperparameter checks work as for a shipped attack; its
 `reconstruct` refuses to run (the worker runs the real one); `code_hash` is the worker's hash of its
 source (`leakbench.harness.fingerprint.attack_code`), so resuming notices a changed plugin.
@@ -19,7 +20,7 @@ from typing import Any
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
 from leakbench.attacks.params import field_help
 from leakbench.errors import LeakbenchError
-from leakbench.ranges import Range, field_range
+from leakbench.ranges import Range, field_choices, field_range
 
 
 def describe(cls: type[Attack]) -> dict[str, Any]:
@@ -48,9 +49,10 @@ def _describe_field(f: Field) -> dict[str, Any]:
     default = f.default if f.default is not MISSING else (f.default_factory() if f.default_factory is not MISSING
                                                           else None)
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    rng = field_range(f)
+    rng, choices = field_range(f), field_choices(f)
     return {"name": f.name, "type": kind, "default": _plain(default), "tuple": isinstance(default, tuple),
-            "range": asdict(rng) if rng is not None else None}
+            "range": asdict(rng) if rng is not None else None,
+            "choices": list(choices) if choices is not None else None}
 
 
 SAFE_TYPE = re.compile(r"[A-Za-z_][\w.\[\], '\"|]*")
@@ -61,7 +63,9 @@ SAFE_TYPE = re.compile(r"[A-Za-z_][\w.\[\], '\"|]*")
 def _field(data: dict[str, Any]) -> tuple[str, str, Any]:
     kind = str(data["type"]) if SAFE_TYPE.fullmatch(str(data["type"])) else "object"
     default = tuple(data["default"]) if data["tuple"] else data["default"]
-    meta = {"range": Range(**data["range"])} if data.get("range") else {}
+    meta: dict[str, Any] = {"range": Range(**data["range"])} if data.get("range") else {}
+    if data.get("choices"):
+        meta["choices"] = tuple(str(choice) for choice in data["choices"])
     if isinstance(default, (list, dict)):
         return data["name"], kind, field(default_factory=lambda d=default: json.loads(json.dumps(d)),
                                                  metadata=meta)

@@ -27,7 +27,7 @@ from leakbench.attacks.labels import STRATEGIES, find_last_layer, recover_labels
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 from leakbench.progress import steps as progress_steps
-from leakbench.ranges import MAX_LR, MAX_STEPS, MAX_WEIGHT, Ranged, ranged
+from leakbench.ranges import MAX_LR, MAX_STEPS, MAX_WEIGHT, Ranged, chosen, ranged
 
 MAX_RESTARTS = 1000
 """Independent starts of Inverting Gradients."""
@@ -121,11 +121,6 @@ def _labels(update: ClientUpdate, b: int, strategy: str) -> tuple[torch.Tensor, 
     return recover_labels(update.model, update.gradients, b, strategy)
 
 
-def _check_strategy(strategy: str) -> None:
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"unknown label strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
-
-
 def _check_batch(update: ClientUpdate) -> int:
     b = int(update.batch_size)
     if b < 1:
@@ -167,21 +162,21 @@ class IGConfig(Ranged):
     restarts: int = ranged(1, 1, MAX_RESTARTS)
     step_size: float = ranged(0.1, 0, MAX_LR, low_open=True)
     tv: float = ranged(0.2, 0, MAX_WEIGHT)
-    tv_form: str = "inversefed"
+    tv_form: str = chosen("inversefed", *TV_FORMS)
     signed: bool = True
     boxed: bool = True
     decay: bool = True
-    label_strategy: str = "bias-corrected"
+    label_strategy: str = chosen("bias-corrected", *STRATEGIES)
 
 
 class _GradientMatchingAttack(Attack):
-    """Shared checks of the gradient-matching attacks: label strategy, batch (step counts: declared ranges)."""
+    """Shared checks of the gradient-matching attacks: the batch (step counts, label strategy: declared
+    ranges and choices of the Config)."""
 
     requires = Requirements(batch_size=True)
 
     def check_update(self, update: ClientUpdate) -> None:
         super().check_update(update)
-        _check_strategy(self.config.label_strategy)
         _check_batch(update)
 
     def _begin(self, update: ClientUpdate, seed: int) -> tuple[float, int, GradientOracle, torch.Generator]:
@@ -196,12 +191,6 @@ class InvertingGradientsAttack(_GradientMatchingAttack):
     name = "ig"
     description = "Inverting Gradients: cosine gradient matching + TV, signed Adam, box constraint, restarts"
     Config = IGConfig
-
-    def check_update(self, update: ClientUpdate) -> None:
-        super().check_update(update)
-        if self.config.tv_form not in TV_FORMS:
-            raise ConfigError(f"ig: tv_form must be one of {', '.join(map(repr, TV_FORMS))}, "
-                              f"got {self.config.tv_form!r}")
 
     def reconstruct(self, update: ClientUpdate, *, seed: int, checkpoints: Checkpoints | None = None
                     ) -> Reconstruction:
@@ -309,7 +298,7 @@ class DLGConfig(Ranged):
     lr: float = ranged(1.0, 0, MAX_LR, low_open=True)
     optimize_labels: bool = True
     history_size: int = ranged(100, 1, MAX_INNER)
-    label_strategy: str = "bias-corrected"
+    label_strategy: str = chosen("bias-corrected", *STRATEGIES)
 
 
 @register_attack

@@ -39,7 +39,7 @@ def inverts(attack: str, layer: int) -> bool:
     reconstruct images themselves."""
     from leakbench.attacks import attack_class  # the registry imports attacks that import this module
 
-    return layer >= 2 and "layer" in attack_class(attack).Config.__dataclass_fields__
+    return attack_class(attack).reconstructs(layer) == "feature"
 
 
 def total_variation(images: torch.Tensor) -> torch.Tensor:

@@ -34,7 +34,8 @@ class Param:
     default: Any
     help: str
     range: str = ""
-    """' in [low, high]' when the field declares a range (leakbench.ranges), else ''."""
+    """' in [low, high]' when the field declares a range, ' in {a, b}' when it declares choices
+    (leakbench.ranges), else ''."""
 
     def line(self) -> str:
         """`name (type in [low, high], default …): help` on one line."""

@@ -106,7 +106,7 @@ def configure_attack(attack: str, hyperparameters: dict[str, Any], layer: int,
     if "layer" in params:
         raise ConfigError("set the attacked layer with --layer (or 'layers' in a suite), not as a hyperparameter")
     cls = cls if cls is not None else attack_class(attack)
-    if "layer" in cls.Config.__dataclass_fields__:
+    if cls.layered:
         params["layer"] = layer
     return cls(build_config(cls.Config, params))
 

@@ -16,6 +16,7 @@ from leakbench.fl.fedavg import FedAvg, fedavg_columns
 from leakbench.fl.noise import Noise, NoiseConfig, check_noise
 from leakbench.fl.transform import DefenceSetting, FedSGD, UpdateTransform, transform_class
 from leakbench.fl.update import ThreatModel
+from leakbench.models import victim_label
 from leakbench.models.training import TrainRecipe, check_epochs
 
 
@@ -140,7 +141,7 @@ def train_columns(spec: CellSpec) -> dict[str, Any]:
 def cell_settings(spec: CellSpec, *, hyperparameters: bool = False) -> list[str]:
     """The cell's settings as short words ("b=16", "dp=σ=0.01 C=1", "train_epochs=5", ...): the plan's and the
     progress lines' description of a cell; the hyperparameters (as compact JSON) only when asked for."""
-    settings = [spec.attack, spec.dataset, f"b={spec.batch_size}", f"{spec.arch}-{spec.depth} w={spec.width}",
+    settings = [spec.attack, spec.dataset, f"b={spec.batch_size}", victim_label(spec.arch, spec.depth, spec.width),
                 f"layer={spec.layer}", f"dp={spec.dp.label() if spec.dp else 'none'}",
                 f"client={spec.fedavg.label() if spec.fedavg else 'FedSGD'}", f"seed={spec.seed}"]
     if spec.image_size is not None:

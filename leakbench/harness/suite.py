@@ -270,7 +270,7 @@ def _inversion_applies(inversion: InversionConfig | None, cells: list[CellSpec],
 
 
 def _has_layer(attack: str) -> bool:
-    return "layer" in attack_class(attack).Config.__dataclass_fields__
+    return attack_class(attack).layered
 
 
 def _validate(raw: dict[str, Any]) -> None:

@@ -23,9 +23,17 @@ def build_model(arch: str, input_shape: tuple[int, int, int], num_classes: int, 
     raise ConfigError(f"unknown architecture {arch!r} (known: {', '.join(ARCHS)})")
 
 
+def victim_label(arch: str, depth: int, width: int, train_epochs: int = 0) -> str:
+    """The one name of a victim in tables, grids, captions and progress lines: 'FC-6 w200', 'conv-3 w200',
+    'FC-6 w200 trained 5 ep' (architecture and depth, hidden width, training epochs when trained)."""
+    name = f"{'FC' if arch == 'fc' else arch}-{depth} w{width}"
+    return f"{name} trained {train_epochs} ep" if train_epochs else name
+
+
 def first_attackable_layer(arch: str) -> int:
     """The first layer a linear-layer attack can target: 1 for fc, 2 for conv (layer 1 is the trunk)."""
     return 2 if arch == "conv" else 1
 
 
-__all__ = ["ARCHS", "ConvNet", "FCNet", "build_conv", "build_fc", "build_model", "first_attackable_layer"]
+__all__ = ["ARCHS", "ConvNet", "FCNet", "build_conv", "build_fc", "build_model", "first_attackable_layer",
+           "victim_label"]

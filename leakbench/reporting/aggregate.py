@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from leakbench.metrics.stats import describe
+from leakbench.models import victim_label
 
 LPIPS_MISSING = "n/a — weights not available"
 
@@ -78,11 +79,10 @@ def with_model(cells: pd.DataFrame) -> pd.DataFrame:
     if "threat" in cells:
         threat = cells["threat"].fillna("default")
         cells["client"] = cells["client"].where(threat == "default", cells["client"] + " · " + threat)
-    prefix = cells["arch"].map({"fc": "FC-"}).fillna(cells["arch"] + "-")
-    cells["model"] = prefix + cells["depth"].astype(str) + " w" + cells["width"].astype(str)
-    if "train_epochs" in cells:  # a trained victim is another model (and other batches): its own tables, grids
-        epochs = cells["train_epochs"].fillna(0).astype(int)
-        cells["model"] = cells["model"].where(epochs == 0, cells["model"] + " trained " + epochs.astype(str) + " ep")
+    # a trained victim is another model (and other batches): its own tables, grids
+    epochs = cells["train_epochs"].fillna(0).astype(int) if "train_epochs" in cells else pd.Series(0, index=cells.index)
+    cells["model"] = [victim_label(*victim)
+                      for victim in zip(cells["arch"], cells["depth"], cells["width"], epochs, strict=True)]
     return cells
 
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from leakbench.models import victim_label
+
 
 def cell_caption(summary: dict[str, Any]) -> str:
     """The caption printed under a cell's grid."""
-    return (f"{summary['attack']} · {summary['dataset']} · b={summary['batch_size']} · FC-{summary['depth']} "
-            f"width {summary['width']} · layer {summary['layer']} · dp {summary.get('dp', 'none')} · seed {summary['seed']} · "
+    victim = victim_label(summary.get("arch", "fc"), summary["depth"], summary["width"],
+                          summary.get("train_epochs") or 0)
+    return (f"{summary['attack']} · {summary['dataset']} · b={summary['batch_size']} · {victim} · "
+            f"layer {summary['layer']} · dp {summary.get('dp', 'none')} · seed {summary['seed']} · "
             f"status {summary['status']} · rows: reconstruction above ground truth")

@@ -17,7 +17,7 @@ from leakbench.attacks.spear.state import SearchSettings, stop_reason
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 from leakbench.harness.limits import MAX_DEPTH, MAX_WIDTH
-from leakbench.ranges import MAX_SECONDS, MAX_WEIGHT, Ranged, ranged
+from leakbench.ranges import MAX_SECONDS, MAX_WEIGHT, Ranged, chosen, ranged
 
 MAX_DRAWS = 10**12
 """Draws a search may be given (about a week at a million draws per second)."""
@@ -26,6 +26,12 @@ MAX_CHUNK = 10**6
 
 ChunkSource = Callable[[SampleState], bool]
 StatsFn = Callable[[], dict]
+
+
+ROUTES = ("default", "paper")
+"""SpearConfig.route: leakbench's deflated search, or SPEAR as published."""
+SAMPLERS = ("auto", "zeros", "actives", "both")
+"""SpearConfig.sampler: how the default route draws."""
 
 
 @dataclass(frozen=True)
@@ -81,25 +87,20 @@ class SpearConfig(Ranged):
     max_new_per_chunk: int = ranged(256, 1, MAX_CHUNK)
     last_column: bool = True
     residual_tol: float = ranged(1e-4, 0, 1, low_open=True)
-    sampler: str = "auto"
+    sampler: str = chosen("auto", *SAMPLERS)
     row_weight_power: float = ranged(2.0, 0, 100)
-    route: str = "default"
+    route: str = chosen("default", *ROUTES)
     device: str = "cpu"
     attack_name: ClassVar[str] = "spear"
     """The attack this Config belongs to, for error messages (check_route_knobs)."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()  # declared ranges (leakbench.ranges)
-        if self.sampler not in ("auto", "zeros", "actives", "both"):
-            raise ConfigError(f"spear: sampler must be auto, zeros, actives or both, got {self.sampler!r}")
+        super().__post_init__()  # declared ranges and choices (leakbench.ranges)
         if self.device.split(":")[0] not in ("cpu", "cuda"):
             raise ConfigError(f"spear: device must be cpu or cuda, got {self.device!r}")
-        if self.route not in ROUTES:
-            raise ConfigError(f"spear: route must be one of {', '.join(ROUTES)}, got {self.route!r}")
         check_route_knobs(self, self.attack_name)
 
 
-ROUTES = ("default", "paper")
 ROUTE_ONLY = {"residual_tol": "default", "sampler": "default", "row_weight_power": "default",
               "unique_gap": "paper", "last_column": "paper"}
 """Knobs that one route alone reads (every other SpearConfig field is read by both): the next-layer
@@ -157,7 +158,7 @@ class SpearAttack(Attack):
         layer = self.config.layer
         problem_or_reason, X, stats = self._run(update, seed)
         stats["seconds"] = time.perf_counter() - start
-        space = "image" if layer == 1 else "feature"
+        space = self.reconstructs(layer)
         if X is None:
             return Reconstruction.failed(problem_or_reason, space=space, layer=layer, stats=stats)
         X = X.to(torch.float32).cpu()

@@ -15,7 +15,7 @@ from leakbench.attacks.spear.state import SearchSettings
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 from leakbench.harness.limits import MAX_WIDTH
-from leakbench.ranges import ranged
+from leakbench.ranges import chosen, ranged
 
 INITS = ("subsets", "msp", "msp-only")
 MAX_PROPOSALS = 10**5
@@ -39,7 +39,7 @@ class SpearDLConfig(SpearConfig):
     gradient (deflation), so the attacked layer must not be the last hidden one with fewer classes than b.
     """
 
-    init: str = "subsets"
+    init: str = chosen("subsets", *INITS)
     starts: int = ranged(32, 1, MAX_PROPOSALS)
     keep: float = ranged(0.7, 0.5, 1, low_open=True)
     start_keep: float = ranged(0.9, 0, 1, low_open=True)
@@ -49,9 +49,7 @@ class SpearDLConfig(SpearConfig):
     attack_name: ClassVar[str] = "spear-dl"
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.init not in INITS:
-            raise ConfigError(f"spear-dl: init must be one of {', '.join(INITS)}, got {self.init!r}")
+        super().__post_init__()  # the init's choices too (leakbench.ranges)
         ignored = IGNORED_BY_INIT.get(self.init, ())
         changed = [knob for knob in ignored if getattr(self, knob) != SpearDLConfig.__dataclass_fields__[knob].default]
         if changed:

@@ -141,7 +141,7 @@ def guide_options(cfg: GuidedSpearConfig) -> dict[str, Any]:
     from leakbench.attacks import attack_class  # the registry imports this module
 
     options = dict(cfg.guide_options)
-    if "layer" in attack_class(cfg.guide).Config.__dataclass_fields__:
+    if attack_class(cfg.guide).layered:
         options["layer"] = cfg.layer
     if cfg.guide == "cpa" and cfg.layer == 1:
         options.setdefault("prefilter", "derivative")
