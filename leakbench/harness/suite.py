@@ -83,7 +83,7 @@ from leakbench.fl.update import ThreatModel
 from leakbench.harness.folders import folder_name
 from leakbench.harness.limits import MAX_CELLS, MAX_GRID_IMAGES, check_depth, check_int, check_seed, check_width
 from leakbench.harness.spec import CellSpec, cell_id, cell_settings
-from leakbench.models import ARCHS, first_attackable_layer
+from leakbench.models import ARCHS, first_attackable_layer, victim_label
 from leakbench.models.training import TrainRecipe, check_epochs
 
 SUITES: Traversable = files("leakbench.suites")
@@ -118,7 +118,7 @@ class Victim:
     depth: int
 
     def label(self) -> str:
-        return f"{self.arch}-{self.depth} width {self.width}"
+        return victim_label(self.arch, self.depth, self.width)
 
 
 @dataclass(frozen=True)

@@ -143,8 +143,8 @@ def guide_options(cfg: GuidedSpearConfig) -> dict[str, Any]:
     options = dict(cfg.guide_options)
     if attack_class(cfg.guide).layered:
         options["layer"] = cfg.layer
-    if cfg.guide == "cpa" and cfg.layer == 1:
-        options.setdefault("prefilter", "derivative")
+    if cfg.guide == "cpa" and cfg.layer == 1 and options.get("method", "fastica") == "fastica":
+        options.setdefault("prefilter", "derivative")  # the prefilter is FastICA's (CPAConfig refuses it otherwise)
     return options
 
 
