@@ -8,7 +8,7 @@ A numeric field of a settings dataclass (an attack's Config, `DPConfig`, `FedAvg
     keep: float = ranged(0.7, 0.5, 1, low_open=True)
 
 `ranged` is `dataclasses.field` with the range in the field's metadata. A Config that derives from
-`Ranged` checks every field on construction (`check_ranges`), and `leakbench.attacks.base.build_config`
+`Ranged` checks every field on construction (`check_ranges`), and `leakbench.settings.build_config`
 checks any Config (plugins' too) the same way, so `--param`, a suite's `[hyperparameters.X]` table and
 `create_attack` refuse NaN, ±inf, an integer past int64 and a value outside its range with one line,
 before any cell runs. Upper bounds are generous but finite: a budget of 10^12 steps is refused up

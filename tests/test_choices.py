@@ -9,10 +9,10 @@ from dataclasses import fields
 import pytest
 
 from leakbench.attacks import ATTACKS, attack_class, build_config, create_attack
-from leakbench.attacks.base import _default
 from leakbench.attacks.params import config_params
 from leakbench.errors import ConfigError
 from leakbench.ranges import Ranged, chosen, field_choices
+from leakbench.settings import field_default as _default
 
 BOGUS = "bogus-value"
 

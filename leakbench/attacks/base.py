@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Callable, ClassVar, Literal
 
 import torch
 
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
-from leakbench.ranges import check_ranges
 
 Status = Literal["ok", "failed"]
 Space = Literal["image", "feature"]
@@ -131,53 +130,3 @@ class Attack(ABC):
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
         return f"{self.name}({args})"
-
-
-def build_config(config_cls: type, overrides: dict[str, Any]) -> Any:
-    """Instantiate `config_cls` with `overrides`, rejecting unknown keys, wrong types and values outside
-    a field's declared range (`leakbench.ranges`; NaN, ±inf and integers past int64 for any Config,
-    plugins' too) with a clear message."""
-    known = set(config_cls.__dataclass_fields__)
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise ConfigError(f"unknown hyperparameter(s) {', '.join(unknown)} for {config_cls.__name__} "
-                          f"(known: {', '.join(sorted(known))})")
-    fields = config_cls.__dataclass_fields__
-    config = config_cls(**{key: _coerce(config_cls.__name__, key, value, _default(fields[key]))
-                           for key, value in overrides.items()})
-    check_ranges(config)  # a Config that is not `Ranged` (a plugin's) is checked here, at parse time
-    return config
-
-
-def _default(f: Any) -> Any:
-    """A field's default value, also for fields with a default factory (dicts, lists)."""
-    if f.default is not MISSING:
-        return f.default
-    if f.default_factory is not MISSING:
-        return f.default_factory()
-    return None
-
-
-def _coerce(owner: str, key: str, value: Any, default: Any) -> Any:
-    """Check `value` against the type of the field's default (ints accepted for floats)."""
-    if isinstance(default, (dict, list, tuple)):
-        ok = isinstance(value, type(default)) or (isinstance(default, tuple) and isinstance(value, list))
-        value = tuple(value) if ok and isinstance(default, tuple) else value
-        if not ok:
-            kind = "table (JSON object)" if isinstance(default, dict) else "list"
-            raise ConfigError(f"hyperparameter {key}={value!r} of {owner} must be a {kind}")
-        return value
-    if isinstance(default, bool):
-        ok = isinstance(value, bool)
-    elif isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    elif isinstance(default, str):
-        ok = isinstance(value, str)
-    else:
-        ok = True
-    if not ok:
-        raise ConfigError(f"hyperparameter {key}={value!r} of {owner} must be a {type(default).__name__}")
-    return value

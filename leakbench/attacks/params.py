@@ -45,11 +45,13 @@ class Param:
 def config_params(config_cls: type) -> list[Param]:
     """Every field of the dataclass `config_cls`, in declaration order, with its docstring help ('' if none)
     and its declared range."""
-    from leakbench.attacks.base import _default
+    from dataclasses import MISSING
+
+    from leakbench.settings import field_default
 
     helps = field_help(config_cls)
     return [Param(f.name, f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type)),
-                  _default(f), helps.get(f.name, ""), range_text(f)) for f in fields(config_cls)]
+                  None if field_default(f) is MISSING else field_default(f), helps.get(f.name, ""), range_text(f)) for f in fields(config_cls)]
 
 
 def field_help(config_cls: type) -> dict[str, str]:

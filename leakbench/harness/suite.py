@@ -72,7 +72,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-from leakbench.attacks import attack_class, build_config
+from leakbench.attacks import attack_class
 from leakbench.attacks.inversion import InversionConfig, inverts
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.fl.dp import DPConfig
@@ -85,6 +85,7 @@ from leakbench.harness.limits import MAX_CELLS, MAX_GRID_IMAGES, check_depth, ch
 from leakbench.harness.spec import CellSpec, cell_id, cell_settings
 from leakbench.models import ARCHS, first_attackable_layer, victim_label
 from leakbench.models.training import TrainRecipe, check_epochs
+from leakbench.settings import build_config
 
 SUITES: Traversable = files("leakbench.suites")
 """The shipped suites (package data): NAME.toml, and paper/NAME.toml (`leakbench reproduce`)."""
@@ -99,13 +100,8 @@ KEYS = {"name": str, "description": str, "dataset": str, "datasets": list, "atta
         "threat": list, "noise": list, "noise_scale": str, "models": list}
 REQUIRED = ("name", "attacks", "batch_sizes")
 INT_LISTS = ("batch_sizes", "layers", "seeds", "train_epochs")
-DP_KEYS = {"sigma": float, "clip": float, "delta": float, "q": float, "steps": int}
-FEDAVG_KEYS = {"epochs": int, "minibatch": int, "lr": float}
-INVERSION_KEYS = {"steps": int, "lr": float, "tv": float}
 THREAT_KEYS = {"labels": ("known", "withheld"), "batch_size": ("known", "estimated")}
 MODEL_KEYS = {"arch": str, "width": int, "depth": int, "train_epochs": int}
-TRAIN_KEYS = {"optimizer": str, "lr": float, "momentum": float, "batch_size": int, "weight_decay": float,
-              "augment": bool, "seed": int}
 DEFAULT_GRID_IMAGES = 8
 
 
@@ -179,9 +175,9 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
         _validate(raw)
         dp_levels = [_dp_level(v, i) for i, v in enumerate(raw.get("dp", ["none"]))]
         fedavg_levels = [_fedavg_level(v, i) for i, v in enumerate(raw.get("fedavg", ["none"]))]
-        inversion = _table(raw["inversion"], "key 'inversion'", INVERSION_KEYS, InversionConfig, ()) \
+        inversion = _table(raw["inversion"], "key 'inversion'", InversionConfig) \
             if "inversion" in raw else None
-        recipe = _table(raw["train"], "key 'train'", TRAIN_KEYS, TrainRecipe, ()) if "train" in raw else TrainRecipe()
+        recipe = _table(raw["train"], "key 'train'", TrainRecipe) if "train" in raw else TrainRecipe()
         victims = _victims(raw)
         layers = {v: _victim_layers(raw, v) for v in victims}
         if "train" in raw and not any(e for epochs in victims.values() for e in epochs):
@@ -393,7 +389,7 @@ def _victim_layers(raw: dict[str, Any], victim: Victim) -> list[int]:
 
 def _dp_level(value: Any, index: int) -> DPConfig | None:
     """One entry of `dp`: "none" or a table {sigma, clip[, delta, q, steps]}."""
-    return _level(value, f"key 'dp[{index}]'", "sigma and clip", DP_KEYS, DPConfig, ("sigma", "clip"))
+    return _level(value, f"key 'dp[{index}]'", "sigma and clip", DPConfig)
 
 
 def _threat_level(value: Any, index: int) -> ThreatModel:
@@ -455,45 +451,32 @@ def _transform_table(table: Any, where: str) -> tuple[str, Any]:
     if cls.makes_update and name not in ("dp", "fedavg"):
         raise ConfigError(f"{where}: {name!r} is the default client (FedSGD): leave it out")
     try:
-        return name, build_config(cls.Config, {k: v for k, v in table.items() if k != "name"})
+        return name, build_config(cls.Config, {k: v for k, v in table.items() if k != "name"}, "key")
     except ConfigError as exc:
         raise ConfigError(f"{where} ({name}): {exc}") from None
 
 
 def _fedavg_level(value: Any, index: int) -> FedAvgConfig | None:
     """One entry of `fedavg`: "none" (FedSGD) or a table {epochs, minibatch, lr}."""
-    return _level(value, f"key 'fedavg[{index}]'", "epochs, minibatch, lr", FEDAVG_KEYS, FedAvgConfig, ())
+    return _level(value, f"key 'fedavg[{index}]'", "epochs, minibatch, lr", FedAvgConfig)
 
 
-def _level(value: Any, where: str, what: str, keys: dict[str, type], cls: type, required: tuple[str, ...]) -> Any:
+def _level(value: Any, where: str, what: str, cls: type) -> Any:
     """"none" → None, or a table checked by `_table`."""
     if value == "none":
         return None
     if not isinstance(value, dict):
         raise ConfigError(f"{where} must be \"none\" or a table with {what}")
-    return _table(value, where, keys, cls, required)
+    return _table(value, where, cls)
 
 
-def _table(value: Any, where: str, keys: dict[str, type], cls: type, required: tuple[str, ...]) -> Any:
-    """A TOML table of numbers checked against `keys` and turned into the config `cls`."""
+def _table(value: Any, where: str, cls: type) -> Any:
+    """A TOML table turned into the settings dataclass `cls` by the coercer of every Config
+    (`leakbench.settings.build_config`: keys, types, declared ranges)."""
     if not isinstance(value, dict):
         raise ConfigError(f"{where} must be a table")
-    for key, val in value.items():
-        if key not in keys:
-            raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(keys)})")
-        if keys[key] in (str, bool):
-            if not isinstance(val, keys[key]):
-                raise ConfigError(f"{where}: key {key!r} must be a {'string' if keys[key] is str else 'boolean'}")
-            continue
-        ok = isinstance(val, (int, float)) if keys[key] is float else isinstance(val, int)
-        if not ok or isinstance(val, bool):
-            raise ConfigError(f"{where}: key {key!r} must be a number" + ("" if keys[key] is float else " (integer)"))
-    for key in required:
-        if key not in value:
-            raise ConfigError(f"{where}: missing key {key!r}")
-    args = {k: (float(v) if keys[k] is float else v) for k, v in value.items()}
     try:
-        return cls(**args)
+        return build_config(cls, value, "key")
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
