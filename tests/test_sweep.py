@@ -16,8 +16,8 @@ from leakbench.harness import run as run_module
 from leakbench.harness.run import run_sweep
 from leakbench.harness.selection import grid_selection
 from leakbench.harness.spec import cell_id
-from leakbench.harness.store import records_difference
 from leakbench.harness.suite import load_suite
+from leakbench.records.runs import records_difference
 from leakbench.reporting.leaderboard import write_leaderboard
 from leakbench.reporting.report import write_report
 

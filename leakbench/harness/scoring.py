@@ -11,13 +11,13 @@ import torch
 
 from leakbench.attacks import Reconstruction
 from leakbench.datasets import Batch
-from leakbench.harness.artifacts import AttackOutput, plain_stats
 from leakbench.harness.spec import CellSpec, cell_columns
 from leakbench.harness.victim import victim_columns
 from leakbench.metrics import MATCHING, LpipsScorer, apply_matching, match_by_mse, score_features, score_images
 from leakbench.metrics.image import exact, mse, psnr, ssim
 from leakbench.metrics.matching import UNMATCHED
 from leakbench.metrics.stats import describe, or_none
+from leakbench.records.artifacts import AttackOutput, plain_stats
 
 
 @dataclass

@@ -8,12 +8,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from leakbench.attacks.inversion import InversionConfig
 from leakbench.errors import ConfigError
 from leakbench.fl import DPConfig, FedAvgConfig
 from leakbench.fl.dp import ACCOUNTANT
 from leakbench.fl.noise import check_noise
 from leakbench.fl.update import ThreatModel
+from leakbench.inversion import InversionConfig
 from leakbench.models.training import TrainRecipe, check_epochs
 
 
