@@ -154,8 +154,9 @@ class StoredRun:
 def read_run(run_dir: Path, cell_ids: list[str] | None = None) -> StoredRun:
     """A run's records and cells: of the intact cell folders among `cell_ids` (in that order, damaged
     ones left out), or, without `cell_ids`, its consolidated tables (`read_table`)."""
+    damaged: dict[str, str] = {}
     if cell_ids is None:
-        records, cells, damaged = read_table(run_dir, "records.parquet"), read_table(run_dir, "cells.parquet"), {}
+        records, cells = read_table(run_dir, "records.parquet"), read_table(run_dir, "cells.parquet")
     else:
         records, cells, damaged = collect(run_dir, cell_ids)
     return StoredRun(records, with_budgets(run_dir, cells), damaged)
