@@ -3,7 +3,7 @@
 Ground truth is never stored: it is re-derived from the cell's spec (dataset, image size, batch size,
 seed) as scoring derived it. The stored reconstruction (`records.artifacts`) and its stored matching
 (the records' `matched_recon`, one per ground-truth image) align the two. Loads datasets and the
-victim's batch code only: no attack and none of the harness runner.
+victim's batch code (when a truth is drawn) only: no attack and none of the harness runner.
 """
 
 from __future__ import annotations
@@ -14,15 +14,18 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import torch
 
-from leakbench.harness.spec import CellSpec, spec_from_dict
 from leakbench.metrics.matching import UNMATCHED
 from leakbench.records.artifacts import AttackOutput, load_attack_output
 from leakbench.records.cells import CELLS_DIR, cell_path
+
+if TYPE_CHECKING:  # specs, datasets and models load when a truth is drawn, not when reports import this
+    from leakbench.harness.spec import CellSpec
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ def cell_folder(path: Path, cell_id: str) -> Path:
 
 def stored_spec(cell_dir: Path, data_root: str | None = None) -> CellSpec:
     """The spec a cell folder's manifest stores (its dataset found under `data_root` when given)."""
+    from leakbench.harness.spec import spec_from_dict
+
     spec = spec_from_dict(json.loads((cell_dir / "manifest.json").read_text())["spec"])
     return spec if data_root is None else dataclasses.replace(spec, data_root=data_root)
 
@@ -67,7 +72,8 @@ def truth_images(spec: CellSpec) -> torch.Tensor:
 
 @lru_cache(maxsize=16)
 def _truth(dataset: str, data_root: str | None, image_size: int | None, batch_size: int, seed: int) -> torch.Tensor:
-    from leakbench.harness.victim import load_batch  # datasets and models: only when a truth is drawn
+    from leakbench.harness.spec import CellSpec
+    from leakbench.harness.victim import load_batch
 
     spec = CellSpec(attack="", dataset=dataset, batch_size=batch_size, seed=seed, data_root=data_root,
                     image_size=image_size)
