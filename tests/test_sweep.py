@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -227,9 +228,10 @@ def test_report_tables_figures_and_grids(tmp_path: Path, reference: Path) -> Non
 
 def test_leaderboard_is_deterministic(tmp_path: Path, reference: Path) -> None:
     first = [p.read_bytes() for p in write_leaderboard(reference.parent, tmp_path / "a")]
-    # The same records in another order, in another folder: the same bytes.
+    # The same run (its cell folders hold the budgets) with its tables in another order, in another folder:
+    # the same bytes.
     shuffled = tmp_path / "copy" / "sweep"
-    shuffled.mkdir(parents=True)
+    shutil.copytree(reference, shuffled)
     for name in ("records.parquet", "cells.parquet"):
         pd.read_parquet(reference / name).sample(frac=1.0, random_state=1).to_parquet(shuffled / name)
     second = [p.read_bytes() for p in write_leaderboard(shuffled.parent, tmp_path / "b")]
