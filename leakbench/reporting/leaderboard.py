@@ -1,6 +1,7 @@
 """`leakbench leaderboard`: attacks ranked from stored records only, one compact table per victim.
 
-Every run folder under `--results` (a folder holding records.parquet and cells.parquet) contributes.
+Every run folder under `--results` (a folder holding records.parquet and cells.parquet) contributes, read
+through `records.runs.read_run` (each attack's budget from its cell folders' summary.json, '' without them).
 A table holds (suite, dataset, model, attacked layer, client) fixed, like RobustBench's per-threat-model
 tables: attacks are its rows, ranked; batch size × DP level its columns; each entry one headline number
 (exact %, else PSNR median) with LPIPS beside it; seeds pooled. The ranked files are byte-identical for the
