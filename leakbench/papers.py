@@ -102,8 +102,9 @@ def list_papers() -> list[tuple[str, str]]:
 def reproduce(name: str, *, out: Path = Path("results"), reports: Path = Path("reports"), **kwargs: Any) -> Reproduction:
     """Run paper entry `name` (a ConfigError naming the known ones if unknown): its suite, its report,
     then its views, written beside the report; `kwargs` go to `pipeline.run_suite`."""
-    from leakbench.harness.store import read_table, write_text_atomic
     from leakbench.pipeline import run_suite
+    from leakbench.records.atomic import write_text_atomic
+    from leakbench.records.runs import read_table
     from leakbench.reporting.target import write_marker
     from leakbench.reporting.views import VIEWS, apply_view
 

@@ -17,6 +17,7 @@ from leakbench.errors import ConfigError
 from leakbench.ranges import check_ranges
 
 SIMPLE = {"bool": bool, "int": int, "float": float, "str": str, "dict": dict, "list": list, "tuple": tuple}
+WORDS = {bool: "boolean", int: "integer", float: "number", str: "string"}
 
 
 def build_config(config_cls: type, overrides: dict[str, Any], what: str = "hyperparameter") -> Any:
@@ -71,5 +72,5 @@ def _coerce(owner: str, what: str, key: str, value: Any, kind: type | None, defa
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not ok:
-        raise ConfigError(f"{what} {key}={value!r} of {owner} must be a {kind.__name__}")
+        raise ConfigError(f"{what} {key}={value!r} of {owner} must be a {WORDS.get(kind, kind.__name__)}")
     return value

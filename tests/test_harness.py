@@ -12,14 +12,14 @@ from conftest import CELL_FILES
 
 from leakbench.errors import ConfigError
 from leakbench.harness import cell as cell_module
-from leakbench.harness import store
 from leakbench.harness.cell import run_cell
 from leakbench.harness.job import attack_cell, attack_seed
 from leakbench.harness.scoring import CellResult
 from leakbench.harness.spec import CellSpec
-from leakbench.harness.store import check_out_dir, write_cell
 from leakbench.harness.suite import KEYS, REQUIRED, SUITES, find_suite, load_suite, shipped_suite
 from leakbench.pipeline import run_suite
+from leakbench.records import cells as store
+from leakbench.records.cells import check_out_dir, write_cell
 
 GOOD_SUITE = """\
 name = "mini"

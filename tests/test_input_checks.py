@@ -16,10 +16,10 @@ import pytest
 from leakbench.attacks.inversion import inverts
 from leakbench.cli import parse_params
 from leakbench.errors import ConfigError
-from leakbench.harness.folders import folder_name
 from leakbench.harness.limits import MAX_COMPONENT, check_writable_dir
 from leakbench.harness.suite import load_suite
 from leakbench.plugins import load_plugin
+from leakbench.records.folders import folder_name
 from leakbench.registry import Registry
 from leakbench.reporting.leaderboard import write_leaderboard
 from leakbench.reporting.target import RESERVED_NAMES, check_report_target

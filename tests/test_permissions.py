@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from leakbench.harness.folders import current_umask, honour_umask
+from leakbench.records.folders import current_umask, honour_umask
 
 MINI = 'name = "mini"\ndataset = "embedded"\nattacks = ["spear"]\nbatch_sizes = [2]\nwidth = 64\ndepth = 3\n'
 

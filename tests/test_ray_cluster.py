@@ -30,8 +30,8 @@ from leakbench.errors import ConfigError
 from leakbench.harness.executors import Task, check_reachable, portable, ray_worker_env
 from leakbench.harness.run import run_sweep
 from leakbench.harness.spec import cell_id
-from leakbench.harness.store import finished_cells, records_difference
 from leakbench.harness.suite import load_suite
+from leakbench.records.runs import finished_cells, records_difference
 
 SUITE = """\
 name = "tiny"

@@ -12,8 +12,8 @@ import pytest
 from conftest import reference_run
 
 from leakbench.harness import cell as cell_module
-from leakbench.harness.artifacts import load_attack_output
 from leakbench.harness.rescore import rescore_run
+from leakbench.records.artifacts import load_attack_output
 
 SUITE = """\
 name = "rescore"

@@ -17,7 +17,7 @@ from leakbench.errors import ConfigError, LeakbenchWarning
 from leakbench.harness import fingerprint, reuse
 from leakbench.harness import run as run_module
 from leakbench.harness.run import run_sweep
-from leakbench.harness.seal import write_seal
+from leakbench.records.seal import write_seal
 from leakbench.reporting.report import write_report
 
 SUITE = """\

@@ -19,12 +19,13 @@ import pytest
 from conftest import CELL_FILES, load_benchmark, reference_run, run_cli_many
 
 from leakbench.errors import ConfigError, LeakbenchWarning
-from leakbench.harness import executors, folders, interrupts
+from leakbench.harness import executors, interrupts
 from leakbench.harness import suite as suite_module
 from leakbench.harness.executors import Task
 from leakbench.harness.run import run_sweep
-from leakbench.harness.store import read_run_manifest, records_difference
 from leakbench.harness.suite import load_suite
+from leakbench.records import folders
+from leakbench.records.runs import read_run_manifest, records_difference
 from leakbench.reporting.report import write_report
 
 SUITE = """\

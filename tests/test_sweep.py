@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -16,8 +17,9 @@ from leakbench.harness import run as run_module
 from leakbench.harness.run import run_sweep
 from leakbench.harness.selection import grid_selection
 from leakbench.harness.spec import cell_id
-from leakbench.harness.store import records_difference
 from leakbench.harness.suite import load_suite
+from leakbench.records.runs import records_difference
+from leakbench.records.schema import AXIS_COLUMNS, axis_columns
 from leakbench.reporting.leaderboard import write_leaderboard
 from leakbench.reporting.report import write_report
 
@@ -227,9 +229,10 @@ def test_report_tables_figures_and_grids(tmp_path: Path, reference: Path) -> Non
 
 def test_leaderboard_is_deterministic(tmp_path: Path, reference: Path) -> None:
     first = [p.read_bytes() for p in write_leaderboard(reference.parent, tmp_path / "a")]
-    # The same records in another order, in another folder: the same bytes.
+    # The same run (its cell folders hold the budgets) with its tables in another order, in another folder:
+    # the same bytes.
     shuffled = tmp_path / "copy" / "sweep"
-    shuffled.mkdir(parents=True)
+    shutil.copytree(reference, shuffled)
     for name in ("records.parquet", "cells.parquet"):
         pd.read_parquet(reference / name).sample(frac=1.0, random_state=1).to_parquet(shuffled / name)
     second = [p.read_bytes() for p in write_leaderboard(shuffled.parent, tmp_path / "b")]
@@ -237,6 +240,16 @@ def test_leaderboard_is_deterministic(tmp_path: Path, reference: Path) -> None:
     text = first[0].decode()
     assert "| rank | attack | budget |" in text and "failures" in text
     assert "| ig | 3 steps |" in text and "| spear | 20,000 draws, 3600 s |" in text  # the stored budgets
+
+
+def test_every_record_column_is_a_known_axis_or_per_image(reference: Path) -> None:
+    """A column scoring adds per image must be listed in records.schema, or cells.parquet would take it as an axis."""
+    records = pd.read_parquet(reference / "records.parquet")
+    assert axis_columns(records.columns) == [c for c in AXIS_COLUMNS if c in records]
+    cells = pd.read_parquet(reference / "cells.parquet")
+    assert "budget" not in cells  # stored in summary.json only: cells.parquet keeps its columns
+    summaries = [json.loads(p.read_text()) for p in (reference / "cells").glob("*/summary.json")]
+    assert summaries and all(isinstance(s["budget"], str) for s in summaries)
 
 
 def test_leaderboard_without_results_is_an_error(tmp_path: Path) -> None:

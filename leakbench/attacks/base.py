@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
-from typing import Any, Callable, ClassVar, Literal
-
-import torch
+from dataclasses import asdict, dataclass, fields, is_dataclass
+from typing import Any, Callable, ClassVar
 
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
-
-Status = Literal["ok", "failed"]
-Space = Literal["image", "feature"]
+from leakbench.reconstruction import Reconstruction, Space, Status  # noqa: F401 (re-exported: the attack contract)
 
 
 @dataclass(frozen=True)
@@ -22,29 +18,6 @@ class Requirements:
     linear_relu_layer: bool = False
     batch_size: bool = False
     labels: bool = False
-
-
-@dataclass
-class Reconstruction:
-    """An attack's answer for one batch.
-
-    `images` (b, C, H, W) in [0, 1] when the attack reconstructs images; `features` (b, n) when it
-    reconstructs the inputs of an inner layer (`layer`). On failure both may be None and `reason`
-    says why. `stats` holds the attack's own counters (draws, candidates, seconds, …).
-    """
-
-    status: Status
-    space: Space
-    images: torch.Tensor | None = None
-    features: torch.Tensor | None = None
-    layer: int | None = None
-    reason: str = ""
-    stats: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def failed(cls, reason: str, *, space: Space = "image", layer: int | None = None,
-               stats: dict[str, Any] | None = None) -> "Reconstruction":
-        return cls(status="failed", space=space, layer=layer, reason=reason, stats=stats or {})
 
 
 @dataclass(frozen=True)

@@ -13,24 +13,11 @@ feature vector gives one image, in the same order. Deterministic: same inputs an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import torch
 from torch import nn
 
 from leakbench.errors import ConfigError
-from leakbench.ranges import MAX_LR, MAX_STEPS, MAX_WEIGHT, Ranged, ranged
-
-
-@dataclass(frozen=True)
-class InversionConfig(Ranged):
-    """steps: Adam steps (0 disables inversion); lr: Adam step size on the logits z; tv: weight of the prior."""
-
-    steps: int = ranged(0, 0, MAX_STEPS)
-    lr: float = ranged(0.1, 0, MAX_LR, low_open=True)
-    tv: float = ranged(1.0, 0, MAX_WEIGHT)
-    owner: ClassVar[str] = "inversion"
+from leakbench.inversion import InversionConfig  # the setting lives outside attacks (records read specs)
 
 
 def inverts(attack: str, layer: int) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leakbench.attacks import Attack
+from leakbench.attacks import Attack, attack_budget
 from leakbench.datasets.loaders import data_locations
 from leakbench.errors import LeakbenchError
 from leakbench.harness.fingerprint import provenance
@@ -54,4 +54,11 @@ def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: st
         output.isolation = IN_PROCESS
     result = score_cell(spec, output, batch, model, lpips=lpips, lpips_note=lpips_note)
     result.provenance = provenance(resolve_class(job), batch)
+    return with_budget(result)
+
+
+def with_budget(result: CellResult) -> CellResult:
+    """`result` with the attack's budget in words in its summary (`budget`, from the hyperparameters it
+    ran with): stored in summary.json, where reports read it without loading the attack."""
+    result.summary["budget"] = attack_budget(result.spec.attack, result.output.hyperparameters)
     return result

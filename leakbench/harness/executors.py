@@ -29,7 +29,7 @@ from leakbench.harness.isolation import worker_pythonpath
 from leakbench.progress import attack_progress
 
 if TYPE_CHECKING:
-    from leakbench.harness.store import CellFiles
+    from leakbench.records.cells import CellFiles
 
 EXECUTORS = ("serial", "pool", "ray")
 
@@ -52,9 +52,9 @@ def cell_output(task: Task) -> tuple[dict[str, Any], CellFiles]:
     """Run the cell: its JSON-safe summary and its folder's files (runs inside workers)."""
     import torch
 
-    from leakbench.harness.artifacts import json_safe
     from leakbench.harness.cell import run_cell
-    from leakbench.harness.store import cell_files
+    from leakbench.records.artifacts import json_safe
+    from leakbench.records.cells import cell_files
 
     torch.set_num_threads(1)
     scorer, note = lpips_scorer(task.lpips_weights, task.lpips_net)
@@ -64,7 +64,7 @@ def cell_output(task: Task) -> tuple[dict[str, Any], CellFiles]:
 
 def run_task(task: Task) -> dict[str, Any]:
     """Run the cell, write its folder, return its JSON-safe summary (runs inside serial and pool workers)."""
-    from leakbench.harness.store import write_cell_files
+    from leakbench.records.cells import write_cell_files
 
     summary, files = cell_output(task)
     write_cell_files(files, task.out)
@@ -240,7 +240,7 @@ def _ray(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int
     its own `out`: relative paths mean the same as for the other executors, and no node but this one
     needs the output folder. On any interruption the tasks not finished are cancelled.
     """
-    from leakbench.harness.store import write_cell_files
+    from leakbench.records.cells import write_cell_files
 
     with ray_connection(jobs, address) as ray:
         remote = ray.remote(num_cpus=1, max_retries=0)(cell_output)

@@ -16,7 +16,7 @@ import torch
 
 from leakbench.attacks.base import Attack
 from leakbench.datasets import Batch
-from leakbench.harness.artifacts import json_safe
+from leakbench.records.artifacts import json_safe
 
 
 def batch_fingerprint(batch: Batch) -> str:

@@ -260,8 +260,8 @@ def run_isolated(job: Any, update: Any, hidden: list[Path]) -> Any:
     here. A worker killed from outside is retried with a new one (WORKER_TRIES in all); a worker that
     ends by itself gives a failed reconstruction saying how it ended."""
     from leakbench.attacks import Reconstruction
-    from leakbench.harness.artifacts import AttackOutput
     from leakbench.harness.sandbox import isolation_level
+    from leakbench.records.artifacts import AttackOutput
 
     for attempt in range(1, WORKER_TRIES + 1):
         worker = workers().take()
@@ -305,7 +305,7 @@ def check_reply(meta: Any, npz: bytes, update: Any, layer: int) -> Any:
     JSON metadata of the known shape, and float32 arrays (no pickle) of the update's image shape or
     two-dimensional features, finite, images in [0, 1]."""
     from leakbench.attacks import Reconstruction
-    from leakbench.harness.artifacts import AttackOutput, decode_attack_output
+    from leakbench.records.artifacts import AttackOutput, decode_attack_output
 
     try:
         _check_meta(meta)
@@ -501,7 +501,7 @@ def _plain(output: Any, layer: int) -> tuple[str, bytes]:
     """The "ok" header and arrays of an attack output; an output that is not plain data (stats that
     JSON cannot hold) becomes a failed reconstruction saying so."""
     from leakbench.attacks import Reconstruction
-    from leakbench.harness.artifacts import AttackOutput, encode_attack_output
+    from leakbench.records.artifacts import AttackOutput, encode_attack_output
 
     try:
         meta, npz = encode_attack_output(output)

@@ -23,8 +23,8 @@ from leakbench.attacks import Attack, Reconstruction, attack_class, build_config
 from leakbench.attacks.inversion import InversionConfig, invert_features
 from leakbench.errors import ConfigError
 from leakbench.fl import ClientUpdate
-from leakbench.harness.artifacts import AttackOutput
 from leakbench.plugins import load_plugin
+from leakbench.records.artifacts import AttackOutput
 
 
 @dataclass(frozen=True)

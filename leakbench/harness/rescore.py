@@ -16,13 +16,15 @@ import pandas as pd
 import torch
 
 from leakbench.errors import LeakbenchError
-from leakbench.harness.artifacts import RECONSTRUCTION_FILE, load_attack_output
+from leakbench.harness.cell import with_budget
 from leakbench.harness.executors import lpips_scorer
 from leakbench.harness.fingerprint import PROVENANCE
 from leakbench.harness.scoring import score_cell
 from leakbench.harness.spec import spec_from_dict
-from leakbench.harness.store import cell_path, consolidate, finished_cells, write_cell
 from leakbench.harness.victim import victim
+from leakbench.records.artifacts import RECONSTRUCTION_FILE, load_attack_output
+from leakbench.records.cells import cell_path, write_cell
+from leakbench.records.runs import consolidate, finished_cells
 
 
 def rescore_cell(cell_dir: Path, *, lpips_weights: str | None = None, data_root: str | None = None) -> None:
@@ -41,7 +43,7 @@ def rescore_cell(cell_dir: Path, *, lpips_weights: str | None = None, data_root:
     batch, model = victim(spec)
     result = score_cell(spec, output, batch, model, lpips=lpips, lpips_note=lpips_note)
     result.provenance = {k: manifest[k] for k in PROVENANCE if k in manifest}  # what the stored answer came from
-    write_cell(result, cell_dir, selection=manifest.get("grid_selection"))
+    write_cell(with_budget(result), cell_dir, selection=manifest.get("grid_selection"))
 
 
 def rescore_run(run_dir: Path, *, lpips_weights: str | None = None,

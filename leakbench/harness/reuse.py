@@ -31,8 +31,8 @@ from leakbench.datasets import Batch, load_dataset
 from leakbench.harness.cell import build_attack
 from leakbench.harness.fingerprint import attack_code, batch_fingerprint, resolved
 from leakbench.harness.spec import CellSpec
-from leakbench.harness.store import cell_path
 from leakbench.harness.victim import draw_batch
+from leakbench.records.cells import cell_path
 
 
 @dataclass

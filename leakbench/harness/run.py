@@ -31,19 +31,12 @@ from leakbench.harness.reuse import revision_note, stale_cells
 from leakbench.harness.sandbox import warn_unless_sandboxed
 from leakbench.harness.selection import grid_selection
 from leakbench.harness.spec import CellSpec, batch_id, cell_id, cell_settings, spec_dict
-from leakbench.harness.store import (
-    cell_path,
-    check_cell_folders,
-    consolidate,
-    environment,
-    finished_cells,
-    git_revision,
-    remove_partial_cells,
-    survey,
-    write_json_atomic,
-)
 from leakbench.harness.suite import Suite, find_suite, load_suite
 from leakbench.metrics.lpips_metric import check_net
+from leakbench.records.atomic import write_json_atomic
+from leakbench.records.cells import cell_path
+from leakbench.records.environment import environment, git_revision
+from leakbench.records.runs import check_cell_folders, consolidate, finished_cells, remove_partial_cells, survey
 
 
 @dataclass

@@ -33,10 +33,8 @@ import sysconfig
 from dataclasses import dataclass
 from functools import lru_cache
 
-FULL = "landlock+seccomp"
-"""The isolation level of a sandboxed worker."""
-GUARD_ONLY = "python-guard only"
-"""The level where the kernel (or the install) cannot sandbox: the audit-hook guard alone."""
+from leakbench.records.schema import FULL, GUARD_ONLY  # the isolation levels records store
+
 LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib")
 """Where the dynamic linker finds the system's shared libraries (read-only in the sandbox)."""
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/sys/devices/system/cpu", "/proc/cpuinfo", "/proc/self")

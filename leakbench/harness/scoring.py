@@ -11,7 +11,6 @@ import torch
 
 from leakbench.attacks import Reconstruction
 from leakbench.datasets import Batch
-from leakbench.harness.artifacts import AttackOutput, plain_stats
 from leakbench.harness.spec import CellSpec, cell_columns
 from leakbench.harness.victim import victim_columns
 from leakbench.metrics import (
@@ -23,6 +22,7 @@ from leakbench.metrics import (
     stored_matching,
 )
 from leakbench.metrics.stats import describe, or_none
+from leakbench.records.artifacts import AttackOutput, plain_stats
 
 
 @dataclass

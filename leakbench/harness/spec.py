@@ -8,7 +8,6 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from leakbench.attacks.inversion import InversionConfig
 from leakbench.errors import ConfigError
 from leakbench.fl import DPConfig, FedAvgConfig
 from leakbench.fl.dp import DPSGD, dp_columns
@@ -16,6 +15,7 @@ from leakbench.fl.fedavg import FedAvg, fedavg_columns
 from leakbench.fl.noise import Noise, NoiseConfig, check_noise
 from leakbench.fl.transform import DefenceSetting, FedSGD, UpdateTransform, transform_class
 from leakbench.fl.update import ThreatModel
+from leakbench.inversion import InversionConfig
 from leakbench.models import victim_label
 from leakbench.models.training import TrainRecipe, check_epochs
 

@@ -80,11 +80,11 @@ from leakbench.fl.fedavg import FedAvgConfig
 from leakbench.fl.noise import check_noise
 from leakbench.fl.transform import TRANSFORMS, DefenceSetting, transform_class
 from leakbench.fl.update import ThreatModel
-from leakbench.harness.folders import folder_name
 from leakbench.harness.limits import MAX_CELLS, MAX_GRID_IMAGES, check_depth, check_int, check_seed, check_width
 from leakbench.harness.spec import CellSpec, cell_id, cell_settings
 from leakbench.models import ARCHS, first_attackable_layer, victim_label
 from leakbench.models.training import TrainRecipe, check_epochs
+from leakbench.records.folders import folder_name
 from leakbench.settings import build_config
 
 SUITES: Traversable = files("leakbench.suites")

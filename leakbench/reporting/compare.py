@@ -4,63 +4,33 @@ A cell folder keeps the attack's answer (`reconstruction.npz`) and its scored re
 `matched_recon` column pairs each ground-truth image with a reconstruction; the ground truth itself is
 re-derived from the cell's spec (never stored). Comparison figures put every attack on the same batch
 and setting side by side — ground truth on top, one row per attack, the images chosen before any
-attack ran (`harness.selection`), PSNR and LPIPS under each tile, failures shown.
+attack ran (`harness.selection`), PSNR and LPIPS under each tile, failures shown. Truth, answer and
+matching come from `records.truth.load_truth`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import torch
 
-from leakbench.harness.artifacts import load_attack_output
-from leakbench.harness.spec import CellSpec, spec_from_dict
-from leakbench.harness.victim import load_batch
-from leakbench.metrics import aligned_to_truth, stored_matching
+from leakbench.records.truth import load_truth
 from leakbench.reporting.grid import ComparisonRow, save_comparison, save_grid
 
 GROUP = ["dataset", "model", "batch_size", "seed", "layer", "dp", "client"]
 """Cells that share these share a batch and a setting: one comparison figure."""
 
 
-@lru_cache(maxsize=16)
-def _truth(dataset: str, data_root: str | None, image_size: int | None, batch_size: int, seed: int) -> torch.Tensor:
-    spec = CellSpec(attack="", dataset=dataset, batch_size=batch_size, seed=seed, data_root=data_root,
-                    image_size=image_size)
-    return load_batch(spec).images
-
-
-def truth_images(spec: CellSpec) -> torch.Tensor:
-    """The cell's ground-truth batch, re-derived from its dataset, batch size and seed."""
-    return _truth(spec.dataset, spec.data_root, spec.image_size, spec.batch_size, spec.seed)
-
-
-def cell_spec(cell_dir: Path) -> CellSpec:
-    return spec_from_dict(json.loads((cell_dir / "manifest.json").read_text())["spec"])
-
-
-def aligned_images(cell_dir: Path, records: pd.DataFrame, truth: torch.Tensor) -> torch.Tensor | None:
-    """The cell's reconstructed images (or images inverted from its features) in ground-truth order;
-    unmatched positions are NaN (drawn as failed). None when the attack produced no images."""
-    output = load_attack_output(cell_dir)
-    images = output.reconstruction.images if output.reconstruction.space == "image" else output.inverted
-    if images is None or output.reconstruction.status != "ok":
-        return None
-    return aligned_to_truth(images, stored_matching(records))
-
-
-def cell_grid(cell_dir: Path, records: pd.DataFrame, path: Path, caption: str) -> None:
+def cell_grid(cell_dir: Path, path: Path, caption: str) -> None:
     """The classic two-row grid of one cell (reconstructions above ground truth), every image."""
-    truth = truth_images(cell_spec(cell_dir))
-    aligned = aligned_images(cell_dir, records, truth)
-    failed = [aligned is None or not bool(torch.isfinite(aligned[i]).all()) for i in range(len(truth))]
-    save_grid(path, truth, aligned, caption=caption, failed=failed)
+    cell = load_truth(cell_dir, cell_dir.name)
+    aligned = cell.aligned()
+    failed = [aligned is None or not bool(torch.isfinite(aligned[i]).all()) for i in range(len(cell.truth))]
+    save_grid(path, cell.truth, aligned, caption=caption, failed=failed)
 
 
 def tile_text(row: pd.Series) -> str:
@@ -94,7 +64,7 @@ def comparison_figures(run_dir: Path, manifest: dict[str, Any], records: pd.Data
         name = grid_name(dataset, model, b, layer, dp, client, seed)
         first = group.iloc[0]
         selection = picks[first["cell_id"]]
-        truth = truth_images(cell_spec(run_dir / "cells" / first["cell_id"]))[selection]
+        truth = load_truth(run_dir, first["cell_id"]).truth[selection]
         rows = [_row(run_dir, cell, records[records["cell_id"] == cell["cell_id"]], selection)
                 for _, cell in group.sort_values("attack").iterrows()]
         caption = (f"{dataset} · {model} · b={b} · layer {layer} · dp {dp} · {client} · seed {seed} · images "
@@ -105,9 +75,7 @@ def comparison_figures(run_dir: Path, manifest: dict[str, Any], records: pd.Data
 
 
 def _row(run_dir: Path, cell: pd.Series, records: pd.DataFrame, selection: list[int]) -> ComparisonRow:
-    cell_dir = run_dir / "cells" / cell["cell_id"]
-    truth = truth_images(cell_spec(cell_dir))
-    aligned = aligned_images(cell_dir, records, truth)
+    aligned = load_truth(run_dir, cell["cell_id"]).aligned()
     by_image = records.set_index("image")
     texts = [tile_text(by_image.loc[i]) for i in selection]
     shown = aligned[selection] if aligned is not None else None

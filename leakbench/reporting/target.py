@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from leakbench.errors import ConfigError
-from leakbench.harness.folders import TEMP_MARKER, check_owned
+from leakbench.records.folders import TEMP_MARKER, check_owned
 
 MARKER = "report.json"
 MARKER_KIND = "leakbench report"

@@ -15,14 +15,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from leakbench.harness.folders import TEMP_MARKER, foreign_entries, is_plain_file
+from leakbench.records.folders import TEMP_MARKER, foreign_entries, is_plain_file
 
 SEAL = "seal.json"
 MARKER = "leakbench cell"
 REQUIRED = ("records.parquet", "summary.json", "manifest.json")
 """What every cell folder holds, sealed or from before seals."""
 STORED = ("reconstruction.npz", "attack.json")
-"""The attack's answer (`harness.artifacts`): in every sealed cell folder."""
+"""The attack's answer (`records.artifacts`): in every sealed cell folder."""
 CELL_FILES = (*REQUIRED, *STORED, "grid.png", SEAL)
 """Everything leakbench writes into a cell folder (grid.png only in folders from before stored
 reconstructions; `attack --out` folders also get one)."""

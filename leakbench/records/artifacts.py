@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from leakbench.attacks import Reconstruction
+from leakbench.reconstruction import Reconstruction
 
 RECONSTRUCTION_FILE = "reconstruction.npz"
 ATTACK_FILE = "attack.json"

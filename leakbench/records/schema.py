@@ -1,0 +1,48 @@
+"""The record columns, declared once.
+
+records.parquet holds one row per image per cell: the cell's axes (constant within a cell), then
+the per-image columns. cells.parquet holds one row per cell: the axes (in `AXIS_COLUMNS` order, then
+any other axis the cell's records carry), the `SUMMARY_COLUMNS` of summary.json, then
+`CELL_EXTRA_COLUMNS`. A new axis (e.g. a defence's settings) needs no edit here: every record
+column that is not per-image is an axis. A new per-image column must be listed in `PER_IMAGE_COLUMNS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+AXIS_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", "layer", "seed", "dp",
+                "dp_sigma", "dp_clip", "dp_delta", "dp_q", "dp_steps", "dp_epsilon", "dp_accountant", "arch",
+                "client", "fedavg_epochs", "fedavg_minibatch", "fedavg_lr", "inversion_steps", "train_epochs",
+                "train_optimizer", "train_lr", "train_batch", "train_accuracy", "test_accuracy", "victim_hash",
+                "threat", "labels_known", "batch_size_known", "noise_sigma", "noise_scale")
+"""The known axes, in cells.parquet order (which must not change: stored tables stay byte-identical)."""
+
+PER_IMAGE_COLUMNS = ("dataset_index", "space", "image", "matched_recon", "mse", "psnr", "ssim", "lpips", "exact",
+                     "image_exact", "rel_error", "max_abs_error", "status", "lpips_net", "isolation")
+"""Record columns that describe one image (or the cell's outcome, repeated per image): never axes."""
+
+SUMMARY_COLUMNS = ("space", "status", "reason", "seconds", "n_images", "exact_fraction", "psnr_mean",
+                   "psnr_median", "psnr_min", "psnr_inf", "ssim_mean", "lpips_mean", "lpips_note", "lpips_net",
+                   "lpips_source", "lpips_verified", "matching", "isolation")
+"""The keys of summary.json that become cells.parquet columns, in order."""
+
+FULL = "landlock+seccomp"
+"""The `isolation` of a cell whose attack ran in the operating-system sandbox (`harness.sandbox`)."""
+GUARD_ONLY = "python-guard only"
+"""The level where the kernel (or the install) cannot sandbox: the audit-hook guard alone."""
+
+CELL_EXTRA_COLUMNS = ("failures", "attack_stats", "hyperparameters")
+"""The last cells.parquet columns: failed images, and the attack's stats and hyperparameters as JSON."""
+
+TIMING_COLUMNS = ("seconds", "attack_stats")
+"""Per-cell columns that hold wall-clock measurements: the only ones two runs may differ in."""
+
+
+def axis_columns(columns: Iterable[str]) -> list[str]:
+    """The axes among a cell's record columns: the known ones in `AXIS_COLUMNS` order, then every other
+    column that is neither per-image nor a summary column, in record order."""
+    present = list(columns)
+    known = [c for c in AXIS_COLUMNS if c in present]
+    skip = {*AXIS_COLUMNS, *PER_IMAGE_COLUMNS, *SUMMARY_COLUMNS, *CELL_EXTRA_COLUMNS}
+    return known + [c for c in present if c not in skip]

@@ -1,0 +1,89 @@
+"""A stored cell's ground truth beside its stored answer, for grids and comparison figures.
+
+Ground truth is never stored: it is re-derived from the cell's spec (dataset, image size, batch size,
+seed) as scoring derived it. The stored reconstruction (`records.artifacts`) and its stored matching
+(the records' `matched_recon`, one per ground-truth image) align the two. Loads datasets and the
+victim's batch code (when a truth is drawn) only: no attack and none of the harness runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import torch
+
+from leakbench.metrics.score import aligned_to_truth, stored_matching
+from leakbench.records.artifacts import AttackOutput, load_attack_output
+from leakbench.records.cells import CELLS_DIR, cell_path
+
+if TYPE_CHECKING:  # specs, datasets and models load when a truth is drawn, not when reports import this
+    from leakbench.harness.spec import CellSpec
+
+
+@dataclass(frozen=True)
+class CellTruth:
+    """A cell's re-derived ground truth (`truth`, the batch's images), its spec, its stored answer and
+    its stored matching (`matching[i]`: the reconstruction paired with ground-truth image i, or UNMATCHED)."""
+
+    spec: CellSpec
+    truth: torch.Tensor
+    output: AttackOutput
+    matching: np.ndarray
+
+    def aligned(self) -> torch.Tensor | None:
+        """The reconstructed images (or images inverted from the features) in ground-truth order; unmatched
+        positions NaN. None when the attack produced no images."""
+        output = self.output
+        images = output.reconstruction.images if output.reconstruction.space == "image" else output.inverted
+        if images is None or output.reconstruction.status != "ok":
+            return None
+        return aligned_to_truth(images, self.matching)
+
+
+def cell_folder(path: Path, cell_id: str) -> Path:
+    """The cell's folder, given a run folder (holding cells/) or the cell folder itself."""
+    return cell_path(path, cell_id) if (path / CELLS_DIR).is_dir() else path
+
+
+def stored_spec(cell_dir: Path, data_root: str | None = None) -> CellSpec:
+    """The spec a cell folder's manifest stores (its dataset found under `data_root` when given)."""
+    from leakbench.harness.spec import spec_from_dict
+
+    spec = spec_from_dict(json.loads((cell_dir / "manifest.json").read_text())["spec"])
+    return spec if data_root is None else dataclasses.replace(spec, data_root=data_root)
+
+
+def truth_images(spec: CellSpec) -> torch.Tensor:
+    """The cell's ground-truth batch, re-derived from its dataset, image size, batch size and seed (cached:
+    the attacks of one setting share a batch)."""
+    return _truth(spec.dataset, spec.data_root, spec.image_size, spec.batch_size, spec.seed)
+
+
+@lru_cache(maxsize=16)
+def _truth(dataset: str, data_root: str | None, image_size: int | None, batch_size: int, seed: int) -> torch.Tensor:
+    from leakbench.harness.spec import CellSpec
+    from leakbench.harness.victim import load_batch
+
+    spec = CellSpec(attack="", dataset=dataset, batch_size=batch_size, seed=seed, data_root=data_root,
+                    image_size=image_size)
+    return load_batch(spec).images
+
+
+def cell_matching(cell_dir: Path) -> np.ndarray:
+    """The stored matching of a cell folder (`metrics.stored_matching` of its records)."""
+    return stored_matching(pd.read_parquet(cell_dir / "records.parquet", columns=["image", "matched_recon"]))
+
+
+def load_truth(path: Path, cell_id: str, *, data_root: str | None = None) -> CellTruth:
+    """Cell `cell_id` of a run folder (or the cell folder `path` itself): its re-derived ground truth, its
+    stored reconstruction and its stored matching."""
+    cell_dir = cell_folder(Path(path), cell_id)
+    spec = stored_spec(cell_dir, data_root)
+    return CellTruth(spec, truth_images(spec), load_attack_output(cell_dir), cell_matching(cell_dir))
