@@ -87,5 +87,5 @@ def test_serial_and_pool_give_the_same_records(tmp_path: Path) -> None:
 
 
 def test_load_records_of_a_folder_that_is_no_run(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no records.parquet"):
+    with pytest.raises(ConfigError, match=r"no records\.parquet"):
         api.load_records(tmp_path)

@@ -65,7 +65,7 @@ def test_registry_has_baselines_and_rejects_duplicates() -> None:
 
 @pytest.mark.parametrize("name", BASELINES)
 def test_output_contract_and_determinism(name: str) -> None:
-    batch, model, update = _case(3)
+    batch, _, update = _case(3)
     before = [p.clone() for p in update.model.parameters()]
     attack = create_attack(name, **FAST[name])
     first = attack.reconstruct(update, seed=5)
@@ -74,7 +74,7 @@ def test_output_contract_and_determinism(name: str) -> None:
     assert torch.equal(first.images, second.images)
     # The public model is left as it was handed over.
     assert all(not p.requires_grad for p in update.model.parameters())
-    assert all(torch.equal(a, b) for a, b in zip(before, update.model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, update.model.parameters(), strict=True))
     assert "seconds" in first.stats
 
 
@@ -132,7 +132,7 @@ def test_cpa_official_objective_runs() -> None:
 
 
 def test_cpa_deeper_layer_gives_features() -> None:
-    _, model, update = _case(2, width=64, depth=3)
+    _, _, update = _case(2, width=64, depth=3)
     recon = create_attack("cpa", layer=2).reconstruct(update, seed=0)
     assert recon.status == "ok" and recon.space == "feature" and recon.layer == 2
     assert recon.images is None and tuple(recon.features.shape) == (2, 64)

@@ -29,7 +29,7 @@ def bad_outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     root = tmp_path_factory.mktemp("bad")
     with ThreadPoolExecutor(max_workers=4) as pool:
         outcomes = list(pool.map(lambda case: fault_check.check_bad_input(case, root), BAD))
-    return {case.name: outcome for case, outcome in zip(BAD, outcomes)}
+    return {case.name: outcome for case, outcome in zip(BAD, outcomes, strict=True)}
 
 
 @pytest.fixture(scope="module")

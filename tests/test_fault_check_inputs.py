@@ -21,7 +21,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     root = tmp_path_factory.mktemp("bad22")
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda case: fault_check.check_bad_input(case, root), CASES))
-    return {case.name: outcome for case, outcome in zip(CASES, results)}
+    return {case.name: outcome for case, outcome in zip(CASES, results, strict=True)}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

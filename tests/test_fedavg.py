@@ -61,7 +61,8 @@ def test_attack_runs_on_a_fedavg_update_and_records_the_client() -> None:
     result = run_cell(spec)
     assert result.summary["status"] == "ok"
     row = result.records.iloc[0]
-    assert (row["client"], row["fedavg_epochs"], row["fedavg_minibatch"], row["fedavg_lr"]) == ("E=2 mb=1 η=0.1", 2, 1, 0.1)
+    client = (row["client"], row["fedavg_epochs"], row["fedavg_minibatch"], row["fedavg_lr"])
+    assert client == ("E=2 mb=1 η=0.1", 2, 1, 0.1)
 
 
 def test_dp_and_fedavg_together_is_bad_input() -> None:

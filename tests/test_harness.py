@@ -144,7 +144,7 @@ def test_manifest_records_the_seed_the_attack_ran_with(tmp_path: Path, monkeypat
     """The attack runs with a seed derived from the cell id (never the batch's): the manifest says that one."""
     handed: list[int] = []
 
-    def recording(job, update):  # noqa: ANN001, ANN202
+    def recording(job, update):
         handed.append(job.seed)
         return attack_cell(job, update)
 
@@ -251,7 +251,7 @@ def test_suite_hyperparameters_reach_their_attack_only(tmp_path: Path) -> None:
 def test_suite_hyperparameters_for_unlisted_attack_are_refused(tmp_path: Path) -> None:
     text = ('name = "hp"\ndataset = "embedded"\nattacks = ["spear"]\nbatch_sizes = [2]\n'
             '[hyperparameters.ig]\niterations = 7\n')
-    with pytest.raises(ConfigError, match="hyperparameters.ig"):
+    with pytest.raises(ConfigError, match=r"hyperparameters\.ig"):
         load_suite(_suite(tmp_path, text))
 
 

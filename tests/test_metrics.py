@@ -311,7 +311,7 @@ def test_lpips_random_trunk_is_deterministic_and_keeps_rng() -> None:
     after = torch.rand(1)
     assert torch.equal(expected, after)
     s2 = LpipsScorer.random_trunk_for_tests(seed=0)
-    for p1, p2 in zip(s1.model.parameters(), s2.model.parameters()):
+    for p1, p2 in zip(s1.model.parameters(), s2.model.parameters(), strict=True):
         assert torch.equal(p1, p2)
 
 
@@ -342,7 +342,7 @@ def test_from_weights_maps_torchvision_trunk(tmp_path: Path) -> None:
     with torch.no_grad():
         outs = scorer.model.net(x)
         ends = [2, 5, 8, 10, 12]  # the lpips slices end after these torchvision feature indices
-        for out, end in zip(outs, ends):
+        for out, end in zip(outs, ends, strict=True):
             assert torch.allclose(out, tv.features[:end](x), atol=1e-6)
     d = scorer.score(torch.rand(2, 3, 32, 32), torch.rand(2, 3, 32, 32))
     assert d.shape == (2,) and torch.isfinite(d).all()
@@ -354,7 +354,7 @@ def test_from_weights_rejects_incomplete_or_bad_files(tmp_path: Path) -> None:
     state = tv.state_dict()
     del state["features.8.weight"]
     torch.save(state, path)
-    with pytest.raises(LeakbenchError, match="slice4.8.weight"):
+    with pytest.raises(LeakbenchError, match=r"slice4\.8\.weight"):
         LpipsScorer.from_weights(path)
     state = tv.state_dict()
     state["features.3.weight"] = torch.zeros(3, 3)

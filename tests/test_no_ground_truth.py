@@ -167,5 +167,7 @@ def test_spear_small_case_is_exact_and_independent_of_truth() -> None:
     batch.images.copy_(torch.rand(batch.images.shape, generator=torch.Generator().manual_seed(1)))
     recon = create_attack("spear").reconstruct(update, seed=7)
     assert recon.status == "ok", recon.reason
-    key = lambda imgs: sorted(tuple(r) for r in (imgs * 255).round().flatten(1).to(torch.int64).tolist())
+    def key(imgs: torch.Tensor) -> list[tuple[int, ...]]:
+        return sorted(tuple(r) for r in (imgs * 255).round().flatten(1).to(torch.int64).tolist())
+
     assert key(recon.images) == key(truth)

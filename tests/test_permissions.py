@@ -51,7 +51,8 @@ def test_run_and_report_files_are_readable_by_others_under_umask_022(tmp_path: P
     from leakbench.cli import main
 
     (tmp_path / "mini.toml").write_text(MINI)
-    code = main(["run", str(tmp_path / "mini.toml"), "--out", str(tmp_path / "res"), "--reports", str(tmp_path / "rep")])
+    code = main(["run", str(tmp_path / "mini.toml"), "--out", str(tmp_path / "res"),
+                 "--reports", str(tmp_path / "rep")])
     assert code == 0
     modes = _modes(tmp_path / "res", tmp_path / "rep")
     wrong = {str(p): oct(mode) for p, mode in modes.items() if mode != (0o755 if p.is_dir() else 0o644)}

@@ -134,7 +134,7 @@ def test_cells_of_other_images_are_refused(tmp_path: Path, reference: Path, monk
     before = _tree(tmp_path)
     _fewer_photos(monkeypatch)
     try:
-        with pytest.raises(ConfigError, match="cannot be resumed: cell [0-9a-f]+: its batch"):
+        with pytest.raises(ConfigError, match=r"cannot be resumed: cell [0-9a-f]+: its batch"):
             run_sweep(str(tmp_path / "suite.toml"), out=tmp_path / "res")
     finally:
         loaders._embedded_cached.cache_clear()

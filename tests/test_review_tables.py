@@ -48,5 +48,5 @@ def test_batch_size_axis(tmp_path):
 
 
 def test_missing_run_is_one_line(tmp_path):
-    with pytest.raises(SystemExit, match="no .*records.parquet"):
+    with pytest.raises(SystemExit, match=r"no .*records\.parquet"):
         _module().main([str(tmp_path / "nothing")])

@@ -52,7 +52,7 @@ def test_defaults_never_raise_on_either_route_and_variants() -> None:
 
 
 def test_next_layer_check_is_gone_route_paper_is_its_one_home() -> None:
-    with pytest.raises(ConfigError, match="unknown hyperparameter.*next_layer_check"):
+    with pytest.raises(ConfigError, match=r"unknown hyperparameter.*next_layer_check"):
         create_attack("spear", next_layer_check=False)
 
 

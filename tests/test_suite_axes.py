@@ -51,7 +51,8 @@ def test_malformed_keys_name_the_key(tmp_path: Path, extra: str, key: str) -> No
     assert key in str(info.value) and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("name", ["paper/fedavg", "paper/dp", "paper/conv", "paper/conv-embedded", "paper/layers-images"])
+@pytest.mark.parametrize("name", ["paper/fedavg", "paper/dp", "paper/conv", "paper/conv-embedded",
+                                  "paper/layers-images"])
 def test_shipped_review_suites_parse(name: str) -> None:
     suite = load_suite(find_suite(name))
     assert suite.cells

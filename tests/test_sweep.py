@@ -76,7 +76,8 @@ def test_axes_expand_and_layerless_attacks_run_once(tmp_path: Path) -> None:
     ("layers = [0]", "layers"), ("layers = [3]", "layers"), ('layers = ["1"]', "layers"),
     ('dp = ["some"]', "dp[0]"), ("dp = [{sigma = 1.0}]", "dp[0]': missing key 'clip'"),
     ("dp = [{sigma = 1.0, clip = 1.0, colour = 2}]", "colour"), ("dp = [{sigma = true, clip = 1.0}]", "sigma"),
-    ('datasets = ["embedded"]', "datasets"), ('attacks = ["nope"]', "nope"), ("grid_images = 0", "grid_images"), ('name = "../up"', "name"), ("grid_seed = -1", "grid_seed"),
+    ('datasets = ["embedded"]', "datasets"), ('attacks = ["nope"]', "nope"), ("grid_images = 0", "grid_images"),
+    ('name = "../up"', "name"), ("grid_seed = -1", "grid_seed"),
 ])
 def test_malformed_axes_name_the_key(tmp_path: Path, line: str, key: str) -> None:
     key_name = line.split(" ")[0]
@@ -87,7 +88,7 @@ def test_malformed_axes_name_the_key(tmp_path: Path, line: str, key: str) -> Non
 
 
 def test_hyperparameter_layer_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="hyperparameters.spear.layer"):
+    with pytest.raises(ConfigError, match=r"hyperparameters\.spear\.layer"):
         load_suite(_suite(tmp_path, SUITE.replace("max_draws = 20000", "max_draws = 20000\nlayer = 2")))
 
 
@@ -210,7 +211,7 @@ def test_report_tables_figures_and_grids(tmp_path: Path, reference: Path) -> Non
     assert text.count("failed: ") == int((cells["status"] != "ok").sum())
     table = text.split("## All cells")[1].split("##")[0]
     header = [c.strip() for c in table.strip().splitlines()[0].strip("|").split("|")]
-    rows = [dict(zip(header, (c.strip() for c in line.strip("|").split(" | "))))
+    rows = [dict(zip(header, (c.strip() for c in line.strip("|").split(" | ")), strict=True))
             for line in table.strip().splitlines()[2:] if line.startswith("| ")]
     assert len(rows) == len(cells)
     for row in rows:  # a failed cell keeps its n, counts all of it as failures and 0 % exact, shows no PSNR
@@ -267,7 +268,8 @@ def test_one_statistic_everywhere(reference: Path, tmp_path: Path) -> None:
         summary = json.loads((reference / "cells" / cell["cell_id"] / "summary.json").read_text())
         for key in ("psnr_mean", "psnr_median", "ssim_mean"):
             stored = [cell[key], summary[key]]
-            assert all((v is None or math.isnan(v)) if math.isnan(s[key]) else v == pytest.approx(s[key]) for v in stored), key
+            assert all((v is None or math.isnan(v)) if math.isnan(s[key]) else v == pytest.approx(s[key])
+                       for v in stored), key
         assert cell["psnr_inf"] == summary["psnr_inf"] == s["psnr_inf"]
         row = next(line for line in report.splitlines() if line.endswith(f"| {cell['cell_id']} |"))
         assert f"| {psnr_cell(s)} |" in row
@@ -314,7 +316,8 @@ def test_report_keeps_victim_models_apart(tmp_path: Path) -> None:
     from leakbench.reporting.report import write_report
 
     (tmp_path / "suite.toml").write_text('name = "models"\ndataset = "embedded"\nattacks = ["cpa"]\n'
-                                         'batch_sizes = [2, 4]\nmodels = [{width = 64, depth = 2}, {width = 200, depth = 6}]\n')
+                                         'batch_sizes = [2, 4]\n'
+                                         'models = [{width = 64, depth = 2}, {width = 200, depth = 6}]\n')
     run_dir = run_sweep(str(tmp_path / "suite.toml"), out=tmp_path / "res").run_dir
     text = write_report(run_dir, tmp_path / "rep").read_text()
     by_b = text.split("## By batch size")[1].split("\n## ")[0]

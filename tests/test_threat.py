@@ -60,8 +60,9 @@ def test_default_cell_ids_are_those_of_main() -> None:
 
 
 def test_threat_axis_sets_what_the_update_carries(tmp_path: Path) -> None:
-    text = BASE.replace('"cpa"', '"ig"') + \
-        'threat = ["default", {labels = "known"}, {batch_size = "estimated"}, {labels = "known", batch_size = "estimated"}]\n'
+    text = BASE.replace('"cpa"', '"ig"') + (
+        'threat = ["default", {labels = "known"}, {batch_size = "estimated"},'
+        ' {labels = "known", batch_size = "estimated"}]\n')
     cells = load_suite(_suite(tmp_path, text)).cells
     assert [(c.labels_known, c.batch_size_known) for c in cells] == [(False, True), (True, True), (False, False),
                                                                      (True, False)]
@@ -142,8 +143,8 @@ def test_noise_zero_is_fedsgd_exactly_and_noise_is_seeded() -> None:
 
 
 def test_relative_noise_and_fedavg_noise() -> None:
-    batch, model, update = prepare(CellSpec(attack="cpa", **SMALL, fedavg=FedAvgConfig(), noise=1e-2,
-                                            noise_scale="max"))
+    _, _, update = prepare(CellSpec(attack="cpa", **SMALL, fedavg=FedAvgConfig(), noise=1e-2,
+                                    noise_scale="max"))
     assert update.kind == "fedavg+noise"
     clean = prepare(CellSpec(attack="cpa", **SMALL, fedavg=FedAvgConfig()))[2]
     name = next(iter(clean.gradients))
@@ -196,7 +197,8 @@ def test_reports_keep_noise_and_threat_cells_apart() -> None:
     from leakbench.reporting.aggregate import with_model
 
     cells = pd.DataFrame({"arch": "fc", "client": "fedsgd", "depth": 6, "width": 200,
-                          "noise_sigma": [0.0, 1e-4, 1e-4, 0.0], "noise_scale": ["absolute", "max", "absolute", "absolute"],
+                          "noise_sigma": [0.0, 1e-4, 1e-4, 0.0],
+                          "noise_scale": ["absolute", "max", "absolute", "absolute"],
                           "threat": ["default", "default", "labels known", "b estimated"]})
     assert list(with_model(cells)["client"]) == ["fedsgd", "fedsgd + noise σ=0.0001×max|g|",
                                                  "fedsgd + noise σ=0.0001 · labels known", "fedsgd · b estimated"]

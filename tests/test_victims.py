@@ -139,7 +139,7 @@ def test_train_epochs_zero_keeps_old_ids_and_batches():
     for old, spec in OLD_IDS.items():
         assert cell_id(spec) == old and cell_id(CellSpec(**{**spec.__dict__, "train_epochs": 0})) == old
         assert "train_epochs" not in spec_dict(spec) and "recipe" not in spec_dict(spec)
-    batch, model, update = prepare(OLD_IDS["ea7304d7fc324182"])
+    batch, _, update = prepare(OLD_IDS["ea7304d7fc324182"])
     assert batch.indices == (1382, 1523, 1670, 1729)  # main's batch for this seed
     # rel 1e-6, not 1e-9: Pillow releases decode and resize the bundled photos a few ULPs apart
     # (a fresh venv of the same requirements.txt gives 44.11213984228277)

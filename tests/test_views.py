@@ -87,7 +87,7 @@ def test_baselines_view_one_row_per_cell_in_suite_order_with_notes() -> None:
     table = apply_view("baselines", cells).table
     assert list(table.columns) == ["attack", "model", "batch_size", "seed", "exact_pct", "psnr_mean", "psnr_median",
                                    "ssim_mean", "seconds", "status", "note"]
-    assert list(zip(table["attack"], table["model"])) == [("ig", "FC-6 w200"), ("ig", "FC-2 w256"),
+    assert list(zip(table["attack"], table["model"], strict=True)) == [("ig", "FC-6 w200"), ("ig", "FC-2 w256"),
                                                           ("cpa", "FC-6 w200")]
     assert list(table["note"]) == ["ICA not converged", "loss 1->0.25", "ICA exploded"]
     assert list(table["exact_pct"]) == [50.0, 0.0, 0.0]
@@ -197,7 +197,8 @@ def test_view_command_prints_and_writes_csv(reproduced: Path, capsys: pytest.Cap
     out = reproduced / "view" / "speed.csv"
     assert main(["view", "spear-speed", str(reproduced / "res" / "tiny-views"), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert printed.startswith("## Speed per batch size") and "| attack | model | noise\\_sigma | batch\\_size |" in printed
+    assert printed.startswith("## Speed per batch size")
+    assert "| attack | model | noise\\_sigma | batch\\_size |" in printed
     cells = pd.read_parquet(reproduced / "res" / "tiny-views" / "cells.parquet")
     assert out.read_text() == apply_view("spear-speed", cells).csv()
 

@@ -66,7 +66,8 @@ def json_bytes(payload: dict[str, Any]) -> bytes:
 
 def load_attack_output(folder: Path) -> AttackOutput:
     """Read back the files of `attack_output_files` (raises OSError/ValueError/KeyError when damaged)."""
-    return decode_attack_output(json.loads((folder / ATTACK_FILE).read_text()), (folder / RECONSTRUCTION_FILE).read_bytes())
+    return decode_attack_output(json.loads((folder / ATTACK_FILE).read_text()),
+                                (folder / RECONSTRUCTION_FILE).read_bytes())
 
 
 def encode_attack_output(output: AttackOutput) -> tuple[dict[str, Any], bytes]:

@@ -379,7 +379,8 @@ def _worker_env() -> dict[str, str]:
 
 def _exit_text(code: int | None) -> str:
     if code is not None and code < 0:
-        return f"killed by {signal.Signals(-code).name}" if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+        known = -code in signal.Signals._value2member_map_
+        return f"killed by {signal.Signals(-code).name}" if known else f"signal {-code}"
     return f"exit code {code}"
 
 
@@ -462,7 +463,8 @@ def _child(receive_fd: int, send_fd: int) -> None:
             try:
                 apply(policy(sys.path, cell["hidden"], cell["scratch"]))
             except Exception as exc:  # noqa: BLE001 — fail closed: no attack runs with less isolation than recorded
-                send.send_bytes(json.dumps({"kind": "error", "message": f"the sandbox could not be applied: {exc}"}).encode())
+                message = f"the sandbox could not be applied: {exc}"
+                send.send_bytes(json.dumps({"kind": "error", "message": message}).encode())
                 os._exit(0)
         sys.addaudithook(Guard(cell["hidden"]))
         _answer(send, receive, attack_cell, attack_progress)

@@ -38,7 +38,7 @@ import pickle
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -188,7 +188,7 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
     """Admits only what a pickle of plain numpy arrays needs: ``ndarray``, ``dtype`` and the
     array reconstructor. Any other global (``os.system``, ``builtins.eval``, ...) is refused."""
 
-    _ALLOWED = {
+    _ALLOWED: ClassVar[dict[tuple[str, str], Any]] = {
         ("numpy", "ndarray"): np.ndarray,
         ("numpy", "dtype"): np.dtype,
         ("numpy.core.multiarray", "_reconstruct"): np.ndarray.__reduce__(np.zeros(0))[0],
@@ -215,7 +215,7 @@ def load_numpy_pickle(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
             data = _NumpyOnlyUnpickler(fh).load()
-    except Exception as exc:  # noqa: BLE001 — refused globals, truncated files, not a pickle...
+    except Exception as exc:  # refused globals, truncated files, not a pickle...
         raise LeakbenchError(f"cannot read {path} as a pickle of numpy arrays: {exc}") from exc
 
     def check(node: Any, where: str) -> None:

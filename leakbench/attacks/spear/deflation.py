@@ -9,8 +9,9 @@ Candidate patterns are turned into samples and tested with the next layer's grad
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

@@ -20,7 +20,8 @@ from scipy import integrate, special, stats
 def hit_probability(z: np.ndarray, m: int, rows: int) -> np.ndarray:
     """π = C(z, rows) / C(m, rows): a uniform `rows`-subset of m neurons lies in z zeros."""
     z = np.asarray(z, dtype=float)
-    logp = special.gammaln(z + 1) - special.gammaln(z - rows + 1) - special.gammaln(m + 1) + special.gammaln(m - rows + 1)
+    logp = (special.gammaln(z + 1) - special.gammaln(z - rows + 1)
+            - special.gammaln(m + 1) + special.gammaln(m - rows + 1))
     return np.where(z >= rows, np.exp(logp), 0.0)
 
 
