@@ -112,8 +112,8 @@ def reproduce(name: str, *, out: Path = Path("results"), reports: Path = Path("r
     from leakbench.reporting.views import VIEWS, apply_view
 
     paper = PAPERS.create(name)
-    for view in paper.views:
-        VIEWS.entry(view)  # a misspelt view fails now, not after the suite ran
+    for view_name in paper.views:
+        VIEWS.entry(view_name)  # a misspelt view fails now, not after the suite ran
     report = run_suite(paper.suite, out=Path(out), reports=Path(reports), **kwargs)
     done = Reproduction(report)
     if not paper.views:

@@ -170,7 +170,7 @@ def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Pa
     return Sweep(run_dir, suite, len(todo), len(tasks) - len(todo), seconds, records, cells)
 
 
-def reusable_cells(run_dir: Path, tasks: list[Task]) -> tuple[set[str], Counter]:
+def reusable_cells(run_dir: Path, tasks: list[Task]) -> tuple[set[str], Counter[str | None]]:
     """The stored cells a resumed sweep skips, and their git revisions (revision → count).
 
     A damaged cell is recomputed (one warning line each). An intact one is checked against what this
