@@ -204,32 +204,38 @@ def _assert_refused(results, key: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ITEM["5"])
 def test_item5_spear_guided_nested_options_refused(results, key: str) -> None:
     _assert_refused(results, key)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ITEM["6"])
 def test_item6_sub_options_without_their_main_option_refused(results, key: str) -> None:
     line = _assert_refused(results, key)
     assert ("--dp-sigma" if "sigma" in key else "--fedavg-epochs") in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ITEM["7"])
 def test_item7_bounds_and_unwritable_outputs_refused(results, key: str) -> None:
     _assert_refused(results, key)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ITEM["8"])
 def test_item8_suite_and_option_errors_refused(results, key: str) -> None:
     _assert_refused(results, key)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ITEM["10"])
 def test_item10_annotation_path_outside_data_root_refused(results, key: str) -> None:
     _assert_refused(results, key)
 
 
+@pytest.mark.slow
 def test_item8_reports_file_names_the_right_option(results) -> None:
     line = _assert_refused(results, "run_reports_is_a_file")
     assert "--out" not in line

@@ -24,6 +24,9 @@ from leakbench.harness.sandbox import FULL, SWITCH, level
 from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
 
+# Every test here runs cells, sweeps, the CLI or attack workers (seconds each): `make test` only.
+pytestmark = pytest.mark.slow
+
 # path: the worker imports them too
 
 B = 4

@@ -68,6 +68,7 @@ def test_embedded_refuses_without_scikit_image(without_skimage) -> None:
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_run_without_scikit_image_is_one_line_and_writes_nothing(without_skimage, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from leakbench.cli import main

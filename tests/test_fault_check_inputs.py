@@ -13,6 +13,9 @@ import pytest
 from conftest import load_benchmark
 
 fault_check = load_benchmark("fault_check")
+
+# The cases run the real CLI in subprocesses (a module fixture runs them all first): `make test` only.
+pytestmark = pytest.mark.slow
 CASES = fault_check.ISSUE_22
 
 

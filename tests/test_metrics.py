@@ -367,6 +367,7 @@ def test_from_weights_rejects_incomplete_or_bad_files(tmp_path: Path) -> None:
         LpipsScorer.from_weights(junk)
 
 
+@pytest.mark.slow
 def test_load_lpips_missing_explicit_path(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere" / "alexnet.pth"
     with pytest.warns(UserWarning, match="LPIPS not computed"):
@@ -375,6 +376,7 @@ def test_load_lpips_missing_explicit_path(tmp_path: Path) -> None:
     assert str(missing) in note and "--lpips-weights" in note
 
 
+@pytest.mark.slow
 def test_load_lpips_explicit_path(tmp_path: Path) -> None:
     path = tmp_path / "w.pth"
     _save_torchvision_alexnet(path)  # loads, but a random AlexNet is not the genuine one
@@ -383,6 +385,7 @@ def test_load_lpips_explicit_path(tmp_path: Path) -> None:
     assert scorer is None and str(path) in note and "0.722" in note
 
 
+@pytest.mark.slow
 def test_load_lpips_explicit_path_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "w.pth"
     _save_torchvision_alexnet(path)
@@ -414,6 +417,7 @@ def test_find_weights_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert find_alexnet_weights(tmp_path / "missing.pth") is None
 
 
+@pytest.mark.slow
 def test_load_lpips_never_random(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "empty_hub"))
     monkeypatch.delenv(WEIGHTS_ENV_VAR, raising=False)

@@ -133,6 +133,7 @@ def _assert_same_reconstruction(a: Reconstruction, b: Reconstruction, what: str)
             assert torch.equal(x, y), f"{field} {what}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ATTACKS.names())
 def test_attack_output_ignores_ground_truth(name: str) -> None:
     cls = attack_class(name)
@@ -161,6 +162,7 @@ def test_attack_output_ignores_ground_truth(name: str) -> None:
     assert torch.equal(cached, original)
 
 
+@pytest.mark.slow
 def test_spear_small_case_is_exact_and_independent_of_truth() -> None:
     batch, _, update = _case()
     truth = batch.images.clone()

@@ -47,6 +47,7 @@ def test_honour_umask_gives_what_open_and_mkdir_give(tmp_path: Path) -> None:
         os.umask(old)
 
 
+@pytest.mark.slow
 def test_run_and_report_files_are_readable_by_others_under_umask_022(tmp_path: Path, umask_022: None) -> None:
     from leakbench.cli import main
 

@@ -19,6 +19,9 @@ from conftest import CLI_TIMEOUT_S, REPO_ROOT
 
 from leakbench.harness.sandbox import FULL, level
 
+# Every test here runs cells, sweeps, the CLI or attack workers (seconds each): `make test` only.
+pytestmark = pytest.mark.slow
+
 EXAMPLE = REPO_ROOT / "examples" / "leakbench-example-plugin"
 CLASH = '''\
 from dataclasses import dataclass

@@ -15,6 +15,9 @@ from leakbench.harness import cell as cell_module
 from leakbench.harness.artifacts import load_attack_output
 from leakbench.harness.rescore import rescore_run
 
+# Every test here runs cells, sweeps, the CLI or attack workers (seconds each): `make test` only.
+pytestmark = pytest.mark.slow
+
 SUITE = """\
 name = "rescore"
 dataset = "embedded"

@@ -92,6 +92,7 @@ print(out)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(level()[0] != FULL, reason=f"this kernel or install cannot sandbox: {level()[1]}")
 def test_the_kernel_refuses_what_the_policy_does_not_allow(tmp_path: Path) -> None:
     secret = tmp_path / "private" / "x.png"

@@ -83,6 +83,7 @@ def _exact_cell(spec: CellSpec) -> dict:
     return s
 
 
+@pytest.mark.slow
 def test_guided_exact_on_embedded_with_cpa_guide() -> None:
     s = _exact_cell(CellSpec(attack="spear-guided", dataset="embedded", batch_size=24, seed=0,
                              hyperparameters={"max_draws": 2_000_000}))
@@ -91,6 +92,7 @@ def test_guided_exact_on_embedded_with_cpa_guide() -> None:
     assert stats["guided_draws"] == stats["draws"]
 
 
+@pytest.mark.slow
 def test_useless_guide_still_exact_or_honest() -> None:
     """A few steps of DLG from noise predict nothing; the pools grow and SPEAR still answers exactly."""
     s = _exact_cell(CellSpec(attack="spear-guided", dataset="embedded", batch_size=6, seed=1,

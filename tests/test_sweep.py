@@ -103,6 +103,7 @@ def test_grid_selection_is_seeded_and_independent_of_results() -> None:
     assert grid_selection("0123456789abcdef", 3, 8, seed=0) == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_grid_selection_is_in_the_manifest_before_cells_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The selection is planned before any attack: a sweep that runs nothing still records it."""
     monkeypatch.setattr(run_module, "execute", lambda *a, **k: None)
@@ -119,6 +120,7 @@ def test_grid_selection_is_in_the_manifest_before_cells_run(tmp_path: Path, monk
     assert len(by_batch) == 2 and all(len(picks) == 1 for picks in by_batch.values())
 
 
+@pytest.mark.slow
 def test_stored_grid_selection_matches_the_plan(reference: Path) -> None:
     manifest = json.loads((reference / "manifest.json").read_text())
     for cell in manifest["cells"]:
@@ -129,6 +131,7 @@ def test_stored_grid_selection_matches_the_plan(reference: Path) -> None:
 # --------------------------------------------------------------------------- resume and atomicity
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_resumes_without_duplicates(tmp_path: Path, reference: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     real = executors.run_task
@@ -157,6 +160,7 @@ def test_interrupted_sweep_resumes_without_duplicates(tmp_path: Path, reference:
     assert (again.ran, again.skipped) == (0, 12)
 
 
+@pytest.mark.slow
 def test_no_resume_reruns_every_cell(tmp_path: Path, reference: Path) -> None:
     out = tmp_path / "res"
     text = SUITE.replace('attacks = ["spear", "ig"]', 'attacks = ["spear"]').split("[hyperparameters.ig]")[0]
@@ -166,6 +170,7 @@ def test_no_resume_reruns_every_cell(tmp_path: Path, reference: Path) -> None:
     assert (sweep.ran, sweep.skipped) == (8, 0)
 
 
+@pytest.mark.slow
 def test_failed_cells_are_stored_and_counted(reference: Path) -> None:
     cells = pd.read_parquet(reference / "cells.parquet")
     failed = cells[cells["status"] != "ok"]
@@ -175,11 +180,13 @@ def test_failed_cells_are_stored_and_counted(reference: Path) -> None:
     assert (records.groupby("cell_id")["status"].first() != "ok").sum() == len(failed)
 
 
+@pytest.mark.slow
 def test_pool_gives_the_same_records_as_serial(tmp_path: Path, reference: Path) -> None:
     sweep = run_sweep(str(_suite(tmp_path)), out=tmp_path / "res", executor="pool", jobs=2)
     _same_records(sweep.run_dir, reference)
 
 
+@pytest.mark.slow
 def test_ray_gives_the_same_records_as_serial(tmp_path: Path, reference: Path) -> None:
     sweep = run_sweep(str(_suite(tmp_path)), out=tmp_path / "res", executor="ray", jobs=2)
     _same_records(sweep.run_dir, reference)
@@ -195,6 +202,7 @@ def test_unknown_executor_and_bad_jobs(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- reports
 
 
+@pytest.mark.slow
 def test_report_tables_figures_and_grids(tmp_path: Path, reference: Path) -> None:
     md = write_report(reference, tmp_path / "rep")
     text = md.read_text()
@@ -226,6 +234,7 @@ def test_report_tables_figures_and_grids(tmp_path: Path, reference: Path) -> Non
     assert (tmp_path / "rep" / "sweep.html").read_text().startswith("<!DOCTYPE html>")
 
 
+@pytest.mark.slow
 def test_leaderboard_is_deterministic(tmp_path: Path, reference: Path) -> None:
     first = [p.read_bytes() for p in write_leaderboard(reference.parent, tmp_path / "a")]
     # The same records in another order, in another folder: the same bytes.
@@ -245,6 +254,7 @@ def test_leaderboard_without_results_is_an_error(tmp_path: Path) -> None:
         write_leaderboard(tmp_path, tmp_path / "rep")
 
 
+@pytest.mark.slow
 def test_sweep_on_real_data(tmp_path: Path, tinyimagenet_root: Path) -> None:
     text = ('name = "real"\ndataset = "tinyimagenet"\nattacks = ["spear"]\nbatch_sizes = [1, 2]\nwidth = 64\n'
             'depth = 3\ndp = ["none", {sigma = 1e-2, clip = 1.0}]\n[hyperparameters.spear]\nmax_draws = 20000\n')
@@ -254,6 +264,7 @@ def test_sweep_on_real_data(tmp_path: Path, tinyimagenet_root: Path) -> None:
     assert list(plain["status"]) == ["ok"] and (sweep.records["dp_epsilon"] > 0).all()
 
 
+@pytest.mark.slow
 def test_one_statistic_everywhere(reference: Path, tmp_path: Path) -> None:
     """cells.parquet, each cell's summary.json, the report's per-cell table and the leaderboard agree."""
     import math
@@ -297,6 +308,7 @@ def test_pivot_entry_in_feature_space_shows_the_feature_error() -> None:
     assert triple(image) == "50 % · 21.3 dB · 0.125"
 
 
+@pytest.mark.slow
 def test_leaderboard_links_only_to_grids_that_exist(tmp_path: Path, reference: Path) -> None:
     """Entries link to the suite report's grids when that report lies in the same reports folder, never to
     files that are not there."""
@@ -310,6 +322,7 @@ def test_leaderboard_links_only_to_grids_that_exist(tmp_path: Path, reference: P
     assert targets and all((tmp_path / "full" / t).is_file() for t in targets)
 
 
+@pytest.mark.slow
 def test_report_keeps_victim_models_apart(tmp_path: Path) -> None:
     """With a models axis, the per-axis tables hold the model fixed and the model gets a table of its own:
     two victims are never pooled into one point."""

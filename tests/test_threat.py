@@ -83,6 +83,7 @@ def test_dp_and_fedavg_updates_follow_the_threat_model(client: dict) -> None:
     assert torch.equal(update.labels, batch.labels) and update.batch_size is None
 
 
+@pytest.mark.slow
 def test_labels_attack_refused_up_front_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     path = _suite(tmp_path, BASE.replace('"cpa"', '"needs-labels"') + 'threat = [{labels = "known"}, "default"]\n')
@@ -93,6 +94,7 @@ def test_labels_attack_refused_up_front_through_the_cli(tmp_path: Path, capsys: 
     assert not out.exists() and not (tmp_path / "rep").exists()
 
 
+@pytest.mark.slow
 def test_batch_size_attack_refused_when_estimated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     rc = main(["run", str(_suite(tmp_path, BASE + 'threat = [{batch_size = "estimated"}]\n')), "--out", str(out),
@@ -172,6 +174,7 @@ def test_malformed_threat_and_noise_keys(tmp_path: Path, extra: str, key: str) -
     assert key in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_records_carry_threat_and_noise_columns() -> None:
     spec = CellSpec(attack="cpa", **SMALL, labels_known=True, noise=1e-4)
     result = run_cell(spec, isolate=False)

@@ -147,6 +147,7 @@ def test_train_epochs_zero_keeps_old_ids_and_batches():
                                                                                                    rel=1e-6)
 
 
+@pytest.mark.slow
 def test_train_epochs_zero_records_are_todays():
     """At init a cell is scored against the batch and victim built as before (the whole dataset,
     build_model at the cell's seed): its records equal the records of its attack's output scored on
@@ -167,6 +168,7 @@ def test_train_epochs_zero_records_are_todays():
     assert other.indices != batch.indices
 
 
+@pytest.mark.slow
 def test_trained_cell_records_name_the_victim():
     from leakbench.harness.cell import run_cell
 
@@ -221,6 +223,7 @@ def test_suite_refuses_bad_training(tmp_path, body, message):
         _suite(tmp_path, body)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["-1", "1001", "x", "1.5"])
 def test_cli_bad_train_epochs(tmp_path, value):
     out = tmp_path / "out"
@@ -240,6 +243,7 @@ def test_check_cells_refuses_a_batch_larger_than_the_attack_part():
         check_cells([CellSpec(attack="ig", dataset="digits", batch_size=200, width=32, depth=3, train_epochs=1)])
 
 
+@pytest.mark.slow
 def test_victims_table_from_a_stored_run(tmp_path):
     """The doc's tables come from the stored records; the ReLU sparsity at init is that of the victim
     and batch built directly; prose outside the markers survives a regeneration."""

@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 from conftest import CLI_TIMEOUT_S, REPO_ROOT
 
+# Every test here runs cells, sweeps, the CLI or attack workers (seconds each): `make test` only.
+pytestmark = pytest.mark.slow
+
 MINI = """\
 name = "wheel-mini"
 dataset = "embedded"
