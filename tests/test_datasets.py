@@ -322,6 +322,7 @@ def test_mnist_real_data() -> None:
     assert sample_batch(ds, 4, seed=0).images.shape == (4, 1, 28, 28)
 
 
+@pytest.mark.slow
 def test_tinyimagenet_real_data(tinyimagenet: ImageDataset) -> None:
     ds = tinyimagenet
     _check_contract(ds, (3, 64, 64), 200)

@@ -110,6 +110,7 @@ def test_leaderboard_over_foreign_tables_is_one_line(tmp_path: Path, content: st
     assert not (tmp_path / "reports").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("body, match", [("import sys\nsys.exit(3)\n", "SystemExit: 3"),
                                          ("raise KeyboardInterrupt\n", "KeyboardInterrupt"),
                                          ("raise SystemExit\n", "SystemExit")])

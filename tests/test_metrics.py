@@ -303,6 +303,7 @@ def test_lpips_random_trunk_plumbing() -> None:
         scorer.score(_images(1, 2, 8, 8), _images(1, 2, 8, 8))
 
 
+@pytest.mark.slow
 def test_lpips_random_trunk_is_deterministic_and_keeps_rng() -> None:
     torch.manual_seed(123)
     expected = torch.rand(1)
@@ -333,6 +334,7 @@ def _save_torchvision_alexnet(path: Path) -> torch.nn.Module:
     return model
 
 
+@pytest.mark.slow
 def test_from_weights_maps_torchvision_trunk(tmp_path: Path) -> None:
     path = tmp_path / "alexnet-owt-7be5be79.pth"
     tv = _save_torchvision_alexnet(path)
@@ -348,6 +350,7 @@ def test_from_weights_maps_torchvision_trunk(tmp_path: Path) -> None:
     assert d.shape == (2,) and torch.isfinite(d).all()
 
 
+@pytest.mark.slow
 def test_from_weights_rejects_incomplete_or_bad_files(tmp_path: Path) -> None:
     path = tmp_path / "partial.pth"
     tv = _save_torchvision_alexnet(path)

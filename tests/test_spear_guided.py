@@ -119,6 +119,7 @@ def test_stalled_guides_share_chunks_with_spear() -> None:
     assert guide.calls == 2
 
 
+@pytest.mark.slow
 def test_batch_found_by_the_last_chunk_is_still_verified() -> None:
     """Regression: embedded b = 8, layer 3 (CPA is a poor guide there) finds the 8th sample with the
     chunk that spends the 300 k draw budget with attack seed 0; the batch must be verified, not reported

@@ -48,6 +48,7 @@ def simulate_draws(z: np.ndarray, m: int, deflation: bool, rng: np.random.Genera
     return draws
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("deflation", [False, True])
 def test_expected_draws_matches_simulation(deflation):
     rng = np.random.default_rng(0)

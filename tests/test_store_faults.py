@@ -383,6 +383,7 @@ def test_report_of_a_run_that_planned_a_cell_twice(tmp_path: Path, reference: Pa
 # --------------------------------------------------------------------------- 9: Ctrl-C with a process pool
 
 
+@pytest.mark.slow
 def test_pool_interrupt_stops_at_once(tmp_path: Path) -> None:
     """Ctrl-C (here: raised as the first cell reports) cancels what is queued and ends the running workers."""
     from pool_helpers import slow_task
@@ -404,6 +405,7 @@ def test_pool_interrupt_stops_at_once(tmp_path: Path) -> None:
     assert started == ["0", "1"] and finished == ["0"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_stop_signals_end_the_pool_like_ctrl_c(tmp_path: Path, sig: int) -> None:
     """SIGTERM / SIGHUP to the sweep's process (`kill PID`) raise `Terminated`: the pool's workers are ended at

@@ -104,6 +104,7 @@ def test_partition_parts_are_disjoint_and_cover(name):
     assert np.array_equal(parts.attack, again.attack) and np.array_equal(parts.train, again.train)
 
 
+@pytest.mark.slow
 def test_training_never_sees_an_attacked_image(monkeypatch):
     """Every batch a trained victim is attacked on lies in the attack part; the indices the training
     loop actually reads (recorded here) never meet it."""
