@@ -1,4 +1,5 @@
 # leakbench — `make run` (default suite on embedded data), `make test`, `make nightly`.
+# The fast loop: `make check` (lint + types + the tests not marked slow, under 3 minutes on two cores).
 # Shipped suites live in leakbench/suites/ (package data); benchmarks/ holds scripts and review suites.
 # VENV may point outside the clone (CI reuses one venv under ~/.cache keyed on the requirements files).
 VENV ?= .venv
@@ -11,7 +12,7 @@ RUN := PYTHONPATH=$(CURDIR) $(PY)
 JOBS ?= 1
 DATA_ROOT ?= ../shared/data
 
-.PHONY: run test venv nightly leaderboard dp-figure claims clean
+.PHONY: run test check lint types venv nightly leaderboard dp-figure claims clean
 
 # Resumable: a rerun skips finished cells (`leakbench run --no-resume` reruns all).
 run: $(STAMP)
@@ -36,8 +37,21 @@ dp-figure: $(STAMP)
 claims: $(STAMP)
 	$(RUN) benchmarks/claims.py docs/claims.toml --data-root $(DATA_ROOT)
 
+# The full suite (CI, with lint and types first: `.ci/run`).
 test: $(STAMP)
 	$(RUN) -m pytest -q
+
+# The gate: ruff over everything, mypy --strict over the package ([tool.ruff] and [tool.mypy] in pyproject.toml).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+types: $(STAMP)
+	$(RUN) -m mypy
+
+# Before every commit: the gate, then the tests not marked slow (a slow test takes more than about a second:
+# whole cells, CLI subprocesses, sandboxed workers; `make test` runs them too).
+check: lint types
+	$(RUN) -m pytest -q -m "not slow"
 
 venv: $(STAMP)
 

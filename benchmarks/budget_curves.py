@@ -148,7 +148,7 @@ def plot(table: pd.DataFrame, out: Path, title: str) -> None:
     fig, axes = plt.subplots(1, len(metrics), figsize=(6.2 * len(metrics), 4.4), squeeze=False)
     curves = table[table["steps"].notna()]
     lines = table[table["steps"].isna()]
-    for ax, (col, label) in zip(axes[0], metrics):
+    for ax, (col, label) in zip(axes[0], metrics, strict=True):
         for (attack, size), group in curves.groupby(["attack", "image_size"], sort=False):
             mean = group.groupby("steps")[col].mean()
             ax.plot(mean.index, mean.values, marker="o", ms=3, label=f"{attack} ({size}×{size})")

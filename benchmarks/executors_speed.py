@@ -47,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.perf_counter() - start
         reference = reference or (sweep.run_dir, wall)
         rows.append({"executor": executor, "jobs": jobs, "cells": sweep.ran, "wall_s": round(wall, 1),
-                     "sum_cell_s": round(float(sweep.cells["seconds"].sum()), 1), "load_avg": round(os.getloadavg()[0], 1),
-                     "speedup": round(reference[1] / wall, 2), "same_records": not records_difference(reference[0], sweep.run_dir),
+                     "sum_cell_s": round(float(sweep.cells["seconds"].sum()), 1),
+                     "load_avg": round(os.getloadavg()[0], 1), "speedup": round(reference[1] / wall, 2),
+                     "same_records": not records_difference(reference[0], sweep.run_dir),
                      "note": ""})
         print(rows[-1], file=sys.stderr, flush=True)
     print(pd.DataFrame(rows).to_markdown(index=False) if _has_tabulate() else pd.DataFrame(rows).to_string(index=False))

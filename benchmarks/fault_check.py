@@ -14,7 +14,8 @@ Two kinds of case, each in a folder of its own under the scratch folder:
   left, and every user file is intact.
 
 Cases carry the number of the item of issue 12 they reproduce (0: a case that behaved before issue
-12 and is kept as a regression case; 22: issue 22's bad inputs and faults, `--only item:22`). Prints a line per case that misbehaves, then
+12 and is kept as a regression case; 22: issue 22's bad inputs and faults, `--only item:22`). Prints a
+line per case that misbehaves, then
 
     bad inputs N, clean N; faults K, recovered K; files outside the output folders 0; user files deleted 0
 
@@ -65,7 +66,8 @@ def snapshot(folder: Path) -> dict[str, str]:
     out = {}
     for path in sorted(folder.rglob("*")):
         rel = str(path.relative_to(folder))
-        out[rel] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "other"
+        out[rel] = ("dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file()
+                    else "other")
     return out
 
 
@@ -278,7 +280,8 @@ _BAD_ATTACK_ARGS: dict[str, tuple[str, ...]] = {
     "batch_size_zero": ("attack", "--attack", "spear", "--batch-size", "0", "--out", "{d}/out"),
     "batch_size_negative": ("attack", "--attack", "spear", "--batch-size", "-3", "--out", "{d}/out"),
     "batch_over_width": ("attack", "--attack", "spear", "--batch-size", "9", "--width", "8", "--out", "{d}/out"),
-    "batch_over_input": ("attack", "--attack", "spear", "--dataset", "digits", "--batch-size", "65", "--out", "{d}/out"),
+    "batch_over_input": ("attack", "--attack", "spear", "--dataset", "digits", "--batch-size", "65",
+                         "--out", "{d}/out"),
     "width_zero": attack("--width", "0"),
     "width_negative": attack("--width", "-5"),
     "depth_one": attack("--depth", "1"),
@@ -372,7 +375,8 @@ def _param(attack_name: str, *params: str, extra: tuple[str, ...] = ()) -> tuple
 
 def _hyper(attack_name: str, table: str, extra: str = "") -> dict[str, str]:
     """A suite of `attack_name` with `[hyperparameters.NAME]` holding `table`."""
-    return {"suite.toml": suite(attacks=f'["{attack_name}"]', extra=f"{extra}[hyperparameters.{attack_name}]\n{table}\n")}
+    return {"suite.toml": suite(attacks=f'["{attack_name}"]',
+                                extra=f"{extra}[hyperparameters.{attack_name}]\n{table}\n")}
 
 
 def _foreign_tables(d: Path) -> None:
@@ -387,8 +391,10 @@ def _foreign_tables(d: Path) -> None:
 LONG = "x" * 300
 """A 300-character name: longer than file systems allow for one path component."""
 PLUGINS = {"plug_exit.py": "import sys\nsys.exit(3)\n", "plug_interrupt.py": "raise KeyboardInterrupt\n",
-           "plug_odd_name.py": ("from dataclasses import dataclass\n\nfrom leakbench.attacks import Attack, register_attack\n\n\n"
-                                "@dataclass(frozen=True)\nclass Config:\n    \"\"\"x: nothing.\"\"\"\n\n    x: int = 0\n\n\n"
+           "plug_odd_name.py": ("from dataclasses import dataclass\n\n"
+                                "from leakbench.attacks import Attack, register_attack\n\n\n"
+                                "@dataclass(frozen=True)\nclass Config:\n"
+                                "    \"\"\"x: nothing.\"\"\"\n\n    x: int = 0\n\n\n"
                                 "@register_attack\nclass Odd(Attack):\n    name = 'odd name/../<b>'\n"
                                 "    description = 'odd'\n    Config = Config\n\n"
                                 "    def reconstruct(self, update, *, seed):\n        raise NotImplementedError\n")}
@@ -419,7 +425,8 @@ ISSUE_22: list[BadInput] = [  # item 22: issue 22's "Bad input" item (`--only it
     BadInput("suite_iterations_10_12", 22, run_args(), _hyper("ig", "iterations = 1_000_000_000_000"),
              mention="iterations"),
     BadInput("suite_fedavg_epochs_1e9", 22, run_args(),
-             {"suite.toml": suite(extra="fedavg = [{epochs = 1000000000, minibatch = 0, lr = 0.1}]\n")}, mention="epochs"),
+             {"suite.toml": suite(extra="fedavg = [{epochs = 1000000000, minibatch = 0, lr = 0.1}]\n")},
+             mention="epochs"),
     BadInput("suite_fedavg_lr_nan", 22, run_args(),
              {"suite.toml": suite(extra="fedavg = [{epochs = 1, minibatch = 0, lr = nan}]\n")}, mention="lr"),
     BadInput("suite_inversion_steps_10_12", 22, run_args(),
@@ -430,7 +437,8 @@ ISSUE_22: list[BadInput] = [  # item 22: issue 22's "Bad input" item (`--only it
              {"suite.toml": suite(extra="dp = [{sigma = 1.0, clip = 1.0, steps = 9223372036854775807}]\n")},
              mention="steps"),
     BadInput("suite_train_weight_decay_inf", 22, run_args(),
-             {"suite.toml": suite(extra="train_epochs = [1]\ntrain = { weight_decay = inf }\n")}, mention="weight_decay"),
+             {"suite.toml": suite(extra="train_epochs = [1]\ntrain = { weight_decay = inf }\n")},
+             mention="weight_decay"),
     BadInput("suite_grid_images_1e9", 22, run_args(),
              {"suite.toml": suite().replace("grid_images = 2", "grid_images = 1000000000")}, mention="grid_images"),
     BadInput("suite_grid_seed_1e400", 22, run_args(), {"suite.toml": suite(extra="grid_seed = 1e400\n")},
@@ -464,14 +472,16 @@ ISSUE_22: list[BadInput] = [  # item 22: issue 22's "Bad input" item (`--only it
              {"results/theirs/cells.parquet": "not parquet\n", "results/theirs/records.parquet": "not parquet\n"},
              mention="cells.parquet"),
     BadInput("leaderboard_over_foreign_tables", 22, ("leaderboard", "--results", "{d}/results", "--reports",
-                                                     "{d}/reports"), setup=_foreign_tables, mention="not a leakbench table"),
+                                                     "{d}/reports"),
+             setup=_foreign_tables, mention="not a leakbench table"),
     # plugins that misbehave at import
     BadInput("plugin_system_exit", 22, ("list", "attacks", "--plugin", "plug_exit"), PLUGINS, mention="SystemExit"),
     BadInput("plugin_keyboard_interrupt", 22, ("list", "attacks", "--plugin", "plug_interrupt"), PLUGINS,
              mention="KeyboardInterrupt"),
     BadInput("plugin_odd_attack_name", 22, ("list", "attacks", "--plugin", "plug_odd_name"), PLUGINS,
              mention="not allowed"),
-    BadInput("suite_plugin_system_exit", 22, run_args(), {**PLUGINS, "suite.toml": 'plugins = ["plug_exit"]\n' + suite()},
+    BadInput("suite_plugin_system_exit", 22, run_args(),
+             {**PLUGINS, "suite.toml": 'plugins = ["plug_exit"]\n' + suite()},
              mention="SystemExit"),
 ]
 
@@ -558,7 +568,8 @@ def _judge_resume(d: Path, reference: Path, proc: subprocess.CompletedProcess[st
     difference = records_difference(run, reference)
     if difference:
         return Outcome(False, f"records differ from the uninterrupted run: {difference}", deleted=deleted)
-    damaged = [str(p.relative_to(run)) for cell in (run / "cells").iterdir() for p in cell.iterdir() if not _readable(p)]
+    damaged = [str(p.relative_to(run)) for cell in (run / "cells").iterdir() for p in cell.iterdir()
+               if not _readable(p)]
     if damaged:
         return Outcome(False, f"damaged files left in place: {damaged[:3]}", deleted=deleted)
     return Outcome(deleted == 0, "" if not deleted else f"{deleted} user files deleted", deleted=deleted)
@@ -656,7 +667,9 @@ def _signal_and_resume(sig: int, jobs: int, suite_text: str, after: int) -> Call
         first = subprocess.Popen([sys.executable, "-m", "leakbench", *args], cwd=d, env=env, start_new_session=True,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                  preexec_fn=_default_sigint)
-        count = lambda: len([p for p in cells_dir.iterdir() if not p.name.startswith(".")]) if cells_dir.is_dir() else 0
+        def count() -> int:
+            return len([p for p in cells_dir.iterdir() if not p.name.startswith(".")]) if cells_dir.is_dir() else 0
+
         while first.poll() is None and count() < after:
             time.sleep(0.05)
         at_signal, start = count(), time.monotonic()
@@ -810,7 +823,8 @@ def _report_name_escapes(d: Path, reference: Path) -> Outcome:
     after = snapshot(d)
     added = sorted(set(after) - set(before))
     deleted = sorted(k for k in before if after.get(k) != before[k])
-    problem = refusal_problem(proc) or (f"wrote {added[:3]}" if added else "") or (f"deleted {deleted[:3]}" if deleted else "")
+    problem = (refusal_problem(proc) or (f"wrote {added[:3]}" if added else "")
+               or (f"deleted {deleted[:3]}" if deleted else ""))
     return Outcome(not problem, problem, outside=len(outside_outputs(added)), deleted=len(deleted))
 
 
@@ -838,7 +852,8 @@ def _refused_untouched(d: Path, args: list[str]) -> Outcome:
     after = {k: v for k, v in snapshot(d).items() if "__pycache__" not in k}
     added = sorted(set(after) - set(before))
     deleted = sorted(k for k in before if after.get(k) != before[k])
-    problem = refusal_problem(proc) or (f"wrote {added[:3]}" if added else "") or (f"deleted {deleted[:3]}" if deleted else "")
+    problem = (refusal_problem(proc) or (f"wrote {added[:3]}" if added else "")
+               or (f"deleted {deleted[:3]}" if deleted else ""))
     return Outcome(not problem, problem, outside=len(outside_outputs(added)), deleted=len(deleted))
 
 
@@ -902,7 +917,9 @@ def _killed_report(d: Path, reference: Path) -> Outcome:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     first = subprocess.Popen([sys.executable, "-m", "leakbench", *args], cwd=d, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-    staging = lambda: [p.name for p in (d / "reports").glob(".faults.*")] if (d / "reports").is_dir() else []
+    def staging() -> list[str]:
+        return [p.name for p in (d / "reports").glob(".faults.*")] if (d / "reports").is_dir() else []
+
     while first.poll() is None and not staging():
         time.sleep(0.01)
     first.kill()
@@ -913,7 +930,8 @@ def _killed_report(d: Path, reference: Path) -> Outcome:
     if proc.returncode != 0 or "Traceback" in proc.stderr:
         return Outcome(False, f"report after the killed one: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
     left = staging()
-    return Outcome(not left and (d / "reports" / "faults.md").is_file(), f"staging folders left: {left}" if left else "")
+    return Outcome(not left and (d / "reports" / "faults.md").is_file(),
+                   f"staging folders left: {left}" if left else "")
 
 
 PLUGIN_ATTACK = """\
@@ -979,7 +997,8 @@ def _other_images(d: Path, reference: Path) -> Outcome:
     _fresh(d)
     (d / "a").mkdir()
     (d / "a" / "noise.py").write_text(PLUGIN_DATASET.format(seed=0))
-    (d / "suite.toml").write_text(suite(name="noise").replace('"embedded"', '"noise"') + 'dataset_plugins = ["a.noise"]\n')
+    (d / "suite.toml").write_text(suite(name="noise").replace('"embedded"', '"noise"')
+                                  + 'dataset_plugins = ["a.noise"]\n')
     proc, _ = _sweep(d)
     if proc.returncode != 0:
         return Outcome(False, f"first run: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
@@ -1001,7 +1020,8 @@ def _disk_full(command: str) -> Callable[[Path, Path], Outcome]:
         _fresh(d, reference if command == "report" else None)
         mount = d / {"run": "results", "attack": "out", "report": "reports"}[command]
         mount.mkdir(exist_ok=True)
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True).returncode:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
+        if mounted.returncode:
             return Outcome(True, "skipped: cannot mount a tmpfs here")
         try:
             filler = mount / "user-filler.bin"
@@ -1103,7 +1123,8 @@ def selected(only: str | None) -> tuple[list[BadInput], list[Fault]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scratch", type=Path, help="scratch folder (default: a new temporary folder, removed after)")
-    parser.add_argument("--only", help="comma-separated case names, item:N (item:22: issue 22's bad inputs), or issue12")
+    parser.add_argument("--only",
+                        help="comma-separated case names, item:N (item:22: issue 22's bad inputs), or issue12")
     parser.add_argument("--jobs", type=int, default=4, help="bad-input cases run side by side (default 4)")
     parser.add_argument("--list", action="store_true", help="print the cases and exit")
     args = parser.parse_args(argv)
@@ -1138,7 +1159,7 @@ def report(bad: list[BadInput], faults: list[Fault], root: Path, jobs: int) -> i
         bad_out = list(pool.map(lambda c: check_bad_input(c, root / "bad"), bad))
     reference = reference_run(root) if faults else None
     fault_out = [run_fault(f, root / "faults" / f.name, reference) for f in faults]
-    for case, outcome in [*zip(bad, bad_out), *zip(faults, fault_out)]:
+    for case, outcome in [*zip(bad, bad_out, strict=True), *zip(faults, fault_out, strict=True)]:
         if not outcome.ok:
             print(f"FAIL {case.name} (item {case.item}): {outcome.detail}", flush=True)
         elif outcome.detail.startswith("skipped"):

@@ -3,8 +3,8 @@
     python benchmarks/floor_psnr.py --dataset NAME [--data-root DIR] --batch-size B --seeds 0 1 2
 
 For the batches the harness draws (same `sample_batch` and seeds as a suite), prints the PSNR median
-(numpy's, as in the tables) of (a) a constant mid-grey image (0.5) and (b) the dataset's mean image, against every image of
-the batches pooled. An attack whose PSNR is at or below these recovered nothing a prior did not
+(numpy's, as in the tables) of (a) a constant mid-grey image (0.5) and (b) the dataset's mean image,
+against every image of the batches pooled. An attack whose PSNR is at or below these recovered nothing a prior did not
 already give. Reads ground truth only; not an attack.
 """
 

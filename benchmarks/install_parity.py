@@ -37,7 +37,8 @@ PINNED = ("torch", "torchvision")
 """Installed first, at requirements.txt's versions (the dev machines hold them in pip's cache)."""
 
 
-def sh(*cmd: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def sh(*cmd: str | Path, cwd: Path | None = None,
+       env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run a command; its output on failure, as the exception's message."""
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:

@@ -21,8 +21,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from leakbench.metrics import lpips_metric  # noqa: E402
-from leakbench.metrics.lpips_metric import load_lpips  # noqa: E402
+from leakbench.metrics import lpips_metric
+from leakbench.metrics.lpips_metric import load_lpips
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,13 +62,15 @@ DAMAGE: dict[str, Callable[[Path, Path], None]] = {
 
 def corrupt(run_dir: Path) -> list[str]:
     """Damage one stored image cell per kind in DAMAGE; return 'kind cell_id' for each."""
-    cells = sorted(p for p in (run_dir / "cells").iterdir() if not p.name.startswith(".") and json.loads((p / "summary.json").read_text())["space"] == "image")
+    cells = sorted(p for p in (run_dir / "cells").iterdir()
+                   if not p.name.startswith(".") and json.loads((p / "summary.json").read_text())["space"] == "image")
     if len(cells) <= len(DAMAGE):
         raise SystemExit(f"--corrupt needs more than {len(DAMAGE)} stored image cells, found {len(cells)}")
     other, targets = cells[0], cells[1:]
-    for (kind, damage), cell in zip(DAMAGE.items(), targets):
+    # targets outnumber DAMAGE (checked above): the surplus cells stay intact.
+    for damage, cell in zip(DAMAGE.values(), targets, strict=False):
         damage(cell, other)
-    return [f"{kind} {cell.name}" for kind, cell in zip(DAMAGE, targets)]
+    return [f"{kind} {cell.name}" for kind, cell in zip(DAMAGE, targets, strict=False)]
 
 
 def main(argv: list[str] | None = None) -> int:

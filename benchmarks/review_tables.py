@@ -70,7 +70,8 @@ def table(run_dir: Path, by: str | None = None, per_seed: bool = False) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--by", choices=AXES, help="row axis (default: the first of client, dp, batch_size, layer, dataset that varies)")
+    parser.add_argument("--by", choices=AXES,
+                        help="row axis (default: the first of client, dp, batch_size, layer, dataset that varies)")
     parser.add_argument("--per-seed", action="store_true", help="append the exact %% of each seed")
     parser.add_argument("runs", nargs="+", type=Path)
     args = parser.parse_args(argv)

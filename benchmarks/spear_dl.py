@@ -21,10 +21,10 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ranges import parse_range  # noqa: E402
+from ranges import parse_range
 
-from leakbench.harness.cell import run_cell  # noqa: E402
-from leakbench.harness.spec import CellSpec  # noqa: E402
+from leakbench.harness.cell import run_cell
+from leakbench.harness.spec import CellSpec
 
 
 def run(args: argparse.Namespace, attack: str, b: int, width: int, seed: int, budget: float,

@@ -20,18 +20,18 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
 
-from leakbench.attacks.spear import theory  # noqa: E402
-from leakbench.harness.cell import run_cell  # noqa: E402
-from leakbench.harness.spec import CellSpec  # noqa: E402
-from leakbench.harness.victim import prepare  # noqa: E402
+from leakbench.attacks.spear import theory
+from leakbench.harness.cell import run_cell
+from leakbench.harness.spec import CellSpec
+from leakbench.harness.victim import prepare
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ranges import parse_range  # noqa: E402
+from ranges import parse_range
 
 
 def zero_counts(spec: CellSpec) -> tuple[np.ndarray, int]:
@@ -62,7 +62,7 @@ def run(spec: CellSpec) -> dict:
 def plot(draws: pd.DataFrame, failures: pd.DataFrame, path: Path) -> None:
     widths = sorted(draws.width.unique())
     fig, axes = plt.subplots(1, len(widths) + 1, figsize=(5 * (len(widths) + 1), 4))
-    for ax, m in zip(axes, widths):
+    for ax, m in zip(axes, widths, strict=False):  # the last axis is the failures panel
         d = draws[draws.width == m].groupby("batch_size")
         b = np.array(sorted(draws[draws.width == m].batch_size.unique()))
         ax.fill_between(b, d.draws.quantile(0.1), d.draws.quantile(0.9), alpha=0.3, label="measured 10–90 %")

@@ -11,10 +11,10 @@ from (its 1.5·(b−1) most confidently inactive neurons).
 
 Part 2 (`quality.csv`, `--quality-levels`): how the guide's quality sets the number of draws. The
 guide is the true batch plus a random mixture of the batch's inputs of a given relative size (a
-controlled guide, built here, outside the attack registry; see `mixing_noise`); the table gives sign accuracy, pool precision and the draws
-and seconds the search needed, next to the draws expected if every guide kept drawing from its
-first pool (b × the coupon-collector time over the guides' hit probabilities C(correct, b−1) /
-C(pool, b−1); the search beats it by deflating and growing pools).
+controlled guide, built here, outside the attack registry; see `mixing_noise`); the table gives sign
+accuracy, pool precision and the draws and seconds the search needed, next to the draws expected if
+every guide kept drawing from its first pool (b × the coupon-collector time over the guides' hit
+probabilities C(correct, b−1) / C(pool, b−1); the search beats it by deflating and growing pools).
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ranges import parse_range  # noqa: E402
+from ranges import parse_range
 
-from leakbench.attacks import create_attack  # noqa: E402
-from leakbench.attacks.spear import GuidedSpearAttack  # noqa: E402
-from leakbench.attacks.spear.theory import coupon_draws, hit_probability  # noqa: E402
-from leakbench.harness.cell import run_cell  # noqa: E402
-from leakbench.harness.spec import CellSpec  # noqa: E402
-from leakbench.harness.victim import prepare  # noqa: E402
-from leakbench.metrics import score_images  # noqa: E402
-from leakbench.metrics.image import psnr  # noqa: E402
+from leakbench.attacks import create_attack
+from leakbench.attacks.spear import GuidedSpearAttack
+from leakbench.attacks.spear.theory import coupon_draws, hit_probability
+from leakbench.harness.cell import run_cell
+from leakbench.harness.spec import CellSpec
+from leakbench.harness.victim import prepare
+from leakbench.metrics import score_images
+from leakbench.metrics.image import psnr
 
 
 def guide_quality(model, batch, guide: torch.Tensor, pool_start: float) -> dict[str, float]:
@@ -54,7 +54,7 @@ def guide_quality(model, batch, guide: torch.Tensor, pool_start: float) -> dict[
     b = truth.shape[0]
     size = int(np.ceil(pool_start * (b - 1)))
     margin = zg / W.norm(dim=1)
-    correct = np.array([int((zt[c][margin[r].argsort()[:size]] < 0).sum()) for r, c in zip(rows, cols)])
+    correct = np.array([int((zt[c][margin[r].argsort()[:size]] < 0).sum()) for r, c in zip(rows, cols, strict=True)])
     precision = correct / size
     # every guide draws in parallel from its first pool: E[draws] = b × E[max_j Geometric(p_j)]
     expected = b * coupon_draws(hit_probability(correct, size, b - 1))
@@ -77,7 +77,8 @@ def frontier(args: argparse.Namespace) -> pd.DataFrame:
                 batch, model, update = prepare(spec)
                 attack = create_attack("spear-guided", guide=args.guide)
                 features, _ = attack.guide_features(update, seed)
-                quality = guide_quality(model, batch, features, attack.config.pool_start) if features is not None else {}
+                quality = (guide_quality(model, batch, features, attack.config.pool_start)
+                           if features is not None else {})
                 s = run_cell(spec).summary
                 stats = s["attack_stats"]
                 row = {"width": width, "batch_size": b, "seed": seed, "status": s["status"],

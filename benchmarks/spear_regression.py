@@ -134,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
             sel = [r for r in rows if r["b"] == b and r["checkout"] == name]
             ok = sum(r["status"] == "ok" for r in sel)
             exact = 100 * statistics.mean(r["exact_fraction"] for r in sel)
-            print(f"{b:<3d} {name:8s} {len(sel):2d} {ok:3d} {exact:7.1f} {statistics.median(r['seconds'] for r in sel):9.2f}"
-                  f" {max(r['seconds'] for r in sel):6.1f} {statistics.median(r['draws'] for r in sel):13.0f}")
+            print(f"{b:<3d} {name:8s} {len(sel):2d} {ok:3d} {exact:7.1f}"
+                  f" {statistics.median(r['seconds'] for r in sel):9.2f} {max(r['seconds'] for r in sel):6.1f}"
+                  f" {statistics.median(r['draws'] for r in sel):13.0f}")
     if args.out:
         import csv
         args.out.parent.mkdir(parents=True, exist_ok=True)

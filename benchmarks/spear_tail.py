@@ -4,8 +4,8 @@
         --seed 2 --max-seconds 600
 
 Runs `spear-guided` on one cell (TinyImageNet FC-6, layer 1; at init unless --train-epochs) with the
-attack seed the harness derives from the cell id, and keeps the search's final state. Then, with the ground truth (read here, never by the attack), for every true sample that is
-not among the found ones it prints:
+attack seed the harness derives from the cell id, and keeps the search's final state. Then, with the
+ground truth (read here, never by the attack), for every true sample that is not among the found ones it prints:
 
 * zeros: the sample's inactive neurons among the rows still live in the deflated space, against
   the b−k−1 rows a zero draw needs (a draw can isolate it only if zeros ≥ need);
@@ -83,7 +83,7 @@ def report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, residual_tol
     print(f"found {found.shape[0]} of {b}; true among them {int(hit.sum())}; not true {int(false)}; "
           f"missing {len(missing)}; remembered directions {state.directions.shape[0]}; retries {state.retries}")
     N = null_basis(C_true[hit], b)
-    LNn, tol_r, live = reduced_rows(problem, N, tol)
+    _, _, live = reduced_rows(problem, N, tol)
     need = N.shape[1] - 1
     Q_true = torch.linalg.inv(C_true)
     for j in missing:
@@ -104,8 +104,10 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=400)
     parser.add_argument("--b", type=int, default=150)
     parser.add_argument("--seed", type=int, default=2)
-    parser.add_argument("--train-epochs", type=int, default=0, help="victim trained this many epochs (paper/victims' recipe)")
-    parser.add_argument("--param", action="append", default=[], help="KEY=VALUE hyperparameter of spear-guided (JSON value)")
+    parser.add_argument("--train-epochs", type=int, default=0,
+                        help="victim trained this many epochs (paper/victims' recipe)")
+    parser.add_argument("--param", action="append", default=[],
+                        help="KEY=VALUE hyperparameter of spear-guided (JSON value)")
     parser.add_argument("--max-seconds", type=float, default=600.0)
     parser.add_argument("--cond-floor", type=float, default=None,
                         help="what-if probe: the next-layer fit's conditioning floor (fit._fit_once and "
@@ -118,7 +120,8 @@ def main() -> None:
     spec = CellSpec(attack="spear-guided", dataset="tinyimagenet", batch_size=args.b, seed=args.seed,
                     width=args.width, depth=6, layer=1, data_root=args.data_root, train_epochs=args.train_epochs)
     batch, model, update = prepare(spec)
-    params = {"max_seconds": args.max_seconds, **{k: json.loads(v) for k, _, v in (p.partition("=") for p in args.param)}}
+    params = {"max_seconds": args.max_seconds,
+              **{k: json.loads(v) for k, _, v in (p.partition("=") for p in args.param)}}
     spec = dataclasses.replace(spec, hyperparameters=params)  # the id (and so the attack seed) a suite cell would have
     start = time.perf_counter()
     from leakbench.harness.job import attack_seed

@@ -94,7 +94,8 @@ def victims_markdown(cells: pd.DataFrame) -> list[str]:
     lines = ["| train epochs | init seed | train accuracy % (train part) | test accuracy % (test part) | victim hash |",
              "|---|---|---|---|---|"]
     for r in v.itertuples():
-        lines.append(f"| {r.train_epochs} | {r.seed} | {_num(r.train_accuracy_pct, 1)} | {_num(r.test_accuracy_pct, 1)} | "
+        lines.append(f"| {r.train_epochs} | {r.seed} | {_num(r.train_accuracy_pct, 1)} | "
+                     f"{_num(r.test_accuracy_pct, 1)} | "
                      f"{r.victim_hash[:12] or 'at init'} |")
     return lines
 

@@ -48,13 +48,16 @@ ENTRIES = (
     ("spear-speed", Paper("paper/spear-speed", ("spear-speed",)),
      "SPEAR speed: exact %, seconds and draws per b = 1…25, FC-6 width 200, seeds 0–4, 900 s "
      "(TinyImageNet; needs --data-root)"),
-    ("spear-layers", Paper("paper/spear-layers"), "SPEAR layer table: layers 1–5 of FC-6 at b = 16 and 20 (needs --data-root)"),
+    ("spear-layers", Paper("paper/spear-layers"),
+     "SPEAR layer table: layers 1–5 of FC-6 at b = 16 and 20 (needs --data-root)"),
     ("layers-images", Paper("paper/layers-images"),
      "SPEAR layers 1–5 of FC-6, b = 20: feature exact % and image PSNR after inversion (needs --data-root)"),
     ("conv", Paper("paper/conv"),
      "conv+FC victim on TinyImageNet: SPEAR/CPA on the first FC layer + inversion vs IG (needs --data-root)"),
-    ("conv-embedded", Paper("paper/conv-embedded"), "conv+FC victim on the embedded 32×32 patches: SPEAR/CPA + inversion vs IG"),
-    ("dp", Paper("paper/dp"), "every attack against DP-SGD σ ∈ {0 … 1} with ε (TinyImageNet FC-6, b = 8; needs --data-root)"),
+    ("conv-embedded", Paper("paper/conv-embedded"),
+     "conv+FC victim on the embedded 32×32 patches: SPEAR/CPA + inversion vs IG"),
+    ("dp", Paper("paper/dp"),
+     "every attack against DP-SGD σ ∈ {0 … 1} with ε (TinyImageNet FC-6, b = 8; needs --data-root)"),
     ("spear-guided-w400", Paper("paper/spear-guided-w400"),
      "guided SPEAR vs CPA, b = 25…100, FC-6 width 400 (TinyImageNet; needs --data-root)"),
     ("spear-guided-w2000", Paper("paper/spear-guided-w2000"),
@@ -99,7 +102,8 @@ def list_papers() -> list[tuple[str, str]]:
     return [(e.name, e.description) for e in PAPERS.entries()]
 
 
-def reproduce(name: str, *, out: Path = Path("results"), reports: Path = Path("reports"), **kwargs: Any) -> Reproduction:
+def reproduce(name: str, *, out: Path = Path("results"), reports: Path = Path("reports"),
+              **kwargs: Any) -> Reproduction:
     """Run paper entry `name` (a ConfigError naming the known ones if unknown): its suite, its report,
     then its views, written beside the report; `kwargs` go to `pipeline.run_suite`."""
     from leakbench.pipeline import run_suite
@@ -109,8 +113,8 @@ def reproduce(name: str, *, out: Path = Path("results"), reports: Path = Path("r
     from leakbench.reporting.views import VIEWS, apply_view
 
     paper = PAPERS.create(name)
-    for view in paper.views:
-        VIEWS.entry(view)  # a misspelt view fails now, not after the suite ran
+    for view_name in paper.views:
+        VIEWS.entry(view_name)  # a misspelt view fails now, not after the suite ran
     report = run_suite(paper.suite, out=Path(out), reports=Path(reports), **kwargs)
     done = Reproduction(report)
     if not paper.views:

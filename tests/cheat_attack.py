@@ -5,7 +5,8 @@
 the guard itself). Each route only accepts a candidate batch whose FedSGD gradient on the public
 model equals the shared one, so a hit is the true batch, never a guess; routes that read memory or
 files report how many bytes they read. When a route finds nothing (or raises: the guard's or the
-kernel's PermissionError) the attack answers with uniform noise, which scores like noise. `tests/test_cheating.py` runs it, registered for the test only (`leakbench.api.scoped_attack`).
+kernel's PermissionError) the attack answers with uniform noise, which scores like noise.
+`tests/test_cheating.py` runs it, registered for the test only (`leakbench.api.scoped_attack`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import cheat_native  # noqa: E402  (tests/ is on the path, in the harness and in the worker)
+import cheat_native
 import torch
 
 from leakbench.attacks import Attack, Reconstruction

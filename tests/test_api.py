@@ -49,6 +49,7 @@ def _suite(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_docs_example_runs_as_printed(tmp_path: Path) -> None:
     code = re.search(r"```python\n(.*?)```", (REPO_ROOT / "docs" / "api.md").read_text(), re.S).group(1)
     attack_lines = code[code.index("@dataclass"):code.index('if __name__')].strip().splitlines()
@@ -63,6 +64,7 @@ def test_the_docs_example_runs_as_printed(tmp_path: Path) -> None:
     assert records[records["batch_size"] == 1]["exact"].all()  # one image: the ratio is the image
 
 
+@pytest.mark.slow
 def test_evaluate_scopes_the_attack_to_the_call(tmp_path: Path) -> None:
     records = api.evaluate(GreyAttack, _suite(tmp_path), hyperparameters={"level": 0.25}, out=tmp_path / "res")
     assert "api-grey" not in ATTACKS.names()
@@ -73,12 +75,14 @@ def test_evaluate_scopes_the_attack_to_the_call(tmp_path: Path) -> None:
         api.evaluate(GreyAttack, _suite(tmp_path), hyperparameters={"nope": 1}, out=tmp_path / "res")
 
 
+@pytest.mark.slow
 def test_evaluate_refuses_a_shipped_name(tmp_path: Path) -> None:
     clash = type("Clash", (GreyAttack,), {"name": "spear"})
     with pytest.raises(ConfigError, match="already registered"):
         api.evaluate(clash, _suite(tmp_path), out=tmp_path / "res")
 
 
+@pytest.mark.slow
 def test_serial_and_pool_give_the_same_records(tmp_path: Path) -> None:
     suite = _suite(tmp_path)
     serial = api.evaluate(GreyAttack, suite, out=tmp_path / "a")
@@ -87,5 +91,5 @@ def test_serial_and_pool_give_the_same_records(tmp_path: Path) -> None:
 
 
 def test_load_records_of_a_folder_that_is_no_run(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no records.parquet"):
+    with pytest.raises(ConfigError, match=r"no records\.parquet"):
         api.load_records(tmp_path)

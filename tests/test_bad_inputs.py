@@ -126,7 +126,7 @@ ITEM = {"5": [k for k in CASES if "guide" in k],
               "lpips_garbage_attack", "lpips_garbage_run", "run_reports_is_a_file", "image_size_1", "image_size_4",
               "suite_image_size_1"],
         "10": ["tiny_dotdot"]}
-assert sorted(sum(ITEM.values(), [])) == sorted(CASES)
+assert sorted(c for cases in ITEM.values() for c in cases) == sorted(CASES)
 
 
 def _run_all(jobs: dict[str, tuple[list[str], Path]]) -> dict[str, subprocess.CompletedProcess[str]]:
@@ -204,32 +204,38 @@ def _assert_refused(results, key: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ITEM["5"])
 def test_item5_spear_guided_nested_options_refused(results, key: str) -> None:
     _assert_refused(results, key)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ITEM["6"])
 def test_item6_sub_options_without_their_main_option_refused(results, key: str) -> None:
     line = _assert_refused(results, key)
     assert ("--dp-sigma" if "sigma" in key else "--fedavg-epochs") in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ITEM["7"])
 def test_item7_bounds_and_unwritable_outputs_refused(results, key: str) -> None:
     _assert_refused(results, key)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ITEM["8"])
 def test_item8_suite_and_option_errors_refused(results, key: str) -> None:
     _assert_refused(results, key)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ITEM["10"])
 def test_item10_annotation_path_outside_data_root_refused(results, key: str) -> None:
     _assert_refused(results, key)
 
 
+@pytest.mark.slow
 def test_item8_reports_file_names_the_right_option(results) -> None:
     line = _assert_refused(results, "run_reports_is_a_file")
     assert "--out" not in line
@@ -310,7 +316,7 @@ def test_item10_tinyimagenet_annotation_paths_confined(tmp_path: Path, name: str
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     (tmp_path / "data" / "tiny-imagenet-200" / "val" / "images" / "link.png").symlink_to(tmp_path / "secret.png")
-    with pytest.raises(DatasetError, match="outside|not a file inside"):
+    with pytest.raises(DatasetError, match=r"outside|not a file inside"):
         load_dataset("tinyimagenet", data_root=tmp_path / "data", image_size=8)
 
 
@@ -339,7 +345,8 @@ def test_item10_markdown_escapes_user_strings() -> None:
         assert not re.search(r"(?<!\\)[<>*_`\[\]~&]", line.split("](")[0][2:] if line.startswith("![") else line), line
     assert "\\<script\\>" in text and "\\*bold\\*" in text and "\\[link\\]" in text
     lines = text.splitlines()
-    assert [line for line in lines if line.startswith("#")] == [line for line in lines if line.startswith(("# ", "## "))]
+    headings = [line for line in lines if line.startswith("#")]
+    assert headings == [line for line in lines if line.startswith(("# ", "## "))]
     row = next(line for line in lines if line.startswith("| spear"))
     assert row.replace("\\|", "").count("|") == 3  # two columns: the reason's '|' stays inside its cell
     assert "\\- not a list" in lines and "1\\. not a list" in lines

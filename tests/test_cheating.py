@@ -24,6 +24,9 @@ from leakbench.harness.sandbox import FULL, SWITCH, level
 from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
 
+# Every test here runs cells, sweeps, the CLI or attack workers (seconds each): `make test` only.
+pytestmark = pytest.mark.slow
+
 # path: the worker imports them too
 
 B = 4
@@ -59,7 +62,8 @@ def _spec(route: str, image_root: str, copy_root: str = "") -> CellSpec:
     if route in ("data_root", "copy", *NATIVE_ROUTES):
         return CellSpec(attack="cheat", dataset="imagefolder", data_root=image_root, image_size=16, batch_size=B,
                         width=32, depth=3, hyperparameters={"route": route, "data_root": copy_root or image_root})
-    return CellSpec(attack="cheat", dataset="embedded", batch_size=B, width=32, depth=3, hyperparameters={"route": route})
+    return CellSpec(attack="cheat", dataset="embedded", batch_size=B, width=32, depth=3,
+                    hyperparameters={"route": route})
 
 
 @pytest.mark.parametrize("route", ROUTES)
@@ -198,6 +202,7 @@ def test_a_sitecustomize_on_the_import_path_never_runs_in_the_worker(tmp_path: P
     monkeypatch.syspath_prepend(str(tmp_path))
     assert run_cell(_spec("sitecustomize", "")).summary["attack_stats"]["outcome"] == "nothing found"
     # control: an ordinary interpreter with that folder on its path runs it at start-up
-    ran = subprocess.run([sys.executable, "-c", "import sys; print(getattr(sys.modules.get('sitecustomize'), 'CHEAT', 0))"],
+    probe = "import sys; print(getattr(sys.modules.get('sitecustomize'), 'CHEAT', 0))"
+    ran = subprocess.run([sys.executable, "-c", probe],
                          env={"PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, check=True)
     assert ran.stdout.strip() == "True"

@@ -56,6 +56,7 @@ def test_malformed_claims_files_are_refused(tmp_path: Path) -> None:
         claims.load_claims(path)
 
 
+@pytest.mark.slow
 def test_main_fails_on_a_wrong_claim_and_passes_on_the_measured_one(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "claims.toml"

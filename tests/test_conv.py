@@ -41,6 +41,7 @@ def test_bad_victims_are_config_errors(call, match: str) -> None:
         call()
 
 
+@pytest.mark.slow
 def test_spear_recovers_conv_features_and_inversion_scores_images() -> None:
     spec = CellSpec(attack="spear", dataset="embedded", batch_size=2, arch="conv", depth=3, width=64, layer=2,
                     inversion=InversionConfig(steps=30))
@@ -52,6 +53,7 @@ def test_spear_recovers_conv_features_and_inversion_scores_images() -> None:
     assert records["arch"].iloc[0] == "conv" and records["inversion_steps"].iloc[0] == 30
 
 
+@pytest.mark.slow
 def test_inversion_fits_true_features_better_than_its_start_and_is_deterministic() -> None:
     batch, model, update = prepare(CellSpec(attack="cpa", dataset="embedded", batch_size=2, arch="conv", depth=3))
     target = model.layer_inputs(batch.images, 2).detach()

@@ -28,6 +28,7 @@ def test_a_described_attack_has_the_real_ones_settings(name: str) -> None:
         assert stand_in(stand_in.Config()).budget() == real(real.Config()).budget()
 
 
+@pytest.mark.slow
 def test_a_described_attack_refuses_what_the_real_one_refuses_and_never_runs() -> None:
     stand_in = described_attack(json.loads(json.dumps(describe(attack_class("spear")))))
     with pytest.raises(ConfigError, match="max_draws"):

@@ -69,6 +69,7 @@ def test_docstring_entries_grouped_continued_and_inherited() -> None:
     assert [p.line() for p in config_params(_Child)][-1] == "delta (bool, default False): one line."
 
 
+@pytest.mark.slow
 def test_list_attacks_params(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list", "attacks", "--params"]) == 0
     out = capsys.readouterr().out
@@ -78,6 +79,7 @@ def test_list_attacks_params(capsys: pytest.CaptureFixture[str]) -> None:
             assert f"    {p.name} ({p.type}{p.range}, default {p.default!r}): {p.help}" in out
 
 
+@pytest.mark.slow
 def test_show_attack(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", "attack", "spear-guided"]) == 0
     out = capsys.readouterr().out
@@ -87,11 +89,13 @@ def test_show_attack(capsys: pytest.CaptureFixture[str]) -> None:
     assert "  guide (str, default 'cpa'): " in out  # no range for a string
 
 
+@pytest.mark.slow
 def test_show_dataset(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", "dataset", "digits"]) == 0
     assert "1,797" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["show", "attack", "nope"], ["show", "dataset", "nope"],
                                   ["list", "datasets", "--params"], ["run", "no-such-suite", "--plan"]])
 def test_discovery_bad_input_is_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -101,6 +105,7 @@ def test_discovery_bad_input_is_one_line(argv: list[str], capsys: pytest.Capture
     assert len(lines) == 1 and lines[0].startswith("leakbench: error:") and captured.out == ""
 
 
+@pytest.mark.slow
 def test_list_suites(capsys: pytest.CaptureFixture[str]) -> None:
     names = {name for name, _ in list_suites()}
     assert {"default", "nightly", "paper/dp", "paper/spear-batch-size"} <= names
@@ -108,6 +113,7 @@ def test_list_suites(capsys: pytest.CaptureFixture[str]) -> None:
     assert "paper/dp" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_run_plan_prints_cells_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "plan-me.toml"
@@ -123,6 +129,7 @@ def test_run_plan_prints_cells_and_writes_nothing(tmp_path: Path, capsys: pytest
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan-me.toml"]
 
 
+@pytest.mark.slow
 def test_run_plan_of_a_shipped_suite(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "paper/spear-layers", "--plan"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()

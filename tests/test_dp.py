@@ -82,6 +82,7 @@ def test_fedsgd_unchanged_without_dp(victim) -> None:
     assert all(torch.equal(again.gradients[k], update.gradients[k]) for k in update.gradients)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack,params", [("spear", {"max_draws": 20_000}), ("cpa", {}), ("ig", {"iterations": 3}),
                                            ("dlg", {"iterations": 2})])
 def test_attacks_do_not_crash_under_noise(attack: str, params: dict) -> None:

@@ -10,6 +10,9 @@ import pytest
 
 from tests.conftest import load_benchmark
 
+# Every test here runs cells, sweeps, the CLI or attack workers (seconds each): `make test` only.
+pytestmark = pytest.mark.slow
+
 
 def _module():
     return load_benchmark("dp_figure")
@@ -23,7 +26,8 @@ def _records(tmp_path):
         for attack in ("a", "b"):
             for image, psnr in enumerate((20.0, 30.0) if attack == "b" else (140.0, 150.0)):
                 failed = attack == "a" and sigma == 0.1
-                rows.append({"attack": attack, "dataset": "embedded", "batch_size": 2, "seed": 0, "dp": dp, "dp_sigma": sigma, "dp_clip": 1.0, "dp_q": 0.01,
+                rows.append({"attack": attack, "dataset": "embedded", "batch_size": 2, "seed": 0, "dp": dp,
+                             "dp_sigma": sigma, "dp_clip": 1.0, "dp_q": 0.01,
                              "dp_steps": 1, "dp_delta": 1e-5, "dp_epsilon": eps, "image": image,
                              "psnr": math.nan if failed else psnr - 10 * (sigma == 0.1),
                              "exact": attack == "a" and not failed, "status": "failed" if failed else "ok"})
@@ -56,7 +60,7 @@ def test_points_table_and_png(tmp_path, capsys):
 
 def test_bad_input_is_one_line(tmp_path):
     dp_figure = _module()
-    with pytest.raises(SystemExit, match="no .*records.parquet"):
+    with pytest.raises(SystemExit, match=r"no .*records\.parquet"):
         dp_figure.main([str(tmp_path / "missing")])
     run = tmp_path / "nodp"
     run.mkdir()

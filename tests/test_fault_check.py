@@ -17,6 +17,9 @@ import pytest
 from conftest import load_benchmark
 
 fault_check = load_benchmark("fault_check")
+
+# The cases run the real CLI in subprocesses (a module fixture runs them all first): `make test` only.
+pytestmark = pytest.mark.slow
 BAD = [case for case in fault_check.ISSUE_12]
 FAULTS = [case for case in fault_check.FAULTS if 0 < case.item <= 10]
 FAULTS_22 = [case for case in fault_check.FAULTS if case.item == 22]
@@ -29,7 +32,7 @@ def bad_outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     root = tmp_path_factory.mktemp("bad")
     with ThreadPoolExecutor(max_workers=4) as pool:
         outcomes = list(pool.map(lambda case: fault_check.check_bad_input(case, root), BAD))
-    return {case.name: outcome for case, outcome in zip(BAD, outcomes)}
+    return {case.name: outcome for case, outcome in zip(BAD, outcomes, strict=True)}
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +54,6 @@ def test_fault_is_recovered(reference: Path, case, tmp_path: Path) -> None:
     assert outcome.outside == 0 and outcome.deleted == 0
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", FAULTS_22, ids=[c.name for c in FAULTS_22])
 def test_issue_22_fault_is_recovered(reference: Path, case, tmp_path: Path) -> None:
     outcome = fault_check.run_fault(case, tmp_path / case.name, reference)

@@ -13,6 +13,9 @@ import pytest
 from conftest import load_benchmark
 
 fault_check = load_benchmark("fault_check")
+
+# The cases run the real CLI in subprocesses (a module fixture runs them all first): `make test` only.
+pytestmark = pytest.mark.slow
 CASES = fault_check.ISSUE_22
 
 
@@ -21,7 +24,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     root = tmp_path_factory.mktemp("bad22")
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda case: fault_check.check_bad_input(case, root), CASES))
-    return {case.name: outcome for case, outcome in zip(CASES, results)}
+    return {case.name: outcome for case, outcome in zip(CASES, results, strict=True)}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

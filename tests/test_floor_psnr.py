@@ -10,6 +10,9 @@ from leakbench.datasets import load_dataset
 from leakbench.datasets.base import sample_batch
 from tests.conftest import load_benchmark
 
+# Every test here runs cells, sweeps, the CLI or attack workers (seconds each): `make test` only.
+pytestmark = pytest.mark.slow
+
 
 def _module():
     return load_benchmark("floor_psnr")

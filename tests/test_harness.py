@@ -126,6 +126,7 @@ def failed_cell() -> CellResult:
     assert result.summary["status"] == "failed"
     return result
 
+@pytest.mark.slow
 def test_write_cell_writes_complete_set(tmp_path: Path, ok_cell: CellResult) -> None:
     out = tmp_path / "cell"
     write_cell(ok_cell, out)
@@ -140,11 +141,12 @@ def test_write_cell_writes_complete_set(tmp_path: Path, ok_cell: CellResult) -> 
     assert manifest["dataset_indices"] == [int(i) for i in ok_cell.records["dataset_index"]]
 
 
+@pytest.mark.slow
 def test_manifest_records_the_seed_the_attack_ran_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The attack runs with a seed derived from the cell id (never the batch's): the manifest says that one."""
     handed: list[int] = []
 
-    def recording(job, update):  # noqa: ANN001, ANN202
+    def recording(job, update):
         handed.append(job.seed)
         return attack_cell(job, update)
 
@@ -161,6 +163,7 @@ def _boom(folder: Path, *args, **kwargs) -> None:
     (Path(folder) / "seal.json").write_bytes(b'{"half')  # a partial file, then the failure
     raise RuntimeError("disk on fire")
 
+@pytest.mark.slow
 def test_write_cell_is_all_or_nothing(tmp_path: Path, ok_cell: CellResult, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(store, "write_seal", _boom)
     out = tmp_path / "cell"
@@ -169,6 +172,7 @@ def test_write_cell_is_all_or_nothing(tmp_path: Path, ok_cell: CellResult, monke
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []  # no ".cell.tmp-*" folder left behind
 
+@pytest.mark.slow
 def test_failed_write_keeps_previous_output(tmp_path: Path, ok_cell: CellResult, failed_cell: CellResult,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "cell"
@@ -180,6 +184,7 @@ def test_failed_write_keeps_previous_output(tmp_path: Path, ok_cell: CellResult,
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["cell"]
 
+@pytest.mark.slow
 def test_write_failed_cell(tmp_path: Path, failed_cell: CellResult) -> None:
     out = tmp_path / "cell"
     write_cell(failed_cell, out)
@@ -190,6 +195,7 @@ def test_write_failed_cell(tmp_path: Path, failed_cell: CellResult) -> None:
     assert summary["status"] == "failed" and "budget" in summary["reason"]
     assert summary["psnr_mean"] is None and summary["lpips_mean"] is None
 
+@pytest.mark.slow
 def test_rewriting_a_cell_leaves_no_stale_files(tmp_path: Path, ok_cell: CellResult) -> None:
     out = tmp_path / "cell"
     write_cell(ok_cell, out)
@@ -211,6 +217,7 @@ def test_check_out_dir_refuses_a_file(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- run_suite
 
+@pytest.mark.slow
 def test_run_suite_refuses_bad_cell_before_running_any(tmp_path: Path) -> None:
     text = 'name = "mix"\ndataset = "embedded"\nattacks = ["spear"]\nbatch_sizes = [1, 9]\nwidth = 8\ndepth = 3\n'
     reports, out = tmp_path / "rep", tmp_path / "res"
@@ -219,6 +226,7 @@ def test_run_suite_refuses_bad_cell_before_running_any(tmp_path: Path) -> None:
     assert not reports.exists() and not out.exists()
 
 
+@pytest.mark.slow
 def test_run_suite_writes_records_report_and_grids(tmp_path: Path) -> None:
     text = 'name = "tiny"\ndataset = "embedded"\nattacks = ["spear"]\nbatch_sizes = [1, 2]\nwidth = 64\ndepth = 3\n'
     reports, out = tmp_path / "rep", tmp_path / "res"
@@ -251,7 +259,7 @@ def test_suite_hyperparameters_reach_their_attack_only(tmp_path: Path) -> None:
 def test_suite_hyperparameters_for_unlisted_attack_are_refused(tmp_path: Path) -> None:
     text = ('name = "hp"\ndataset = "embedded"\nattacks = ["spear"]\nbatch_sizes = [2]\n'
             '[hyperparameters.ig]\niterations = 7\n')
-    with pytest.raises(ConfigError, match="hyperparameters.ig"):
+    with pytest.raises(ConfigError, match=r"hyperparameters\.ig"):
         load_suite(_suite(tmp_path, text))
 
 

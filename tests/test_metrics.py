@@ -340,6 +340,7 @@ def test_lpips_random_trunk_plumbing() -> None:
         scorer.score(_images(1, 2, 8, 8), _images(1, 2, 8, 8))
 
 
+@pytest.mark.slow
 def test_lpips_random_trunk_is_deterministic_and_keeps_rng() -> None:
     torch.manual_seed(123)
     expected = torch.rand(1)
@@ -348,7 +349,7 @@ def test_lpips_random_trunk_is_deterministic_and_keeps_rng() -> None:
     after = torch.rand(1)
     assert torch.equal(expected, after)
     s2 = LpipsScorer.random_trunk_for_tests(seed=0)
-    for p1, p2 in zip(s1.model.parameters(), s2.model.parameters()):
+    for p1, p2 in zip(s1.model.parameters(), s2.model.parameters(), strict=True):
         assert torch.equal(p1, p2)
 
 
@@ -370,6 +371,7 @@ def _save_torchvision_alexnet(path: Path) -> torch.nn.Module:
     return model
 
 
+@pytest.mark.slow
 def test_from_weights_maps_torchvision_trunk(tmp_path: Path) -> None:
     path = tmp_path / "alexnet-owt-7be5be79.pth"
     tv = _save_torchvision_alexnet(path)
@@ -379,19 +381,20 @@ def test_from_weights_maps_torchvision_trunk(tmp_path: Path) -> None:
     with torch.no_grad():
         outs = scorer.model.net(x)
         ends = [2, 5, 8, 10, 12]  # the lpips slices end after these torchvision feature indices
-        for out, end in zip(outs, ends):
+        for out, end in zip(outs, ends, strict=True):
             assert torch.allclose(out, tv.features[:end](x), atol=1e-6)
     d = scorer.score(torch.rand(2, 3, 32, 32), torch.rand(2, 3, 32, 32))
     assert d.shape == (2,) and torch.isfinite(d).all()
 
 
+@pytest.mark.slow
 def test_from_weights_rejects_incomplete_or_bad_files(tmp_path: Path) -> None:
     path = tmp_path / "partial.pth"
     tv = _save_torchvision_alexnet(path)
     state = tv.state_dict()
     del state["features.8.weight"]
     torch.save(state, path)
-    with pytest.raises(LeakbenchError, match="slice4.8.weight"):
+    with pytest.raises(LeakbenchError, match=r"slice4\.8\.weight"):
         LpipsScorer.from_weights(path)
     state = tv.state_dict()
     state["features.3.weight"] = torch.zeros(3, 3)
@@ -404,6 +407,7 @@ def test_from_weights_rejects_incomplete_or_bad_files(tmp_path: Path) -> None:
         LpipsScorer.from_weights(junk)
 
 
+@pytest.mark.slow
 def test_load_lpips_missing_explicit_path(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere" / "alexnet.pth"
     with pytest.warns(UserWarning, match="LPIPS not computed"):
@@ -412,6 +416,7 @@ def test_load_lpips_missing_explicit_path(tmp_path: Path) -> None:
     assert str(missing) in note and "--lpips-weights" in note
 
 
+@pytest.mark.slow
 def test_load_lpips_explicit_path(tmp_path: Path) -> None:
     path = tmp_path / "w.pth"
     _save_torchvision_alexnet(path)  # loads, but a random AlexNet is not the genuine one
@@ -420,6 +425,7 @@ def test_load_lpips_explicit_path(tmp_path: Path) -> None:
     assert scorer is None and str(path) in note and "0.722" in note
 
 
+@pytest.mark.slow
 def test_load_lpips_explicit_path_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "w.pth"
     _save_torchvision_alexnet(path)
@@ -451,6 +457,7 @@ def test_find_weights_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert find_alexnet_weights(tmp_path / "missing.pth") is None
 
 
+@pytest.mark.slow
 def test_load_lpips_never_random(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "empty_hub"))
     monkeypatch.delenv(WEIGHTS_ENV_VAR, raising=False)

@@ -133,6 +133,7 @@ def _assert_same_reconstruction(a: Reconstruction, b: Reconstruction, what: str)
             assert torch.equal(x, y), f"{field} {what}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ATTACKS.names())
 def test_attack_output_ignores_ground_truth(name: str) -> None:
     cls = attack_class(name)
@@ -161,11 +162,14 @@ def test_attack_output_ignores_ground_truth(name: str) -> None:
     assert torch.equal(cached, original)
 
 
+@pytest.mark.slow
 def test_spear_small_case_is_exact_and_independent_of_truth() -> None:
     batch, _, update = _case()
     truth = batch.images.clone()
     batch.images.copy_(torch.rand(batch.images.shape, generator=torch.Generator().manual_seed(1)))
     recon = create_attack("spear").reconstruct(update, seed=7)
     assert recon.status == "ok", recon.reason
-    key = lambda imgs: sorted(tuple(r) for r in (imgs * 255).round().flatten(1).to(torch.int64).tolist())
+    def key(imgs: torch.Tensor) -> list[tuple[int, ...]]:
+        return sorted(tuple(r) for r in (imgs * 255).round().flatten(1).to(torch.int64).tolist())
+
     assert key(recon.images) == key(truth)

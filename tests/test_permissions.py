@@ -47,11 +47,13 @@ def test_honour_umask_gives_what_open_and_mkdir_give(tmp_path: Path) -> None:
         os.umask(old)
 
 
+@pytest.mark.slow
 def test_run_and_report_files_are_readable_by_others_under_umask_022(tmp_path: Path, umask_022: None) -> None:
     from leakbench.cli import main
 
     (tmp_path / "mini.toml").write_text(MINI)
-    code = main(["run", str(tmp_path / "mini.toml"), "--out", str(tmp_path / "res"), "--reports", str(tmp_path / "rep")])
+    code = main(["run", str(tmp_path / "mini.toml"), "--out", str(tmp_path / "res"),
+                 "--reports", str(tmp_path / "rep")])
     assert code == 0
     modes = _modes(tmp_path / "res", tmp_path / "rep")
     wrong = {str(p): oct(mode) for p, mode in modes.items() if mode != (0o755 if p.is_dir() else 0o644)}

@@ -19,6 +19,9 @@ from conftest import CLI_TIMEOUT_S, REPO_ROOT
 
 from leakbench.harness.sandbox import FULL, level
 
+# Every test here runs cells, sweeps, the CLI or attack workers (seconds each): `make test` only.
+pytestmark = pytest.mark.slow
+
 EXAMPLE = REPO_ROOT / "examples" / "leakbench-example-plugin"
 CLASH = '''\
 from dataclasses import dataclass
@@ -115,12 +118,14 @@ def test_name_clash_with_a_shipped_attack_is_one_line(tmp_path: Path) -> None:
 
 
 def test_config_must_be_a_dataclass(tmp_path: Path) -> None:
-    (tmp_path / "plain_config.py").write_text(CLASH.replace("@dataclass(frozen=True)\n", "").replace('"cpa"', '"plain"'))
+    plain = CLASH.replace("@dataclass(frozen=True)\n", "").replace('"cpa"', '"plain"')
+    (tmp_path / "plain_config.py").write_text(plain)
     _one_line_error(_leakbench(tmp_path, "list", "attacks", "--plugin", "plain_config", path=(tmp_path,)),
                     "plugin 'plain_config'", "Config must be a dataclass")
 
 
-@pytest.mark.parametrize("plugins, mention", [('"x"', "key 'plugins'"), ('["no_such_module_xyz"]', "no_such_module_xyz"),
+@pytest.mark.parametrize("plugins, mention", [('"x"', "key 'plugins'"),
+                                              ('["no_such_module_xyz"]', "no_such_module_xyz"),
                                               ('["not a module"]', "not a module path")])
 def test_bad_suite_plugins_are_one_line(tmp_path: Path, plugins: str, mention: str) -> None:
     suite = tmp_path / "s.toml"

@@ -95,6 +95,7 @@ def test_breaching_tv_is_breachings_convolution() -> None:
     assert float(total_variation(x)) != pytest.approx(float(expected), rel=1e-3)
 
 
+@pytest.mark.slow
 def test_ig_tv_form_changes_the_run_and_is_checked() -> None:
     _, _, update = _case(2)
     a = create_attack("ig", iterations=5).reconstruct(update, seed=0)
@@ -112,6 +113,7 @@ def _collect() -> tuple[dict[int, Reconstruction], Checkpoints]:
     return seen, Checkpoints(frozenset({3, 7}), lambda step, recon: seen.setdefault(step, recon))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack,params", [("cpa-released", {}), ("ig", {"decay": False})])
 def test_checkpoints_equal_shorter_runs_and_leave_the_answer(attack: str, params: dict) -> None:
     _, _, update = _case(3)
@@ -126,6 +128,7 @@ def test_checkpoints_equal_shorter_runs_and_leave_the_answer(attack: str, params
         assert recon.stats["iterations"] == step
 
 
+@pytest.mark.slow
 def test_checkpoints_refused_where_there_are_no_steps() -> None:
     _, _, update = _case(2)
     _, checkpoints = _collect()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
+
 from leakbench.progress import attack_progress, steps
 
 
@@ -21,6 +23,7 @@ def test_steps_draw_a_bar_on_the_stream() -> None:
     assert steps(range(3), total=3, desc="x") == range(3)  # off again after the block
 
 
+@pytest.mark.slow
 def test_cell_lines_name_every_axis_that_varies(tmp_path: Path) -> None:
     """Cells that differ only by an axis beyond b/layer/dp (here additive noise) get lines that tell them apart."""
     from leakbench.harness.run import run_sweep

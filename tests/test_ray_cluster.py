@@ -134,6 +134,7 @@ def test_a_cluster_runs_a_suite_with_a_relative_out(cluster: tuple[str, Path], t
     assert list(cluster_home.iterdir()) == []  # nothing written where the workers run
 
 
+@pytest.mark.slow
 def test_an_unreachable_cluster_is_one_line_and_nothing_is_written(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "suite.toml").write_text(SUITE)

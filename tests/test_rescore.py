@@ -15,6 +15,9 @@ from leakbench.harness import cell as cell_module
 from leakbench.harness.rescore import rescore_run
 from leakbench.records.artifacts import load_attack_output
 
+# Every test here runs cells, sweeps, the CLI or attack workers (seconds each): `make test` only.
+pytestmark = pytest.mark.slow
+
 SUITE = """\
 name = "rescore"
 dataset = "embedded"
@@ -60,7 +63,8 @@ def test_rescore_gives_identical_records_without_running_an_attack(run_dir: Path
             assert (copy / "cells" / cell.name / name).read_bytes() == (cell / name).read_bytes(), (cell.name, name)
 
 
-def test_rescore_picks_up_a_changed_reconstruction(run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rescore_picks_up_a_changed_reconstruction(run_dir: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Scoring reads the stored arrays: altering them changes the records (the step is not a no-op)."""
     copy = tmp_path / "rescore"
     shutil.copytree(run_dir, copy)

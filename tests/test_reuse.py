@@ -53,17 +53,20 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_cells_store_what_they_were_computed_from(reference: Path) -> None:
     for cell in (reference / "cells").iterdir():
         manifest = json.loads((cell / "manifest.json").read_text())
         assert len(manifest["attack_code"]) == 16 and len(manifest["batch_fingerprint"]) == 16
 
 
+@pytest.mark.slow
 def test_unchanged_cells_are_reused_without_a_word(tmp_path: Path, reference: Path) -> None:
     _copy(reference, tmp_path)
     assert _resume(tmp_path) == (0, [])
 
 
+@pytest.mark.slow
 def test_other_resolved_hyperparameters_are_recomputed(tmp_path: Path, reference: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A default changed in the code (here: spear's max_draws as this version resolves it) → recomputed, said once."""
@@ -75,6 +78,7 @@ def test_other_resolved_hyperparameters_are_recomputed(tmp_path: Path, reference
     assert ran == 2 and len(said) == 1 and "resolved hyperparameters differ" in said[0]
 
 
+@pytest.mark.slow
 def test_changed_attack_code_is_recomputed(tmp_path: Path, reference: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _copy(reference, tmp_path)
     monkeypatch.setattr(reuse, "attack_code", lambda cls: "0123456789abcdef")
@@ -114,6 +118,7 @@ def _fewer_photos(monkeypatch: pytest.MonkeyPatch) -> None:
     loaders._embedded_cached.cache_clear()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("legacy", [False, True], ids=["fingerprint", "indices"])
 def test_cells_of_other_images_are_refused(tmp_path: Path, reference: Path, monkeypatch: pytest.MonkeyPatch,
                                            legacy: bool) -> None:
@@ -134,13 +139,14 @@ def test_cells_of_other_images_are_refused(tmp_path: Path, reference: Path, monk
     before = _tree(tmp_path)
     _fewer_photos(monkeypatch)
     try:
-        with pytest.raises(ConfigError, match="cannot be resumed: cell [0-9a-f]+: its batch"):
+        with pytest.raises(ConfigError, match=r"cannot be resumed: cell [0-9a-f]+: its batch"):
             run_sweep(str(tmp_path / "suite.toml"), out=tmp_path / "res")
     finally:
         loaders._embedded_cached.cache_clear()
     assert _tree(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_another_git_revision_is_said_and_reported(tmp_path: Path, reference: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     run_dir = _copy(reference, tmp_path)

@@ -9,6 +9,9 @@ import pytest
 
 from tests.conftest import load_benchmark
 
+# Every test here runs cells, sweeps, the CLI or attack workers (seconds each): `make test` only.
+pytestmark = pytest.mark.slow
+
 
 def _module():
     return load_benchmark("review_tables")
@@ -48,5 +51,5 @@ def test_batch_size_axis(tmp_path):
 
 
 def test_missing_run_is_one_line(tmp_path):
-    with pytest.raises(SystemExit, match="no .*records.parquet"):
+    with pytest.raises(SystemExit, match=r"no .*records\.parquet"):
         _module().main([str(tmp_path / "nothing")])

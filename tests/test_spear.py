@@ -44,6 +44,7 @@ def _assert_pixel_perfect(result: CellResult, b: int) -> None:
 # --------------------------------------------------------------------------- exactness
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("b", [1, 4, 8])
 def test_spear_exact_on_embedded(b: int, seed: int) -> None:
@@ -68,6 +69,7 @@ def test_spear_exact_on_mnist_b16(mnist_root: Path) -> None:
 # --------------------------------------------------------------------------- b = 1
 
 
+@pytest.mark.slow
 def test_spear_b1_uses_closed_form() -> None:
     # A one-draw budget would make any sampling search fail: success proves the closed form ran.
     spec = CellSpec(attack="spear", dataset="embedded", batch_size=1, seed=3, hyperparameters={"max_draws": 1})
@@ -78,6 +80,7 @@ def test_spear_b1_uses_closed_form() -> None:
     assert stats["draws"] == 0
 
 
+@pytest.mark.slow
 def test_spear_b1_closed_form_recovers_layer_input() -> None:
     ds = load_dataset("embedded")
     batch = sample_batch(ds, 1, seed=5)
@@ -111,6 +114,7 @@ def _check_budget_failure(result: CellResult, b: int, max_draws: int) -> None:
     assert result.aligned is None
 
 
+@pytest.mark.slow
 def test_spear_tiny_budget_fails_cleanly_embedded() -> None:
     spec = CellSpec(attack="spear", dataset="embedded", batch_size=16, seed=0,
                     hyperparameters={"max_draws": 1000})
@@ -119,6 +123,7 @@ def test_spear_tiny_budget_fails_cleanly_embedded() -> None:
     assert result.summary["reason"] == "draw budget spent after 1000 draws with 0 of 16 samples found"
 
 
+@pytest.mark.slow
 def test_spear_under_heavy_noise_says_nothing_was_left_to_draw() -> None:
     """DP noise σ = 1e-2: no neuron's gradient stands above the noise, so no draw can be made; the budget is
     charged as before (same records), but the reason says what stopped it, not "draw budget spent"."""
@@ -159,6 +164,7 @@ def test_check_update_rejects_batch_not_below_width() -> None:
     attack.check_update(_update("embedded", 7, width=8))  # b < width is fine
 
 
+@pytest.mark.slow
 def test_reconstruct_and_run_cell_refuse_batch_not_below_width() -> None:
     with pytest.raises(ConfigError):
         create_attack("spear").reconstruct(_update("embedded", 8, width=8), seed=0)
@@ -183,6 +189,7 @@ def test_check_update_needs_batch_size_and_relu_layer() -> None:
 # --------------------------------------------------------------------------- determinism
 
 
+@pytest.mark.slow
 def test_same_spec_gives_identical_results() -> None:
     spec = CellSpec(attack="spear", dataset="embedded", batch_size=8, seed=1)
     first, second = run_cell(spec), run_cell(spec)
@@ -197,6 +204,7 @@ def test_same_spec_gives_identical_results() -> None:
     assert torch.equal(first.truth, second.truth)
 
 
+@pytest.mark.slow
 def test_failed_run_is_deterministic_too() -> None:
     spec = CellSpec(attack="spear", dataset="embedded", batch_size=8, seed=2, hyperparameters={"max_draws": 500})
     first, second = run_cell(spec), run_cell(spec)
@@ -206,6 +214,7 @@ def test_failed_run_is_deterministic_too() -> None:
     assert first.summary["attack_stats"]["draws"] == second.summary["attack_stats"]["draws"]
 
 
+@pytest.mark.slow
 def test_attack_seed_does_not_change_answer() -> None:
     ds = load_dataset("embedded")
     batch = sample_batch(ds, 4, seed=0)

@@ -27,6 +27,7 @@ def _exact(spec: CellSpec) -> dict:
     return s["attack_stats"]
 
 
+@pytest.mark.slow
 def test_spear_dl_exact_on_tinyimagenet_b20_and_proposals_do_the_work(tinyimagenet_root: Path) -> None:
     stats = _exact(CellSpec(attack="spear-dl", dataset="tinyimagenet", batch_size=20, seed=0, width=200,
                             data_root=str(tinyimagenet_root), hyperparameters={"max_seconds": 120.0}))
@@ -34,11 +35,13 @@ def test_spear_dl_exact_on_tinyimagenet_b20_and_proposals_do_the_work(tinyimagen
     assert stats["dl_found"] >= 10, stats  # most samples came from the proposals, not from random draws
 
 
+@pytest.mark.slow
 def test_spear_dl_exact_on_embedded_b12() -> None:
     _exact(CellSpec(attack="spear-dl", dataset="embedded", batch_size=12, seed=0, width=200,
                     hyperparameters={"max_seconds": 60.0}))
 
 
+@pytest.mark.slow
 def test_spear_dl_fails_cleanly_on_a_batch_with_a_repeated_image() -> None:
     """Two identical inputs: the gradients have rank b−1, so no b distinct samples explain them."""
     ds = load_dataset("embedded")
@@ -51,6 +54,7 @@ def test_spear_dl_fails_cleanly_on_a_batch_with_a_repeated_image() -> None:
     assert rec.reason
 
 
+@pytest.mark.slow
 def test_spear_dl_out_of_budget_is_failed_not_exact() -> None:
     spec = CellSpec(attack="spear-dl", dataset="embedded", batch_size=16, seed=0, width=200,
                     hyperparameters={"max_draws": 64})
@@ -61,12 +65,14 @@ def test_spear_dl_out_of_budget_is_failed_not_exact() -> None:
     assert s["attack_stats"]["samples_found"] < 16
 
 
+@pytest.mark.slow
 def test_route_paper_exact_at_small_b_and_recorded() -> None:
     stats = _exact(CellSpec(attack="spear", dataset="embedded", batch_size=6, seed=0, width=200,
                             hyperparameters={"route": "paper", "max_seconds": 60.0}))
     assert stats["route"] == "paper" and stats["mode"] == "sampling+lp"
 
 
+@pytest.mark.slow
 def test_default_route_is_recorded() -> None:
     stats = _exact(CellSpec(attack="spear", dataset="embedded", batch_size=4, seed=0))
     assert stats["route"] == "default" and stats["mode"] == "deflation+next-layer"
@@ -96,6 +102,7 @@ def test_defaults_on_the_paper_route_are_fine() -> None:
     create_attack("spear", unique_gap=1e-5, last_column=True)
 
 
+@pytest.mark.slow
 def test_search_bar_shows_samples_draws_and_budget() -> None:
     """In this process (the attack worker draws its bars on its own stderr, a terminal in real runs)."""
     stream = io.StringIO()

@@ -119,7 +119,8 @@ def test_guide_pattern_fits_find_samples_from_a_noisy_guide() -> None:
     problem, X = _problem()
     C = X @ problem.R.T
     gen = torch.Generator().manual_seed(0)
-    noisy = X + 0.05 * X.norm(dim=1, keepdim=True) * torch.randn(X.shape, generator=gen, dtype=X.dtype) / X.shape[1] ** 0.5
+    noise = torch.randn(X.shape, generator=gen, dtype=X.dtype) / X.shape[1] ** 0.5
+    noisy = X + 0.05 * X.norm(dim=1, keepdim=True) * noise
     state = SampleState(samples=torch.empty(0, problem.b, dtype=torch.float64))
     done = fit_guide_patterns(problem, make_guide(problem, noisy, 1.5), state, 1e-4, rounds=10, max_seconds=60)
     assert done == problem.b and state.samples.shape[0] >= problem.b // 2
@@ -154,7 +155,8 @@ def test_directions_complete_many_missing_samples_once() -> None:
     state = _state_missing(problem, C, 7, torch.cat([mixes, cols]))
     solution = try_directions(problem, state, tol, 1e-4)
     assert solution is not None and solution.ok and state.from_directions == 7
-    assert float(torch.cdist(solution.X, X).amin(dim=0).max()) < 1e-6 * float(X.norm(dim=1).min())  # every sample, any order
+    # every sample, any order
+    assert float(torch.cdist(solution.X, X).amin(dim=0).max()) < 1e-6 * float(X.norm(dim=1).min())
     short = _state_missing(problem, C, 7, torch.cat([mixes, cols[1:]]))
     assert try_directions(problem, short, tol, 1e-4) is None
     wrong = _state_missing(problem, C, 7, torch.cat([mixes[:1], cols[1:]]))

@@ -83,6 +83,7 @@ def _exact_cell(spec: CellSpec) -> dict:
     return s
 
 
+@pytest.mark.slow
 def test_guided_exact_on_embedded_with_cpa_guide() -> None:
     s = _exact_cell(CellSpec(attack="spear-guided", dataset="embedded", batch_size=24, seed=0,
                              hyperparameters={"max_draws": 2_000_000}))
@@ -91,6 +92,7 @@ def test_guided_exact_on_embedded_with_cpa_guide() -> None:
     assert stats["guided_draws"] == stats["draws"]
 
 
+@pytest.mark.slow
 def test_useless_guide_still_exact_or_honest() -> None:
     """A few steps of DLG from noise predict nothing; the pools grow and SPEAR still answers exactly."""
     s = _exact_cell(CellSpec(attack="spear-guided", dataset="embedded", batch_size=6, seed=1,
@@ -117,6 +119,7 @@ def test_stalled_guides_share_chunks_with_spear() -> None:
     assert guide.calls == 2
 
 
+@pytest.mark.slow
 def test_batch_found_by_the_last_chunk_is_still_verified() -> None:
     """Regression: embedded b = 8, layer 3 (CPA is a poor guide there) finds the 8th sample with the
     chunk that spends the 300 k draw budget with attack seed 0; the batch must be verified, not reported

@@ -21,6 +21,7 @@ def _assert_features_exact(spec: CellSpec) -> dict:
     return s["attack_stats"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layer", [2, 3, 4])
 def test_spear_recovers_deeper_layer_features_embedded(layer: int) -> None:
     _assert_features_exact(CellSpec(attack="spear", dataset="embedded", batch_size=8, seed=0, layer=layer))

@@ -52,7 +52,7 @@ def test_defaults_never_raise_on_either_route_and_variants() -> None:
 
 
 def test_next_layer_check_is_gone_route_paper_is_its_one_home() -> None:
-    with pytest.raises(ConfigError, match="unknown hyperparameter.*next_layer_check"):
+    with pytest.raises(ConfigError, match=r"unknown hyperparameter.*next_layer_check"):
         create_attack("spear", next_layer_check=False)
 
 
@@ -61,6 +61,7 @@ def test_search_settings_are_spear_config_fields() -> None:
     assert {f.name for f in fields(SearchSettings)} - {"label"} <= set(SpearConfig.__dataclass_fields__)
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_knob_the_route_ignores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from leakbench.cli import main
 
@@ -77,12 +78,14 @@ def _paper_run(**params: object) -> dict:
     return {"status": recon.status, **recon.stats}
 
 
+@pytest.mark.slow
 def test_unique_gap_is_read_by_the_paper_route() -> None:
     """σ_{b−1} > 1·σ_1 never holds: no candidate passes the filter, so the run fails at its draw budget."""
     stats = _paper_run(unique_gap=1.0, max_draws=20_000)
     assert stats["status"] == "failed" and stats["samples_found"] == 0
 
 
+@pytest.mark.slow
 def test_last_column_is_read_by_the_paper_route() -> None:
     """Measured: the 6th column comes in closed form with last_column (45 k draws), else from 2× the draws."""
     on, off = _paper_run(), _paper_run(last_column=False)

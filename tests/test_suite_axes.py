@@ -51,12 +51,14 @@ def test_malformed_keys_name_the_key(tmp_path: Path, extra: str, key: str) -> No
     assert key in str(info.value) and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("name", ["paper/fedavg", "paper/dp", "paper/conv", "paper/conv-embedded", "paper/layers-images"])
+@pytest.mark.parametrize("name", ["paper/fedavg", "paper/dp", "paper/conv", "paper/conv-embedded",
+                                  "paper/layers-images"])
 def test_shipped_review_suites_parse(name: str) -> None:
     suite = load_suite(find_suite(name))
     assert suite.cells
 
 
+@pytest.mark.slow
 def test_fedavg_sweep_reports_a_client_table(tmp_path: Path) -> None:
     from leakbench.harness.run import run_sweep
     from leakbench.reporting.report import write_report
@@ -136,6 +138,7 @@ def test_malformed_models_are_refused(tmp_path: Path, key: str) -> None:
     assert named in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["unknown key", "layer not in a model", "epochs twice"])
 def test_cli_refuses_malformed_models_writing_nothing(tmp_path: Path, key: str,
                                                       capsys: pytest.CaptureFixture[str]) -> None:

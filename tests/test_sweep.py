@@ -78,7 +78,8 @@ def test_axes_expand_and_layerless_attacks_run_once(tmp_path: Path) -> None:
     ("layers = [0]", "layers"), ("layers = [3]", "layers"), ('layers = ["1"]', "layers"),
     ('dp = ["some"]', "dp[0]"), ("dp = [{sigma = 1.0}]", "dp[0]': missing key 'clip'"),
     ("dp = [{sigma = 1.0, clip = 1.0, colour = 2}]", "colour"), ("dp = [{sigma = true, clip = 1.0}]", "sigma"),
-    ('datasets = ["embedded"]', "datasets"), ('attacks = ["nope"]', "nope"), ("grid_images = 0", "grid_images"), ('name = "../up"', "name"), ("grid_seed = -1", "grid_seed"),
+    ('datasets = ["embedded"]', "datasets"), ('attacks = ["nope"]', "nope"), ("grid_images = 0", "grid_images"),
+    ('name = "../up"', "name"), ("grid_seed = -1", "grid_seed"),
 ])
 def test_malformed_axes_name_the_key(tmp_path: Path, line: str, key: str) -> None:
     key_name = line.split(" ")[0]
@@ -89,7 +90,7 @@ def test_malformed_axes_name_the_key(tmp_path: Path, line: str, key: str) -> Non
 
 
 def test_hyperparameter_layer_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="hyperparameters.spear.layer"):
+    with pytest.raises(ConfigError, match=r"hyperparameters\.spear\.layer"):
         load_suite(_suite(tmp_path, SUITE.replace("max_draws = 20000", "max_draws = 20000\nlayer = 2")))
 
 
@@ -104,6 +105,7 @@ def test_grid_selection_is_seeded_and_independent_of_results() -> None:
     assert grid_selection("0123456789abcdef", 3, 8, seed=0) == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_grid_selection_is_in_the_manifest_before_cells_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The selection is planned before any attack: a sweep that runs nothing still records it."""
     monkeypatch.setattr(run_module, "execute", lambda *a, **k: None)
@@ -120,6 +122,7 @@ def test_grid_selection_is_in_the_manifest_before_cells_run(tmp_path: Path, monk
     assert len(by_batch) == 2 and all(len(picks) == 1 for picks in by_batch.values())
 
 
+@pytest.mark.slow
 def test_stored_grid_selection_matches_the_plan(reference: Path) -> None:
     manifest = json.loads((reference / "manifest.json").read_text())
     for cell in manifest["cells"]:
@@ -130,6 +133,7 @@ def test_stored_grid_selection_matches_the_plan(reference: Path) -> None:
 # --------------------------------------------------------------------------- resume and atomicity
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_resumes_without_duplicates(tmp_path: Path, reference: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     real = executors.run_task
@@ -158,6 +162,7 @@ def test_interrupted_sweep_resumes_without_duplicates(tmp_path: Path, reference:
     assert (again.ran, again.skipped) == (0, 12)
 
 
+@pytest.mark.slow
 def test_no_resume_reruns_every_cell(tmp_path: Path, reference: Path) -> None:
     out = tmp_path / "res"
     text = SUITE.replace('attacks = ["spear", "ig"]', 'attacks = ["spear"]').split("[hyperparameters.ig]")[0]
@@ -167,6 +172,7 @@ def test_no_resume_reruns_every_cell(tmp_path: Path, reference: Path) -> None:
     assert (sweep.ran, sweep.skipped) == (8, 0)
 
 
+@pytest.mark.slow
 def test_failed_cells_are_stored_and_counted(reference: Path) -> None:
     cells = pd.read_parquet(reference / "cells.parquet")
     failed = cells[cells["status"] != "ok"]
@@ -176,11 +182,13 @@ def test_failed_cells_are_stored_and_counted(reference: Path) -> None:
     assert (records.groupby("cell_id")["status"].first() != "ok").sum() == len(failed)
 
 
+@pytest.mark.slow
 def test_pool_gives_the_same_records_as_serial(tmp_path: Path, reference: Path) -> None:
     sweep = run_sweep(str(_suite(tmp_path)), out=tmp_path / "res", executor="pool", jobs=2)
     _same_records(sweep.run_dir, reference)
 
 
+@pytest.mark.slow
 def test_ray_gives_the_same_records_as_serial(tmp_path: Path, reference: Path) -> None:
     sweep = run_sweep(str(_suite(tmp_path)), out=tmp_path / "res", executor="ray", jobs=2)
     _same_records(sweep.run_dir, reference)
@@ -196,6 +204,7 @@ def test_unknown_executor_and_bad_jobs(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- reports
 
 
+@pytest.mark.slow
 def test_report_tables_figures_and_grids(tmp_path: Path, reference: Path) -> None:
     md = write_report(reference, tmp_path / "rep")
     text = md.read_text()
@@ -212,7 +221,7 @@ def test_report_tables_figures_and_grids(tmp_path: Path, reference: Path) -> Non
     assert text.count("failed: ") == int((cells["status"] != "ok").sum())
     table = text.split("## All cells")[1].split("##")[0]
     header = [c.strip() for c in table.strip().splitlines()[0].strip("|").split("|")]
-    rows = [dict(zip(header, (c.strip() for c in line.strip("|").split(" | "))))
+    rows = [dict(zip(header, (c.strip() for c in line.strip("|").split(" | ")), strict=True))
             for line in table.strip().splitlines()[2:] if line.startswith("| ")]
     assert len(rows) == len(cells)
     for row in rows:  # a failed cell keeps its n, counts all of it as failures and 0 % exact, shows no PSNR
@@ -227,6 +236,7 @@ def test_report_tables_figures_and_grids(tmp_path: Path, reference: Path) -> Non
     assert (tmp_path / "rep" / "sweep.html").read_text().startswith("<!DOCTYPE html>")
 
 
+@pytest.mark.slow
 def test_leaderboard_is_deterministic(tmp_path: Path, reference: Path) -> None:
     first = [p.read_bytes() for p in write_leaderboard(reference.parent, tmp_path / "a")]
     # The same run (its cell folders hold the budgets) with its tables in another order, in another folder:
@@ -257,6 +267,7 @@ def test_leaderboard_without_results_is_an_error(tmp_path: Path) -> None:
         write_leaderboard(tmp_path, tmp_path / "rep")
 
 
+@pytest.mark.slow
 def test_sweep_on_real_data(tmp_path: Path, tinyimagenet_root: Path) -> None:
     text = ('name = "real"\ndataset = "tinyimagenet"\nattacks = ["spear"]\nbatch_sizes = [1, 2]\nwidth = 64\n'
             'depth = 3\ndp = ["none", {sigma = 1e-2, clip = 1.0}]\n[hyperparameters.spear]\nmax_draws = 20000\n')
@@ -266,6 +277,7 @@ def test_sweep_on_real_data(tmp_path: Path, tinyimagenet_root: Path) -> None:
     assert list(plain["status"]) == ["ok"] and (sweep.records["dp_epsilon"] > 0).all()
 
 
+@pytest.mark.slow
 def test_one_statistic_everywhere(reference: Path, tmp_path: Path) -> None:
     """cells.parquet, each cell's summary.json, the report's per-cell table and the leaderboard agree."""
     import math
@@ -280,7 +292,8 @@ def test_one_statistic_everywhere(reference: Path, tmp_path: Path) -> None:
         summary = json.loads((reference / "cells" / cell["cell_id"] / "summary.json").read_text())
         for key in ("psnr_mean", "psnr_median", "ssim_mean"):
             stored = [cell[key], summary[key]]
-            assert all((v is None or math.isnan(v)) if math.isnan(s[key]) else v == pytest.approx(s[key]) for v in stored), key
+            assert all((v is None or math.isnan(v)) if math.isnan(s[key]) else v == pytest.approx(s[key])
+                       for v in stored), key
         assert cell["psnr_inf"] == summary["psnr_inf"] == s["psnr_inf"]
         row = next(line for line in report.splitlines() if line.endswith(f"| {cell['cell_id']} |"))
         assert f"| {psnr_cell(s)} |" in row
@@ -308,6 +321,7 @@ def test_pivot_entry_in_feature_space_shows_the_feature_error() -> None:
     assert triple(image) == "50 % · 21.3 dB · 0.125"
 
 
+@pytest.mark.slow
 def test_leaderboard_links_only_to_grids_that_exist(tmp_path: Path, reference: Path) -> None:
     """Entries link to the suite report's grids when that report lies in the same reports folder, never to
     files that are not there."""
@@ -321,13 +335,15 @@ def test_leaderboard_links_only_to_grids_that_exist(tmp_path: Path, reference: P
     assert targets and all((tmp_path / "full" / t).is_file() for t in targets)
 
 
+@pytest.mark.slow
 def test_report_keeps_victim_models_apart(tmp_path: Path) -> None:
     """With a models axis, the per-axis tables hold the model fixed and the model gets a table of its own:
     two victims are never pooled into one point."""
     from leakbench.reporting.report import write_report
 
     (tmp_path / "suite.toml").write_text('name = "models"\ndataset = "embedded"\nattacks = ["cpa"]\n'
-                                         'batch_sizes = [2, 4]\nmodels = [{width = 64, depth = 2}, {width = 200, depth = 6}]\n')
+                                         'batch_sizes = [2, 4]\n'
+                                         'models = [{width = 64, depth = 2}, {width = 200, depth = 6}]\n')
     run_dir = run_sweep(str(tmp_path / "suite.toml"), out=tmp_path / "res").run_dir
     text = write_report(run_dir, tmp_path / "rep").read_text()
     by_b = text.split("## By batch size")[1].split("\n## ")[0]

@@ -60,8 +60,9 @@ def test_default_cell_ids_are_those_of_main() -> None:
 
 
 def test_threat_axis_sets_what_the_update_carries(tmp_path: Path) -> None:
-    text = BASE.replace('"cpa"', '"ig"') + \
-        'threat = ["default", {labels = "known"}, {batch_size = "estimated"}, {labels = "known", batch_size = "estimated"}]\n'
+    text = BASE.replace('"cpa"', '"ig"') + (
+        'threat = ["default", {labels = "known"}, {batch_size = "estimated"},'
+        ' {labels = "known", batch_size = "estimated"}]\n')
     cells = load_suite(_suite(tmp_path, text)).cells
     assert [(c.labels_known, c.batch_size_known) for c in cells] == [(False, True), (True, True), (False, False),
                                                                      (True, False)]
@@ -82,6 +83,7 @@ def test_dp_and_fedavg_updates_follow_the_threat_model(client: dict) -> None:
     assert torch.equal(update.labels, batch.labels) and update.batch_size is None
 
 
+@pytest.mark.slow
 def test_labels_attack_refused_up_front_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     path = _suite(tmp_path, BASE.replace('"cpa"', '"needs-labels"') + 'threat = [{labels = "known"}, "default"]\n')
@@ -92,6 +94,7 @@ def test_labels_attack_refused_up_front_through_the_cli(tmp_path: Path, capsys: 
     assert not out.exists() and not (tmp_path / "rep").exists()
 
 
+@pytest.mark.slow
 def test_batch_size_attack_refused_when_estimated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     rc = main(["run", str(_suite(tmp_path, BASE + 'threat = [{batch_size = "estimated"}]\n')), "--out", str(out),
@@ -142,8 +145,8 @@ def test_noise_zero_is_fedsgd_exactly_and_noise_is_seeded() -> None:
 
 
 def test_relative_noise_and_fedavg_noise() -> None:
-    batch, model, update = prepare(CellSpec(attack="cpa", **SMALL, fedavg=FedAvgConfig(), noise=1e-2,
-                                            noise_scale="max"))
+    _, _, update = prepare(CellSpec(attack="cpa", **SMALL, fedavg=FedAvgConfig(), noise=1e-2,
+                                    noise_scale="max"))
     assert update.kind == "fedavg+noise"
     clean = prepare(CellSpec(attack="cpa", **SMALL, fedavg=FedAvgConfig()))[2]
     name = next(iter(clean.gradients))
@@ -171,6 +174,7 @@ def test_malformed_threat_and_noise_keys(tmp_path: Path, extra: str, key: str) -
     assert key in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_records_carry_threat_and_noise_columns() -> None:
     spec = CellSpec(attack="cpa", **SMALL, labels_known=True, noise=1e-4)
     result = run_cell(spec, isolate=False)
@@ -196,7 +200,8 @@ def test_reports_keep_noise_and_threat_cells_apart() -> None:
     from leakbench.reporting.aggregate import with_model
 
     cells = pd.DataFrame({"arch": "fc", "client": "fedsgd", "depth": 6, "width": 200,
-                          "noise_sigma": [0.0, 1e-4, 1e-4, 0.0], "noise_scale": ["absolute", "max", "absolute", "absolute"],
+                          "noise_sigma": [0.0, 1e-4, 1e-4, 0.0],
+                          "noise_scale": ["absolute", "max", "absolute", "absolute"],
                           "threat": ["default", "default", "labels known", "b estimated"]})
     assert list(with_model(cells)["client"]) == ["fedsgd", "fedsgd + noise σ=0.0001×max|g|",
                                                  "fedsgd + noise σ=0.0001 · labels known", "fedsgd · b estimated"]

@@ -104,6 +104,7 @@ def test_partition_parts_are_disjoint_and_cover(name):
     assert np.array_equal(parts.attack, again.attack) and np.array_equal(parts.train, again.train)
 
 
+@pytest.mark.slow
 def test_training_never_sees_an_attacked_image(monkeypatch):
     """Every batch a trained victim is attacked on lies in the attack part; the indices the training
     loop actually reads (recorded here) never meet it."""
@@ -139,7 +140,7 @@ def test_train_epochs_zero_keeps_old_ids_and_batches():
     for old, spec in OLD_IDS.items():
         assert cell_id(spec) == old and cell_id(CellSpec(**{**spec.__dict__, "train_epochs": 0})) == old
         assert "train_epochs" not in spec_dict(spec) and "recipe" not in spec_dict(spec)
-    batch, model, update = prepare(OLD_IDS["ea7304d7fc324182"])
+    batch, _, update = prepare(OLD_IDS["ea7304d7fc324182"])
     assert batch.indices == (1382, 1523, 1670, 1729)  # main's batch for this seed
     # rel 1e-6, not 1e-9: Pillow releases decode and resize the bundled photos a few ULPs apart
     # (a fresh venv of the same requirements.txt gives 44.11213984228277)
@@ -147,6 +148,7 @@ def test_train_epochs_zero_keeps_old_ids_and_batches():
                                                                                                    rel=1e-6)
 
 
+@pytest.mark.slow
 def test_train_epochs_zero_records_are_todays():
     """At init a cell is scored against the batch and victim built as before (the whole dataset,
     build_model at the cell's seed): its records equal the records of its attack's output scored on
@@ -167,6 +169,7 @@ def test_train_epochs_zero_records_are_todays():
     assert other.indices != batch.indices
 
 
+@pytest.mark.slow
 def test_trained_cell_records_name_the_victim():
     from leakbench.harness.cell import run_cell
 
@@ -221,6 +224,7 @@ def test_suite_refuses_bad_training(tmp_path, body, message):
         _suite(tmp_path, body)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["-1", "1001", "x", "1.5"])
 def test_cli_bad_train_epochs(tmp_path, value):
     out = tmp_path / "out"
@@ -240,6 +244,7 @@ def test_check_cells_refuses_a_batch_larger_than_the_attack_part():
         check_cells([CellSpec(attack="ig", dataset="digits", batch_size=200, width=32, depth=3, train_epochs=1)])
 
 
+@pytest.mark.slow
 def test_victims_table_from_a_stored_run(tmp_path):
     """The doc's tables come from the stored records; the ReLU sparsity at init is that of the victim
     and batch built directly; prose outside the markers survives a regeneration."""

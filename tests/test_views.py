@@ -87,7 +87,7 @@ def test_baselines_view_one_row_per_cell_in_suite_order_with_notes() -> None:
     table = apply_view("baselines", cells).table
     assert list(table.columns) == ["attack", "model", "batch_size", "seed", "exact_pct", "psnr_mean", "psnr_median",
                                    "ssim_mean", "seconds", "status", "note"]
-    assert list(zip(table["attack"], table["model"])) == [("ig", "FC-6 w200"), ("ig", "FC-2 w256"),
+    assert list(zip(table["attack"], table["model"], strict=True)) == [("ig", "FC-6 w200"), ("ig", "FC-2 w256"),
                                                           ("cpa", "FC-6 w200")]
     assert list(table["note"]) == ["ICA not converged", "loss 1->0.25", "ICA exploded"]
     assert list(table["exact_pct"]) == [50.0, 0.0, 0.0]
@@ -169,6 +169,7 @@ def test_papers_module_does_not_shell_out() -> None:
     assert "subprocess" not in vars(papers)
 
 
+@pytest.mark.slow
 def test_reproduce_writes_each_view_beside_the_report(reproduced: Path) -> None:
     folder = reproduced / "rep" / "tiny-views"
     assert (reproduced / "rep" / "tiny-views.md").is_file()
@@ -188,20 +189,24 @@ def test_reproduce_writes_each_view_beside_the_report(reproduced: Path) -> None:
     assert len(pd.read_csv(folder / "baselines.csv")) == 12
 
 
+@pytest.mark.slow
 def test_report_again_replaces_the_views(reproduced: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(reproduced / "res" / "tiny-views"), "--reports", str(reproduced / "rep")]) == 0
     assert not (reproduced / "rep" / "tiny-views" / "noise.csv").exists()  # owned by the report: replaced, not refused
 
 
+@pytest.mark.slow
 def test_view_command_prints_and_writes_csv(reproduced: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = reproduced / "view" / "speed.csv"
     assert main(["view", "spear-speed", str(reproduced / "res" / "tiny-views"), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert printed.startswith("## Speed per batch size") and "| attack | model | noise\\_sigma | batch\\_size |" in printed
+    assert printed.startswith("## Speed per batch size")
+    assert "| attack | model | noise\\_sigma | batch\\_size |" in printed
     cells = pd.read_parquet(reproduced / "res" / "tiny-views" / "cells.parquet")
     assert out.read_text() == apply_view("spear-speed", cells).csv()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["unknown view", "no run", "garbage parquet", "out is a folder", "missing column"])
 def test_view_bad_input_exits_2_writing_nothing(reproduced: Path, tmp_path: Path, case: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
@@ -253,6 +258,7 @@ def test_victims_view_one_row_per_victim() -> None:
     assert table.loc[1, "train_accuracy_pct"] == 50.0 and math.isnan(table.loc[0, "test_accuracy_pct"])
 
 
+@pytest.mark.slow
 def test_reproduce_refuses_an_unknown_view_before_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from leakbench import papers
 

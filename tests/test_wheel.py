@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 from conftest import CLI_TIMEOUT_S, REPO_ROOT
 
+# Every test here runs cells, sweeps, the CLI or attack workers (seconds each): `make test` only.
+pytestmark = pytest.mark.slow
+
 MINI = """\
 name = "wheel-mini"
 dataset = "embedded"
@@ -68,7 +71,8 @@ def test_installed_wheel_runs_without_the_checkout(site: Path, tmp_path: Path) -
     (tmp_path / "mini.toml").write_text(MINI)
     run = _leakbench(site, tmp_path, "-m", "leakbench", "run", "mini.toml", "--out", "res", "--reports", "rep")
     assert run.returncode == 0, run.stderr[-3000:]
-    assert (tmp_path / "rep" / "wheel-mini.md").is_file() and (tmp_path / "res" / "wheel-mini" / "records.parquet").is_file()
+    assert (tmp_path / "rep" / "wheel-mini.md").is_file()
+    assert (tmp_path / "res" / "wheel-mini" / "records.parquet").is_file()
 
 
 def test_installed_wheel_reproduce_and_view_refuse_cleanly(site: Path, tmp_path: Path) -> None:

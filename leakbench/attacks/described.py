@@ -45,7 +45,7 @@ def described_attack(data: dict[str, Any]) -> type[Attack]:
         "code_hash": data.get("code_hash")})
 
 
-def _describe_field(f: Field) -> dict[str, Any]:
+def _describe_field(f: Field[Any]) -> dict[str, Any]:
     default = f.default if f.default is not MISSING else (f.default_factory() if f.default_factory is not MISSING
                                                           else None)
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
@@ -67,8 +67,11 @@ def _field(data: dict[str, Any]) -> tuple[str, str, Any]:
     if data.get("choices"):
         meta["choices"] = tuple(str(choice) for choice in data["choices"])
     if isinstance(default, (list, dict)):
-        return data["name"], kind, field(default_factory=lambda d=default: json.loads(json.dumps(d)),
-                                                 metadata=meta)
+        def fresh(d: Any = default) -> Any:
+            """A new copy of the default per instance."""
+            return json.loads(json.dumps(d))
+
+        return data["name"], kind, field(default_factory=fresh, metadata=meta)
     return data["name"], kind, field(default=default, metadata=meta)
 
 

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from leakbench.errors import ConfigError
+from leakbench.models.base import Layered
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def find_last_layer(model: nn.Module, gradients: dict[str, torch.Tensor]) -> Las
     Works for any classifier whose final parameters are a linear layer's weight and bias, as in
     breaching ("the last two entries in the gradient vector"). FCNet uses its own layer names.
     """
-    if hasattr(model, "layer_param_names") and hasattr(model, "depth"):
+    if isinstance(model, Layered):
         weight, bias = model.layer_param_names(int(model.depth))
         if weight in gradients:
             return LastLayer(weight, bias if bias in gradients else None, int(gradients[weight].shape[0]))
@@ -58,8 +59,8 @@ def find_last_layer(model: nn.Module, gradients: dict[str, torch.Tensor]) -> Las
         g = gradients[names[i]]
         if g.dim() == 2:
             after = names[i + 1] if i + 1 < len(names) else None
-            bias = after if after is not None and gradients[after].shape == (g.shape[0],) else None
-            return LastLayer(names[i], bias, int(g.shape[0]))
+            last_bias = after if after is not None and gradients[after].shape == (g.shape[0],) else None
+            return LastLayer(names[i], last_bias, int(g.shape[0]))
     raise ConfigError("label recovery needs a final linear layer (a 2-D weight gradient); none found")
 
 

@@ -32,5 +32,14 @@ def describe_dataset(name: str) -> list[str]:
 # Loaders register themselves on import.
 from leakbench.datasets import loaders as _loaders  # noqa: E402,F401
 
-__all__ = ["Batch", "ImageDataset", "DATASETS", "describe_dataset", "load_dataset", "list_datasets", "Partition",
-           "partition", "sample_batch"]
+__all__ = [
+    "DATASETS",
+    "Batch",
+    "ImageDataset",
+    "Partition",
+    "describe_dataset",
+    "list_datasets",
+    "load_dataset",
+    "partition",
+    "sample_batch",
+]

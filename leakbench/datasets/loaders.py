@@ -473,7 +473,8 @@ def data_locations(data_root: Path | None = None) -> list[Path]:
 
 # --------------------------------------------------------------------------- registration
 
-DATASETS.register("embedded", load_embedded, "RGB patches (32×32) of real photos bundled with scikit-learn/scikit-image; no files needed")
+DATASETS.register("embedded", load_embedded,
+                  "RGB patches (32×32) of real photos bundled with scikit-learn/scikit-image; no files needed")
 DATASETS.register("digits", load_digits, "scikit-learn handwritten digits, 1×8×8, 10 classes, 1,797 images")
 DATASETS.register("mnist", load_mnist, "MNIST test split from raw IDX files, 1×28×28, 10 classes, 10,000 images")
 DATASETS.register("tinyimagenet", load_tinyimagenet, "TinyImageNet val split, 3×64×64, 200 classes, 10,000 images")

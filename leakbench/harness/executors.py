@@ -30,6 +30,7 @@ from leakbench.progress import attack_progress
 
 if TYPE_CHECKING:
     from leakbench.records.cells import CellFiles
+    from leakbench.metrics.lpips_metric import LpipsScorer
 
 EXECUTORS = ("serial", "pool", "ray")
 
@@ -72,7 +73,7 @@ def run_task(task: Task) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=4)
-def lpips_scorer(path: str | None, net: str = "alex"):
+def lpips_scorer(path: str | None, net: str = "alex") -> tuple[LpipsScorer | None, str]:
     """The verified LPIPS scorer and its note for a weights path (None: the default search) and net,
     built and checked once per process."""
     import warnings
@@ -131,7 +132,7 @@ def _pool(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: in
                                initializer=_start_worker)
     waiting = iter(tasks)
     try:
-        running: set[Future] = {pool.submit(work, task) for task in islice(waiting, jobs)}
+        running: set[Future[dict[str, Any]]] = {pool.submit(work, task) for task in islice(waiting, jobs)}
         while running:
             finished, running = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:

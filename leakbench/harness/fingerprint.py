@@ -24,7 +24,8 @@ def batch_fingerprint(batch: Batch) -> str:
     resizing) and its labels, in batch order."""
     digest = hashlib.sha256()
     digest.update(str(tuple(batch.images.shape)).encode())
-    digest.update((batch.images.detach().to(torch.float32) * 255).round().clamp(0, 255).to(torch.uint8).numpy().tobytes())
+    pixels = (batch.images.detach().to(torch.float32) * 255).round().clamp(0, 255).to(torch.uint8)
+    digest.update(pixels.numpy().tobytes())
     digest.update(batch.labels.to(torch.int64).numpy().tobytes())
     return digest.hexdigest()[:16]
 

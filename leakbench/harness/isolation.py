@@ -36,9 +36,12 @@ import sys
 import tempfile
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leakbench.errors import LeakbenchError
+
+if TYPE_CHECKING:  # imported lazily at run time (the worker's start-up)
+    from leakbench.attacks.base import Space
 
 PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
                             "os.forkpty", "pty.spawn"})
@@ -273,7 +276,7 @@ def run_isolated(job: Any, update: Any, hidden: list[Path]) -> Any:
                     continue
                 raise WorkerDied(f"{exc} {WORKER_TRIES} times: the cell is not stored (rerun to retry it)",
                                  exc.code) from None
-            space = "image" if job.layer == 1 else "feature"
+            space: Space = "image" if job.layer == 1 else "feature"
             output = AttackOutput(Reconstruction.failed(f"error: {exc}", space=space, layer=job.layer), 0.0,
                                   job.hyperparameters)
         output.isolation = isolation_level()
@@ -313,15 +316,16 @@ def check_reply(meta: Any, npz: bytes, update: Any, layer: int) -> Any:
         _check_arrays(output, tuple(update.model.input_shape))
         return output
     except (ValueError, KeyError, TypeError, OSError) as exc:
-        space = "image" if layer == 1 else "feature"
+        space: Space = "image" if layer == 1 else "feature"
         reason = f"error: the attack's reply was refused ({type(exc).__name__}: {exc})"
         return AttackOutput(Reconstruction.failed(reason, space=space, layer=layer), 0.0, {})
 
 
 def _check_meta(meta: Any) -> None:
     """Raise ValueError unless `meta` is an attack.json of the stored kind."""
-    types = {"status": str, "reason": str, "space": str, "stats": dict, "seconds": (int, float),
-             "hyperparameters": dict, "layer": (int, type(None)), "isolation": str}
+    types: dict[str, type | tuple[type, ...]] = {
+        "status": str, "reason": str, "space": str, "stats": dict, "seconds": (int, float),
+        "hyperparameters": dict, "layer": (int, type(None)), "isolation": str}
     if not isinstance(meta, dict) or set(meta) != set(types):
         raise ValueError(f"metadata keys {sorted(meta) if isinstance(meta, dict) else type(meta).__name__}")
     for key, kind in types.items():
@@ -379,7 +383,8 @@ def _worker_env() -> dict[str, str]:
 
 def _exit_text(code: int | None) -> str:
     if code is not None and code < 0:
-        return f"killed by {signal.Signals(-code).name}" if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+        known = -code in signal.Signals._value2member_map_
+        return f"killed by {signal.Signals(-code).name}" if known else f"signal {-code}"
     return f"exit code {code}"
 
 
@@ -462,7 +467,8 @@ def _child(receive_fd: int, send_fd: int) -> None:
             try:
                 apply(policy(sys.path, cell["hidden"], cell["scratch"]))
             except Exception as exc:  # noqa: BLE001 — fail closed: no attack runs with less isolation than recorded
-                send.send_bytes(json.dumps({"kind": "error", "message": f"the sandbox could not be applied: {exc}"}).encode())
+                message = f"the sandbox could not be applied: {exc}"
+                send.send_bytes(json.dumps({"kind": "error", "message": message}).encode())
                 os._exit(0)
         sys.addaudithook(Guard(cell["hidden"]))
         _answer(send, receive, attack_cell, attack_progress)

@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from leakbench.attacks import Attack, Reconstruction, attack_class, build_config
+from leakbench.attacks import Attack, Reconstruction, attack_class
+from leakbench.attacks.base import build_config
 from leakbench.attacks.inversion import InversionConfig, invert_features
 from leakbench.errors import ConfigError
 from leakbench.fl import ClientUpdate
@@ -74,8 +75,8 @@ def class_ref(cls: type[Attack]) -> tuple[str, str, str | None]:
 def resolve_class(job: AttackJob) -> type[Attack]:
     """The job's attack class: from the registry (after loading the job's plugins), or imported from
     `job.attack_ref`."""
-    for module in job.plugins:
-        load_plugin(module)
+    for plugin in job.plugins:
+        load_plugin(plugin)
     if job.attack_ref is None:
         return attack_class(job.attack)
     module_name, qualname, path = job.attack_ref
@@ -92,7 +93,8 @@ def resolve_class(job: AttackJob) -> type[Attack]:
     obj: Any = module
     for part in qualname.split("."):
         obj = getattr(obj, part)
-    return obj
+    cls: type[Attack] = obj  # attack_ref comes from class_ref, which names an Attack subclass
+    return cls
 
 
 def configure_attack(attack: str, hyperparameters: dict[str, Any], layer: int,
@@ -122,6 +124,7 @@ def attack_cell(job: AttackJob, update: ClientUpdate) -> AttackOutput:
     inversion = job.inversion
     if inversion is not None and inversion.steps and recon.space == "feature" and recon.status == "ok":
         start = time.perf_counter()
+        assert recon.features is not None  # Reconstruction's contract: a feature-space "ok" has features
         output.inverted = invert_features(update.model, recon.features, recon.layer or job.layer, inversion,
                                           seed=job.seed)
         recon.stats["inversion_seconds"] = time.perf_counter() - start

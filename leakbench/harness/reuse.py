@@ -42,7 +42,7 @@ class Staleness:
 
     recompute: dict[str, str] = field(default_factory=dict)
     refuse: dict[str, str] = field(default_factory=dict)
-    revisions: Counter = field(default_factory=Counter)
+    revisions: Counter[str | None] = field(default_factory=Counter)
 
 
 def check_stored(stored: dict[str, Any], hyperparameters: str, code: str, batch: Batch) -> tuple[str, str]:
@@ -84,7 +84,7 @@ def stale_cells(run_dir: Path, specs: dict[str, CellSpec]) -> Staleness:
     return out
 
 
-def revision_note(revisions: Counter, current: str | None) -> str:
+def revision_note(revisions: Counter[str | None], current: str | None) -> str:
     """'' when every reused cell ran at the current git revision, else a line saying which ran at which."""
     other = {rev: n for rev, n in revisions.items() if rev != current}
     if not other:

@@ -156,13 +156,14 @@ def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Pa
     records, cells = consolidate(run_dir, ids)
     revisions[git_revision()] += len(todo)
     write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {
-        "executor": executor, "jobs": jobs, "lpips_net": lpips_net, "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),
-                                                           "seconds": round(seconds, 3), "lpips_note": lpips_note},
+        "executor": executor, "jobs": jobs, "lpips_net": lpips_net,
+        "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),
+                       "seconds": round(seconds, 3), "lpips_note": lpips_note},
         "cell_revisions": {(rev or "unknown"): n for rev, n in revisions.items() if n}}))
     return Sweep(run_dir, suite, len(todo), len(tasks) - len(todo), seconds, records, cells)
 
 
-def reusable_cells(run_dir: Path, tasks: list[Task]) -> tuple[set[str], Counter]:
+def reusable_cells(run_dir: Path, tasks: list[Task]) -> tuple[set[str], Counter[str | None]]:
     """The stored cells a resumed sweep skips, and their git revisions (revision → count).
 
     A damaged cell is recomputed (one warning line each). An intact one is checked against what this

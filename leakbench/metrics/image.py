@@ -100,6 +100,7 @@ def ssim(recon: Tensor, truth: Tensor) -> Tensor:
     out = structural_similarity_index_measure(
         r, t, gaussian_kernel=True, sigma=sigma, kernel_size=k, data_range=1.0, reduction="none"
     )
+    assert isinstance(out, torch.Tensor)  # a tuple only with return_full_image / return_contrast_sensitivity
     return out.reshape(r.shape[0])
 
 

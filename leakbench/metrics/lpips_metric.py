@@ -38,7 +38,7 @@ import pickle
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -188,7 +188,7 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
     """Admits only what a pickle of plain numpy arrays needs: ``ndarray``, ``dtype`` and the
     array reconstructor. Any other global (``os.system``, ``builtins.eval``, ...) is refused."""
 
-    _ALLOWED = {
+    _ALLOWED: ClassVar[dict[tuple[str, str], Any]] = {
         ("numpy", "ndarray"): np.ndarray,
         ("numpy", "dtype"): np.dtype,
         ("numpy.core.multiarray", "_reconstruct"): np.ndarray.__reduce__(np.zeros(0))[0],
@@ -215,7 +215,7 @@ def load_numpy_pickle(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
             data = _NumpyOnlyUnpickler(fh).load()
-    except Exception as exc:  # noqa: BLE001 — refused globals, truncated files, not a pickle...
+    except Exception as exc:  # refused globals, truncated files, not a pickle...
         raise LeakbenchError(f"cannot read {path} as a pickle of numpy arrays: {exc}") from exc
 
     def check(node: Any, where: str) -> None:
@@ -244,7 +244,8 @@ def _packaged_lin_weights(net: str = DEFAULT_NET) -> dict[str, Tensor]:
     lin_path = Path(lpips.__file__).parent / "weights" / "v0.1" / f"{check_net(net)}.pth"
     if not lin_path.is_file():
         raise LeakbenchError(f"the lpips package lacks its linear-layer weights ({lin_path})")
-    return torch.load(lin_path, map_location="cpu", weights_only=True)
+    weights: dict[str, Tensor] = torch.load(lin_path, map_location="cpu", weights_only=True)
+    return weights
 
 
 def _build_lpips_model(net: str = DEFAULT_NET) -> torch.nn.Module:
@@ -254,7 +255,7 @@ def _build_lpips_model(net: str = DEFAULT_NET) -> torch.nn.Module:
     with warnings.catch_warnings():
         # lpips still calls torchvision with the deprecated ``pretrained=`` argument.
         warnings.filterwarnings("ignore", category=UserWarning, module=r"torchvision\..*")
-        model = lpips.LPIPS(net=check_net(net), pretrained=True, pnet_rand=True, verbose=False)
+        model: torch.nn.Module = lpips.LPIPS(net=check_net(net), pretrained=True, pnet_rand=True, verbose=False)
     state = model.state_dict()
     for key, value in _packaged_lin_weights(net).items():
         if key not in state or not torch.equal(state[key], value):
@@ -277,13 +278,20 @@ def _trunk_key(torchvision_key: str, net: str = DEFAULT_NET) -> str | None:
     return f"slice{slice_no}.{index}.{parts[2]}"
 
 
+def _trunk(model: torch.nn.Module) -> torch.nn.Module:
+    """The LPIPS model's trunk, ``model.net`` (the torchvision features in slices)."""
+    net = model.net
+    assert isinstance(net, torch.nn.Module)
+    return net
+
+
 def _load_trunk(model: torch.nn.Module, new: dict[str, Tensor], what: str) -> None:
     """Load a complete trunk state dict into ``model.net`` with ``strict=True`` and check it took."""
     try:
-        model.net.load_state_dict(new, strict=True)
+        _trunk(model).load_state_dict(new, strict=True)
     except RuntimeError as exc:
         raise LeakbenchError(f"{what} did not load into the LPIPS trunk: {exc}") from exc
-    after = model.net.state_dict()
+    after = _trunk(model).state_dict()
     if not all(torch.equal(after[k], new[k].to(after[k].dtype)) for k in after):
         raise LeakbenchError(f"{what} did not load into the LPIPS trunk")
 
@@ -357,7 +365,7 @@ class LpipsScorer:
             raise LeakbenchError(f"{net} weights {path} do not hold a state dict")
 
         model = _build_lpips_model(net)
-        trunk = model.net.state_dict()
+        trunk = _trunk(model).state_dict()
         new: dict[str, Tensor] = {}
         for key, value in loaded.items():
             target = _trunk_key(str(key), net)
@@ -395,7 +403,7 @@ class LpipsScorer:
         check_net(net)
         data = load_numpy_pickle(path)
         model = _build_lpips_model(net)
-        trunk_state = model.net.state_dict()
+        trunk_state = _trunk(model).state_dict()
         convs = data.get(_JAX_TRUNK[net])
         if not isinstance(convs, dict):
             raise LeakbenchError(f"{path} has no {_JAX_TRUNK[net]} (is it the {net} checkpoint?)")

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 from torch import nn
 
 M = TypeVar("M", bound=nn.Module)
+
+
+@runtime_checkable
+class Layered(Protocol):
+    """A model that names its linear layers (every victim; `isinstance` checks both attributes are there)."""
+
+    depth: int
+
+    def layer_param_names(self, layer: int) -> tuple[str, str]: ...
 
 
 class ImageVictim(nn.Module):
@@ -16,6 +25,15 @@ class ImageVictim(nn.Module):
     input_shape: tuple[int, int, int]
     mean: float
     std: float
+    depth: int
+
+    def layer_param_names(self, layer: int) -> tuple[str, str]:
+        """Names (weight, bias) in `named_parameters()` of linear layer `layer`; each victim defines it."""
+        raise NotImplementedError
+
+    def layer_inputs(self, images: torch.Tensor, layer: int) -> torch.Tensor:
+        """What linear layer `layer` receives for `images`; each victim defines it."""
+        raise NotImplementedError
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
         """Images in [0,1] (N,C,H,W) → flat normalised images (N, C·H·W)."""

@@ -53,7 +53,8 @@ class ConvNet(ImageVictim):
         self.head = nn.Sequential(*head)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.head(self.trunk((images - self.mean) / self.std))
+        out: torch.Tensor = self.head(self.trunk((images - self.mean) / self.std))
+        return out
 
     def linear_layers(self) -> list[nn.Linear]:
         """The head's linear layers in order; index L−2 is layer L."""
@@ -71,7 +72,7 @@ class ConvNet(ImageVictim):
         """What linear layer `layer` receives for `images` (differentiable; layer 1: the flat normalised image)."""
         if layer == 1:
             return self.normalize(images)
-        h = self.trunk((images - self.mean) / self.std)
+        h: torch.Tensor = self.trunk((images - self.mean) / self.std)
         for module in list(self.head)[: 2 * (layer - 2)]:
             h = module(h)
         return h

@@ -24,7 +24,7 @@ class FCNet(ImageVictim):
             raise ConfigError(f"depth must be at least 2 (one hidden layer), got {depth}")
         if width < 1:
             raise ConfigError(f"width must be positive, got {width}")
-        self.input_shape = tuple(input_shape)
+        self.input_shape = (input_shape[0], input_shape[1], input_shape[2])
         self.num_classes = num_classes
         self.width, self.depth = width, depth
         self.mean, self.std = mean, std
@@ -38,7 +38,8 @@ class FCNet(ImageVictim):
         self.body = nn.Sequential(*layers)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.body(self.normalize(images))
+        out: torch.Tensor = self.body(self.normalize(images))
+        return out
 
     def linear_layers(self) -> list[nn.Linear]:
         """The linear layers in order; index L−1 is layer L."""

@@ -82,7 +82,7 @@ def _load(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        stored = torch.load(path, map_location="cpu", weights_only=True)
+        stored: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
         if json.dumps(stored["key"], sort_keys=True, default=str) == json.dumps(key, sort_keys=True, default=str):
             return stored
         reason = "its key differs"

@@ -66,14 +66,16 @@ def json_bytes(payload: dict[str, Any]) -> bytes:
 
 def load_attack_output(folder: Path) -> AttackOutput:
     """Read back the files of `attack_output_files` (raises OSError/ValueError/KeyError when damaged)."""
-    return decode_attack_output(json.loads((folder / ATTACK_FILE).read_text()), (folder / RECONSTRUCTION_FILE).read_bytes())
+    return decode_attack_output(json.loads((folder / ATTACK_FILE).read_text()),
+                                (folder / RECONSTRUCTION_FILE).read_bytes())
 
 
 def encode_attack_output(output: AttackOutput) -> tuple[dict[str, Any], bytes]:
     """An attack output as plain data: its JSON metadata and an .npz of its arrays (no pickle). The
     stored artifact and the attack worker's reply are both this."""
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays(output))
+    # numpy's stub types **kwds as if one could be its allow_pickle flag; these are arrays only
+    np.savez(buffer, **arrays(output))  # type: ignore[arg-type]
     recon = output.reconstruction
     meta = {"status": recon.status, "reason": recon.reason, "space": recon.space, "layer": recon.layer,
             "stats": plain_stats(recon.stats), "seconds": output.seconds, "hyperparameters": output.hyperparameters,

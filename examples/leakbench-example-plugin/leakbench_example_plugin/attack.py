@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from leakbench.attacks import Attack, Reconstruction, Requirements, register_attack
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate

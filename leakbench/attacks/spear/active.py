@@ -65,6 +65,7 @@ def find_batch_span(problem: LayerProblem, *, max_resid: float = 1e-2, min_gap: 
     TinyImageNet FC-6). Then W = span of (M c, c, u·c). None when no such fit exists (e.g. at the
     first layer, where few neurons are active for every sample).
     """
+    assert problem.V_next is not None  # the deflated search runs only with the next layer's gradient
     b = problem.b
     f, g, scale = equations(problem)
     u = bias_direction(problem)
@@ -113,6 +114,7 @@ def draw_active(problem: LayerProblem, span: BatchSpan, count: int, gen: torch.G
     to t = 1 and kept when V a matches ReLU(A c + bias) within `rel_tol` of its scale on all but a
     `slack` fraction of the neurons; their pattern is A c + bias ≤ 0.
     """
+    assert problem.V_next is not None  # as for find_batch_span
     b, k = problem.b, span.informative.numel()
     device = problem.A.device
     if k < b - 1:
@@ -121,8 +123,8 @@ def draw_active(problem: LayerProblem, span: BatchSpan, count: int, gen: torch.G
     idx = keys.topk(b - 1, dim=1, sorted=False).indices
     side = torch.rand(count, b - 1, generator=gen, device=device) < 0.5
     rows = torch.cat([span.f, span.g])[idx + k * side]
-    y, info = torch.linalg.solve_ex(rows[..., : b - 1], -rows[..., b - 1])
-    y = torch.cat([y, torch.ones(count, 1, dtype=y.dtype, device=device)], dim=1)
+    solved, info = torch.linalg.solve_ex(rows[..., : b - 1], -rows[..., b - 1])
+    y: torch.Tensor = torch.cat([solved, torch.ones(count, 1, dtype=solved.dtype, device=device)], dim=1)
     y = y[(info == 0) & torch.isfinite(y).all(dim=1)]
     y = y / y.norm(dim=1, keepdim=True)
     zero = torch.minimum((y @ span.f.T).abs_(), (y @ span.g.T).abs_()) <= zero_tol

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
-from leakbench.attacks.base import Attack, Reconstruction, Requirements
+from leakbench.attacks.base import Attack, Reconstruction, Requirements, Space
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import SampleState, search_samples
 from leakbench.attacks.spear.factors import LayerProblem, factorize
 from leakbench.attacks.spear.search import search_columns
-from leakbench.attacks.spear.state import SearchSettings, stop_reason
+from leakbench.attacks.spear.state import SearchSettings, SearchState, stop_reason
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 from leakbench.harness.limits import MAX_DEPTH, MAX_WIDTH
@@ -25,7 +26,7 @@ MAX_CHUNK = 10**6
 """Draws per vectorised step, and new patterns refined per step (auto_chunk picks at most 65,536)."""
 
 ChunkSource = Callable[[SampleState], bool]
-StatsFn = Callable[[], dict]
+StatsFn = Callable[[], dict[str, Any]]
 
 
 ROUTES = ("default", "paper")
@@ -148,6 +149,7 @@ class SpearAttack(Attack):
         weight, _ = model.layer_param_names(self.config.layer)
         m, n = update.gradients[weight].shape
         b = update.batch_size
+        assert b is not None  # Requirements(batch_size=True): checked by super().check_update
         if b >= m or b > n:
             raise ConfigError(f"spear needs batch size < layer width and ≤ input size; got b={b}, "
                               f"width {m}, input size {n} at layer {self.config.layer}")
@@ -165,7 +167,7 @@ class SpearAttack(Attack):
         images = update.model.denormalize(X).clamp(0, 1) if layer == 1 else None
         return Reconstruction(status="ok", space=space, images=images, features=X, layer=layer, stats=stats)
 
-    def _run(self, update: ClientUpdate, seed: int) -> tuple[str, torch.Tensor | None, dict]:
+    def _run(self, update: ClientUpdate, seed: int) -> tuple[str, torch.Tensor | None, dict[str, Any]]:
         cfg = self.config
         model = update.model
         wname, bname = model.layer_param_names(cfg.layer)
@@ -173,6 +175,7 @@ class SpearAttack(Attack):
         device = torch.device(cfg.device)
         G, g, W, bias = (t.detach().to(device) for t in
                          (update.gradients[wname], update.gradients[bname], params[wname], params[bname]))
+        assert update.batch_size is not None  # checked by check_update
         b = int(update.batch_size)
         if b == 1:
             x = (g.double() @ G.double()) / (g.double() @ g.double())
@@ -188,7 +191,7 @@ class SpearAttack(Attack):
         return None, dict
 
     def _search(self, problem: LayerProblem, seed: int, update: ClientUpdate
-                ) -> tuple[str, torch.Tensor | None, dict]:
+                ) -> tuple[str, torch.Tensor | None, dict[str, Any]]:
         cfg = self.config
         tol = zero_tolerance(problem, cfg.zero_tol, cfg.noise_factor)
         chunk = cfg.chunk or auto_chunk(problem.m, problem.b)
@@ -200,6 +203,7 @@ class SpearAttack(Attack):
                                   sampler=cfg.sampler, row_weight_power=cfg.row_weight_power, label=self.name)
         gen = torch.Generator(device=problem.Ln.device).manual_seed(seed)
         extra_stats: StatsFn = dict
+        state: SearchState
         if problem.P_next is not None:
             source, extra_stats = self._chunk_source(problem, update, seed, tol, settings, gen)
             state, solution = search_samples(problem, tol, settings, gen, cfg.residual_tol, chunk_source=source)

@@ -103,7 +103,8 @@ def zero_tolerance(problem: LayerProblem, rel_tol: float, noise_factor: float) -
     row_norm = problem.L.norm(dim=1)
     sigma1 = float(torch.linalg.matrix_norm(problem.L, ord=2))
     noise_std = problem.noise * sigma1 / (np.sqrt(m) + np.sqrt(n))
-    return rel_tol + noise_factor * noise_std * np.sqrt(problem.b) / row_norm.clamp_min(1e-300)
+    tol: torch.Tensor = rel_tol + noise_factor * noise_std * np.sqrt(problem.b) / row_norm.clamp_min(1e-300)
+    return tol
 
 
 def extra_zeros(m: int, settings: SearchSettings) -> int:

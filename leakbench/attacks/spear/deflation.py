@@ -9,8 +9,9 @@ Candidate patterns are turned into samples and tested with the next layer's grad
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -26,7 +27,8 @@ from leakbench.attacks.spear.candidates import (
     zero_masks,
 )
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.fit import SampleFit, fit_samples, same_samples
+from leakbench.attacks.spear.fastfit import FitCache
+from leakbench.attacks.spear.fit import FitSolver, SampleFit, fit_samples, same_samples
 from leakbench.attacks.spear.joint import JOINT_MAX_B, next_layer_residuals, refine_batch
 from leakbench.attacks.spear.last_column import complete_last_sample, complete_samples, samples_from_directions
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
@@ -40,6 +42,9 @@ from leakbench.attacks.spear.state import (
     search_bar,
     show_progress,
 )
+
+_UNSET = torch.empty(0)
+"""SampleState's default for a tensor field not given (compared by identity, never used)."""
 
 
 @dataclass
@@ -56,10 +61,11 @@ class SampleState(SearchState):
     """
 
     samples: torch.Tensor
-    residuals: torch.Tensor | None = None
-    banned: torch.Tensor | None = None
-    directions: torch.Tensor | None = None
-    directions_tried: tuple | None = None
+    # not given: empty (k residuals of 0, no rows banned or kept), set by __post_init__
+    residuals: torch.Tensor = field(default_factory=lambda: _UNSET)
+    banned: torch.Tensor = field(default_factory=lambda: _UNSET)
+    directions: torch.Tensor = field(default_factory=lambda: _UNSET)
+    directions_tried: tuple[int, float, int, bytes] | None = None
     from_directions: int = 0
     fits: int = 0
     retries: int = 0
@@ -70,15 +76,15 @@ class SampleState(SearchState):
     zero_misses: int = 0
     chunks: int = 0
     zero_chunks: int = 0
-    fit_solver: object = None  # leakbench addition (fastfit.py): replaces fit._fit_once when set
-    fit_cache: object = None  # fastfit.FitCache: skip refits of patterns already fitted
+    fit_solver: FitSolver | None = None  # leakbench addition (fastfit.py): replaces fit._fit_once when set
+    fit_cache: FitCache | None = None  # skip refits of patterns already fitted
 
     def __post_init__(self) -> None:
-        if self.residuals is None:
+        if self.residuals is _UNSET:
             self.residuals = self.samples.new_zeros(self.samples.shape[0])
-        if self.banned is None:
+        if self.banned is _UNSET:
             self.banned = self.samples[:0].clone()
-        if self.directions is None:
+        if self.directions is _UNSET:
             self.directions = self.samples[:0].clone()
 
     @property
@@ -96,7 +102,8 @@ def null_basis(C: torch.Tensor, b: int) -> torch.Tensor:
     if C.shape[0] == 0:
         return torch.eye(b, dtype=C.dtype, device=C.device)
     _, _, Vh = torch.linalg.svd(C, full_matrices=True)
-    return Vh[C.shape[0]:].T
+    null: torch.Tensor = Vh[C.shape[0]:].T
+    return null
 
 
 def reduced_rows(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor
@@ -160,7 +167,8 @@ def row_weights(problem: LayerProblem, N: torch.Tensor, live: torch.Tensor, powe
     if power <= 0 or state.zero_chunks % 2 == 0:
         return None
     norms = (problem.L @ N)[live].norm(dim=1)
-    return (norms / norms.max()).clamp_min(1e-6).pow(-power)
+    weights: torch.Tensor = (norms / norms.max()).clamp_min(1e-6).pow(-power)
+    return weights
 
 
 def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor, tol: torch.Tensor,
@@ -322,7 +330,7 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
                 break
             if chunk_source is not None and chunk_source(state):
                 pass
-            elif use_active(problem, span, state, settings):
+            elif span is not None and use_active(problem, span, state, settings):
                 active_chunk(problem, span, state, settings, gen, residual_tol)
             else:
                 zero_chunk(problem, tol, state, settings, gen, residual_tol)
@@ -363,6 +371,7 @@ def complete_batch(problem: LayerProblem, state: SampleState, tol: torch.Tensor,
     if solution.ok:
         state.samples = C
         return solution
+    assert solution.per_sample is not None  # solve_from_samples always counts violations per sample
     worst = int(solution.per_sample[: b - 1].argmax())
     state.banned = torch.cat([state.banned, state.samples[worst: worst + 1]])
     state.samples = torch.cat([state.samples[:worst], state.samples[worst + 1:]])

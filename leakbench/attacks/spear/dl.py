@@ -46,8 +46,9 @@ def msp_directions(Ln: torch.Tensor, gen: torch.Generator, *, iterations: int = 
     for _ in range(iterations):
         U2, _, Vh = torch.linalg.svd(((A @ Yw) ** 3) @ Yw.T)
         A = U2 @ Vh
-    y = (whiten @ A.T).T
-    return y / y.norm(dim=1, keepdim=True)
+    y: torch.Tensor = (whiten @ A.T).T
+    unit: torch.Tensor = y / y.norm(dim=1, keepdim=True)
+    return unit
 
 
 def subset_starts(Ln: torch.Tensor, count: int, gen: torch.Generator, *, fraction: float = 0.5) -> torch.Tensor:
@@ -55,13 +56,14 @@ def subset_starts(Ln: torch.Tensor, count: int, gen: torch.Generator, *, fractio
     m = Ln.shape[0]
     keep = torch.rand(count, m, generator=gen, device=Ln.device) < fraction
     M = Ln.unsqueeze(0) * keep.unsqueeze(-1).to(Ln.dtype)
-    return torch.linalg.eigh(M.transpose(1, 2) @ M)[1][:, :, 0]
+    vectors: torch.Tensor = torch.linalg.eigh(M.transpose(1, 2) @ M)[1]
+    return vectors[:, :, 0]
 
 
 def trim_schedule(m: int, start: float, keep: float, steps: int, hold: int) -> list[int]:
     """Rows kept per iteration: from start·m down to keep·m (linearly), then `hold` steps at keep·m."""
     last = max(1, int(keep * m))
-    shrink = np.linspace(max(start * m, last), last, steps).astype(int).tolist()
+    shrink: list[int] = np.linspace(max(start * m, last), last, steps).astype(int).tolist()
     return shrink + [last] * hold
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -81,7 +81,7 @@ class SpearDLAttack(SpearAttack):
                                 "dl_found": counters.found}
 
     def _search(self, problem: LayerProblem, seed: int, update: ClientUpdate
-                ) -> tuple[str, torch.Tensor | None, dict]:
+                ) -> tuple[str, torch.Tensor | None, dict[str, Any]]:
         if problem.P_next is None:
             return ("spear-dl needs the next layer's weight gradient at rank ≥ b (it fits every proposal "
                     "through it); it is rank-deficient here"), None, {"mode": "none"}

@@ -91,7 +91,8 @@ def top_svd(M: torch.Tensor, k: int, *, oversample: int = 10, exact_below: int =
     exact to rounding for a rank-b gradient; its random start is seeded for determinism.
     """
     if min(M.shape) <= max(exact_below, 4 * (k + oversample)):
-        return torch.linalg.svd(M, full_matrices=False)
+        U, S, Vh = torch.linalg.svd(M, full_matrices=False)
+        return U, S, Vh
     with torch.random.fork_rng(devices=[M.device] if M.is_cuda else []):
         torch.manual_seed(0)
         U, S, V = torch.svd_lowrank(M, q=k + oversample, niter=4)

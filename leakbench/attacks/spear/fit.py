@@ -9,6 +9,7 @@ residual orders of magnitude above rounding.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -25,8 +26,14 @@ class SampleFit:
     consistent: torch.Tensor
 
 
+FitSolver = Callable[[LayerProblem, torch.Tensor, torch.Tensor | None],
+                     tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+"""`_fit_once`'s contract: (problem, zero patterns, free rows) → (c, relative residual, z); see fastfit.py."""
+
+
 def fit_samples(problem: LayerProblem, zero: torch.Tensor, *, residual_tol: float,
-                free: torch.Tensor | None = None, rounds: int = 3, solver=None) -> SampleFit:
+                free: torch.Tensor | None = None, rounds: int = 3,
+                solver: FitSolver | None = None) -> SampleFit:
     """Fit one sample per zero pattern (k, m) and test it; requires `problem.P_next`.
 
     Rows in `free` (m,) are uncertain (their gradient entry is at the noise level): in the
@@ -91,9 +98,11 @@ def same_samples(c: torch.Tensor, known: torch.Tensor, rel_tol: float = 1e-6) ->
     if known.shape[0] == 0:
         return torch.zeros(c.shape[0], dtype=torch.bool, device=c.device)
     dist = torch.cdist(c, known)
-    return (dist <= rel_tol * c.norm(dim=1, keepdim=True)).any(dim=1)
+    same: torch.Tensor = (dist <= rel_tol * c.norm(dim=1, keepdim=True)).any(dim=1)
+    return same
 
 
 def bias_direction(problem: LayerProblem) -> torch.Tensor:
     """u = L⁺g: every sample satisfies c·u = 1 (from dL/db = Dᵀ1 and Dᵀ = L C⁻¹)."""
-    return torch.linalg.lstsq(problem.L, problem.g[:, None]).solution[:, 0]
+    u: torch.Tensor = torch.linalg.lstsq(problem.L, problem.g[:, None]).solution[:, 0]
+    return u

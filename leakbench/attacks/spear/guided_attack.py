@@ -151,7 +151,8 @@ def guide_options(cfg: GuidedSpearConfig) -> dict[str, Any]:
 def check_guide(cfg: GuidedSpearConfig) -> None:
     """Refuse, when the config is built (so at parse time), a guide that is not a registered attack, and
     guide_options that are not a table or that the guide's own Config refuses (unknown keys, wrong types)."""
-    from leakbench.attacks import attack_class, build_config  # the registry imports this module
+    from leakbench.attacks import attack_class  # the registry imports this module
+    from leakbench.attacks.base import build_config
 
     if not isinstance(cfg.guide, str):
         raise ConfigError(f"spear-guided: guide must be an attack name, got {cfg.guide!r}")

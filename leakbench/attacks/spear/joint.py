@@ -74,6 +74,7 @@ def _linearise(problem: LayerProblem, C: torch.Tensor, next_weight: torch.Tensor
 def _next_layer_blocks(problem: LayerProblem, z: torch.Tensor, weight: torch.Tensor
                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """The next-layer term, each sample's block compressed to b rows by QR (same least squares)."""
+    assert problem.P_next is not None  # refine_batch runs only with the next layer's gradient
     active = (z > 0).to(z.dtype)
     h = active * z
     scale = weight / h.norm(dim=1).clamp_min(1e-300)
@@ -82,11 +83,13 @@ def _next_layer_blocks(problem: LayerProblem, z: torch.Tensor, weight: torch.Ten
     Qm, Rm = torch.linalg.qr(M)
     # the part of e outside each block's range does not depend on C: dropping it leaves the minimiser
     e_small = (Qm.transpose(1, 2) @ e.unsqueeze(-1))[..., 0]
-    return torch.block_diag(*Rm), e_small.flatten()
+    blocks: torch.Tensor = torch.block_diag(*Rm)
+    return blocks, e_small.flatten()
 
 
 def next_layer_residuals(problem: LayerProblem, C: torch.Tensor) -> torch.Tensor:
     """Per sample |P_next h_i| / |h_i| with h_i = ReLU(A c_i + bias): 0 for an exact sample."""
     assert problem.P_next is not None
     h = (C @ problem.A.T + problem.bias).clamp_min(0)
-    return (h @ problem.P_next).norm(dim=1) / h.norm(dim=1).clamp_min(1e-300)
+    residuals: torch.Tensor = (h @ problem.P_next).norm(dim=1) / h.norm(dim=1).clamp_min(1e-300)
+    return residuals

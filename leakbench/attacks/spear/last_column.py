@@ -24,7 +24,7 @@ from leakbench.attacks.spear.fit import bias_direction, project_out_next
 
 def null_vector(Q_known: torch.Tensor) -> torch.Tensor:
     """Unit vector orthogonal to the k known columns (b×k, k = b−1)."""
-    U, _, _ = torch.linalg.svd(Q_known, full_matrices=True)
+    U: torch.Tensor = torch.linalg.svd(Q_known, full_matrices=True)[0]
     return U[:, -1]
 
 
@@ -49,7 +49,7 @@ def last_column_candidates(problem: LayerProblem, Q_known: torch.Tensor) -> torc
     if masks.shape[0] == 0:
         return torch.empty(0, b, dtype=problem.Ln.dtype, device=problem.Ln.device)
     M = problem.Ln.unsqueeze(0) * masks.unsqueeze(-1).to(problem.Ln.dtype)
-    _, _, Vh = torch.linalg.svd(M, full_matrices=False)
+    Vh: torch.Tensor = torch.linalg.svd(M, full_matrices=False)[2]
     return Vh[:, -1, :]
 
 
@@ -107,14 +107,14 @@ def known_columns(problem: LayerProblem, C_known: torch.Tensor, span: torch.Tens
     Each is q_i = a_i + span·t_i with C_known a = I; t_i ∈ R^k is fixed by the zeros of sample i's own
     ReLU pattern (L q_i vanishes there).
     """
-    a = torch.linalg.pinv(C_known)
+    a: torch.Tensor = torch.linalg.pinv(C_known)
     L_span = problem.L @ span
     La = problem.L @ a
     zero = ((C_known @ problem.A.T + problem.bias) <= 0).to(L_span.dtype)
     Mz = L_span.unsqueeze(0) * zero.unsqueeze(-1)
     normal = Mz.transpose(1, 2) @ L_span.unsqueeze(0)
     rhs = -(Mz.transpose(1, 2) @ La.T.unsqueeze(-1))
-    t = torch.linalg.lstsq(normal, rhs).solution[..., 0]
+    t: torch.Tensor = torch.linalg.lstsq(normal, rhs).solution[..., 0]
     return a + span @ t.T
 
 

@@ -23,7 +23,7 @@ def draw_directions(Ln: torch.Tensor, b: int, count: int, gen: torch.Generator,
     idx = keys.topk(b - 1, dim=1, sorted=False).indices
     LA = Ln[idx]
     y, info = torch.linalg.solve_ex(LA[..., : b - 1], -LA[..., b - 1])
-    q = torch.cat([y, torch.ones(count, 1, dtype=Ln.dtype, device=Ln.device)], dim=1)
+    q: torch.Tensor = torch.cat([y, torch.ones(count, 1, dtype=Ln.dtype, device=Ln.device)], dim=1)
     q = q / q.norm(dim=1, keepdim=True)
     q[info != 0] = float("nan")
     return q

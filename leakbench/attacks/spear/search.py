@@ -54,7 +54,7 @@ def consider(problem: LayerProblem, masks: torch.Tensor, tol: torch.Tensor, stat
     enough = exact.sum(1) >= min_zeros(problem, settings)
     keep = unique & enough
     q, exact = canonical(q[keep]), exact[keep]
-    for direction, zero in zip(q, exact):
+    for direction, zero in zip(q, exact, strict=True):
         if not bool(is_new(direction[None], state.columns)[0]):
             continue
         active = (problem.Ln @ direction).abs() > 100 * tol

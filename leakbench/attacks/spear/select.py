@@ -24,6 +24,6 @@ def select_independent(directions: torch.Tensor, zero_counts: torch.Tensor, k: i
     for i in order.tolist():
         if len(chosen) >= k:
             break
-        if not chosen or int(torch.linalg.matrix_rank(directions[chosen + [i]], rtol=rtol)) > len(chosen):
+        if not chosen or int(torch.linalg.matrix_rank(directions[[*chosen, i]], rtol=rtol)) > len(chosen):
             chosen.append(i)
     return torch.as_tensor(chosen, dtype=torch.long, device=directions.device)

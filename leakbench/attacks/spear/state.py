@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,7 +93,7 @@ def out_of_budget(state: SearchState, settings: SearchSettings) -> bool:
     return state.draws >= settings.max_draws or state.seconds >= settings.max_seconds
 
 
-def search_bar(problem: LayerProblem, settings: SearchSettings):
+def search_bar(problem: LayerProblem, settings: SearchSettings) -> AbstractContextManager[Tally]:
     """The progress bar of a search (samples found of b); drawn only under `progress.attack_progress`."""
     return tally(total=problem.b, desc=f"{settings.label} samples found")
 

@@ -20,7 +20,8 @@ from scipy import integrate, special, stats
 def hit_probability(z: np.ndarray, m: int, rows: int) -> np.ndarray:
     """π = C(z, rows) / C(m, rows): a uniform `rows`-subset of m neurons lies in z zeros."""
     z = np.asarray(z, dtype=float)
-    logp = special.gammaln(z + 1) - special.gammaln(z - rows + 1) - special.gammaln(m + 1) + special.gammaln(m - rows + 1)
+    logp = (special.gammaln(z + 1) - special.gammaln(z - rows + 1)
+            - special.gammaln(m + 1) + special.gammaln(m - rows + 1))
     return np.where(z >= rows, np.exp(logp), 0.0)
 
 
@@ -90,7 +91,10 @@ def failure_bound(b: int, m: int, *, p_zero: float = 0.5, deflation: bool = Fals
     only j−1 zeros and the smallest none (it is free): it fails only if, for some j ≥ 2, b−j+1
     samples have fewer than j−1 zeros: P ≤ Σ_{j≥2} C(b, b−j+1)·P(Bin(m, p) < j−1)^(b−j+1).
     """
-    cdf = lambda k: stats.binom.cdf(k - 1, m, p_zero) if k > 0 else 0.0  # noqa: E731 — P(Bin < k)
+    def cdf(k: int) -> float:
+        """P(Bin(m, p_zero) < k)."""
+        return float(stats.binom.cdf(k - 1, m, p_zero)) if k > 0 else 0.0
+
     if not deflation:
         return float(min(1.0, b * cdf(b - 1)))
     total = sum(special.comb(b, b - j + 1) * cdf(j - 1) ** (b - j + 1) for j in range(2, b + 1))
