@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from leakbench.attacks import Attack, Reconstruction, attack_class
-from leakbench.attacks.base import build_config
 from leakbench.attacks.inversion import InversionConfig, invert_features
 from leakbench.errors import ConfigError
 from leakbench.fl import ClientUpdate
 from leakbench.plugins import load_plugin
 from leakbench.records.artifacts import AttackOutput
+from leakbench.settings import build_config
 
 
 @dataclass(frozen=True)

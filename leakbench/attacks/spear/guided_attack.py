@@ -152,7 +152,7 @@ def check_guide(cfg: GuidedSpearConfig) -> None:
     """Refuse, when the config is built (so at parse time), a guide that is not a registered attack, and
     guide_options that are not a table or that the guide's own Config refuses (unknown keys, wrong types)."""
     from leakbench.attacks import attack_class  # the registry imports this module
-    from leakbench.attacks.base import build_config
+    from leakbench.settings import build_config
 
     if not isinstance(cfg.guide, str):
         raise ConfigError(f"spear-guided: guide must be an attack name, got {cfg.guide!r}")
