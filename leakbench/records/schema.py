@@ -4,12 +4,14 @@ records.parquet holds one row per image per cell: the cell's axes (constant with
 the per-image columns. cells.parquet holds one row per cell: the axes (in `AXIS_COLUMNS` order, then
 any other axis the cell's records carry), the `SUMMARY_COLUMNS` of summary.json, then
 `CELL_EXTRA_COLUMNS`. A new axis (e.g. a defence's settings) needs no edit here: every record
-column that is not per-image is an axis. A new per-image column must be listed in `PER_IMAGE_COLUMNS`.
+column that is not per-image is an axis; a new metric is declared where it is computed (`metrics.score`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+from leakbench.metrics.score import FEATURE_COLUMNS, IMAGE_COLUMNS
 
 AXIS_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", "layer", "seed", "dp",
                 "dp_sigma", "dp_clip", "dp_delta", "dp_q", "dp_steps", "dp_epsilon", "dp_accountant", "arch",
@@ -18,9 +20,10 @@ AXIS_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", 
                 "threat", "labels_known", "batch_size_known", "noise_sigma", "noise_scale")
 """The known axes, in cells.parquet order (which must not change: stored tables stay byte-identical)."""
 
-PER_IMAGE_COLUMNS = ("dataset_index", "space", "image", "matched_recon", "mse", "psnr", "ssim", "lpips", "exact",
-                     "image_exact", "rel_error", "max_abs_error", "status", "lpips_net", "isolation")
-"""Record columns that describe one image (or the cell's outcome, repeated per image): never axes."""
+PER_IMAGE_COLUMNS = ("dataset_index", "space", *dict.fromkeys((*IMAGE_COLUMNS, *FEATURE_COLUMNS)), "image_exact",
+                     "status", "lpips_net", "isolation")
+"""Record columns that describe one image (or the cell's outcome, repeated per image): never axes. The
+metrics are those `leakbench.metrics.score` declares, so a new metric is added there only."""
 
 SUMMARY_COLUMNS = ("space", "status", "reason", "seconds", "n_images", "exact_fraction", "psnr_mean",
                    "psnr_median", "psnr_min", "psnr_inf", "ssim_mean", "lpips_mean", "lpips_note", "lpips_net",
