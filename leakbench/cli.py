@@ -100,9 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _discovery_commands(sub: argparse._SubParsersAction) -> None:
     """`list` and `show`: what is registered, and every hyperparameter of an attack."""
     lst = sub.add_parser("list", help="list registered attacks, datasets, paper entries, shipped suites or report views")
-    lst.add_argument("what", choices=["attacks", "datasets", "papers", "suites", "views"])
+    lst.add_argument("what", choices=["attacks", "datasets", "defences", "papers", "suites", "views"])
     lst.add_argument("--params", action="store_true",
-                     help="with attacks: every hyperparameter with its type, default and help")
+                     help="with attacks or defences: every setting with its type, default and help")
     show = sub.add_parser("show", help="describe one attack (every hyperparameter) or dataset")
     show.add_argument("what", choices=["attack", "dataset"])
     show.add_argument("name", help="see `leakbench list attacks|datasets`")
@@ -486,10 +486,12 @@ def cmd_view(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     from leakbench.errors import ConfigError
 
-    if args.params and args.what != "attacks":
-        raise ConfigError("--params applies to `list attacks` only")
+    if args.params and args.what not in ("attacks", "defences"):
+        raise ConfigError("--params applies to `list attacks` and `list defences` only")
     if args.what == "attacks":
         from leakbench.attacks import list_attacks as entries
+    elif args.what == "defences":
+        from leakbench.fl.transform import list_transforms as entries
     elif args.what == "papers":
         from leakbench.papers import list_papers as entries
     elif args.what == "suites":
@@ -505,8 +507,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         if args.params:
             from leakbench.attacks import attack_class
             from leakbench.attacks.params import param_lines
+            from leakbench.fl.transform import transform_class
 
-            print("\n".join(param_lines(attack_class(name).Config, indent=" " * 4)))
+            config = (attack_class(name) if args.what == "attacks" else transform_class(name)).Config
+            print("\n".join(param_lines(config, indent=" " * 4)))
     return 0
 
 

@@ -41,7 +41,7 @@ from importlib.metadata import Distribution, EntryPoint, entry_points, packages_
 from typing import Any
 
 from leakbench.errors import ConfigError, LeakbenchError
-from leakbench.registry import DuplicateNameError
+from leakbench.registry import DuplicateNameError, Registry
 
 GROUPS = {"attacks": "leakbench.attacks", "datasets": "leakbench.datasets", "defences": "leakbench.defences"}
 """Registry kind → entry-point group."""
@@ -206,7 +206,7 @@ def _register(what: str, module: str, load: Callable[[], Any], dist: Distributio
     from leakbench.fl.transform import TRANSFORMS
 
     registries = {"attacks": ATTACKS, "datasets": DATASETS, "defences": TRANSFORMS}
-    before = {kind: set(registry.names()) for kind, registry in registries.items()}
+    before = {kind: set(_names(registry, kind)) for kind, registry in registries.items()}
     try:
         load()
     except DuplicateNameError as exc:
@@ -220,9 +220,15 @@ def _register(what: str, module: str, load: Callable[[], Any], dist: Distributio
     entry = _LOADED.setdefault(module, {"module": module, "distribution": name, "version": ver,
                                         "attacks": [], "datasets": []})
     for kind, registry in registries.items():
-        added = sorted(set(registry.names()) - before[kind])
+        added = sorted(set(_names(registry, kind)) - before[kind])
         if added or kind != "defences":  # a plugin without defences is recorded as before
             entry[kind] = entry.get(kind, []) + added
+
+
+def _names(registry: Registry[Any], kind: str) -> list[str]:
+    """A registry's names; for defences without loading their entry points (a run that uses none
+    records none)."""
+    return registry.registered() if kind == "defences" else registry.names()
 
 
 def _load_entry_point(point: EntryPoint, kind: str) -> None:

@@ -81,5 +81,9 @@ class Registry(Generic[T]):
         self._ready()
         return sorted(self._entries)
 
+    def registered(self) -> list[str]:
+        """The names registered so far, without running `on_first_use` (loading no plugin)."""
+        return sorted(self._entries)
+
     def entries(self) -> list[Entry[T]]:
         return [self._entries[n] for n in self.names()]

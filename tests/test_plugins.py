@@ -163,3 +163,20 @@ def test_a_plugins_import_time_code_never_runs_in_the_harness(tmp_path: Path) ->
         assert mark.exists()
     finally:
         del os.environ["STASH_MARK"]
+
+
+def test_an_installed_defence_comes_in_through_its_entry_point(site: Path, tmp_path: Path) -> None:
+    """The example's defence is found through the `leakbench.defences` entry point (no suite key) and its
+    cells carry its column and label."""
+    listed = _leakbench(tmp_path, "list", "defences", path=(site,))
+    assert "example-quantise" in listed.stdout, listed.stderr
+    (tmp_path / "suite.toml").write_text(
+        'name = "quantised"\ndataset = "embedded"\nattacks = ["spear"]\nbatch_sizes = [1]\nwidth = 32\ndepth = 3\n'
+        'defences = ["none", { name = "example-quantise", bits = 4 }]\n')
+    proc = _leakbench(tmp_path, "run", "suite.toml", "--out", "res", "--reports", "rep", path=(site,))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import pandas as pd
+
+    cells = pd.read_parquet(tmp_path / "res" / "quantised" / "cells.parquet")
+    assert sorted(cells["defence"].fillna("none")) == ["example-quantise bits=4", "none"]
+    assert sorted(cells["example_quantise_bits"].fillna(0)) == [0, 4]

@@ -37,9 +37,13 @@ class Param:
     """' in [low, high]' when the field declares a range, ' in {a, b}' when it declares choices
     (leakbench.ranges), else ''."""
 
+    required: bool = False
+    """The field has no default: it must be given."""
+
     def line(self) -> str:
-        """`name (type in [low, high], default …): help` on one line."""
-        return f"{self.name} ({self.type}{self.range}, default {self.default!r}): {self.help}"
+        """`name (type in [low, high], default …): help` on one line ('required' for a field without a default)."""
+        default = "required" if self.required else f"default {self.default!r}"
+        return f"{self.name} ({self.type}{self.range}, {default}): {self.help}"
 
 
 def config_params(config_cls: type) -> list[Param]:
@@ -51,7 +55,8 @@ def config_params(config_cls: type) -> list[Param]:
 
     helps = field_help(config_cls)
     return [Param(f.name, f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type)),
-                  None if field_default(f) is MISSING else field_default(f), helps.get(f.name, ""), range_text(f)) for f in fields(config_cls)]
+                  None if field_default(f) is MISSING else field_default(f), helps.get(f.name, ""), range_text(f),
+                  field_default(f) is MISSING) for f in fields(config_cls)]
 
 
 def field_help(config_cls: type) -> dict[str, str]:

@@ -19,7 +19,7 @@ import torch
 from leakbench.errors import ConfigError
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate
-from leakbench.ranges import REQUIRED, Ranged, ranged
+from leakbench.ranges import REQUIRED, Ranged, chosen, ranged
 
 NOISE_SCALES = ("absolute", "max")
 """How σ sets each tensor's noise std: σ itself, or σ × that tensor's max |entry|."""
@@ -48,11 +48,14 @@ def add_noise(update: ClientUpdate, sigma: float, seed: int, scale: str = "absol
 
 @dataclass(frozen=True)
 class NoiseConfig(Ranged):
-    """Additive Gaussian noise: std `sigma` (≥ 0; 0 is none), "absolute" or relative to each tensor's
-    max |entry| (`scale` "max")."""
+    """Additive Gaussian noise on every shared gradient entry.
+
+    sigma: the noise std σ (≥ 0; 0 is no noise).
+    scale: "absolute" (std σ) or "max" (std σ × each tensor's max |entry|).
+    """
 
     sigma: float = ranged(REQUIRED, 0, math.inf, high_open=True)
-    scale: str = "absolute"
+    scale: str = chosen("absolute", *NOISE_SCALES)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -103,6 +103,12 @@ def register_transform(cls: type[UpdateTransform]) -> type[UpdateTransform]:
     return cls
 
 
+def list_transforms() -> list[tuple[str, str]]:
+    """(name, description) of every update transform: the clients, then the defences (`leakbench list defences`)."""
+    entries = TRANSFORMS.entries()
+    return [(e.name, e.description) for e in sorted(entries, key=lambda e: not e.factory().makes_update)]
+
+
 def transform_class(name: str) -> type[UpdateTransform]:
     """The transform registered as `name` (a ConfigError naming the known ones if none)."""
     return TRANSFORMS.create(name)
