@@ -11,16 +11,18 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from leakbench.datasets.base import Batch
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel
 from leakbench.ranges import MAX_WEIGHT, REQUIRED, Ranged, ranged
+
+if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
+    from leakbench.datasets.base import Batch
 
 ACCOUNTANT = "opacus-rdp"
 """Name of the accountant recorded with every ε."""

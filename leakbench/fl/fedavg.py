@@ -17,17 +17,19 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
 
-from leakbench.datasets.base import Batch
 from leakbench.errors import ConfigError
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel
 from leakbench.harness.limits import MAX_WIDTH
 from leakbench.ranges import MAX_LR, Ranged, ranged
+
+if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
+    from leakbench.datasets.base import Batch
 
 MAX_LOCAL_EPOCHS = 10_000
 """Local epochs of a FedAvg client: at most 10,000."""

@@ -33,15 +33,17 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
 
-from leakbench.datasets.base import Batch
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate, ThreatModel, fedsgd_update
 from leakbench.plugins import load_defence_plugins
 from leakbench.registry import Registry
+
+if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
+    from leakbench.datasets.base import Batch
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from leakbench.datasets.base import Batch
+if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
+    from leakbench.datasets.base import Batch
 
 
 @dataclass(frozen=True)
