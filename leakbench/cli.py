@@ -10,9 +10,9 @@ import signal
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from leakbench.errors import LeakbenchError, LeakbenchWarning
 from leakbench.harness.interrupts import stop_signals_as_interrupt
@@ -58,9 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--fedavg-epochs", type=int, help="run a FedAvg client with E local epochs (default: FedSGD)")
     attack.add_argument("--fedavg-minibatch", type=int,
                         help="FedAvg mini-batch size (default 0 = b; needs --fedavg-epochs)")
-    attack.add_argument("--fedavg-lr", type=float, help="FedAvg local learning rate η (default 0.1; needs --fedavg-epochs)")
+    attack.add_argument("--fedavg-lr", type=float,
+                        help="FedAvg local learning rate η (default 0.1; needs --fedavg-epochs)")
     attack.add_argument("--train-epochs", type=int, default=0,
-                        help="train the victim N epochs first, 0..1000 (default 0: at init; recipe: TrainRecipe's defaults)")
+                        help="train the victim N epochs first, 0..1000 "
+                             "(default 0: at init; recipe: TrainRecipe's defaults)")
     attack.add_argument("--invert-steps", type=int, default=0,
                         help="invert recovered features of an inner layer to images with N Adam steps (default 0: off)")
     attack.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
@@ -70,14 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     _plugin_option(attack)
     run = sub.add_parser("run", help="run a suite (default: the shipped `default`), store records, write a report")
-    run.add_argument("suite", nargs="?", help="a shipped suite's name (`leakbench list suites`) or a path to a .toml file")
+    run.add_argument("suite", nargs="?",
+                     help="a shipped suite's name (`leakbench list suites`) or a path to a .toml file")
     _sweep_options(run)
     _plan_option(run)
     _plugin_option(run)
     report = sub.add_parser("report", help="tables, figures and grids of a stored run folder")
     report.add_argument("run_dir", type=Path, help="a run folder, e.g. results/default")
     report.add_argument("--reports", type=Path, default=Path("reports"), help="where to write (default reports/)")
-    rescore = sub.add_parser("rescore", help="score a run folder again from its stored reconstructions (no attack runs)")
+    rescore = sub.add_parser("rescore",
+                             help="score a run folder again from its stored reconstructions (no attack runs)")
     rescore.add_argument("run_dir", type=Path, help="a run folder, e.g. results/default")
     rescore.add_argument("--reports", type=Path, default=Path("reports"), help="where to write the report")
     rescore.add_argument("--data-root", help="where the run's dataset lies now (default: where it was run from)")
@@ -99,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _discovery_commands(sub: argparse._SubParsersAction) -> None:
     """`list` and `show`: what is registered, and every hyperparameter of an attack."""
-    lst = sub.add_parser("list", help="list registered attacks, datasets, paper entries, shipped suites or report views")
+    lst = sub.add_parser("list",
+                         help="list registered attacks, datasets, paper entries, shipped suites or report views")
     lst.add_argument("what", choices=["attacks", "datasets", "papers", "suites", "views"])
     lst.add_argument("--params", action="store_true",
                      help="with attacks: every hyperparameter with its type, default and help")
@@ -190,7 +195,7 @@ def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
     """`warnings.showwarning` that prints leakbench's warnings as one line `leakbench: warning: …` on stderr
     and passes the others to `show`."""
 
-    def showwarning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    def showwarning(message, category, filename, lineno, file=None, line=None) -> None:
         if issubclass(category, LeakbenchWarning):
             print(f"leakbench: warning: {message}", file=sys.stderr, flush=True)
         else:
@@ -298,7 +303,7 @@ def check_attack_options(args: argparse.Namespace) -> None:
         check_depth(args.depth, "--depth")
 
 
-def check_invert_steps(spec) -> None:  # noqa: ANN001  (a CellSpec; the harness is imported late)
+def check_invert_steps(spec) -> None:
     """Refuse --invert-steps on a cell whose attack reconstructs images already (nothing to invert)."""
     from leakbench.attacks.inversion import inverts
     from leakbench.errors import ConfigError
@@ -309,7 +314,8 @@ def check_invert_steps(spec) -> None:  # noqa: ANN001  (a CellSpec; the harness 
 
 
 def check_attack_out(out: Path) -> None:
-    """`attack --out DIR` replaces DIR as a whole: refuse the current folder or one holding it, and unwritable places."""
+    """`attack --out DIR` replaces DIR as a whole: refuse the current folder or one holding it, and unwritable
+    places."""
     from leakbench.errors import ConfigError
     from leakbench.harness.limits import check_writable_dir
 
@@ -347,7 +353,8 @@ def fedavg_config(args: argparse.Namespace):
     if args.fedavg_epochs is None:
         return None
     given = {key: getattr(args, f"fedavg_{key}") for key in FEDAVG_DEFAULTS}
-    return FedAvgConfig(epochs=args.fedavg_epochs, **{k: FEDAVG_DEFAULTS[k] if v is None else v for k, v in given.items()})
+    return FedAvgConfig(epochs=args.fedavg_epochs,
+                        **{k: FEDAVG_DEFAULTS[k] if v is None else v for k, v in given.items()})
 
 
 def human_summary(s: dict[str, Any]) -> str:
@@ -358,7 +365,8 @@ def human_summary(s: dict[str, Any]) -> str:
 
     model = victim_label(s.get("arch", "fc"), s["depth"], s["width"])  # training: _trained(s)
     lines = [f"{s['attack']} on {s['dataset']} (b={s['batch_size']}, {model}, "
-             f"layer {s['layer']}, dp {s['dp']}, client {s['client']}, seed {s['seed']}{_trained(s)}): {s['status']}" + (f" — {s['reason']}" if s['reason'] else ""),
+             f"layer {s['layer']}, dp {s['dp']}, client {s['client']}, seed {s['seed']}{_trained(s)}): {s['status']}"
+             + (f" — {s['reason']}" if s['reason'] else ""),
              f"  exact {100 * s['exact_fraction']:.0f}% of {s['n_images']} images; PSNR mean {f(s['psnr_mean'], 1)}, "
              f"median {f(s['psnr_median'], 1)}, min {f(s['psnr_min'], 1)} dB; SSIM {f(s['ssim_mean'], 4)}; "
              f"LPIPS {f(s['lpips_mean'], 3)}" + (f" ({s['lpips_note']})" if s["lpips_note"] else ""),

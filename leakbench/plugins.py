@@ -147,7 +147,8 @@ def described_plugins(modules: list[str], entry_points: bool) -> dict[str, Any]:
     plugins = loaded_plugins()
     names = sorted({name for p in plugins for name in p["attacks"]})
     return {"plugins": plugins,
-            "attacks": [{**describe(attack_class(name)), "code_hash": attack_code(attack_class(name))} for name in names]}
+            "attacks": [{**describe(attack_class(name)), "code_hash": attack_code(attack_class(name))}
+                        for name in names]}
 
 
 def _describe(modules: tuple[str, ...], *, entry_points: bool) -> None:

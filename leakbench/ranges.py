@@ -61,7 +61,8 @@ class Range:
 
     def text(self) -> str:
         """The interval as written in help and errors, e.g. `[1, 10^12]` or `(0, 1]`."""
-        return f"{'(' if self.low_open else '['}{_number(self.low)}, {_number(self.high)}{')' if self.high_open else ']'}"
+        low, high = "(" if self.low_open else "[", ")" if self.high_open else "]"
+        return f"{low}{_number(self.low)}, {_number(self.high)}{high}"
 
 
 def ranged(default: Any, low: float, high: float, *, low_open: bool = False, high_open: bool = False) -> Any:

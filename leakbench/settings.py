@@ -33,8 +33,9 @@ def build_config(config_cls: type, overrides: dict[str, Any], what: str = "hyper
     if missing:
         raise ConfigError(f"missing {what}(s) {', '.join(missing)} for {config_cls.__name__}")
     kinds = _field_kinds(config_cls)
-    config = config_cls(**{key: _coerce(config_cls.__name__, what, key, value, kinds.get(key), field_default(fields[key]))
-                           for key, value in overrides.items()})
+    config = config_cls(**{
+        key: _coerce(config_cls.__name__, what, key, value, kinds.get(key), field_default(fields[key]))
+        for key, value in overrides.items()})
     check_ranges(config)  # a Config that is not `Ranged` (a plugin's) is checked here, at parse time
     return config
 

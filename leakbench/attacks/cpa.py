@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any, Callable, Collection
+from typing import Any
 
 import numpy as np
 import torch
@@ -81,7 +82,8 @@ class CPAConfig(Ranged):
 @register_attack
 class CPAAttack(Attack):
     name = "cpa"
-    description = "Cocktail Party Attack: ICA unmixing of a linear layer's weight gradient, bias gradient fixes sign/scale"
+    description = ("Cocktail Party Attack: ICA unmixing of a linear layer's weight gradient, "
+                   "bias gradient fixes sign/scale")
     Config = CPAConfig
     requires = Requirements(batch_size=True)
 

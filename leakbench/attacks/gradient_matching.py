@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +43,7 @@ GradientDistance = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor]], to
 
 def cosine_distance(rec: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
     """1 − cosine similarity of the concatenation of all parameter gradients (breaching's form)."""
-    dot = sum((r * t).sum() for r, t in zip(rec, target))
+    dot = sum((r * t).sum() for r, t in zip(rec, target, strict=True))
     rec_norm = sum(r.pow(2).sum() for r in rec).sqrt()
     target_norm = sum(t.pow(2).sum() for t in target).sqrt()
     return 1.0 - dot / (rec_norm * target_norm).clamp_min(torch.finfo(rec_norm.dtype).tiny)
@@ -50,7 +51,7 @@ def cosine_distance(rec: Sequence[torch.Tensor], target: Sequence[torch.Tensor])
 
 def l2_distance(rec: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
     """Summed squared difference of all parameter gradients (DLG's distance)."""
-    return sum((r - t).pow(2).sum() for r, t in zip(rec, target))
+    return sum((r - t).pow(2).sum() for r, t in zip(rec, target, strict=True))
 
 
 # --------------------------------------------------------------------------- image priors
@@ -335,7 +336,7 @@ class DeepLeakageAttack(_GradientMatchingAttack):
             opt.zero_grad(set_to_none=True)
             loss = oracle.distance(z, targets(), l2_distance)
             grads = torch.autograd.grad(loss, variables)
-            for v, gv in zip(variables, grads):
+            for v, gv in zip(variables, grads, strict=True):
                 v.grad = gv
             return loss
 
@@ -362,5 +363,5 @@ class DeepLeakageAttack(_GradientMatchingAttack):
         return Reconstruction(status="ok", space="image", images=_finish(oracle, best_z), stats=stats)
 
 
-__all__ = ["DLGConfig", "DeepLeakageAttack", "GradientOracle", "IGConfig", "InvertingGradientsAttack", "TV_FORMS",
+__all__ = ["TV_FORMS", "DLGConfig", "DeepLeakageAttack", "GradientOracle", "IGConfig", "InvertingGradientsAttack",
            "cosine_distance", "l2_distance", "padded_total_variation"]

@@ -51,7 +51,8 @@ def config_params(config_cls: type) -> list[Param]:
 
     helps = field_help(config_cls)
     return [Param(f.name, f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type)),
-                  None if field_default(f) is MISSING else field_default(f), helps.get(f.name, ""), range_text(f)) for f in fields(config_cls)]
+                  None if field_default(f) is MISSING else field_default(f), helps.get(f.name, ""), range_text(f))
+            for f in fields(config_cls)]
 
 
 def field_help(config_cls: type) -> dict[str, str]:

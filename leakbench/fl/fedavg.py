@@ -78,7 +78,7 @@ def local_training(model: nn.Module, batch: Batch, config: FedAvgConfig, *, seed
             loss = nn.functional.cross_entropy(model(images[idx]), labels[idx])
             grads = torch.autograd.grad(loss, params)
             with torch.no_grad():
-                for p, g in zip(params, grads):
+                for p, g in zip(params, grads, strict=True):
                     p.sub_(config.lr * g)
             steps += 1
     return steps

@@ -54,7 +54,7 @@ def fedsgd_update(model: nn.Module, batch: Batch, threat: ThreatModel = ThreatMo
     loss = nn.functional.cross_entropy(public(batch.images.to(dtype)), batch.labels)
     names = [n for n, _ in public.named_parameters()]
     grads = torch.autograd.grad(loss, [p for _, p in public.named_parameters()])
-    gradients = {n: g.detach().clone() for n, g in zip(names, grads)}
+    gradients = {n: g.detach().clone() for n, g in zip(names, grads, strict=True)}
     return ClientUpdate(
         model=public.requires_grad_(False).eval(),
         gradients=gradients,

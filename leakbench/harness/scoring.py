@@ -115,7 +115,7 @@ def summarize(spec: CellSpec, recon: Reconstruction, records: pd.DataFrame, seco
     out: dict[str, Any] = dict(cell_columns(spec))
     out.update({
         "space": recon.space,
-        "n_images": int(len(records)),
+        "n_images": len(records),
         "exact_fraction": float(records["exact"].astype(bool).mean()),
         "psnr_mean": or_none(psnr.mean), "psnr_median": or_none(psnr.median), "psnr_min": or_none(psnr.min),
         "psnr_inf": psnr.n_inf, "ssim_mean": or_none(ssim.mean),

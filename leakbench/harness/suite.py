@@ -1,4 +1,5 @@
-"""Suite files (shipped: leakbench/suites/*.toml; or a user's file) expanded into cells; a malformed file fails before anything runs.
+"""Suite files (shipped: leakbench/suites/*.toml; or a user's file) expanded into cells; a malformed file fails
+before anything runs.
 
 A suite names attacks (with `[hyperparameters.ATTACK]` tables), datasets, one victim model (or a list,
 `models`, below) and the axes:
@@ -131,7 +132,8 @@ class Suite:
 
 
 def find_suite(name_or_path: str | None) -> Path | Traversable:
-    """A suite file: an existing file, else the shipped suite of that name (`leakbench list suites`); default `default`."""
+    """A suite file: an existing file, else the shipped suite of that name (`leakbench list suites`); default
+    `default`."""
     candidate = Path(name_or_path or "default")
     if candidate.is_file():
         return candidate
@@ -484,4 +486,4 @@ def _table(value: Any, where: str, cls: type) -> Any:
 def plan_lines(suite: Suite) -> list[str]:
     """What `leakbench run SUITE --plan` prints: one line per cell (its id and settings), then the count."""
     lines = [f"{cell_id(spec)}  " + " ".join(cell_settings(spec, hyperparameters=True)) for spec in suite.cells]
-    return lines + [f"{len(suite.cells)} cells in suite {suite.name} (nothing run, nothing written)"]
+    return [*lines, f"{len(suite.cells)} cells in suite {suite.name} (nothing run, nothing written)"]

@@ -47,7 +47,8 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, torch.nn.
 
 def draw_batch(dataset: ImageDataset, spec: CellSpec) -> Batch:
     """The cell's batch from its loaded dataset: the whole dataset at init, the attack part for a trained victim."""
-    return sample_batch(dataset, spec.batch_size, spec.seed, pool=partition(dataset).attack if spec.train_epochs else None)
+    pool = partition(dataset).attack if spec.train_epochs else None
+    return sample_batch(dataset, spec.batch_size, spec.seed, pool=pool)
 
 
 def victim_key(spec: CellSpec, dataset: ImageDataset) -> dict[str, Any]:

@@ -24,9 +24,9 @@ def group_stats(records: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:
     """Numbers for one group of records (rows of records.parquet) and their cells (see metrics.stats)."""
     psnr = describe(_column(records, "psnr"))
     return {
-        "cells": int(len(cells)),
+        "cells": len(cells),
         "failed_cells": int((cells["status"] != "ok").sum()) if len(cells) else 0,
-        "n": int(len(records)),
+        "n": len(records),
         "failures": int((records["status"] != "ok").sum()),
         "exact_pct": 100.0 * float(records["exact"].astype(bool).mean()) if len(records) else math.nan,
         "psnr_mean": psnr.mean, "psnr_std": psnr.std, "psnr_median": psnr.median, "psnr_inf": psnr.n_inf,
@@ -51,7 +51,8 @@ def grouped(records: pd.DataFrame, cells: pd.DataFrame, by: Sequence[str]) -> li
 
 def dp_order(cells: pd.DataFrame) -> list[str]:
     """DP labels from no noise to most noise ("none" first)."""
-    table = cells.drop_duplicates("dp").assign(s=lambda d: d["dp_sigma"].fillna(-1.0), c=lambda d: d["dp_clip"].fillna(-1.0))
+    table = cells.drop_duplicates("dp").assign(s=lambda d: d["dp_sigma"].fillna(-1.0),
+                                               c=lambda d: d["dp_clip"].fillna(-1.0))
     return list(table.sort_values(["s", "c"])["dp"])
 
 
@@ -72,7 +73,8 @@ def with_model(cells: pd.DataFrame) -> pd.DataFrame:
     if "noise_sigma" in cells:
         noise = cells["noise_sigma"].fillna(0.0)
         scale = (cells["noise_scale"] == "max").map({True: "×max|g|", False: ""})
-        cells["client"] = cells["client"].where(noise == 0, cells["client"] + " + noise σ=" + noise.map("{:g}".format) + scale)
+        noised = cells["client"] + " + noise σ=" + noise.map("{:g}".format) + scale
+        cells["client"] = cells["client"].where(noise == 0, noised)
     if "defence" in cells:  # the labels of a cell's defences (update transforms past the noise), '' for none
         defence = cells["defence"].fillna("")
         cells["client"] = cells["client"].where(defence == "", cells["client"] + " + " + defence)

@@ -124,7 +124,7 @@ def _check(truth: Tensor, recon: Tensor | None, failed: Sequence[bool] | None) -
     if recon is None:
         return [True] * b
     finite = torch.isfinite(recon.detach().reshape(b, -1)).all(dim=1).tolist()
-    return [f or not ok for f, ok in zip(flags, finite)]
+    return [f or not ok for f, ok in zip(flags, finite, strict=True)]
 
 
 def save_grid(

@@ -65,7 +65,8 @@ def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple, eps: d
     to its comparison grid when that grid lies in `reports` (written there by `leakbench report` or `run`)."""
     suite, dataset, model, layer, client = board
     several_dp = cells["dp"].nunique() > 1
-    title = f"{dataset} · {model} · layer {layer}" + ("" if client == "fedsgd" else f" · {client}") + f" (suite {suite})"
+    title = (f"{dataset} · {model} · layer {layer}" + ("" if client == "fedsgd" else f" · {client}")
+             + f" (suite {suite})")
     images = bool(((cells["space"] == "image") | (cells["inversion_steps"] > 0)).any())
     seed = int(cells["seed"].min())
 

@@ -56,7 +56,7 @@ def column_order(cells: pd.DataFrame, columns: Sequence[str]) -> Callable[[tuple
 
     def key(setting: tuple) -> tuple:
         out: list[Any] = []
-        for name, value in zip(columns, setting):
+        for name, value in zip(columns, setting, strict=True):
             out += [sigma.get(value, 0.0), str(value)] if name == "dp" else [value]
         return tuple(out)
     return key
@@ -79,7 +79,7 @@ def pivot_table(records: pd.DataFrame, cells: pd.DataFrame, *, title: str, colum
     body: list[list[Cell]] = []
     for rank, attack in enumerate(sorted(attacks, key=lambda a: (rank_key(rows[a]), a)), 1):
         entries: list[Cell] = []
-        for setting, s in zip(settings, rows[attack]):
+        for setting, s in zip(settings, rows[attack], strict=True):
             target = link(attack, setting) if (link and s) else None
             text = entry(s) if s else "–"
             entries.append(Link(text, target) if target else text)

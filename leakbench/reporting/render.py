@@ -78,8 +78,8 @@ def md_escape(text: object) -> str:
 
 def md_paragraph(text: object) -> str:
     """`md_escape`, and a leading list or heading marker (`-`, `+`, `1.`, …) made literal."""
-    return _MD_LINE_START.sub(lambda m: m.group(1) + (f"\\{m.group(2)}" if m.group(2) else f"{m.group(3)}\\{m.group(4)}"),
-                              md_escape(text))
+    return _MD_LINE_START.sub(
+        lambda m: m.group(1) + (f"\\{m.group(2)}" if m.group(2) else f"{m.group(3)}\\{m.group(4)}"), md_escape(text))
 
 
 def _md_url(path: str) -> str:
