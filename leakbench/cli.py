@@ -12,10 +12,15 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from leakbench.errors import LeakbenchError, LeakbenchWarning
 from leakbench.harness.interrupts import stop_signals_as_interrupt
+
+if TYPE_CHECKING:  # imported late at run time (the harness, torch): `--help` stays fast
+    from leakbench.fl import DPConfig, FedAvgConfig
+    from leakbench.harness.spec import CellSpec
+    from leakbench.metrics.lpips_metric import LpipsScorer
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -25,7 +30,7 @@ EXIT_BROKEN_PIPE = 141
 class OneLineParser(argparse.ArgumentParser):
     """Argument errors as one line on stderr and exit code 2, like every other bad input."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         print(f"leakbench: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
 
@@ -101,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _discovery_commands(sub: argparse._SubParsersAction) -> None:
+def _discovery_commands(sub: argparse._SubParsersAction[OneLineParser]) -> None:
     """`list` and `show`: what is registered, and every hyperparameter of an attack."""
     lst = sub.add_parser("list",
                          help="list registered attacks, datasets, paper entries, shipped suites or report views")
@@ -195,7 +200,8 @@ def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
     """`warnings.showwarning` that prints leakbench's warnings as one line `leakbench: warning: …` on stderr
     and passes the others to `show`."""
 
-    def showwarning(message, category, filename, lineno, file=None, line=None) -> None:
+    def showwarning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                    file: TextIO | None = None, line: str | None = None) -> None:
         if issubclass(category, LeakbenchWarning):
             print(f"leakbench: warning: {message}", file=sys.stderr, flush=True)
         else:
@@ -229,7 +235,7 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
     return params
 
 
-def lpips_for(path: Path | None, net: str = "alex"):
+def lpips_for(path: Path | None, net: str = "alex") -> tuple[LpipsScorer | None, str]:
     """The LPIPS scorer and a note (as every executor builds it); a weights path that does not exist
     is bad input."""
     from leakbench.errors import ConfigError
@@ -245,9 +251,9 @@ def cmd_attack(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_attack_out(args.out)
 
-    from leakbench.attacks.inversion import InversionConfig
     from leakbench.harness.cell import build_attack, run_cell
     from leakbench.harness.spec import CellSpec
+    from leakbench.inversion import InversionConfig
     from leakbench.progress import attack_progress
     from leakbench.records.artifacts import json_safe
     from leakbench.records.cells import check_cell_out, write_cell
@@ -277,9 +283,9 @@ def cmd_attack(args: argparse.Namespace) -> int:
     return 0
 
 
-DP_DEFAULTS = {"clip": 1.0, "delta": 1e-5, "q": 0.01, "steps": 1}
+DP_DEFAULTS: dict[str, Any] = {"clip": 1.0, "delta": 1e-5, "q": 0.01, "steps": 1}
 """Defaults of --dp-clip, --dp-delta, --dp-q, --dp-steps, applied when --dp-sigma is given."""
-FEDAVG_DEFAULTS = {"minibatch": 0, "lr": 0.1}
+FEDAVG_DEFAULTS: dict[str, Any] = {"minibatch": 0, "lr": 0.1}
 """Defaults of --fedavg-minibatch and --fedavg-lr, applied when --fedavg-epochs is given."""
 
 
@@ -303,7 +309,7 @@ def check_attack_options(args: argparse.Namespace) -> None:
         check_depth(args.depth, "--depth")
 
 
-def check_invert_steps(spec) -> None:
+def check_invert_steps(spec: CellSpec) -> None:
     """Refuse --invert-steps on a cell whose attack reconstructs images already (nothing to invert)."""
     from leakbench.attacks.inversion import inverts
     from leakbench.errors import ConfigError
@@ -328,7 +334,7 @@ def check_attack_out(out: Path) -> None:
     check_writable_dir(out, "--out")
 
 
-def dp_config(args: argparse.Namespace):
+def dp_config(args: argparse.Namespace) -> DPConfig | None:
     """The DP setting of `attack`, or None without --dp-sigma."""
     from leakbench.fl import DPConfig
 
@@ -346,7 +352,7 @@ def default_layer(args: argparse.Namespace) -> int:
     return first_attackable_layer(args.arch) if attack_class(args.attack).layered else 1
 
 
-def fedavg_config(args: argparse.Namespace):
+def fedavg_config(args: argparse.Namespace) -> FedAvgConfig | None:
     """The FedAvg client of `attack`, or None (FedSGD) without --fedavg-epochs."""
     from leakbench.fl import FedAvgConfig
 

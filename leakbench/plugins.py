@@ -36,12 +36,12 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
-from functools import lru_cache
+from functools import lru_cache, partial
 from importlib.metadata import Distribution, EntryPoint, entry_points, packages_distributions, version
 from typing import Any
 
 from leakbench.errors import ConfigError, LeakbenchError
-from leakbench.registry import DuplicateNameError
+from leakbench.registry import DuplicateNameError, Registry
 
 GROUPS = {"attacks": "leakbench.attacks", "datasets": "leakbench.datasets", "defences": "leakbench.defences"}
 """Registry kind → entry-point group."""
@@ -187,7 +187,7 @@ def entry_points_of(kind: str) -> tuple[EntryPoint, ...]:
 def _load_entry_points(kind: str) -> None:
     for point in entry_points_of(kind):
         _register(f"entry point {point.name!r} ({GROUPS[kind]})", point.value.partition(":")[0],
-                  lambda point=point, kind=kind: _load_entry_point(point, kind), point.dist)
+                  partial(_load_entry_point, point, kind), point.dist)
 
 
 def named_plugins() -> tuple[str, ...]:
@@ -206,7 +206,7 @@ def _register(what: str, module: str, load: Callable[[], Any], dist: Distributio
     from leakbench.datasets import DATASETS
     from leakbench.fl.transform import TRANSFORMS
 
-    registries = {"attacks": ATTACKS, "datasets": DATASETS, "defences": TRANSFORMS}
+    registries: dict[str, Registry[Any]] = {"attacks": ATTACKS, "datasets": DATASETS, "defences": TRANSFORMS}
     before = {kind: set(registry.names()) for kind, registry in registries.items()}
     try:
         load()

@@ -78,7 +78,8 @@ def ranged(default: Any, low: float, high: float, *, low_open: bool = False, hig
 
 def field_range(f: Any) -> Range | None:
     """The range a dataclass field declares (None when it declares none)."""
-    return f.metadata.get("range")
+    rng: Range | None = f.metadata.get("range")
+    return rng
 
 
 def chosen(default: str, *choices: str) -> Any:
@@ -90,7 +91,8 @@ def chosen(default: str, *choices: str) -> Any:
 
 def field_choices(f: Any) -> tuple[str, ...] | None:
     """The values a dataclass field declares as its only valid ones (None when it declares none)."""
-    return f.metadata.get("choices")
+    choices: tuple[str, ...] | None = f.metadata.get("choices")
+    return choices
 
 
 def check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> None:

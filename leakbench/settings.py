@@ -9,21 +9,25 @@ or choices (`leakbench.ranges`, for any Config, plugins' too) are one ConfigErro
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from dataclasses import MISSING, Field
-from typing import Any
+from typing import Any, TypeVar
 
 from leakbench.errors import ConfigError
 from leakbench.ranges import check_ranges
 
 SIMPLE = {"bool": bool, "int": int, "float": float, "str": str, "dict": dict, "list": list, "tuple": tuple}
 WORDS = {bool: "boolean", int: "integer", float: "number", str: "string"}
+C = TypeVar("C")
 
 
-def build_config(config_cls: type, overrides: dict[str, Any], what: str = "hyperparameter") -> Any:
+def build_config(config_cls: type[C], overrides: dict[str, Any], what: str = "hyperparameter") -> C:
     """Instantiate `config_cls` with `overrides` (see the module docstring); `what` is the word for a key
-    in messages ("hyperparameter", "key")."""
-    fields: dict[str, Field[Any]] = config_cls.__dataclass_fields__  # type: ignore[attr-defined]
+    in messages ("hyperparameter", "key"). Its keys are the dataclass fields (a ClassVar is none)."""
+    if not dataclasses.is_dataclass(config_cls):
+        raise ConfigError(f"{config_cls.__name__} is not a dataclass: it has no settings to build")
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
     known = {name for name, f in fields.items() if f.init}
     unknown = sorted(set(overrides) - known)
     if unknown:

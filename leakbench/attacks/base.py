@@ -9,7 +9,9 @@ from typing import Any, ClassVar
 
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
-from leakbench.reconstruction import Reconstruction, Space, Status  # noqa: F401 (re-exported: the attack contract)
+from leakbench.reconstruction import Reconstruction, Space, Status
+
+__all__ = ["Attack", "Checkpoints", "Reconstruction", "Requirements", "Space", "Status"]  # the attack contract
 
 
 @dataclass(frozen=True)

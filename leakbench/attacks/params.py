@@ -71,7 +71,7 @@ def _docstring_entries(doc: str, names: set[str]) -> dict[str, str]:
     for line in inspect.cleandoc(doc).splitlines():
         match = ENTRY.match(line)
         keys = [k.strip() for k in match.group(1).split("/")] if match else []
-        if keys and all(k in names for k in keys):
+        if match and keys and all(k in names for k in keys):
             current = [match.group(2).strip()]
             for key in keys:
                 entries[key] = current

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -28,6 +28,9 @@ from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel
 from leakbench.harness.limits import MAX_WIDTH
 from leakbench.ranges import MAX_LR, Ranged, ranged
+
+if TYPE_CHECKING:
+    from leakbench.models.base import ImageVictim
 
 MAX_LOCAL_EPOCHS = 10_000
 """Local epochs of a FedAvg client: at most 10,000."""
@@ -84,7 +87,7 @@ def local_training(model: nn.Module, batch: Batch, config: FedAvgConfig, *, seed
     return steps
 
 
-def fedavg_update(model: nn.Module, batch: Batch, config: FedAvgConfig, *, seed: int,
+def fedavg_update(model: ImageVictim, batch: Batch, config: FedAvgConfig, *, seed: int,
                   threat: ThreatModel = ThreatModel()) -> ClientUpdate:
     """The FedAvg update of `model` on `batch`: (θ₀ − θ_K) / (η K) per parameter; `model` is not modified."""
     public = copy.deepcopy(model).requires_grad_(False).eval()
@@ -117,6 +120,7 @@ class FedAvg(UpdateTransform):
 
     name = "fedavg"
     Config = FedAvgConfig
+    config: FedAvgConfig
     makes_update = True
 
     def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:

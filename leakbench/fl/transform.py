@@ -33,9 +33,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar
-
-from torch import nn
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from leakbench.datasets.base import Batch
 from leakbench.errors import ConfigError
@@ -43,13 +41,16 @@ from leakbench.fl.update import ClientUpdate, ThreatModel, fedsgd_update
 from leakbench.plugins import load_defence_plugins
 from leakbench.registry import Registry
 
+if TYPE_CHECKING:
+    from leakbench.models.base import ImageVictim
+
 
 @dataclass(frozen=True)
 class Client:
     """The client's side of one cell: its victim model, its private batch, the seed of its randomness
     (DP noise, FedAvg shuffling, additive noise) and what its update reveals (the threat model)."""
 
-    model: nn.Module
+    model: ImageVictim
     batch: Batch
     seed: int
     threat: ThreatModel
@@ -64,6 +65,8 @@ class UpdateTransform(ABC):
     """Its settings: a frozen dataclass (numbers with declared ranges)."""
     makes_update: ClassVar[bool] = False
     """True for client transforms (compute the update from the batch); False for defences."""
+    config: Any
+    """An instance of `Config` (checked when made); each transform narrows the type to its Config."""
 
     def __init__(self, config: Any) -> None:
         if not isinstance(config, self.Config):

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from leakbench.datasets.base import Batch
+
+if TYPE_CHECKING:
+    from leakbench.models.base import ImageVictim
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ class ClientUpdate:
     No field holds the client's images.
     """
 
-    model: nn.Module
+    model: ImageVictim
     gradients: dict[str, torch.Tensor]
     threat: ThreatModel
     batch_size: int | None
@@ -46,7 +50,7 @@ class ClientUpdate:
     kind: str = "fedsgd"
 
 
-def fedsgd_update(model: nn.Module, batch: Batch, threat: ThreatModel = ThreatModel()) -> ClientUpdate:
+def fedsgd_update(model: ImageVictim, batch: Batch, threat: ThreatModel = ThreatModel()) -> ClientUpdate:
     """Compute the FedSGD update of `model` on `batch`; the model is copied, not modified."""
     public = copy.deepcopy(model)
     public.zero_grad(set_to_none=True)
