@@ -8,7 +8,7 @@ did not. PSNR mean ± std is over finite values (∞ = bit-identical); the media
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,13 +39,21 @@ def group_stats(records: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def grouped(records: pd.DataFrame, cells: pd.DataFrame, by: Sequence[str]) -> list[tuple[tuple, dict[str, Any]]]:
+Key = tuple[Any, ...]
+"""A group's key: the values of its `by` columns, in order."""
+
+
+def key_values(key: Hashable) -> Key:
+    """A pandas group key as a `Key` (pandas gives a tuple for several columns, the bare value for one)."""
+    return key if isinstance(key, tuple) else (key,)
+
+
+def grouped(records: pd.DataFrame, cells: pd.DataFrame, by: Sequence[str]) -> list[tuple[Key, dict[str, Any]]]:
     """`group_stats` for every combination of `by` present in `cells`, in sorted order."""
     out = []
     for key, cell_group in cells.groupby(list(by), sort=True, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
         ids = set(cell_group["cell_id"])
-        out.append((key, group_stats(records[records["cell_id"].isin(ids)], cell_group)))
+        out.append((key_values(key), group_stats(records[records["cell_id"].isin(ids)], cell_group)))
     return out
 
 
@@ -56,7 +64,7 @@ def dp_order(cells: pd.DataFrame) -> list[str]:
     return list(table.sort_values(["s", "c"])["dp"])
 
 
-def epsilon_labels(cells: pd.DataFrame) -> dict[str, str]:
+def epsilon_labels(cells: pd.DataFrame) -> dict[Hashable, str]:
     """'σ=0.01 C=1 (ε=…)' for every DP label."""
     eps = cells.drop_duplicates("dp").set_index("dp")["dp_epsilon"]
     return {dp: f"{dp} (ε={'∞' if math.isinf(e) else f'{e:.3g}'})" for dp, e in eps.items()}

@@ -73,9 +73,10 @@ def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
         return ImageFont.load_default()
 
 
-def _text_size(draw: ImageDraw.ImageDraw, text: str, font) -> tuple[int, int]:
-    left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
-    return right - left, bottom - top
+def _text_size(draw: ImageDraw.ImageDraw, text: str, font: ImageFont.ImageFont | ImageFont.FreeTypeFont
+               ) -> tuple[int, int]:
+    left, top, right, bottom = draw.textbbox((0, 0), text, font=font)  # whole pixels from (0, 0): ints
+    return int(right - left), int(bottom - top)
 
 
 def _to_uint8(images: Tensor) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -27,7 +28,7 @@ class Table:
 
     title: str
     header: list[str]
-    rows: list[list[Cell]]
+    rows: Sequence[Sequence[Cell]]
     notes: list[str] = field(default_factory=list)
 
 
@@ -127,7 +128,7 @@ def _html_cell(cell: Cell) -> str:
     return html.escape(str(cell))
 
 
-def _md_row(cells: list[Cell]) -> str:
+def _md_row(cells: Sequence[Cell]) -> str:
     return "| " + " | ".join(_md_cell(c) for c in cells) + " |"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,7 @@ def pivot_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
     """Per dataset and setting: attacks × batch size, each entry exact % · PSNR median · LPIPS."""
     cells, eps = with_model(cells), epsilon_labels(cells)
     blocks: list[Block] = []
-    rank = {m: i for i, m in enumerate(model_order(cells))}
+    rank: dict[Hashable, int] = {m: i for i, m in enumerate(model_order(cells))}
     groups = sorted(cells.groupby(PIVOT_FIXED, sort=True), key=lambda g: (g[0][0], rank[g[0][1]]))  # stable
     for setting, sub in groups:
         dataset, model, layer, dp, client = setting
@@ -123,7 +124,7 @@ def axis_blocks(records: pd.DataFrame, cells: pd.DataFrame,
     return blocks, figure_data
 
 
-def _show(key: str, value: Any, eps: dict[str, str]) -> str:
+def _show(key: str, value: Any, eps: dict[Hashable, str]) -> str:
     return eps.get(value, str(value)) if key == "dp" else str(value)
 
 
@@ -135,8 +136,8 @@ def all_cells_table(records: pd.DataFrame, cells: pd.DataFrame, order: list[str]
         cell = by_id.loc[cid]
         s = grouped(records[records["cell_id"] == cid], cells[cells["cell_id"] == cid], ["cell_id"])[0][1]
         status = "ok" if cell["status"] == "ok" else f"failed: {cell['reason']}"
-        rows.append([cell["attack"], cell["dataset"], str(cell["batch_size"]), str(cell["layer"]), cell["dp"],
-                     str(cell["seed"]), *stat_cells(s), status, cid])
+        rows.append([*(str(cell[c]) for c in ("attack", "dataset", "batch_size", "layer", "dp", "seed")),
+                     *stat_cells(s), status, cid])
     return Table("All cells", ["attack", "dataset", "b", "layer", "dp", "seed", *STAT_HEADER, "status", "cell"], rows)
 
 

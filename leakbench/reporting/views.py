@@ -17,6 +17,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -100,7 +101,7 @@ def _exact_pct(fraction: pd.Series) -> float:
     return 100.0 * float(fraction.mean())
 
 
-def attack_stats(text: object) -> dict:
+def attack_stats(text: object) -> dict[str, Any]:
     """One cell's attack stats (stored as a JSON object string; empty for none)."""
     try:
         stats = json.loads(str(text or "{}"))
