@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from leakbench.attacks import ATTACKS, Attack, build_config
+from leakbench.attacks import ATTACKS, Attack
 from leakbench.errors import ConfigError
 from leakbench.harness.job import REFS_ENV, class_ref
 from leakbench.harness.run import run_sweep
@@ -32,6 +32,7 @@ from leakbench.harness.suite import Suite, find_suite, load_suite
 from leakbench.pipeline import run_suite
 from leakbench.records.folders import folder_name
 from leakbench.records.runs import read_table
+from leakbench.settings import build_config
 
 __all__ = ["evaluate", "load_cells", "load_records", "run", "scoped_attack", "suite_for"]
 

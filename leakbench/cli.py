@@ -10,12 +10,17 @@ import signal
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from leakbench.errors import LeakbenchError, LeakbenchWarning
 from leakbench.harness.interrupts import stop_signals_as_interrupt
+
+if TYPE_CHECKING:  # imported late at run time (the harness, torch): `--help` stays fast
+    from leakbench.fl import DPConfig, FedAvgConfig
+    from leakbench.harness.spec import CellSpec
+    from leakbench.metrics.lpips_metric import LpipsScorer
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -25,7 +30,7 @@ EXIT_BROKEN_PIPE = 141
 class OneLineParser(argparse.ArgumentParser):
     """Argument errors as one line on stderr and exit code 2, like every other bad input."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         print(f"leakbench: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
 
@@ -58,9 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--fedavg-epochs", type=int, help="run a FedAvg client with E local epochs (default: FedSGD)")
     attack.add_argument("--fedavg-minibatch", type=int,
                         help="FedAvg mini-batch size (default 0 = b; needs --fedavg-epochs)")
-    attack.add_argument("--fedavg-lr", type=float, help="FedAvg local learning rate η (default 0.1; needs --fedavg-epochs)")
+    attack.add_argument("--fedavg-lr", type=float,
+                        help="FedAvg local learning rate η (default 0.1; needs --fedavg-epochs)")
     attack.add_argument("--train-epochs", type=int, default=0,
-                        help="train the victim N epochs first, 0..1000 (default 0: at init; recipe: TrainRecipe's defaults)")
+                        help="train the victim N epochs first, 0..1000 "
+                             "(default 0: at init; recipe: TrainRecipe's defaults)")
     attack.add_argument("--invert-steps", type=int, default=0,
                         help="invert recovered features of an inner layer to images with N Adam steps (default 0: off)")
     attack.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
@@ -70,14 +77,16 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     _plugin_option(attack)
     run = sub.add_parser("run", help="run a suite (default: the shipped `default`), store records, write a report")
-    run.add_argument("suite", nargs="?", help="a shipped suite's name (`leakbench list suites`) or a path to a .toml file")
+    run.add_argument("suite", nargs="?",
+                     help="a shipped suite's name (`leakbench list suites`) or a path to a .toml file")
     _sweep_options(run)
     _plan_option(run)
     _plugin_option(run)
     report = sub.add_parser("report", help="tables, figures and grids of a stored run folder")
     report.add_argument("run_dir", type=Path, help="a run folder, e.g. results/default")
     report.add_argument("--reports", type=Path, default=Path("reports"), help="where to write (default reports/)")
-    rescore = sub.add_parser("rescore", help="score a run folder again from its stored reconstructions (no attack runs)")
+    rescore = sub.add_parser("rescore",
+                             help="score a run folder again from its stored reconstructions (no attack runs)")
     rescore.add_argument("run_dir", type=Path, help="a run folder, e.g. results/default")
     rescore.add_argument("--reports", type=Path, default=Path("reports"), help="where to write the report")
     rescore.add_argument("--data-root", help="where the run's dataset lies now (default: where it was run from)")
@@ -97,9 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _discovery_commands(sub: argparse._SubParsersAction) -> None:
+def _discovery_commands(sub: argparse._SubParsersAction[OneLineParser]) -> None:
     """`list` and `show`: what is registered, and every hyperparameter of an attack."""
-    lst = sub.add_parser("list", help="list registered attacks, datasets, paper entries, shipped suites or report views")
+    lst = sub.add_parser("list", help="list registered attacks, datasets, defences, paper entries, shipped suites "
+                         "or report views")
     lst.add_argument("what", choices=["attacks", "datasets", "defences", "papers", "suites", "views"])
     lst.add_argument("--params", action="store_true",
                      help="with attacks or defences: every setting with its type, default and help")
@@ -190,7 +200,8 @@ def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
     """`warnings.showwarning` that prints leakbench's warnings as one line `leakbench: warning: …` on stderr
     and passes the others to `show`."""
 
-    def showwarning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    def showwarning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                    file: TextIO | None = None, line: str | None = None) -> None:
         if issubclass(category, LeakbenchWarning):
             print(f"leakbench: warning: {message}", file=sys.stderr, flush=True)
         else:
@@ -224,7 +235,7 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
     return params
 
 
-def lpips_for(path: Path | None, net: str = "alex"):
+def lpips_for(path: Path | None, net: str = "alex") -> tuple[LpipsScorer | None, str]:
     """The LPIPS scorer and a note (as every executor builds it); a weights path that does not exist
     is bad input."""
     from leakbench.errors import ConfigError
@@ -240,9 +251,9 @@ def cmd_attack(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_attack_out(args.out)
 
-    from leakbench.attacks.inversion import InversionConfig
     from leakbench.harness.cell import build_attack, run_cell
     from leakbench.harness.spec import CellSpec
+    from leakbench.inversion import InversionConfig
     from leakbench.progress import attack_progress
     from leakbench.records.artifacts import json_safe
     from leakbench.records.cells import check_cell_out, write_cell
@@ -272,9 +283,9 @@ def cmd_attack(args: argparse.Namespace) -> int:
     return 0
 
 
-DP_DEFAULTS = {"clip": 1.0, "delta": 1e-5, "q": 0.01, "steps": 1}
+DP_DEFAULTS: dict[str, Any] = {"clip": 1.0, "delta": 1e-5, "q": 0.01, "steps": 1}
 """Defaults of --dp-clip, --dp-delta, --dp-q, --dp-steps, applied when --dp-sigma is given."""
-FEDAVG_DEFAULTS = {"minibatch": 0, "lr": 0.1}
+FEDAVG_DEFAULTS: dict[str, Any] = {"minibatch": 0, "lr": 0.1}
 """Defaults of --fedavg-minibatch and --fedavg-lr, applied when --fedavg-epochs is given."""
 
 
@@ -298,7 +309,7 @@ def check_attack_options(args: argparse.Namespace) -> None:
         check_depth(args.depth, "--depth")
 
 
-def check_invert_steps(spec) -> None:  # noqa: ANN001  (a CellSpec; the harness is imported late)
+def check_invert_steps(spec: CellSpec) -> None:
     """Refuse --invert-steps on a cell whose attack reconstructs images already (nothing to invert)."""
     from leakbench.attacks.inversion import inverts
     from leakbench.errors import ConfigError
@@ -309,7 +320,8 @@ def check_invert_steps(spec) -> None:  # noqa: ANN001  (a CellSpec; the harness 
 
 
 def check_attack_out(out: Path) -> None:
-    """`attack --out DIR` replaces DIR as a whole: refuse the current folder or one holding it, and unwritable places."""
+    """`attack --out DIR` replaces DIR as a whole: refuse the current folder or one holding it, and unwritable
+    places."""
     from leakbench.errors import ConfigError
     from leakbench.harness.limits import check_writable_dir
 
@@ -322,7 +334,7 @@ def check_attack_out(out: Path) -> None:
     check_writable_dir(out, "--out")
 
 
-def dp_config(args: argparse.Namespace):
+def dp_config(args: argparse.Namespace) -> DPConfig | None:
     """The DP setting of `attack`, or None without --dp-sigma."""
     from leakbench.fl import DPConfig
 
@@ -340,14 +352,15 @@ def default_layer(args: argparse.Namespace) -> int:
     return first_attackable_layer(args.arch) if attack_class(args.attack).layered else 1
 
 
-def fedavg_config(args: argparse.Namespace):
+def fedavg_config(args: argparse.Namespace) -> FedAvgConfig | None:
     """The FedAvg client of `attack`, or None (FedSGD) without --fedavg-epochs."""
     from leakbench.fl import FedAvgConfig
 
     if args.fedavg_epochs is None:
         return None
     given = {key: getattr(args, f"fedavg_{key}") for key in FEDAVG_DEFAULTS}
-    return FedAvgConfig(epochs=args.fedavg_epochs, **{k: FEDAVG_DEFAULTS[k] if v is None else v for k, v in given.items()})
+    return FedAvgConfig(epochs=args.fedavg_epochs,
+                        **{k: FEDAVG_DEFAULTS[k] if v is None else v for k, v in given.items()})
 
 
 def human_summary(s: dict[str, Any]) -> str:
@@ -358,7 +371,8 @@ def human_summary(s: dict[str, Any]) -> str:
 
     model = victim_label(s.get("arch", "fc"), s["depth"], s["width"])  # training: _trained(s)
     lines = [f"{s['attack']} on {s['dataset']} (b={s['batch_size']}, {model}, "
-             f"layer {s['layer']}, dp {s['dp']}, client {s['client']}, seed {s['seed']}{_trained(s)}): {s['status']}" + (f" — {s['reason']}" if s['reason'] else ""),
+             f"layer {s['layer']}, dp {s['dp']}, client {s['client']}, seed {s['seed']}{_trained(s)}): {s['status']}"
+             + (f" — {s['reason']}" if s['reason'] else ""),
              f"  exact {100 * s['exact_fraction']:.0f}% of {s['n_images']} images; PSNR mean {f(s['psnr_mean'], 1)}, "
              f"median {f(s['psnr_median'], 1)}, min {f(s['psnr_min'], 1)} dB; SSIM {f(s['ssim_mean'], 4)}; "
              f"LPIPS {f(s['lpips_mean'], 3)}" + (f" ({s['lpips_note']})" if s["lpips_note"] else ""),

@@ -36,7 +36,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
-from functools import lru_cache
+from functools import lru_cache, partial
 from importlib.metadata import Distribution, EntryPoint, entry_points, packages_distributions, version
 from typing import Any
 
@@ -147,7 +147,8 @@ def described_plugins(modules: list[str], entry_points: bool) -> dict[str, Any]:
     plugins = loaded_plugins()
     names = sorted({name for p in plugins for name in p["attacks"]})
     return {"plugins": plugins,
-            "attacks": [{**describe(attack_class(name)), "code_hash": attack_code(attack_class(name))} for name in names]}
+            "attacks": [{**describe(attack_class(name)), "code_hash": attack_code(attack_class(name))}
+                        for name in names]}
 
 
 def _describe(modules: tuple[str, ...], *, entry_points: bool) -> None:
@@ -186,7 +187,7 @@ def entry_points_of(kind: str) -> tuple[EntryPoint, ...]:
 def _load_entry_points(kind: str) -> None:
     for point in entry_points_of(kind):
         _register(f"entry point {point.name!r} ({GROUPS[kind]})", point.value.partition(":")[0],
-                  lambda point=point, kind=kind: _load_entry_point(point, kind), point.dist)
+                  partial(_load_entry_point, point, kind), point.dist)
 
 
 def named_plugins() -> tuple[str, ...]:
@@ -205,7 +206,7 @@ def _register(what: str, module: str, load: Callable[[], Any], dist: Distributio
     from leakbench.datasets import DATASETS
     from leakbench.fl.transform import TRANSFORMS
 
-    registries = {"attacks": ATTACKS, "datasets": DATASETS, "defences": TRANSFORMS}
+    registries: dict[str, Registry[Any]] = {"attacks": ATTACKS, "datasets": DATASETS, "defences": TRANSFORMS}
     before = {kind: set(_names(registry, kind)) for kind, registry in registries.items()}
     try:
         load()

@@ -61,7 +61,8 @@ class Range:
 
     def text(self) -> str:
         """The interval as written in help and errors, e.g. `[1, 10^12]` or `(0, 1]`."""
-        return f"{'(' if self.low_open else '['}{_number(self.low)}, {_number(self.high)}{')' if self.high_open else ']'}"
+        low, high = "(" if self.low_open else "[", ")" if self.high_open else "]"
+        return f"{low}{_number(self.low)}, {_number(self.high)}{high}"
 
 
 def ranged(default: Any, low: float, high: float, *, low_open: bool = False, high_open: bool = False) -> Any:
@@ -77,7 +78,8 @@ def ranged(default: Any, low: float, high: float, *, low_open: bool = False, hig
 
 def field_range(f: Any) -> Range | None:
     """The range a dataclass field declares (None when it declares none)."""
-    return f.metadata.get("range")
+    rng: Range | None = f.metadata.get("range")
+    return rng
 
 
 def chosen(default: str, *choices: str) -> Any:
@@ -89,7 +91,8 @@ def chosen(default: str, *choices: str) -> Any:
 
 def field_choices(f: Any) -> tuple[str, ...] | None:
     """The values a dataclass field declares as its only valid ones (None when it declares none)."""
-    return f.metadata.get("choices")
+    choices: tuple[str, ...] | None = f.metadata.get("choices")
+    return choices
 
 
 def check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> None:

@@ -9,34 +9,44 @@ or choices (`leakbench.ranges`, for any Config, plugins' too) are one ConfigErro
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from dataclasses import MISSING, Field
-from typing import Any
+from typing import Any, TypeVar
 
 from leakbench.errors import ConfigError
 from leakbench.ranges import check_ranges
 
 SIMPLE = {"bool": bool, "int": int, "float": float, "str": str, "dict": dict, "list": list, "tuple": tuple}
 WORDS = {bool: "boolean", int: "integer", float: "number", str: "string"}
+C = TypeVar("C")
 
 
-def build_config(config_cls: type, overrides: dict[str, Any], what: str = "hyperparameter") -> Any:
+def build_config(config_cls: type[C], overrides: dict[str, Any], what: str = "hyperparameter") -> C:
     """Instantiate `config_cls` with `overrides` (see the module docstring); `what` is the word for a key
-    in messages ("hyperparameter", "key")."""
-    fields: dict[str, Field[Any]] = config_cls.__dataclass_fields__  # type: ignore[attr-defined]
+    in messages ("hyperparameter", "key"). Its keys are the dataclass fields (a ClassVar is none)."""
+    if not dataclasses.is_dataclass(config_cls):
+        raise ConfigError(f"{config_cls.__name__} is not a dataclass: it has no settings to build")
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
     known = {name for name, f in fields.items() if f.init}
     unknown = sorted(set(overrides) - known)
     if unknown:
-        raise ConfigError(f"unknown {what}(s) {', '.join(unknown)} for {config_cls.__name__} "
+        raise ConfigError(f"unknown {_names(what, unknown)} for {config_cls.__name__} "
                           f"(known: {', '.join(sorted(known))})")
     missing = [name for name in sorted(known - set(overrides)) if field_default(fields[name]) is MISSING]
     if missing:
-        raise ConfigError(f"missing {what}(s) {', '.join(missing)} for {config_cls.__name__}")
+        raise ConfigError(f"missing {_names(what, missing)} for {config_cls.__name__}")
     kinds = _field_kinds(config_cls)
-    config = config_cls(**{key: _coerce(config_cls.__name__, what, key, value, kinds.get(key), field_default(fields[key]))
-                           for key, value in overrides.items()})
+    config = config_cls(**{
+        key: _coerce(config_cls.__name__, what, key, value, kinds.get(key), field_default(fields[key]))
+        for key, value in overrides.items()})
     check_ranges(config)  # a Config that is not `Ranged` (a plugin's) is checked here, at parse time
     return config
+
+
+def _names(what: str, names: list[str]) -> str:
+    """"key 'a'" or "keys 'a', 'b'"."""
+    return f"{what}{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}"
 
 
 def field_default(f: Field[Any]) -> Any:

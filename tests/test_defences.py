@@ -82,8 +82,10 @@ def test_shipped_transforms_are_registered() -> None:
 
 
 @pytest.mark.parametrize(("legacy", "axis"), [
-    ('noise = [0.0, 1e-4]\nnoise_scale = "max"\n', 'defences = ["none", { name = "noise", sigma = 1e-4, scale = "max" }]\n'),
-    ('dp = ["none", { sigma = 1e-2, clip = 1.0 }]\n', 'defences = ["none", { name = "dp", sigma = 1e-2, clip = 1.0 }]\n'),
+    ('noise = [0.0, 1e-4]\nnoise_scale = "max"\n',
+     'defences = ["none", { name = "noise", sigma = 1e-4, scale = "max" }]\n'),
+    ('dp = ["none", { sigma = 1e-2, clip = 1.0 }]\n',
+     'defences = ["none", { name = "dp", sigma = 1e-2, clip = 1.0 }]\n'),
     ('fedavg = ["none", { epochs = 2, minibatch = 1, lr = 0.1 }]\n',
      'defences = ["none", { name = "fedavg", epochs = 2, minibatch = 1, lr = 0.1 }]\n'),
 ])
@@ -97,7 +99,8 @@ def test_the_defences_axis_keeps_the_cells_of_the_old_keys(tmp_path: Path, legac
     ('defences = [{ name = "fedsgd" }]\n', "default client"),
     ('defences = [{ name = "noise", sigma = -1.0 }]\n', "sigma"),
     ('defences = [{ name = "noise", sigma = 1e-3, bogus = 1 }]\n', "bogus"),
-    ('defences = [[{ name = "dp", sigma = 1.0, clip = 1.0 }, { name = "noise", sigma = 1e-3 }]]\n', "DP-SGD runs alone"),
+    ('defences = [[{ name = "dp", sigma = 1.0, clip = 1.0 }, { name = "noise", sigma = 1e-3 }]]\n',
+     "DP-SGD runs alone"),
     ('defences = ["none", "none"]\n', "twice"),
     ('defences = []\n', "at least one level"),
     ('defences = ["none"]\nnoise = [0.0]\n', "not both"),

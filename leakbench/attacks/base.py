@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, is_dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
-from leakbench.reconstruction import Reconstruction, Space, Status  # noqa: F401 (re-exported: the attack contract)
+from leakbench.reconstruction import Reconstruction, Space, Status
+
+__all__ = ["Attack", "Checkpoints", "Reconstruction", "Requirements", "Space", "Status"]  # the attack contract
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class Checkpoints:
     """
 
     steps: frozenset[int]
-    report: Callable[[int, "Reconstruction"], None]
+    report: Callable[[int, Reconstruction], None]
 
     def __contains__(self, step: int) -> bool:
         return step in self.steps
@@ -93,7 +96,8 @@ class Attack(ABC):
         cfg = asdict(self.config)
         parts = []
         if "iterations" in cfg:
-            parts.append(f"{cfg['iterations']:,} steps" + (f" × {cfg['restarts']}" if cfg.get("restarts", 1) != 1 else ""))
+            restarts = f" × {cfg['restarts']}" if cfg.get("restarts", 1) != 1 else ""
+            parts.append(f"{cfg['iterations']:,} steps" + restarts)
         if "max_draws" in cfg:
             parts.append(f"{cfg['max_draws']:,} draws")
         if "max_seconds" in cfg:

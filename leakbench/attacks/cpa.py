@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any, Callable, Collection
+from typing import Any
 
 import numpy as np
 import torch
@@ -81,7 +82,8 @@ class CPAConfig(Ranged):
 @register_attack
 class CPAAttack(Attack):
     name = "cpa"
-    description = "Cocktail Party Attack: ICA unmixing of a linear layer's weight gradient, bias gradient fixes sign/scale"
+    description = ("Cocktail Party Attack: ICA unmixing of a linear layer's weight gradient, "
+                   "bias gradient fixes sign/scale")
     Config = CPAConfig
     requires = Requirements(batch_size=True)
 
@@ -97,6 +99,7 @@ class CPAAttack(Attack):
         if weight not in update.gradients or bias not in update.gradients:
             raise ConfigError(f"cpa needs the weight and bias gradients of layer {cfg.layer}")
         m, n = update.gradients[weight].shape
+        assert update.batch_size is not None  # Requirements(batch_size=True): checked by super().check_update
         b = int(update.batch_size)
         if b > min(m, n):
             raise ConfigError(f"cpa can unmix at most min(width, input size) = {min(m, n)} sources; "
@@ -119,6 +122,7 @@ class CPAAttack(Attack):
         weight, bias = model.layer_param_names(cfg.layer)
         G = update.gradients[weight].detach().to(torch.float64).cpu().numpy()
         g = update.gradients[bias].detach().to(torch.float64).cpu().numpy()
+        assert update.batch_size is not None  # checked by check_update
         b = int(update.batch_size)
         space = self.reconstructs(cfg.layer)
         stats: dict[str, Any] = {"method": cfg.method}
@@ -247,7 +251,7 @@ def _official(G: np.ndarray, g: np.ndarray, b: int, cfg: CPAConfig, shape: tuple
     offset = (W_w @ mu_rows).to(torch.float32)  # (b, 1): whitened row mean
     W_hat = torch.eye(b, dtype=torch.float32, requires_grad=True)
     opt = torch.optim.Adam([W_hat], lr=cfg.lr)
-    use_tv = cfg.tv > 0 and shape is not None and len(shape) == 3
+    tv_shape = shape if cfg.tv > 0 and shape is not None and len(shape) == 3 else None  # TV of (C, H, W) images
     first = last = float("nan")
 
     def unmixed(steps_done: int) -> tuple[np.ndarray, dict[str, Any]]:
@@ -265,9 +269,9 @@ def _official(G: np.ndarray, g: np.ndarray, b: int, cfg: CPAConfig, shape: tuple
         opt.zero_grad()
         Wn = W_hat / (W_hat.norm(dim=-1, keepdim=True) + eps)
         loss = cfg.decor * (torch.exp(cfg.temperature * (Wn @ Wn.T).abs()) - 1).mean()
-        if use_tv:
+        if tv_shape is not None:
             S_hat = Wn @ X_w + Wn @ offset
-            loss = loss + cfg.tv * total_variation(S_hat.view(b, *shape))
+            loss = loss + cfg.tv * total_variation(S_hat.view(b, *tv_shape))
         loss.backward()
         opt.step()
         if step == 0:

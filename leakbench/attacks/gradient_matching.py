@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -40,17 +41,25 @@ GradientDistance = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor]], to
 # --------------------------------------------------------------------------- gradient distances
 
 
+def _total(terms: Iterable[torch.Tensor]) -> torch.Tensor:
+    """`sum(terms)`, which is a tensor: there is at least one parameter gradient."""
+    total = sum(terms)
+    if not isinstance(total, torch.Tensor):
+        raise ConfigError("no parameter gradients to compare")
+    return total
+
+
 def cosine_distance(rec: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
     """1 − cosine similarity of the concatenation of all parameter gradients (breaching's form)."""
-    dot = sum((r * t).sum() for r, t in zip(rec, target))
-    rec_norm = sum(r.pow(2).sum() for r in rec).sqrt()
-    target_norm = sum(t.pow(2).sum() for t in target).sqrt()
+    dot = _total((r * t).sum() for r, t in zip(rec, target, strict=True))
+    rec_norm = _total(r.pow(2).sum() for r in rec).sqrt()
+    target_norm = _total(t.pow(2).sum() for t in target).sqrt()
     return 1.0 - dot / (rec_norm * target_norm).clamp_min(torch.finfo(rec_norm.dtype).tiny)
 
 
 def l2_distance(rec: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
     """Summed squared difference of all parameter gradients (DLG's distance)."""
-    return sum((r - t).pow(2).sum() for r, t in zip(rec, target))
+    return _total((r - t).pow(2).sum() for r, t in zip(rec, target, strict=True))
 
 
 # --------------------------------------------------------------------------- image priors
@@ -122,6 +131,7 @@ def _labels(update: ClientUpdate, b: int, strategy: str) -> tuple[torch.Tensor, 
 
 
 def _check_batch(update: ClientUpdate) -> int:
+    assert update.batch_size is not None  # Requirements(batch_size=True): checked by Attack.check_update first
     b = int(update.batch_size)
     if b < 1:
         raise ConfigError(f"batch size must be at least 1, got {b}")
@@ -183,6 +193,7 @@ class _GradientMatchingAttack(Attack):
         """Check the update; return the start time, batch size, gradient oracle and seeded generator."""
         self.check_update(update)
         start = time.perf_counter()
+        assert update.batch_size is not None  # checked by check_update
         return start, int(update.batch_size), GradientOracle(update), torch.Generator().manual_seed(seed)
 
 
@@ -335,7 +346,7 @@ class DeepLeakageAttack(_GradientMatchingAttack):
             opt.zero_grad(set_to_none=True)
             loss = oracle.distance(z, targets(), l2_distance)
             grads = torch.autograd.grad(loss, variables)
-            for v, gv in zip(variables, grads):
+            for v, gv in zip(variables, grads, strict=True):
                 v.grad = gv
             return loss
 
@@ -362,5 +373,5 @@ class DeepLeakageAttack(_GradientMatchingAttack):
         return Reconstruction(status="ok", space="image", images=_finish(oracle, best_z), stats=stats)
 
 
-__all__ = ["DLGConfig", "DeepLeakageAttack", "GradientOracle", "IGConfig", "InvertingGradientsAttack", "TV_FORMS",
+__all__ = ["TV_FORMS", "DLGConfig", "DeepLeakageAttack", "GradientOracle", "IGConfig", "InvertingGradientsAttack",
            "cosine_distance", "l2_distance", "padded_total_variation"]

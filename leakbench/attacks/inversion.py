@@ -13,11 +13,15 @@ feature vector gives one image, in the same order. Deterministic: same inputs an
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-from torch import nn
 
 from leakbench.errors import ConfigError
 from leakbench.inversion import InversionConfig  # the setting lives outside attacks (records read specs)
+
+if TYPE_CHECKING:
+    from leakbench.models.base import ImageVictim
 
 
 def inverts(attack: str, layer: int) -> bool:
@@ -36,7 +40,7 @@ def total_variation(images: torch.Tensor) -> torch.Tensor:
     return dh + dw
 
 
-def invert_features(model: nn.Module, features: torch.Tensor, layer: int, config: InversionConfig, *,
+def invert_features(model: ImageVictim, features: torch.Tensor, layer: int, config: InversionConfig, *,
                     seed: int) -> torch.Tensor:
     """Images (b, C, H, W) in [0, 1] whose layer-`layer` inputs under `model` approximate `features` (b, n)."""
     if not hasattr(model, "layer_inputs") or not hasattr(model, "input_shape"):

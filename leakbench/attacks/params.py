@@ -56,7 +56,8 @@ def config_params(config_cls: type) -> list[Param]:
     helps = field_help(config_cls)
     return [Param(f.name, f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type)),
                   None if field_default(f) is MISSING else field_default(f), helps.get(f.name, ""), range_text(f),
-                  field_default(f) is MISSING) for f in fields(config_cls)]
+                  field_default(f) is MISSING)
+            for f in fields(config_cls)]
 
 
 def field_help(config_cls: type) -> dict[str, str]:
@@ -75,7 +76,7 @@ def _docstring_entries(doc: str, names: set[str]) -> dict[str, str]:
     for line in inspect.cleandoc(doc).splitlines():
         match = ENTRY.match(line)
         keys = [k.strip() for k in match.group(1).split("/")] if match else []
-        if keys and all(k in names for k in keys):
+        if match and keys and all(k in names for k in keys):
             current = [match.group(2).strip()]
             for key in keys:
                 entries[key] = current

@@ -23,6 +23,7 @@ from leakbench.ranges import MAX_WEIGHT, REQUIRED, Ranged, ranged
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
     from leakbench.datasets.base import Batch
+    from leakbench.models.base import ImageVictim
 
 ACCOUNTANT = "opacus-rdp"
 """Name of the accountant recorded with every ε."""
@@ -87,14 +88,18 @@ def per_sample_gradients(model: nn.Module, batch: Batch) -> dict[str, torch.Tens
         logits = functional_call(model, p, (x.unsqueeze(0),))
         return nn.functional.cross_entropy(logits, y.unsqueeze(0))
 
-    return vmap(grad(loss), in_dims=(None, 0, 0))(params, batch.images.to(dtype), batch.labels)
+    per_sample: dict[str, torch.Tensor] = vmap(grad(loss), in_dims=(None, 0, 0))(params, batch.images.to(dtype),
+                                                                                  batch.labels)
+    return per_sample
 
 
 def clip_and_noise(per_sample: dict[str, torch.Tensor], dp: DPConfig, seed: int) -> dict[str, torch.Tensor]:
     """Clip each sample's whole gradient to norm C, sum, add N(0, σ²C²) noise, divide by b."""
     names = list(per_sample)
     b = per_sample[names[0]].shape[0]
-    norms = torch.sqrt(sum(g.reshape(b, -1).pow(2).sum(1) for g in per_sample.values()))
+    squared = sum(g.reshape(b, -1).pow(2).sum(1) for g in per_sample.values())
+    assert isinstance(squared, torch.Tensor)  # a sum of tensors: the victim has parameters
+    norms = torch.sqrt(squared)
     factor = (dp.clip / (norms + CLIP_EPS)).clamp(max=1.0)
     gen = torch.Generator().manual_seed(seed)
     out = {}
@@ -106,7 +111,7 @@ def clip_and_noise(per_sample: dict[str, torch.Tensor], dp: DPConfig, seed: int)
     return out
 
 
-def dp_update(model: nn.Module, batch: Batch, dp: DPConfig, *, seed: int,
+def dp_update(model: ImageVictim, batch: Batch, dp: DPConfig, *, seed: int,
               threat: ThreatModel = ThreatModel()) -> ClientUpdate:
     """One DP-SGD client update of `model` on `batch` (the model is copied, not modified).
 
@@ -142,6 +147,7 @@ class DPSGD(UpdateTransform):
 
     name = "dp"
     Config = DPConfig
+    config: DPConfig
     makes_update = True
 
     def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:

@@ -30,6 +30,7 @@ from leakbench.ranges import MAX_LR, Ranged, ranged
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
     from leakbench.datasets.base import Batch
+    from leakbench.models.base import ImageVictim
 
 MAX_LOCAL_EPOCHS = 10_000
 """Local epochs of a FedAvg client: at most 10,000."""
@@ -80,13 +81,13 @@ def local_training(model: nn.Module, batch: Batch, config: FedAvgConfig, *, seed
             loss = nn.functional.cross_entropy(model(images[idx]), labels[idx])
             grads = torch.autograd.grad(loss, params)
             with torch.no_grad():
-                for p, g in zip(params, grads):
+                for p, g in zip(params, grads, strict=True):
                     p.sub_(config.lr * g)
             steps += 1
     return steps
 
 
-def fedavg_update(model: nn.Module, batch: Batch, config: FedAvgConfig, *, seed: int,
+def fedavg_update(model: ImageVictim, batch: Batch, config: FedAvgConfig, *, seed: int,
                   threat: ThreatModel = ThreatModel()) -> ClientUpdate:
     """The FedAvg update of `model` on `batch`: (θ₀ − θ_K) / (η K) per parameter; `model` is not modified."""
     public = copy.deepcopy(model).requires_grad_(False).eval()
@@ -119,6 +120,7 @@ class FedAvg(UpdateTransform):
 
     name = "fedavg"
     Config = FedAvgConfig
+    config: FedAvgConfig
     makes_update = True
 
     def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:

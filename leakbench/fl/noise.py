@@ -68,6 +68,7 @@ class Noise(UpdateTransform):
 
     name = "noise"
     Config = NoiseConfig
+    config: NoiseConfig
 
     def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:
         assert update is not None

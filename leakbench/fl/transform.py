@@ -35,8 +35,6 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from torch import nn
-
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate, ThreatModel, fedsgd_update
 from leakbench.plugins import load_defence_plugins
@@ -44,6 +42,7 @@ from leakbench.registry import Registry
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
     from leakbench.datasets.base import Batch
+    from leakbench.models.base import ImageVictim
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ class Client:
     """The client's side of one cell: its victim model, its private batch, the seed of its randomness
     (DP noise, FedAvg shuffling, additive noise) and what its update reveals (the threat model)."""
 
-    model: nn.Module
+    model: ImageVictim
     batch: Batch
     seed: int
     threat: ThreatModel
@@ -66,6 +65,8 @@ class UpdateTransform(ABC):
     """Its settings: a frozen dataclass (numbers with declared ranges)."""
     makes_update: ClassVar[bool] = False
     """True for client transforms (compute the update from the batch); False for defences."""
+    config: Any
+    """An instance of `Config` (checked when made); each transform narrows the type to its Config."""
 
     def __init__(self, config: Any) -> None:
         if not isinstance(config, self.Config):

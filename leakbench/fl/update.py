@@ -12,6 +12,9 @@ from torch import nn
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
     from leakbench.datasets.base import Batch
 
+if TYPE_CHECKING:
+    from leakbench.models.base import ImageVictim
+
 
 @dataclass(frozen=True)
 class ThreatModel:
@@ -40,7 +43,7 @@ class ClientUpdate:
     No field holds the client's images.
     """
 
-    model: nn.Module
+    model: ImageVictim
     gradients: dict[str, torch.Tensor]
     threat: ThreatModel
     batch_size: int | None
@@ -48,7 +51,7 @@ class ClientUpdate:
     kind: str = "fedsgd"
 
 
-def fedsgd_update(model: nn.Module, batch: Batch, threat: ThreatModel = ThreatModel()) -> ClientUpdate:
+def fedsgd_update(model: ImageVictim, batch: Batch, threat: ThreatModel = ThreatModel()) -> ClientUpdate:
     """Compute the FedSGD update of `model` on `batch`; the model is copied, not modified."""
     public = copy.deepcopy(model)
     public.zero_grad(set_to_none=True)
@@ -56,7 +59,7 @@ def fedsgd_update(model: nn.Module, batch: Batch, threat: ThreatModel = ThreatMo
     loss = nn.functional.cross_entropy(public(batch.images.to(dtype)), batch.labels)
     names = [n for n, _ in public.named_parameters()]
     grads = torch.autograd.grad(loss, [p for _, p in public.named_parameters()])
-    gradients = {n: g.detach().clone() for n, g in zip(names, grads)}
+    gradients = {n: g.detach().clone() for n, g in zip(names, grads, strict=True)}
     return ClientUpdate(
         model=public.requires_grad_(False).eval(),
         gradients=gradients,

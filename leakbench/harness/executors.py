@@ -29,8 +29,8 @@ from leakbench.harness.isolation import worker_pythonpath
 from leakbench.progress import attack_progress
 
 if TYPE_CHECKING:
-    from leakbench.records.cells import CellFiles
     from leakbench.metrics.lpips_metric import LpipsScorer
+    from leakbench.records.cells import CellFiles
 
 EXECUTORS = ("serial", "pool", "ray")
 

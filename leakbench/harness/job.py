@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from leakbench.attacks import Attack, Reconstruction, attack_class
-from leakbench.attacks.inversion import InversionConfig, invert_features
+from leakbench.attacks.inversion import invert_features
 from leakbench.errors import ConfigError
 from leakbench.fl import ClientUpdate
+from leakbench.inversion import InversionConfig
 from leakbench.plugins import load_plugin
 from leakbench.records.artifacts import AttackOutput
 from leakbench.settings import build_config

@@ -53,7 +53,8 @@ def rescore_run(run_dir: Path, *, lpips_weights: str | None = None,
     try:
         plan = [c["cell_id"] for c in json.loads((run_dir / "manifest.json").read_text())["cells"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise LeakbenchError(f"{run_dir} is not a run folder ({type(exc).__name__}: {exc})".replace("\n", " ")) from None
+        message = f"{run_dir} is not a run folder ({type(exc).__name__}: {exc})"
+        raise LeakbenchError(message.replace("\n", " ")) from None
     torch.set_num_threads(1)  # as every executor scores: the same float rounding, the same bytes
     done = finished_cells(run_dir)
     for cid in (c for c in plan if c in done):

@@ -22,6 +22,7 @@ from leakbench.metrics import (
     stored_matching,
 )
 from leakbench.metrics.stats import describe, or_none
+from leakbench.models import ImageVictim
 from leakbench.records.artifacts import AttackOutput, plain_stats
 
 
@@ -44,7 +45,7 @@ class CellResult:
         return self.output.reconstruction
 
 
-def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: torch.nn.Module, *,
+def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: ImageVictim, *,
                lpips: LpipsScorer | None = None, lpips_note: str = "") -> CellResult:
     """The scoring step: a pure function of the attack's output and the re-derived ground truth."""
     recon = output.reconstruction
@@ -66,7 +67,7 @@ def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: torch.
     return CellResult(spec, summary, records, batch.images, aligned, output)
 
 
-def score(recon: Reconstruction, batch: Batch, model: torch.nn.Module, lpips: LpipsScorer | None
+def score(recon: Reconstruction, batch: Batch, model: ImageVictim, lpips: LpipsScorer | None
           ) -> tuple[pd.DataFrame, torch.Tensor | None]:
     """Per-image metrics in the reconstruction's space, and the reconstruction aligned to truth."""
     if recon.space == "image":
@@ -115,7 +116,7 @@ def summarize(spec: CellSpec, recon: Reconstruction, records: pd.DataFrame, seco
     out: dict[str, Any] = dict(cell_columns(spec))
     out.update({
         "space": recon.space,
-        "n_images": int(len(records)),
+        "n_images": len(records),
         "exact_fraction": float(records["exact"].astype(bool).mean()),
         "psnr_mean": or_none(psnr.mean), "psnr_median": or_none(psnr.median), "psnr_min": or_none(psnr.min),
         "psnr_inf": psnr.n_inf, "ssim_mean": or_none(ssim.mean),

@@ -1,4 +1,5 @@
-"""Suite files (shipped: leakbench/suites/*.toml; or a user's file) expanded into cells; a malformed file fails before anything runs.
+"""Suite files (shipped: leakbench/suites/*.toml; or a user's file) expanded into cells; a malformed file fails
+before anything runs.
 
 A suite names attacks (with `[hyperparameters.ATTACK]` tables), datasets, one victim model (or a list,
 `models`, below) and the axes:
@@ -70,10 +71,10 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from itertools import product
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from leakbench.attacks import attack_class
-from leakbench.attacks.inversion import InversionConfig, inverts
+from leakbench.attacks.inversion import inverts
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.fl.dp import DPConfig
 from leakbench.fl.fedavg import FedAvgConfig
@@ -82,6 +83,7 @@ from leakbench.fl.transform import TRANSFORMS, DefenceSetting, transform_class
 from leakbench.fl.update import ThreatModel
 from leakbench.harness.limits import MAX_CELLS, MAX_GRID_IMAGES, check_depth, check_int, check_seed, check_width
 from leakbench.harness.spec import CellSpec, cell_id, cell_settings
+from leakbench.inversion import InversionConfig
 from leakbench.models import ARCHS, first_attackable_layer, victim_label
 from leakbench.models.training import TrainRecipe, check_epochs
 from leakbench.records.folders import folder_name
@@ -103,6 +105,9 @@ INT_LISTS = ("batch_sizes", "layers", "seeds", "train_epochs")
 THREAT_KEYS = {"labels": ("known", "withheld"), "batch_size": ("known", "estimated")}
 MODEL_KEYS = {"arch": str, "width": int, "depth": int, "train_epochs": int}
 DEFAULT_GRID_IMAGES = 8
+
+C = TypeVar("C")
+"""A settings dataclass (a `dp`, `fedavg`, `inversion` or `train` table)."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,8 @@ class Suite:
 
 
 def find_suite(name_or_path: str | None) -> Path | Traversable:
-    """A suite file: an existing file, else the shipped suite of that name (`leakbench list suites`); default `default`."""
+    """A suite file: an existing file, else the shipped suite of that name (`leakbench list suites`); default
+    `default`."""
     candidate = Path(name_or_path or "default")
     if candidate.is_file():
         return candidate
@@ -326,7 +332,7 @@ def _validate(raw: dict[str, Any]) -> None:
 
 
 def _check_arch(arch: Any, where: str) -> str:
-    if arch not in ARCHS:
+    if not isinstance(arch, str) or arch not in ARCHS:
         raise ConfigError(f"{where} must be one of {', '.join(ARCHS)}, got {arch!r}")
     return arch
 
@@ -461,7 +467,7 @@ def _fedavg_level(value: Any, index: int) -> FedAvgConfig | None:
     return _level(value, f"key 'fedavg[{index}]'", "epochs, minibatch, lr", FedAvgConfig)
 
 
-def _level(value: Any, where: str, what: str, cls: type) -> Any:
+def _level(value: Any, where: str, what: str, cls: type[C]) -> C | None:
     """"none" → None, or a table checked by `_table`."""
     if value == "none":
         return None
@@ -470,7 +476,7 @@ def _level(value: Any, where: str, what: str, cls: type) -> Any:
     return _table(value, where, cls)
 
 
-def _table(value: Any, where: str, cls: type) -> Any:
+def _table(value: Any, where: str, cls: type[C]) -> C:
     """A TOML table turned into the settings dataclass `cls` by the coercer of every Config
     (`leakbench.settings.build_config`: keys, types, declared ranges)."""
     if not isinstance(value, dict):
@@ -484,4 +490,4 @@ def _table(value: Any, where: str, cls: type) -> Any:
 def plan_lines(suite: Suite) -> list[str]:
     """What `leakbench run SUITE --plan` prints: one line per cell (its id and settings), then the count."""
     lines = [f"{cell_id(spec)}  " + " ".join(cell_settings(spec, hyperparameters=True)) for spec in suite.cells]
-    return lines + [f"{len(suite.cells)} cells in suite {suite.name} (nothing run, nothing written)"]
+    return [*lines, f"{len(suite.cells)} cells in suite {suite.name} (nothing run, nothing written)"]

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 
 from leakbench.datasets import Batch, ImageDataset, load_dataset, partition, sample_batch
 from leakbench.fl import Client, ClientUpdate, client_update
 from leakbench.harness.spec import CellSpec, transforms
-from leakbench.models import build_model
+from leakbench.models import ImageVictim, build_model
 from leakbench.models.victims import AT_INIT, VictimInfo, trained_victim
 
 
@@ -20,7 +20,15 @@ def load_batch(spec: CellSpec) -> Batch:
     return victim(spec, with_model=False)[0]
 
 
-def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, torch.nn.Module | None]:
+@overload
+def victim(spec: CellSpec, *, with_model: Literal[True] = ...) -> tuple[Batch, ImageVictim]: ...
+@overload
+def victim(spec: CellSpec, *, with_model: Literal[False]) -> tuple[Batch, None]: ...
+@overload
+def victim(spec: CellSpec, *, with_model: bool) -> tuple[Batch, ImageVictim | None]: ...
+
+
+def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, ImageVictim | None]:
     """The cell's private batch and its victim (both re-derived from the spec).
 
     At init (`train_epochs` 0) the batch is drawn from the whole dataset, as it always was. A trained
@@ -47,7 +55,8 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, torch.nn.
 
 def draw_batch(dataset: ImageDataset, spec: CellSpec) -> Batch:
     """The cell's batch from its loaded dataset: the whole dataset at init, the attack part for a trained victim."""
-    return sample_batch(dataset, spec.batch_size, spec.seed, pool=partition(dataset).attack if spec.train_epochs else None)
+    pool = partition(dataset).attack if spec.train_epochs else None
+    return sample_batch(dataset, spec.batch_size, spec.seed, pool=pool)
 
 
 def victim_key(spec: CellSpec, dataset: ImageDataset) -> dict[str, Any]:
@@ -61,14 +70,14 @@ def victim_key(spec: CellSpec, dataset: ImageDataset) -> dict[str, Any]:
             "epochs": spec.train_epochs}
 
 
-def victim_columns(model: torch.nn.Module) -> dict[str, Any]:
+def victim_columns(model: ImageVictim) -> dict[str, Any]:
     """The victim's accuracies as record columns (NaN at init) and its cache hash ("" at init)."""
     info: VictimInfo = getattr(model, "victim_info", AT_INIT)
     return {"train_accuracy": info.train_accuracy, "test_accuracy": info.test_accuracy,
             "victim_hash": info.victim_hash}
 
 
-def prepare(spec: CellSpec) -> tuple[Batch, torch.nn.Module, ClientUpdate]:
+def prepare(spec: CellSpec) -> tuple[Batch, ImageVictim, ClientUpdate]:
     """Load the batch, build the victim and compute the client's update (no attack yet): the cell's
     update transforms (`spec.transforms`: FedSGD, DP-SGD or FedAvg, then noise and defences) under
     its threat model."""

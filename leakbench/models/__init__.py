@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from leakbench.errors import ConfigError
+from leakbench.models.base import ImageVictim
 from leakbench.models.conv import ConvNet, build_conv
 from leakbench.models.fc import FCNet, build_fc
 
@@ -14,7 +14,7 @@ ARCHS = ("fc", "conv")
 
 
 def build_model(arch: str, input_shape: tuple[int, int, int], num_classes: int, *, width: int, depth: int,
-                seed: int = 0, dtype: torch.dtype = torch.float32) -> nn.Module:
+                seed: int = 0, dtype: torch.dtype = torch.float32) -> ImageVictim:
     """The victim `arch` ("fc" or "conv") with init drawn from `seed`."""
     if arch == "fc":
         return build_fc(input_shape, num_classes, width=width, depth=depth, seed=seed, dtype=dtype)
@@ -35,5 +35,5 @@ def first_attackable_layer(arch: str) -> int:
     return 2 if arch == "conv" else 1
 
 
-__all__ = ["ARCHS", "ConvNet", "FCNet", "build_conv", "build_fc", "build_model", "first_attackable_layer",
-           "victim_label"]
+__all__ = ["ARCHS", "ConvNet", "FCNet", "ImageVictim", "build_conv", "build_fc", "build_model",
+           "first_attackable_layer", "victim_label"]

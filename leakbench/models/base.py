@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from leakbench.models.victims import VictimInfo
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -26,6 +29,8 @@ class ImageVictim(nn.Module):
     mean: float
     std: float
     depth: int
+    victim_info: VictimInfo
+    """How the victim was prepared (set by the harness; `leakbench.models.victims`)."""
 
     def layer_param_names(self, layer: int) -> tuple[str, str]:
         """Names (weight, bias) in `named_parameters()` of linear layer `layer`; each victim defines it."""

@@ -136,7 +136,7 @@ def read_table(run_dir: Path, name: str) -> pd.DataFrame:
         raise ConfigError(f"{run_dir} holds no {name} (not a run folder, or its sweep has not finished a cell)")
     try:
         return pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises its own types for a damaged or foreign file
+    except Exception as exc:  # noqa: BLE001 — pyarrow raises its own types for a damaged or foreign file
         raise ConfigError(f"{path} is not a readable Parquet table ({type(exc).__name__}: {exc})") from None
 
 

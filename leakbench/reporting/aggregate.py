@@ -8,7 +8,7 @@ did not. PSNR mean ± std is over finite values (∞ = bit-identical); the media
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,9 +24,9 @@ def group_stats(records: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:
     """Numbers for one group of records (rows of records.parquet) and their cells (see metrics.stats)."""
     psnr = describe(_column(records, "psnr"))
     return {
-        "cells": int(len(cells)),
+        "cells": len(cells),
         "failed_cells": int((cells["status"] != "ok").sum()) if len(cells) else 0,
-        "n": int(len(records)),
+        "n": len(records),
         "failures": int((records["status"] != "ok").sum()),
         "exact_pct": 100.0 * float(records["exact"].astype(bool).mean()) if len(records) else math.nan,
         "psnr_mean": psnr.mean, "psnr_std": psnr.std, "psnr_median": psnr.median, "psnr_inf": psnr.n_inf,
@@ -39,23 +39,32 @@ def group_stats(records: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def grouped(records: pd.DataFrame, cells: pd.DataFrame, by: Sequence[str]) -> list[tuple[tuple, dict[str, Any]]]:
+Key = tuple[Any, ...]
+"""A group's key: the values of its `by` columns, in order."""
+
+
+def key_values(key: Hashable) -> Key:
+    """A pandas group key as a `Key` (pandas gives a tuple for several columns, the bare value for one)."""
+    return key if isinstance(key, tuple) else (key,)
+
+
+def grouped(records: pd.DataFrame, cells: pd.DataFrame, by: Sequence[str]) -> list[tuple[Key, dict[str, Any]]]:
     """`group_stats` for every combination of `by` present in `cells`, in sorted order."""
     out = []
     for key, cell_group in cells.groupby(list(by), sort=True, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
         ids = set(cell_group["cell_id"])
-        out.append((key, group_stats(records[records["cell_id"].isin(ids)], cell_group)))
+        out.append((key_values(key), group_stats(records[records["cell_id"].isin(ids)], cell_group)))
     return out
 
 
 def dp_order(cells: pd.DataFrame) -> list[str]:
     """DP labels from no noise to most noise ("none" first)."""
-    table = cells.drop_duplicates("dp").assign(s=lambda d: d["dp_sigma"].fillna(-1.0), c=lambda d: d["dp_clip"].fillna(-1.0))
+    table = cells.drop_duplicates("dp").assign(s=lambda d: d["dp_sigma"].fillna(-1.0),
+                                               c=lambda d: d["dp_clip"].fillna(-1.0))
     return list(table.sort_values(["s", "c"])["dp"])
 
 
-def epsilon_labels(cells: pd.DataFrame) -> dict[str, str]:
+def epsilon_labels(cells: pd.DataFrame) -> dict[Hashable, str]:
     """'σ=0.01 C=1 (ε=…)' for every DP label."""
     eps = cells.drop_duplicates("dp").set_index("dp")["dp_epsilon"]
     return {dp: f"{dp} (ε={'∞' if math.isinf(e) else f'{e:.3g}'})" for dp, e in eps.items()}
@@ -72,7 +81,8 @@ def with_model(cells: pd.DataFrame) -> pd.DataFrame:
     if "noise_sigma" in cells:
         noise = cells["noise_sigma"].fillna(0.0)
         scale = (cells["noise_scale"] == "max").map({True: "×max|g|", False: ""})
-        cells["client"] = cells["client"].where(noise == 0, cells["client"] + " + noise σ=" + noise.map("{:g}".format) + scale)
+        noised = cells["client"] + " + noise σ=" + noise.map("{:g}".format) + scale
+        cells["client"] = cells["client"].where(noise == 0, noised)
     if "defence" in cells:  # the labels of a cell's defences (update transforms past the noise), '' for none
         defence = cells["defence"].fillna("")
         cells["client"] = cells["client"].where(defence == "", cells["client"] + " + " + defence)

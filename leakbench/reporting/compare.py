@@ -18,7 +18,9 @@ from typing import Any
 import pandas as pd
 import torch
 
+from leakbench.errors import LeakbenchError
 from leakbench.records.truth import load_truth
+from leakbench.reporting.aggregate import Key, key_values
 from leakbench.reporting.grid import ComparisonRow, save_comparison, save_grid
 
 GROUP = ["dataset", "model", "batch_size", "seed", "layer", "dp", "client"]
@@ -54,12 +56,13 @@ def grid_name(dataset: str, model: str, b: int, layer: int, dp: str, client: str
 
 
 def comparison_figures(run_dir: Path, manifest: dict[str, Any], records: pd.DataFrame, cells: pd.DataFrame,
-                       folder: Path) -> list[tuple[str, str, tuple]]:
+                       folder: Path) -> list[tuple[str, str, Key]]:
     """One figure per batch and setting with every attack that has images; (file name, caption, key)."""
     picks = {c["cell_id"]: c["grid_selection"] for c in manifest["cells"]}
     with_images = cells[(cells["space"] == "image") | (cells["inversion_steps"] > 0)]
     out = []
-    for key, group in with_images.groupby(GROUP, sort=True):
+    for group_key, group in with_images.groupby(GROUP, sort=True):
+        key = key_values(group_key)
         dataset, model, b, seed, layer, dp, client = key
         name = grid_name(dataset, model, b, layer, dp, client, seed)
         first = group.iloc[0]
@@ -74,10 +77,18 @@ def comparison_figures(run_dir: Path, manifest: dict[str, Any], records: pd.Data
     return out
 
 
+def _image_row(by_image: pd.DataFrame, image: int) -> pd.Series:
+    """The one record of `image` (records hold one row per image of a cell)."""
+    row = by_image.loc[image]
+    if not isinstance(row, pd.Series):
+        raise LeakbenchError(f"image {image} has {len(row)} records in one cell (expected one)")
+    return row
+
+
 def _row(run_dir: Path, cell: pd.Series, records: pd.DataFrame, selection: list[int]) -> ComparisonRow:
     aligned = load_truth(run_dir, cell["cell_id"]).aligned()
     by_image = records.set_index("image")
-    texts = [tile_text(by_image.loc[i]) for i in selection]
+    texts = [tile_text(_image_row(by_image, i)) for i in selection]
     shown = aligned[selection] if aligned is not None else None
     failed = [shown is None or not bool(torch.isfinite(shown[k]).all()) for k in range(len(selection))]
     label = str(cell["attack"]) + ("" if cell["space"] == "image" else " + inversion")

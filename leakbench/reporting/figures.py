@@ -5,14 +5,18 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from leakbench.records.folders import honour_umask
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-def axis_figure(per_cell: pd.DataFrame, axis: str, order: list, label: str, path: Path, title: str) -> Path:
+
+def axis_figure(per_cell: pd.DataFrame, axis: str, order: list[Any], label: str, path: Path, title: str) -> Path:
     """Two panels (PSNR mean, exact %) against `axis` (categorical, in `order`), one line per attack.
 
     `per_cell` has one row per cell with columns attack, `axis`, psnr (mean finite PSNR of the cell,
@@ -34,7 +38,9 @@ def axis_figure(per_cell: pd.DataFrame, axis: str, order: list, label: str, path
         shown = data[np.isfinite(data[column].to_numpy(dtype=float))]
         if len(shown):
             sns.pointplot(data=shown, x=axis, y=column, hue="attack", order=order, hue_order=attacks, ax=ax,
-                          dodge=0.25 if len(attacks) > 1 else False, markers="o", errorbar=("ci", 95), seed=0)
+                          # types-seaborn has `dodge: bool`; pointplot documents "bool or float" (the offset)
+                          dodge=0.25 if len(attacks) > 1 else False,  # type: ignore[arg-type]
+                          markers="o", errorbar=("ci", 95), seed=0)
         ax.set_xlabel(label)
         ax.set_ylabel(ylabel)
         ax.tick_params(axis="x", labelrotation=20 if max(len(o) for o in order) > 6 else 0)
@@ -44,7 +50,7 @@ def axis_figure(per_cell: pd.DataFrame, axis: str, order: list, label: str, path
     return save_figure(fig, path)
 
 
-def save_figure(fig, path: Path) -> Path:
+def save_figure(fig: Figure, path: Path) -> Path:
     """Write `fig` to `path` atomically (temp file + rename; byte-stable PNG metadata) and close it."""
     import matplotlib.pyplot as plt
 

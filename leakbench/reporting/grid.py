@@ -73,9 +73,10 @@ def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
         return ImageFont.load_default()
 
 
-def _text_size(draw: ImageDraw.ImageDraw, text: str, font) -> tuple[int, int]:
-    left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
-    return right - left, bottom - top
+def _text_size(draw: ImageDraw.ImageDraw, text: str, font: ImageFont.ImageFont | ImageFont.FreeTypeFont
+               ) -> tuple[int, int]:
+    left, top, right, bottom = draw.textbbox((0, 0), text, font=font)  # whole pixels from (0, 0): ints
+    return int(right - left), int(bottom - top)
 
 
 def _to_uint8(images: Tensor) -> np.ndarray:
@@ -124,7 +125,7 @@ def _check(truth: Tensor, recon: Tensor | None, failed: Sequence[bool] | None) -
     if recon is None:
         return [True] * b
     finite = torch.isfinite(recon.detach().reshape(b, -1)).all(dim=1).tolist()
-    return [f or not ok for f, ok in zip(flags, finite)]
+    return [f or not ok for f, ok in zip(flags, finite, strict=True)]
 
 
 def save_grid(

@@ -10,6 +10,7 @@ same records (nothing depends on time, order on disk or host); wall-clock second
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +18,7 @@ import pandas as pd
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.records.atomic import write_text_atomic
 from leakbench.records.runs import read_run
-from leakbench.reporting.aggregate import epsilon_labels, fmt, grouped, model_order, with_model
+from leakbench.reporting.aggregate import Key, epsilon_labels, fmt, grouped, key_values, model_order, with_model
 from leakbench.reporting.compare import grid_name
 from leakbench.reporting.pivot import pivot_table
 from leakbench.reporting.render import Block, Table, html_document, markdown
@@ -59,17 +60,18 @@ def _check_columns(run: Path, cells: pd.DataFrame, records: pd.DataFrame) -> Non
                               "--results must hold leakbench run folders only")
 
 
-def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple, eps: dict[str, str],
+def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: Key, eps: dict[Hashable, str],
                 reports: Path | None = None) -> Table:
     """One RobustBench-style table: attacks ranked as rows, batch size × DP level as columns; an entry links
     to its comparison grid when that grid lies in `reports` (written there by `leakbench report` or `run`)."""
     suite, dataset, model, layer, client = board
     several_dp = cells["dp"].nunique() > 1
-    title = f"{dataset} · {model} · layer {layer}" + ("" if client == "fedsgd" else f" · {client}") + f" (suite {suite})"
+    title = (f"{dataset} · {model} · layer {layer}" + ("" if client == "fedsgd" else f" · {client}")
+             + f" (suite {suite})")
     images = bool(((cells["space"] == "image") | (cells["inversion_steps"] > 0)).any())
     seed = int(cells["seed"].min())
 
-    def link(attack: str, setting: tuple) -> str | None:  # the comparison grid of the setting's first seed
+    def link(attack: str, setting: Key) -> str | None:  # the comparison grid of the setting's first seed
         b, dp = setting
         target = f"{suite}/grids/{grid_name(dataset, model, b, layer, dp, client, seed)}"
         return target if images and reports is not None and (reports / target).is_file() else None
@@ -82,10 +84,10 @@ def leaderboard_blocks(records: pd.DataFrame, cells: pd.DataFrame, reports: Path
     the grids found under `reports`)."""
     eps = epsilon_labels(cells)
     blocks: list[Block] = []
-    rank = {m: i for i, m in enumerate(model_order(cells))}
+    rank: dict[Hashable, int] = {m: i for i, m in enumerate(model_order(cells))}
     for board, sub in sorted(cells.groupby(BOARD, sort=True), key=lambda g: (g[0][0], g[0][1], rank[g[0][2]])):
         sub_records = records[records["cell_id"].isin(set(sub["cell_id"])) & (records["suite"] == board[0])]
-        blocks.append(board_table(sub_records, sub, board, eps, reports))
+        blocks.append(board_table(sub_records, sub, key_values(board), eps, reports))
     return blocks
 
 

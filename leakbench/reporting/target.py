@@ -86,7 +86,8 @@ def _listed(folder: Path) -> set[str] | None:
         marker = json.loads((folder / MARKER).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(marker, dict) or marker.get("leakbench") != MARKER_KIND or not isinstance(marker.get("files"), list):
+    if (not isinstance(marker, dict) or marker.get("leakbench") != MARKER_KIND
+            or not isinstance(marker.get("files"), list)):
         return None
     return {f for f in marker["files"] if isinstance(f, str)}
 

@@ -17,6 +17,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -37,7 +38,8 @@ class View:
     def markdown(self) -> str:
         """The title as a heading, then the table (numbers rounded for reading; the CSV keeps them whole)."""
         rows = [[cell_text(v) for v in row] for row in self.table.itertuples(index=False)]
-        return "\n".join([f"## {self.title}", "", *markdown_table(Table(self.title, list(self.table.columns), rows))]) + "\n"
+        table = Table(self.title, list(self.table.columns), rows)
+        return "\n".join([f"## {self.title}", "", *markdown_table(table)]) + "\n"
 
     def csv(self) -> str:
         return self.table.to_csv(index=False)
@@ -99,7 +101,7 @@ def _exact_pct(fraction: pd.Series) -> float:
     return 100.0 * float(fraction.mean())
 
 
-def attack_stats(text: object) -> dict:
+def attack_stats(text: object) -> dict[str, Any]:
     """One cell's attack stats (stored as a JSON object string; empty for none)."""
     try:
         stats = json.loads(str(text or "{}"))
@@ -159,7 +161,7 @@ def baselines_view(cells: pd.DataFrame) -> View:
     frame = _with_model(cells)
     order = {a: i for i, a in enumerate(dict.fromkeys(frame["attack"]))}  # the suite's attack order
     frame = frame.assign(exact_pct=100.0 * frame["exact_fraction"], note=[note(s, r, st) for s, r, st in zip(
-        frame["status"], frame["reason"], frame["attack_stats"])], _order=frame["attack"].map(order))
+        frame["status"], frame["reason"], frame["attack_stats"], strict=True)], _order=frame["attack"].map(order))
     settings = [c for c in _key(frame, []) if c not in ("attack", "model")]  # what else the run varies
     frame = frame.sort_values(["_order", "width", "depth", "model", *settings, "batch_size", "seed"], kind="stable")
     columns = ["attack", "model", *settings, "batch_size", "seed", *BASELINE_COLUMNS]

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from leakbench.attacks.base import Attack, Reconstruction, Requirements, Space
+from leakbench.attacks.base import Attack, Reconstruction, Requirements
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import SampleState, search_samples
 from leakbench.attacks.spear.factors import LayerProblem, factorize

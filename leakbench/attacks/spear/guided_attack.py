@@ -132,6 +132,8 @@ class GuidedSpearAttack(SpearAttack):
             return None, rec.reason
         if rec.features is not None and rec.layer == cfg.layer:
             return rec.features, ""
+        if rec.images is None:
+            return None, f"guide {cfg.guide} answered neither images nor layer-{cfg.layer} features"
         with torch.no_grad():
             return update.model.layer_inputs(rec.images, cfg.layer).flatten(1), ""
 
