@@ -38,7 +38,7 @@ from leakbench.reporting.render import Block, Images, Table, html_document, mark
 from leakbench.reporting.target import check_report_target, foreign_report_entries, write_marker
 
 AXES = {"batch_size": "batch size b", "layer": "attacked layer", "dp": "DP level",
-        "client": "client (FedSGD, or FedAvg E, mini-batch, η; added noise, defences, threat model)",
+        "client": "client, defences and threat model",
         "model": "victim model (architecture, width, training epochs)"}
 
 
