@@ -137,3 +137,7 @@ def test_a_defence_plugin_gets_its_own_columns_and_rows(tmp_path: Path, prune_pl
     assert main(["leaderboard", "--results", str(tmp_path / "res"), "--reports", str(tmp_path / "board")]) == 0
     board = (tmp_path / "board" / "leaderboard.md").read_text()
     assert "· fedsgd + test-prune keep=0.5 (suite defences)" in board
+    # rescoring loads the run's defence plugin again (its cells' specs name it) and gives the same records
+    stored = records.copy()
+    assert main(["rescore", str(run), "--reports", str(tmp_path / "rep2")]) == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(run / "records.parquet"), stored)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -22,6 +23,7 @@ from leakbench.harness.fingerprint import PROVENANCE
 from leakbench.harness.scoring import score_cell
 from leakbench.harness.spec import spec_from_dict
 from leakbench.harness.victim import victim
+from leakbench.plugins import load_client_plugin
 from leakbench.records.artifacts import RECONSTRUCTION_FILE, load_attack_output
 from leakbench.records.cells import cell_path, write_cell
 from leakbench.records.runs import consolidate, finished_cells
@@ -51,12 +53,22 @@ def rescore_run(run_dir: Path, *, lpips_weights: str | None = None,
     """Re-score every finished cell of a run folder and rebuild its consolidated tables (LPIPS found
     as `leakbench run` finds it; `data_root` where the run's dataset lies now)."""
     try:
-        plan = [c["cell_id"] for c in json.loads((run_dir / "manifest.json").read_text())["cells"]]
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        plan = [c["cell_id"] for c in manifest["cells"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         message = f"{run_dir} is not a run folder ({type(exc).__name__}: {exc})"
         raise LeakbenchError(message.replace("\n", " ")) from None
+    load_client_plugins(manifest)
     torch.set_num_threads(1)  # as every executor scores: the same float rounding, the same bytes
     done = finished_cells(run_dir)
     for cid in (c for c in plan if c in done):
         rescore_cell(cell_path(run_dir, cid), lpips_weights=lpips_weights, data_root=data_root)
     return consolidate(run_dir, plan)
+
+
+def load_client_plugins(manifest: dict[str, Any]) -> None:
+    """Import again the client-side plugins (datasets, defences) the run loaded by module name: its cells'
+    specs name their datasets and defences. A plugin that is gone is one ConfigError line."""
+    for plugin in manifest.get("plugins", []):
+        if isinstance(plugin, dict) and (plugin.get("datasets") or plugin.get("defences")) and plugin.get("module"):
+            load_client_plugin(str(plugin["module"]))
