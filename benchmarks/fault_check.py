@@ -470,7 +470,7 @@ ISSUE_22: list[BadInput] = [  # item 22: issue 22's "Bad input" item (`--only it
     BadInput("leaderboard_over_garbage_tables", 22, ("leaderboard", "--results", "{d}/results", "--reports",
                                                      "{d}/reports"),
              {"results/theirs/cells.parquet": "not parquet\n", "results/theirs/records.parquet": "not parquet\n"},
-             mention="cells.parquet"),
+             mention="is not a readable Parquet table"),
     BadInput("leaderboard_over_foreign_tables", 22, ("leaderboard", "--results", "{d}/results", "--reports",
                                                      "{d}/reports"),
              setup=_foreign_tables, mention="not a leakbench table"),
