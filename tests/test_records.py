@@ -8,11 +8,11 @@ from pathlib import Path
 import pandas as pd
 
 from leakbench.records.runs import cell_budget, cell_row, with_budgets
-from leakbench.records.schema import AXIS_COLUMNS, CELL_EXTRA_COLUMNS, PER_IMAGE_COLUMNS, SUMMARY_COLUMNS, axis_columns
+from leakbench.records.schema import AXIS_COLUMNS, CELL_EXTRA_COLUMNS, SUMMARY_COLUMNS, axis_columns, per_image_columns
 
 
 def test_known_axes_keep_their_order_and_a_new_axis_follows_them() -> None:
-    columns = ["defence_rate", *reversed(AXIS_COLUMNS), *PER_IMAGE_COLUMNS, "defence_kind"]
+    columns = ["defence_rate", *reversed(AXIS_COLUMNS), *per_image_columns(), "defence_kind"]
     assert axis_columns(columns) == [*AXIS_COLUMNS, "defence_rate", "defence_kind"]
     assert axis_columns(["cell_id", "psnr", "status", "isolation", "lpips_net"]) == ["cell_id"]
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from leakbench.metrics.score import FEATURE_COLUMNS, IMAGE_COLUMNS
-
 AXIS_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", "layer", "seed", "dp",
                 "dp_sigma", "dp_clip", "dp_delta", "dp_q", "dp_steps", "dp_epsilon", "dp_accountant", "arch",
                 "client", "fedavg_epochs", "fedavg_minibatch", "fedavg_lr", "inversion_steps", "train_epochs",
@@ -20,10 +18,14 @@ AXIS_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", 
                 "threat", "labels_known", "batch_size_known", "noise_sigma", "noise_scale")
 """The known axes, in cells.parquet order (which must not change: stored tables stay byte-identical)."""
 
-PER_IMAGE_COLUMNS = ("dataset_index", "space", *dict.fromkeys((*IMAGE_COLUMNS, *FEATURE_COLUMNS)), "image_exact",
-                     "status", "lpips_net", "isolation")
-"""Record columns that describe one image (or the cell's outcome, repeated per image): never axes. The
-metrics are those `leakbench.metrics.score` declares, so a new metric is added there only."""
+def per_image_columns() -> tuple[str, ...]:
+    """Record columns that describe one image (or the cell's outcome, repeated per image): never axes. The
+    metrics are those `leakbench.metrics.score` declares, so a new metric is added there only (imported
+    here when called: the attack worker's sandbox imports this module and must not start threads)."""
+    from leakbench.metrics.score import FEATURE_COLUMNS, IMAGE_COLUMNS
+
+    return ("dataset_index", "space", *dict.fromkeys((*IMAGE_COLUMNS, *FEATURE_COLUMNS)), "image_exact", "status",
+            "lpips_net", "isolation")
 
 SUMMARY_COLUMNS = ("space", "status", "reason", "seconds", "n_images", "exact_fraction", "psnr_mean",
                    "psnr_median", "psnr_min", "psnr_inf", "ssim_mean", "lpips_mean", "lpips_note", "lpips_net",
@@ -47,5 +49,5 @@ def axis_columns(columns: Iterable[str]) -> list[str]:
     column that is neither per-image nor a summary column, in record order."""
     present = list(columns)
     known = [c for c in AXIS_COLUMNS if c in present]
-    skip = {*AXIS_COLUMNS, *PER_IMAGE_COLUMNS, *SUMMARY_COLUMNS, *CELL_EXTRA_COLUMNS}
+    skip = {*AXIS_COLUMNS, *per_image_columns(), *SUMMARY_COLUMNS, *CELL_EXTRA_COLUMNS}
     return known + [c for c in present if c not in skip]
