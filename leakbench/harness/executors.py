@@ -128,6 +128,7 @@ def _pool(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: in
     workers ignore Ctrl-C, and on any interruption this process terminates them at once (their
     half-written temporary folders are removed by the sweep).
     """
+    earlier = {child.pid for child in multiprocessing.active_children()}
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"),
                                initializer=_start_worker)
     waiting = iter(tasks)
@@ -139,7 +140,7 @@ def _pool(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: in
                 on_done(future.result())
                 running |= {pool.submit(work, task) for task in islice(waiting, 1)}
     except BaseException:
-        _terminate(pool)
+        _terminate(pool, earlier)
         raise
     pool.shutdown(wait=True)
 
@@ -153,9 +154,15 @@ def _start_worker() -> None:
     workers().prestart()
 
 
-def _terminate(pool: ProcessPoolExecutor) -> None:
-    """Cancel what has not started and end the workers now (Python 3.14 has `terminate_workers` for this)."""
+def _terminate(pool: ProcessPoolExecutor, earlier: set[int | None]) -> None:
+    """Cancel what has not started and end the workers now (Python 3.14 has `terminate_workers` for this).
+
+    The workers are the pool's, and any child started since the pool was made (`earlier`: the children
+    before it): an interruption that lands inside `submit` while it spawns a worker leaves one the pool
+    has not listed yet."""
     workers = list((getattr(pool, "_processes", None) or {}).values())
+    listed = {worker.pid for worker in workers}
+    workers += [child for child in multiprocessing.active_children() if child.pid not in earlier | listed]
     pool.shutdown(wait=False, cancel_futures=True)
     for worker in workers:
         worker.terminate()
