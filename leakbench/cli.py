@@ -60,11 +60,24 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--dp-delta", type=float, help="DP δ for ε (default 1e-5; needs --dp-sigma)")
     attack.add_argument("--dp-q", type=float, help="DP sampling rate q for ε (default 0.01; needs --dp-sigma)")
     attack.add_argument("--dp-steps", type=int, help="DP-SGD steps ε accounts for (default 1; needs --dp-sigma)")
+    attack.add_argument("--dp-convention", choices=["opacus", "cpa"],
+                        help="where DP noise goes: opacus (default: on the sum, then /b) or cpa (the CPA code's: "
+                             "on the mean, b × Opacus's at equal σ); needs --dp-sigma")
     attack.add_argument("--fedavg-epochs", type=int, help="run a FedAvg client with E local epochs (default: FedSGD)")
     attack.add_argument("--fedavg-minibatch", type=int,
                         help="FedAvg mini-batch size (default 0 = b; needs --fedavg-epochs)")
     attack.add_argument("--fedavg-lr", type=float,
                         help="FedAvg local learning rate η (default 0.1; needs --fedavg-epochs)")
+    attack.add_argument("--defence", dest="defence_items", action="append", default=[], metavar="NAME",
+                        type=lambda name: ("defence", name),
+                        help="apply the update transform NAME after the client's update (repeatable, applied in "
+                             "order; `leakbench list defences`), like a suite's `defences` table")
+    attack.add_argument("--defence-param", dest="defence_items", action="append", metavar="KEY=VALUE",
+                        type=lambda pair: ("param", pair),
+                        help="a setting of the most recent --defence (repeatable), e.g. fraction=0.5")
+    attack.add_argument("--defence-known", action="store_true",
+                        help="threat model: the update lists the defences applied to it (for the adaptive "
+                             "attacks, e.g. ig-masked)")
     attack.add_argument("--train-epochs", type=int, default=0,
                         help="train the victim N epochs first, 0..1000 "
                              "(default 0: at init; recipe: TrainRecipe's defaults)")
@@ -216,18 +229,18 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def parse_params(pairs: list[str]) -> dict[str, Any]:
-    """KEY=VALUE strings to a dict; values parsed as JSON when they are JSON (numbers, booleans).
-    A key given twice is refused (which value was meant is not known)."""
+def parse_params(pairs: list[str], flag: str = "--param") -> dict[str, Any]:
+    """KEY=VALUE strings (of option `flag`) to a dict; values parsed as JSON when they are JSON (numbers,
+    booleans). A key given twice is refused (which value was meant is not known)."""
     from leakbench.errors import ConfigError
 
     params: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--param expects KEY=VALUE, got {pair!r}")
+            raise ConfigError(f"{flag} expects KEY=VALUE, got {pair!r}")
         if key in params:
-            raise ConfigError(f"--param {key} is given twice; give each hyperparameter once")
+            raise ConfigError(f"{flag} {key} is given twice; give each setting once")
         try:
             params[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -262,14 +275,14 @@ def cmd_attack(args: argparse.Namespace) -> int:
 
     if args.out is not None:
         check_cell_out(args.out)
-    spec = CellSpec(attack=args.attack, dataset=args.dataset, batch_size=args.batch_size, seed=args.seed,
+    update_fields = defence_options(args)
+    spec = CellSpec(**update_fields, attack=args.attack, dataset=args.dataset, batch_size=args.batch_size, seed=args.seed,
                     width=args.width, depth=(3 if args.arch == "conv" else 6) if args.depth is None else args.depth,
                     layer=default_layer(args) if args.layer is None else args.layer,
                     data_root=str(args.data_root) if args.data_root else None, image_size=args.image_size,
-                    hyperparameters=parse_params(args.param), dp=dp_config(args), arch=args.arch,
-                    fedavg=fedavg_config(args),
+                    hyperparameters=parse_params(args.param), arch=args.arch,
                     inversion=InversionConfig(steps=args.invert_steps) if args.invert_steps else None,
-                    train_epochs=args.train_epochs)
+                    train_epochs=args.train_epochs, defence_known=args.defence_known)
     build_attack(spec)  # hyperparameters (nested ones too) checked before any data is loaded
     check_invert_steps(spec)
     scorer, note = lpips_for(args.lpips_weights, args.lpips_net)
@@ -283,8 +296,8 @@ def cmd_attack(args: argparse.Namespace) -> int:
     return 0
 
 
-DP_DEFAULTS: dict[str, Any] = {"clip": 1.0, "delta": 1e-5, "q": 0.01, "steps": 1}
-"""Defaults of --dp-clip, --dp-delta, --dp-q, --dp-steps, applied when --dp-sigma is given."""
+DP_DEFAULTS: dict[str, Any] = {"clip": 1.0, "delta": 1e-5, "q": 0.01, "steps": 1, "convention": "opacus"}
+"""Defaults of --dp-clip, --dp-delta, --dp-q, --dp-steps, --dp-convention, applied when --dp-sigma is given."""
 FEDAVG_DEFAULTS: dict[str, Any] = {"minibatch": 0, "lr": 0.1}
 """Defaults of --fedavg-minibatch and --fedavg-lr, applied when --fedavg-epochs is given."""
 
@@ -332,6 +345,35 @@ def check_attack_out(out: Path) -> None:
     if holds_cwd:
         raise ConfigError(f"--out {out} is the current folder or holds it; name a new folder for the outputs")
     check_writable_dir(out, "--out")
+
+
+def defence_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The cell fields of `attack`'s update: --dp-* and --fedavg-*, then each --defence NAME with the
+    --defence-param settings that follow it, built as a suite's `defences` tables are
+    (`harness.suite.defence_fields`: `dp`, `fedavg`, `noise` keep their own cell fields)."""
+    from leakbench.errors import ConfigError
+    from leakbench.harness.suite import defence_fields
+
+    tables: list[dict[str, Any]] = []
+    params: list[list[str]] = []
+    for kind, value in args.defence_items:
+        if kind == "defence":
+            tables.append({"name": value})
+            params.append([])
+        elif not tables:
+            raise ConfigError(f"--defence-param {value} needs a --defence before it (the defence it sets)")
+        else:
+            params[-1].append(value)
+    for table, pairs in zip(tables, params, strict=True):
+        table.update(parse_params(pairs, f"--defence {table['name']}: --defence-param"))
+    fields: dict[str, Any] = {"dp": dp_config(args), "fedavg": fedavg_config(args)}
+    if not tables:
+        return fields
+    given = defence_fields(tables, [f"--defence {t['name']}" for t in tables], "--defence")
+    for key, flag in (("dp", "--dp-sigma"), ("fedavg", "--fedavg-epochs")):
+        if fields[key] is not None and given.get(key) is not None:
+            raise ConfigError(f"--defence {key} and {flag} both set the {key} client; give one")
+    return {**fields, **{k: v for k, v in given.items() if v is not None}}
 
 
 def dp_config(args: argparse.Namespace) -> DPConfig | None:

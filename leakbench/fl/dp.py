@@ -4,6 +4,11 @@ One DP-SGD step on a batch of b samples: per-sample gradients of the loss, each 
 gradient (all parameters together) clipped to L2 norm C, summed, Gaussian noise N(0, σ²C²) added
 to every coordinate, divided by b. ε is what `steps` such steps at sampling rate q cost under
 (ε, δ)-DP, by Opacus's Rényi-DP accountant; σ = 0 gives ε = ∞.
+
+`convention = "cpa"` is the Cocktail Party Attack code's DP level instead (Kariyappa et al., ICML
+2023, released code): the clipped per-sample gradients are averaged and N(0, σ²C²) is added to the
+mean, not divided by b — at the same σ, b times Opacus's noise std. On the sum that is noise of std
+(σ·b)·C, so its ε is the accountant's at the effective noise multiplier σ·b (and depends on b).
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from torch.func import functional_call, grad, vmap
 
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel
-from leakbench.ranges import MAX_WEIGHT, REQUIRED, Ranged, ranged
+from leakbench.errors import ConfigError
+from leakbench.ranges import MAX_WEIGHT, REQUIRED, Ranged, chosen, ranged
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
     from leakbench.datasets.base import Batch
@@ -32,6 +38,9 @@ MAX_CLIP = 1e12
 """The clipping norm C: at most 10^12 (a huge C clips nothing: plain noisy FedSGD)."""
 MAX_DP_STEPS = 10**9
 """DP-SGD steps the accountant composes: at most 10^9."""
+
+CONVENTIONS = ("opacus", "cpa")
+"""Where the noise goes: on the sum (Opacus; divided by b with it) or on the mean (the CPA code's)."""
 
 CLIP_EPS = 1e-6
 """Opacus's guard in the clip factor C / (‖g‖ + 1e-6)."""
@@ -46,6 +55,8 @@ class DPConfig(Ranged):
     delta: δ of the (ε, δ) guarantee.
     q: sampling rate (batch size / dataset size) the accountant assumes.
     steps: number of DP-SGD steps the accountant composes.
+    convention: "opacus" (noise N(0, σ²C²) on the sum of clipped gradients, then divided by b) or
+        "cpa" (the CPA code's: the same noise added to their mean, b times Opacus's std at equal σ).
     """
 
     sigma: float = ranged(REQUIRED, 0, MAX_WEIGHT)
@@ -53,15 +64,25 @@ class DPConfig(Ranged):
     delta: float = ranged(1e-5, 0, 1, low_open=True, high_open=True)
     q: float = ranged(0.01, 0, 1, low_open=True)
     steps: int = ranged(1, 1, MAX_DP_STEPS)
+    convention: str = chosen("opacus", *CONVENTIONS)
     owner: ClassVar[str] = "dp"
 
-    def epsilon(self) -> float:
-        """ε after `steps` steps at rate q and noise σ (Opacus RDP accountant); ∞ when σ = 0."""
-        return epsilon(self.sigma, self.q, self.steps, self.delta)
+    def epsilon(self, batch_size: int | None = None) -> float:
+        """ε after `steps` steps at rate q and noise σ (Opacus RDP accountant); ∞ when σ = 0. The "cpa"
+        convention needs `batch_size` b: its noise on the sum has the effective multiplier σ·b."""
+        return epsilon(self.noise_multiplier(batch_size), self.q, self.steps, self.delta)
+
+    def noise_multiplier(self, batch_size: int | None = None) -> float:
+        """The noise std on the sum of clipped gradients over C: σ (Opacus), σ·b (the CPA code's)."""
+        if self.convention == "opacus":
+            return self.sigma
+        if batch_size is None:
+            raise ConfigError("dp: the CPA convention's ε depends on the batch size; none was given")
+        return self.sigma * batch_size
 
     def label(self) -> str:
-        """A short readable name, e.g. 'σ=0.01 C=1'."""
-        return f"σ={self.sigma:g} C={self.clip:g}"
+        """A short readable name, e.g. 'σ=0.01 C=1' ('(CPA code) σ=0.01 C=1' in the CPA convention)."""
+        return ("(CPA code) " if self.convention == "cpa" else "") + f"σ={self.sigma:g} C={self.clip:g}"
 
 
 def epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
@@ -94,7 +115,8 @@ def per_sample_gradients(model: nn.Module, batch: Batch) -> dict[str, torch.Tens
 
 
 def clip_and_noise(per_sample: dict[str, torch.Tensor], dp: DPConfig, seed: int) -> dict[str, torch.Tensor]:
-    """Clip each sample's whole gradient to norm C, sum, add N(0, σ²C²) noise, divide by b."""
+    """Clip each sample's whole gradient to norm C, sum, add N(0, σ²C²) noise, divide by b (the CPA
+    convention: divide by b, then add the noise)."""
     names = list(per_sample)
     b = per_sample[names[0]].shape[0]
     squared = sum(g.reshape(b, -1).pow(2).sum(1) for g in per_sample.values())
@@ -107,7 +129,7 @@ def clip_and_noise(per_sample: dict[str, torch.Tensor], dp: DPConfig, seed: int)
         g = per_sample[name]
         summed = torch.einsum("i,i...->...", factor.to(g.dtype), g)
         noise = torch.randn(summed.shape, generator=gen, dtype=g.dtype) * (dp.sigma * dp.clip)
-        out[name] = (summed + noise) / b
+        out[name] = summed / b + noise if dp.convention == "cpa" else (summed + noise) / b
     return out
 
 
@@ -130,20 +152,24 @@ def dp_update(model: ImageVictim, batch: Batch, dp: DPConfig, *, seed: int,
     )
 
 
-def dp_columns(dp: DPConfig | None) -> dict[str, Any]:
+def dp_columns(dp: DPConfig | None, batch_size: int | None = None) -> dict[str, Any]:
     """σ, C, δ, q, steps, ε and the accountant of a DP setting, and a readable label (no DP: σ, C, q, δ
-    NaN, ε ∞)."""
+    NaN, ε ∞). The CPA convention adds `dp_convention` (left out for Opacus's, so records of cells
+    stored before it existed stay as they were); its ε needs `batch_size` (NaN without it)."""
     if dp is None:
         nan = math.nan
         return {"dp": "none", "dp_sigma": nan, "dp_clip": nan, "dp_delta": nan, "dp_q": nan, "dp_steps": 0,
                 "dp_epsilon": math.inf, "dp_accountant": "none"}
+    cpa = dp.convention == "cpa"
+    eps = math.nan if cpa and batch_size is None else dp.epsilon(batch_size)
     return {"dp": dp.label(), "dp_sigma": dp.sigma, "dp_clip": dp.clip, "dp_delta": dp.delta, "dp_q": dp.q,
-            "dp_steps": dp.steps, "dp_epsilon": dp.epsilon(), "dp_accountant": ACCOUNTANT}
+            "dp_steps": dp.steps, "dp_epsilon": eps, "dp_accountant": ACCOUNTANT,
+            **({"dp_convention": dp.convention} if cpa else {})}
 
 
 @register_transform
 class DPSGD(UpdateTransform):
-    """DP-SGD: one step of per-sample clipping to C and Gaussian noise σ·C (Opacus semantics)."""
+    """DP-SGD: one step of per-sample clipping to C and Gaussian noise σ·C (Opacus semantics, or the CPA code's)."""
 
     name = "dp"
     Config = DPConfig

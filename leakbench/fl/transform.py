@@ -30,6 +30,7 @@ attack worker; its `apply` sees the batch because a client does.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, fields
@@ -82,6 +83,11 @@ class UpdateTransform(ABC):
         """A short readable name for tables ('prune keep=0.1'): the name and each setting."""
         settings = " ".join(f"{f.name}={_text(getattr(self.config, f.name))}" for f in fields(self.config))
         return f"{self.name} {settings}".strip()
+
+    def described(self) -> dict[str, Any]:
+        """Its name and settings as plain data (`{"name": ..., setting: value}`): what an update lists
+        when the threat model says the defence is known (`ClientUpdate.defences`)."""
+        return {"name": self.name, **asdict(self.config)}
 
     def columns(self) -> dict[str, Any]:
         """Its record columns: `NAME_FIELD` (name with '-' and '.' as '_') per setting."""
@@ -141,6 +147,8 @@ def client_update(transforms: list[UpdateTransform], client: Client) -> ClientUp
     update = None
     for transform in transforms:
         update = transform.apply(update, client)
+        if update.defences is not None and not transform.makes_update:  # the threat model: defence known
+            update = dataclasses.replace(update, defences=(*update.defences, transform.described()))
     assert update is not None
     return update
 

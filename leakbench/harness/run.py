@@ -85,7 +85,7 @@ def check_cells(cells: list[CellSpec]) -> None:
             if spec.fedavg is not None:
                 spec.fedavg.size(b)  # a mini-batch larger than the batch
             attack_key = json.dumps([spec.attack, spec.hyperparameters, spec.layer, spec.labels_known,
-                                     spec.batch_size_known], sort_keys=True, default=str)
+                                     spec.batch_size_known, spec.defence_known], sort_keys=True, default=str)
             if attack_key not in seen:
                 seen.add(attack_key)
                 build_attack(spec).check_update(updates[spec.threat])

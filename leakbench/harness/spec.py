@@ -31,8 +31,8 @@ class CellSpec:
     inner layer back into images, scored next to the feature metrics. `train_epochs` > 0 trains the
     victim first (`recipe`, the default TrainRecipe when not given) on the dataset's train part and
     attacks a batch of its attack part (`datasets.partition`); 0 is the victim at init.
-    `labels_known` / `batch_size_known` are the threat model (`ThreatModel`: what the update carries
-    besides the gradients). `noise` σ > 0 adds Gaussian noise to the shared gradients (`fl.noise`;
+    `labels_known` / `batch_size_known` / `defence_known` are the threat model (`ThreatModel`: what the
+    update carries besides the gradients). `noise` σ > 0 adds Gaussian noise to the shared gradients (`fl.noise`;
     `noise_scale` "absolute" or "max"), drawn from `seed`; not with DP. `defences` are further
     registered update transforms (`leakbench.fl.transform`, plugins' too), applied after the noise,
     in order (`transforms`).
@@ -56,6 +56,7 @@ class CellSpec:
     recipe: TrainRecipe | None = None
     labels_known: bool = False
     batch_size_known: bool = True
+    defence_known: bool = False
     noise: float = 0.0
     noise_scale: str = "absolute"
     defences: tuple[DefenceSetting, ...] = ()
@@ -81,11 +82,12 @@ class CellSpec:
     @property
     def threat(self) -> ThreatModel:
         """What the attacker is given besides the update and the model."""
-        return ThreatModel(batch_size_known=self.batch_size_known, labels_known=self.labels_known)
+        return ThreatModel(batch_size_known=self.batch_size_known, labels_known=self.labels_known,
+                           defence_known=self.defence_known)
 
 
 NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None, "train_epochs": 0, "recipe": None,
-                      "labels_known": False, "batch_size_known": True, "noise": 0.0, "noise_scale": "absolute",
+                      "labels_known": False, "batch_size_known": True, "defence_known": False, "noise": 0.0, "noise_scale": "absolute",
                       "defences": ()}
 """Fields added after the first stored runs: left out of ids and manifests at these defaults."""
 
@@ -94,7 +96,7 @@ def cell_columns(spec: CellSpec) -> dict[str, Any]:
     """The axes of a cell as record columns (numbers as numbers; no DP: σ, C, q, δ NaN, ε ∞)."""
     return {"cell_id": cell_id(spec), "attack": spec.attack, "dataset": spec.dataset, "arch": spec.arch,
             "batch_size": spec.batch_size, "width": spec.width, "depth": spec.depth, "layer": spec.layer,
-            "seed": spec.seed, **dp_columns(spec.dp), **fedavg_columns(spec.fedavg),
+            "seed": spec.seed, **dp_columns(spec.dp, spec.batch_size), **fedavg_columns(spec.fedavg),
             "inversion_steps": spec.inversion.steps if spec.inversion else 0, **train_columns(spec),
             **threat_columns(spec), **defence_columns(spec)}
 
@@ -124,6 +126,7 @@ def threat_columns(spec: CellSpec) -> dict[str, Any]:
     """The threat model (what the attacker knew) and the additive noise on the update (σ 0: none)."""
     return {"threat": spec.threat.label(), "labels_known": spec.labels_known,
             "batch_size_known": spec.batch_size_known,
+            **({"defence_known": True} if spec.defence_known else {}),  # old records stay as they were
             **Noise(NoiseConfig(spec.noise, spec.noise_scale)).columns()}
 
 
@@ -185,6 +188,13 @@ def spec_from_dict(data: dict[str, Any]) -> CellSpec:
     return CellSpec(**fields)
 
 
+NEW_DP_DEFAULTS = {"convention": "opacus"}
+"""Fields of DPConfig added after the first stored runs: left out of a cell's `dp` at these defaults."""
+
+
 def spec_dict(spec: CellSpec) -> dict[str, Any]:
     """The spec as plain data; fields added later are left out at their defaults, so old ids stay valid."""
-    return {k: v for k, v in asdict(spec).items() if k not in NEW_FIELD_DEFAULTS or v != NEW_FIELD_DEFAULTS[k]}
+    data = {k: v for k, v in asdict(spec).items() if k not in NEW_FIELD_DEFAULTS or v != NEW_FIELD_DEFAULTS[k]}
+    if data.get("dp") is not None:
+        data["dp"] = {k: v for k, v in data["dp"].items() if k not in NEW_DP_DEFAULTS or v != NEW_DP_DEFAULTS[k]}
+    return data

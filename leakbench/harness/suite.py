@@ -25,9 +25,11 @@ seed}`, else `TrainRecipe`'s defaults) on the dataset's train part, attacking ba
 
     threat = ["default", {labels = "known"}, {batch_size = "estimated"}, {labels = "known", batch_size = "estimated"}]
 
-"default" is labels withheld, batch size known (`ThreatModel()`); a table changes `labels`
-("known" | "withheld") and/or `batch_size` ("known" | "estimated": the update carries none). A suite
-pairing an attack with a level that withholds what it requires is refused before anything runs.
+"default" is labels withheld, batch size known, defence unknown (`ThreatModel()`); a table changes
+`labels` ("known" | "withheld"), `batch_size` ("known" | "estimated": the update carries none) and/or
+`defence` ("unknown" | "known": the update lists the defences applied to it, which the adaptive
+attacks such as `ig-masked` need). A suite pairing an attack with a level that withholds what it
+requires is refused before anything runs.
 `noise = [0.0, 1e-6, 1e-4]` is the additive-noise axis: Gaussian noise of std σ on every shared
 gradient entry (`leakbench.fl.noise`, not DP: no clipping, no accountant; not with a `dp` level);
 `noise_scale = "max"` makes σ relative to each tensor's max |entry| (default "absolute"; refused
@@ -102,7 +104,7 @@ KEYS = {"name": str, "description": str, "dataset": str, "datasets": list, "atta
         "threat": list, "noise": list, "noise_scale": str, "models": list}
 REQUIRED = ("name", "attacks", "batch_sizes")
 INT_LISTS = ("batch_sizes", "layers", "seeds", "train_epochs")
-THREAT_KEYS = {"labels": ("known", "withheld"), "batch_size": ("known", "estimated")}
+THREAT_KEYS = {"labels": ("known", "withheld"), "batch_size": ("known", "estimated"), "defence": ("known", "unknown")}
 MODEL_KEYS = {"arch": str, "width": int, "depth": int, "train_epochs": int}
 DEFAULT_GRID_IMAGES = 8
 
@@ -219,7 +221,7 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
                 image_size=raw.get("image_size"), hyperparameters=dict(params.get(attack, {})), arch=v.arch,
                 inversion=None if attack in layerless else inversion, train_epochs=train_epochs,
                 recipe=recipe if train_epochs else None, labels_known=threat.labels_known,
-                batch_size_known=threat.batch_size_known))
+                batch_size_known=threat.batch_size_known, defence_known=threat.defence_known))
     _unique_cells(cells, path)
     _inversion_applies(inversion, cells, path)
     return Suite(name=raw["name"], cells=cells, grid_seed=raw.get("grid_seed", 0),
@@ -399,7 +401,8 @@ def _dp_level(value: Any, index: int) -> DPConfig | None:
 
 
 def _threat_level(value: Any, index: int) -> ThreatModel:
-    """One entry of `threat`: "default" or a table {labels = "known"|"withheld", batch_size = "known"|"estimated"}."""
+    """One entry of `threat`: "default" or a table {labels = "known"|"withheld", batch_size = "known"|"estimated",
+    defence = "known"|"unknown"}."""
     where = f"key 'threat[{index}]'"
     if value == "default":
         return ThreatModel()
@@ -410,7 +413,8 @@ def _threat_level(value: Any, index: int) -> ThreatModel:
             known = "; ".join(f"{k} = {' | '.join(map(repr, v))}" for k, v in THREAT_KEYS.items())
             raise ConfigError(f"{where}: {key} = {val!r} is not a threat setting (known: {known})")
     return ThreatModel(batch_size_known=value.get("batch_size", "known") == "known",
-                       labels_known=value.get("labels", "withheld") == "known")
+                       labels_known=value.get("labels", "withheld") == "known",
+                       defence_known=value.get("defence", "unknown") == "known")
 
 
 def _noise_level(value: Any, index: int, scale: Any) -> float:
@@ -430,9 +434,18 @@ def _defence_level(value: Any, index: int) -> dict[str, Any]:
     if value == "none":
         return {}
     tables = value if isinstance(value, list) else [value]
+    return defence_fields(tables, [f"{where}[{i}]" if isinstance(value, list) else where for i in range(len(tables))],
+                          where)
+
+
+def defence_fields(tables: list[Any], wheres: list[str], where: str) -> dict[str, Any]:
+    """The cell fields that update transforms given as tables {name = "...", settings...} set, applied in
+    order: `dp`, `fedavg`, `noise`/`noise_scale` for the shipped transforms of those names (so their cells
+    keep their ids), `defences` for the others. `wheres` names each table in errors, `where` all of them
+    (a suite's `defences` level, or `attack --defence`)."""
     fields: dict[str, Any] = {"defences": ()}
-    for i, table in enumerate(tables):
-        name, config = _transform_table(table, f"{where}[{i}]" if isinstance(value, list) else where)
+    for table, table_where in zip(tables, wheres, strict=True):
+        name, config = _transform_table(table, table_where)
         key = {"dp": "dp", "fedavg": "fedavg", "noise": "noise"}.get(name, "defences")
         if key != "defences" and key in fields:
             raise ConfigError(f"{where} names {name!r} twice")

@@ -1,0 +1,92 @@
+"""Quantised updates: b-bit unbiased stochastic rounding, or sign compression (signSGD).
+
+- "stochastic": each tensor is rounded onto 2^b evenly spaced levels spanning [−s, s], s = its max
+  |entry| (step Δ = 2s / (2^b − 1)); an entry between two levels goes to the upper one with
+  probability equal to its distance from the lower one over Δ, so the rounding is unbiased
+  (E[q(g)] = g), as in QSGD (Alistarh et al., "QSGD: Communication-Efficient SGD via Gradient
+  Quantization and Encoding", NeurIPS 2017) and stochastic rounding generally. The draws come from
+  a generator seeded with the client's seed: same seed, same update. b = 1 is stochastic sign × s.
+- "sign": every entry becomes its sign, −1, 0 or +1 (signSGD: Bernstein, Wang, Azizzadenesheli &
+  Anandkumar, "signSGD: Compressed Optimisation for Non-Convex Problems", ICML 2018): the magnitude
+  is gone; `bits` does not apply.
+
+The update's `kind` gains "+quantise". (The example plugin's `example-quantise` is a different,
+deterministic rounding.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from leakbench.errors import ConfigError
+from leakbench.fl.transform import Client, UpdateTransform, register_transform
+from leakbench.fl.update import ClientUpdate
+from leakbench.ranges import Ranged, chosen, ranged
+
+MODES = ("stochastic", "sign")
+"""How an entry is quantised: b-bit stochastic rounding, or its sign (signSGD)."""
+MAX_BITS = 24
+"""At most 24 bits: float32 holds 2^24 levels exactly."""
+DEFAULT_BITS = 8
+
+
+def stochastic_round(g: torch.Tensor, bits: int, gen: torch.Generator) -> torch.Tensor:
+    """`g` rounded onto 2^bits levels evenly spaced over [−max|g|, max|g|], up or down at random with the
+    probabilities that keep it unbiased; a zero tensor stays zero."""
+    scale = float(g.abs().max()) if g.numel() else 0.0
+    if scale == 0.0:
+        return g.clone()
+    step = 2 * scale / (2**bits - 1)
+    position = (g + scale) / step  # in [0, 2^bits − 1]
+    lower = position.floor()
+    up = torch.rand(g.shape, generator=gen, dtype=g.dtype) < (position - lower)
+    level = (lower + up.to(g.dtype)).clamp(0, 2**bits - 1)
+    return level * step - scale
+
+
+@dataclass(frozen=True)
+class QuantiseConfig(Ranged):
+    """Quantisation of every shared tensor.
+
+    bits: levels per tensor are 2^bits (1..24; common levels 2, 4, 8) in mode "stochastic".
+    mode: "stochastic" (unbiased b-bit stochastic rounding, QSGD-style) or "sign" (signSGD:
+        every entry becomes −1, 0 or +1; `bits` must then stay at its default).
+    """
+
+    bits: int = ranged(DEFAULT_BITS, 1, MAX_BITS)
+    mode: str = chosen("stochastic", *MODES)
+    owner: ClassVar[str] = "quantise"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.mode == "sign" and self.bits != DEFAULT_BITS:
+            raise ConfigError(f"quantise: bits does not apply with mode = 'sign' (got bits = {self.bits}); leave it out")
+
+
+@register_transform
+class Quantise(UpdateTransform):
+    """Quantisation: b-bit unbiased stochastic rounding per tensor, or sign compression (signSGD)."""
+
+    name = "quantise"
+    Config = QuantiseConfig
+    config: QuantiseConfig
+
+    def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:
+        assert update is not None
+        if self.config.mode == "sign":
+            grads = {name: torch.sign(g) for name, g in update.gradients.items()}
+        else:
+            gen = torch.Generator().manual_seed(client.seed)
+            grads = {name: stochastic_round(g, self.config.bits, gen) for name, g in update.gradients.items()}
+        return dataclasses.replace(update, gradients=grads, kind=f"{update.kind}+quantise")
+
+    def label(self) -> str:
+        return "quantise sign" if self.config.mode == "sign" else f"quantise {self.config.bits}-bit"
+
+    def columns(self) -> dict[str, Any]:
+        return {"quantise_bits": 0 if self.config.mode == "sign" else self.config.bits,
+                "quantise_mode": self.config.mode}
