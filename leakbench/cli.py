@@ -275,8 +275,8 @@ def cmd_attack(args: argparse.Namespace) -> int:
 
     if args.out is not None:
         check_cell_out(args.out)
-    update_fields = defence_options(args)
-    spec = CellSpec(**update_fields, attack=args.attack, dataset=args.dataset, batch_size=args.batch_size, seed=args.seed,
+    spec = CellSpec(**defence_options(args), attack=args.attack, dataset=args.dataset, batch_size=args.batch_size,
+                    seed=args.seed,
                     width=args.width, depth=(3 if args.arch == "conv" else 6) if args.depth is None else args.depth,
                     layer=default_layer(args) if args.layer is None else args.layer,
                     data_root=str(args.data_root) if args.data_root else None, image_size=args.image_size,

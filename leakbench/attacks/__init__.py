@@ -51,6 +51,7 @@ def list_attacks() -> list[tuple[str, str]]:
     return [(e.name, e.description) for e in ATTACKS.entries()]
 
 
+from leakbench.attacks import adaptive as _adaptive  # noqa: E402,F401  (ig-masked, dlg-masked)
 from leakbench.attacks import cpa as _cpa  # noqa: E402,F401
 from leakbench.attacks import gradient_matching as _gradient_matching  # noqa: E402,F401
 from leakbench.attacks import presets as _presets  # noqa: E402,F401  (cpa-released, ig-breaching)

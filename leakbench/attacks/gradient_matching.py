@@ -90,9 +90,14 @@ default, also CPA's), or breaching's zero-padded convolution form."""
 
 
 class GradientOracle:
-    """A private, differentiable copy of the public model with the shared gradients as targets."""
+    """A private, differentiable copy of the public model with the shared gradients as targets.
 
-    def __init__(self, update: ClientUpdate) -> None:
+    `masks` (parameter name → boolean tensor of its shape) restricts the comparison to the entries
+    marked True in those tensors (the adaptive variants, `leakbench.attacks.adaptive`); the others
+    are compared whole.
+    """
+
+    def __init__(self, update: ClientUpdate, masks: dict[str, torch.Tensor] | None = None) -> None:
         self.model = copy.deepcopy(update.model).eval()
         named = dict(self.model.named_parameters())
         self.names = [n for n in named if n in update.gradients]
@@ -103,6 +108,8 @@ class GradientOracle:
         self.params = [named[n].requires_grad_(True) for n in self.names]
         self.dtype = self.params[0].dtype
         self.targets = [update.gradients[n].detach().to(self.dtype) for n in self.names]
+        self.masks = [None if masks is None or n not in masks else masks[n].to(self.dtype) for n in self.names]
+        self.targets = [t if m is None else t * m for t, m in zip(self.targets, self.masks, strict=True)]
         shape = getattr(update.model, "input_shape", None)
         if shape is None:
             raise ConfigError("gradient matching needs the victim's image shape (`model.input_shape`)")
@@ -121,7 +128,8 @@ class GradientOracle:
         return torch.autograd.grad(loss, self.params, create_graph=True)
 
     def distance(self, z: torch.Tensor, labels: torch.Tensor, fn: GradientDistance) -> torch.Tensor:
-        return fn(self.gradients(z, labels), self.targets)
+        rec = [g if m is None else g * m for g, m in zip(self.gradients(z, labels), self.masks, strict=True)]
+        return fn(rec, self.targets)
 
 
 def _labels(update: ClientUpdate, b: int, strategy: str) -> tuple[torch.Tensor, str]:
@@ -194,7 +202,13 @@ class _GradientMatchingAttack(Attack):
         self.check_update(update)
         start = time.perf_counter()
         assert update.batch_size is not None  # checked by check_update
-        return start, int(update.batch_size), GradientOracle(update), torch.Generator().manual_seed(seed)
+        oracle = GradientOracle(update, self.masks(update))
+        return start, int(update.batch_size), oracle, torch.Generator().manual_seed(seed)
+
+    def masks(self, update: ClientUpdate) -> dict[str, torch.Tensor] | None:
+        """The entries of each shared tensor the attack compares (None: all of them; the adaptive
+        variants restrict it)."""
+        return None
 
 
 @register_attack

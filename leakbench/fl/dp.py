@@ -22,9 +22,9 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from leakbench.errors import ConfigError
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel
-from leakbench.errors import ConfigError
 from leakbench.ranges import MAX_WEIGHT, REQUIRED, Ranged, chosen, ranged
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader

@@ -45,7 +45,8 @@ def stochastic_round(g: torch.Tensor, bits: int, gen: torch.Generator) -> torch.
     lower = position.floor()
     up = torch.rand(g.shape, generator=gen, dtype=g.dtype) < (position - lower)
     level = (lower + up.to(g.dtype)).clamp(0, 2**bits - 1)
-    return level * step - scale
+    rounded: torch.Tensor = level * step - scale
+    return rounded
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ class QuantiseConfig(Ranged):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.mode == "sign" and self.bits != DEFAULT_BITS:
-            raise ConfigError(f"quantise: bits does not apply with mode = 'sign' (got bits = {self.bits}); leave it out")
+            raise ConfigError(f"quantise: bits does not apply with mode = 'sign' (got bits = {self.bits}); "
+                              "leave it out")
 
 
 @register_transform

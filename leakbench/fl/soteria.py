@@ -70,19 +70,21 @@ def feature_scores(model: ImageVictim, images: torch.Tensor, layer: int) -> torc
         return model.layer_inputs(inputs, layer)
 
     with torch.enable_grad():
-        r, pullback = vjp(representation, x)
-    r = r.detach()
-    b, d = r.shape
+        result = vjp(representation, x)
+    r: torch.Tensor = result[0].detach()
+    pullback = result[1]
+    b, d = int(r.shape[0]), int(r.shape[1])
     chunk = max(1, CHUNK_ENTRIES // max(1, x.numel()))
 
     def input_gradient_norms(j: torch.Tensor) -> torch.Tensor:
         cotangent = torch.zeros_like(r).index_fill(1, j.reshape(1), 1.0)
-        (grad_x,) = pullback(cotangent)
-        return grad_x.reshape(b, -1).norm(dim=1)  # (b,) ‖∂r_ij/∂x_i‖: samples do not interact
+        grad_x: torch.Tensor = pullback(cotangent)[0]
+        per_sample: torch.Tensor = grad_x.reshape(b, -1).norm(dim=1)
+        return per_sample  # (b,) ‖∂r_ij/∂x_i‖: samples do not interact
 
     norms = torch.cat([vmap(input_gradient_norms)(idx) for idx in torch.arange(d).split(chunk)]).T  # (b, d)
-    ratio = norms / r.abs()
-    return torch.nan_to_num(ratio, nan=0.0, posinf=torch.inf).sum(dim=0)
+    scores: torch.Tensor = torch.nan_to_num(norms / r.abs(), nan=0.0, posinf=torch.inf).sum(dim=0)
+    return scores
 
 
 def soteria_mask(model: ImageVictim, images: torch.Tensor, layer: int, fraction: float) -> torch.Tensor:

@@ -87,8 +87,8 @@ class CellSpec:
 
 
 NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None, "train_epochs": 0, "recipe": None,
-                      "labels_known": False, "batch_size_known": True, "defence_known": False, "noise": 0.0, "noise_scale": "absolute",
-                      "defences": ()}
+                      "labels_known": False, "batch_size_known": True, "defence_known": False, "noise": 0.0,
+                      "noise_scale": "absolute", "defences": ()}
 """Fields added after the first stored runs: left out of ids and manifests at these defaults."""
 
 

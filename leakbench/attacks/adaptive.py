@@ -1,0 +1,89 @@
+"""Attacks that adapt to the defence: leakbench's adaptive forms of the baselines (not published attacks).
+
+A zeroing defence — gradient pruning (`leakbench.fl.prune`), Soteria (`leakbench.fl.soteria`) —
+replaces shared entries by exact zeros. Plain gradient matching then asks the dummy batch to produce
+zero gradient there too, which a real batch does not: the zeros pull the reconstruction off. The
+masked variants compare only the entries the defence left non-zero (the attacker sees which entries
+are exactly 0).
+
+What counts as zeroed depends on the threat model (`ThreatModel.defence_known`):
+
+- defence known (`ClientUpdate.defences` lists the defences applied): the exact zeros of the tensors
+  a listed zeroing defence acts on — every tensor for `prune`, the defended layer's weight for
+  `soteria`; with no zeroing defence listed, nothing is masked (the variant is its plain form);
+- defence unknown: the exact zeros of every tensor (an undefended FedSGD update has few: inputs of
+  dead ReLUs, and masking them loses little).
+
+So the variants run under either threat model; knowing the defence only avoids masking the few
+genuine zeros. Their Config is the plain attack's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from leakbench.attacks import register_attack
+from leakbench.attacks.gradient_matching import DeepLeakageAttack, InvertingGradientsAttack
+from leakbench.fl.update import ClientUpdate
+
+ZEROING = ("prune", "soteria")
+"""The shipped defences that replace shared entries by exact zeros."""
+
+
+def zeroed_tensors(update: ClientUpdate) -> set[str]:
+    """Names of the shared tensors whose exact zeros a defence may have made (see the module's doc)."""
+    if update.defences is None:
+        return set(update.gradients)
+    names: set[str] = set()
+    for defence in update.defences:
+        if defence["name"] == "prune":
+            names |= set(update.gradients)
+        elif defence["name"] == "soteria":
+            names.add(_soteria_weight(update, defence))
+    return names
+
+
+def _soteria_weight(update: ClientUpdate, defence: dict[str, Any]) -> str:
+    from leakbench.fl.soteria import defended_layer
+
+    weight, _ = update.model.layer_param_names(defended_layer(update.model, int(defence.get("layer", 0))))
+    return weight
+
+
+def nonzero_masks(update: ClientUpdate) -> dict[str, torch.Tensor]:
+    """For each tensor a defence may have zeroed: True where its shared entry is not exactly 0."""
+    return {name: update.gradients[name] != 0 for name in sorted(zeroed_tensors(update)) if name in update.gradients}
+
+
+@register_attack
+class MaskedInvertingGradients(InvertingGradientsAttack):
+    """Inverting Gradients matching only the entries a zeroing defence left non-zero (leakbench's adaptive
+    form, not published): cosine distance restricted to those entries, everything else as `ig`."""
+
+    name = "ig-masked"
+    description = ("Inverting Gradients restricted to the entries a pruning defence left non-zero "
+                   "(leakbench's adaptive form, not published)")
+
+    def masks(self, update: ClientUpdate) -> dict[str, torch.Tensor] | None:
+        return nonzero_masks(update)
+
+
+@register_attack
+class MaskedDeepLeakage(DeepLeakageAttack):
+    """Deep Leakage from Gradients matching only the entries a zeroing defence left non-zero (leakbench's
+    adaptive form, not published): L2 distance restricted to those entries, everything else as `dlg`."""
+
+    name = "dlg-masked"
+    description = ("Deep Leakage from Gradients restricted to the entries a pruning defence left non-zero "
+                   "(leakbench's adaptive form, not published)")
+
+    def masks(self, update: ClientUpdate) -> dict[str, torch.Tensor] | None:
+        return nonzero_masks(update)
+
+
+ADAPTIVE = ("ig-masked", "dlg-masked")
+"""The adaptive variants' names (the default suite runs their plain forms, not them)."""
+
+__all__ = ["ADAPTIVE", "ZEROING", "MaskedDeepLeakage", "MaskedInvertingGradients", "nonzero_masks", "zeroed_tensors"]
