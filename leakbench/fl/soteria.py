@@ -11,8 +11,9 @@ As in the released code (`defense_soteria`: per sample i and feature j the norm 
 by r_ij, summed over the batch; the features below the p-th percentile of that sum are masked), the
 score of feature j is s_j = Σ_i ‖∂r_ij/∂x_i‖ / |r_ij|, and the columns of the round(p·d) features of
 smallest s_j (ties: lower index first) are set to 0. A sample where r_ij = 0 and ∂r_ij/∂x_i = 0 (a
-ReLU off) adds nothing to s_j (0/0 counts as 0); r_ij = 0 with a non-zero derivative makes s_j
-infinite (never pruned). x is the image in [0, 1] as the client feeds it (a constant rescaling of x
+ReLU off) adds nothing to s_j (0/0 counts as 0), and a feature off for the whole batch — its
+column is already zero — scores ∞, so it does not use up the pruning budget; r_ij = 0 with a
+non-zero derivative makes s_j infinite too (never pruned). x is the image in [0, 1] as the client feeds it (a constant rescaling of x
 changes no ranking). The bias and every other tensor are left as they are.
 
 The paper prunes 1 %–80 % of the features (its figures: rates 1, 5, 10, 20, 40, 60, 80 %; the
@@ -62,7 +63,8 @@ def defended_layer(model: ImageVictim, layer: int) -> int:
 
 
 def feature_scores(model: ImageVictim, images: torch.Tensor, layer: int) -> torch.Tensor:
-    """s_j = Σ_i ‖∂r_ij/∂x_i‖ / |r_ij| for every input feature j of linear layer `layer` (0/0 counts 0)."""
+    """s_j = Σ_i ‖∂r_ij/∂x_i‖ / |r_ij| for every input feature j of linear layer `layer` (0/0 counts 0; ∞
+    for a feature that is 0/0 for every sample)."""
     dtype = next(model.parameters()).dtype
     x = images.detach().to(dtype)
 
@@ -83,8 +85,9 @@ def feature_scores(model: ImageVictim, images: torch.Tensor, layer: int) -> torc
         return per_sample  # (b,) ‖∂r_ij/∂x_i‖: samples do not interact
 
     norms = torch.cat([vmap(input_gradient_norms)(idx) for idx in torch.arange(d).split(chunk)]).T  # (b, d)
-    scores: torch.Tensor = torch.nan_to_num(norms / r.abs(), nan=0.0, posinf=torch.inf).sum(dim=0)
-    return scores
+    ratio = norms / r.abs()
+    scores: torch.Tensor = torch.nan_to_num(ratio, nan=0.0, posinf=torch.inf).sum(dim=0)
+    return scores.masked_fill(ratio.isnan().all(dim=0), torch.inf)  # off for the whole batch: column already 0
 
 
 def soteria_mask(model: ImageVictim, images: torch.Tensor, layer: int, fraction: float) -> torch.Tensor:

@@ -1,0 +1,316 @@
+"""Defences that change a computed update (issue 24): pruning, quantisation, Soteria, DP in the CPA code's
+convention; `attack --defence`; the `defence_known` threat model and the adaptive (masked) attacks."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from leakbench.cli import main
+from leakbench.errors import ConfigError
+from leakbench.fl import Client, ClientUpdate, DPConfig, ThreatModel, client_update
+from leakbench.fl.dp import clip_and_noise, dp_columns
+from leakbench.fl.prune import Prune, PruneConfig
+from leakbench.fl.quantise import Quantise, QuantiseConfig
+from leakbench.fl.soteria import Soteria, SoteriaConfig, feature_scores
+from leakbench.fl.transform import FedSGD, UpdateTransform
+from leakbench.harness.spec import CellSpec, cell_columns, cell_id, spec_dict, spec_from_dict
+from leakbench.harness.suite import load_suite
+from leakbench.harness.victim import victim
+from leakbench.models import ConvNet, build_fc
+from leakbench.settings import build_config
+
+SPEC = CellSpec(attack="ig", dataset="embedded", batch_size=4, width=32, depth=3)
+
+
+@pytest.fixture(scope="module")
+def client() -> Client:
+    batch, model = victim(SPEC)
+    return Client(model, batch, 0, ThreatModel())
+
+
+def _defended(client: Client, *defences: UpdateTransform) -> ClientUpdate:
+    return client_update([FedSGD(FedSGD.Config()), *defences], client)
+
+
+# --------------------------------------------------------------------------- pruning
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9])
+def test_prune_zeroes_the_smallest_fraction_of_each_tensor(client: Client, fraction: float) -> None:
+    plain, pruned = _defended(client), _defended(client, Prune(PruneConfig(fraction)))
+    assert pruned.kind == "fedsgd+prune"
+    for name, g in plain.gradients.items():
+        p, k = pruned.gradients[name], round(fraction * g.numel())
+        zeroed = (p == 0) & (g != 0)
+        assert int((p == 0).sum()) == max(k, int((g == 0).sum()))  # entries already 0 are the smallest
+        assert torch.equal(p[p != 0], g[p != 0])  # kept entries are untouched
+        if zeroed.any():
+            assert g[zeroed].abs().max() <= g[p != 0].abs().min()  # no zeroed entry is larger than a kept one
+
+
+def test_prune_breaks_ties_by_position() -> None:
+    from leakbench.fl.prune import prune
+
+    assert prune(torch.tensor([1.0, -1.0, 1.0, 2.0]), 0.5).tolist() == [0.0, 0.0, 1.0, 2.0]
+
+
+# --------------------------------------------------------------------------- quantisation
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4])
+def test_stochastic_quantisation_uses_at_most_2_to_the_bits_levels(client: Client, bits: int) -> None:
+    plain, q = _defended(client), _defended(client, Quantise(QuantiseConfig(bits=bits)))
+    for name, g in plain.gradients.items():
+        levels = torch.unique(q.gradients[name])
+        assert 1 < levels.numel() <= 2**bits
+        scale = float(g.abs().max())
+        step = 2 * scale / (2**bits - 1)
+        assert (q.gradients[name] - g).abs().max() <= step * (1 + 1e-5)  # one of the two nearest levels
+        assert levels.min() >= -scale * (1 + 1e-6) and levels.max() <= scale * (1 + 1e-6)
+
+
+def test_stochastic_rounding_is_unbiased() -> None:
+    from leakbench.fl.quantise import stochastic_round
+
+    g = torch.linspace(-1, 1, 7, dtype=torch.float64).repeat(20_000, 1)
+    q = stochastic_round(g, 2, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(q.mean(0), g[0], atol=0.01, rtol=0)
+
+
+def test_sign_compression_shares_signs(client: Client) -> None:
+    plain, q = _defended(client), _defended(client, Quantise(QuantiseConfig(mode="sign")))
+    for name, g in plain.gradients.items():
+        assert torch.equal(q.gradients[name], torch.sign(g))
+    assert Quantise(QuantiseConfig(mode="sign")).label() == "quantise sign"
+
+
+# --------------------------------------------------------------------------- Soteria
+
+
+def _slow_scores(model: Any, images: torch.Tensor, layer: int) -> torch.Tensor:
+    """The released code's loop: one backward pass per feature."""
+    x = images.clone().requires_grad_(True)
+    r = model.layer_inputs(x, layer)
+    scores = torch.zeros(r.shape[1])
+    for j in range(r.shape[1]):
+        (g,) = torch.autograd.grad(r[:, j].sum(), x, retain_graph=True)
+        ratio = g.reshape(len(x), -1).norm(dim=1) / r[:, j].detach().abs()
+        scores[j] = math.inf if ratio.isnan().all() else torch.nan_to_num(ratio, nan=0.0, posinf=math.inf).sum()
+    return scores
+
+
+@pytest.mark.parametrize("arch,layer", [("fc", 1), ("fc", 2), ("conv", 2)])
+def test_soteria_scores_match_the_released_loop(arch: str, layer: int) -> None:
+    shape = (3, 8, 8) if arch == "fc" else (3, 16, 16)
+    torch.manual_seed(0)  # the test's own model; defences never draw from the global generator
+    model = build_fc(shape, 10, width=16, depth=3, seed=0) if arch == "fc" else ConvNet(shape, 10, width=16, depth=3,
+                                                                                        channels=2)
+    images = torch.rand((3, *shape), generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(feature_scores(model, images, layer), _slow_scores(model, images, layer))
+
+
+def test_soteria_zeroes_the_columns_of_the_lowest_scores(client: Client) -> None:
+    plain = _defended(client)
+    defended = _defended(client, Soteria(SoteriaConfig(fraction=0.4, layer=2)))
+    scores = feature_scores(client.model, client.batch.images, 2)
+    cut = sorted(torch.argsort(scores, stable=True)[:round(0.4 * 32)].tolist())
+    weight, bias = client.model.layer_param_names(2)
+    assert all((plain.gradients[weight][:, j] != 0).any() for j in cut)  # live features: 0/0 ones score ∞
+    assert (defended.gradients[weight][:, cut] == 0).all()
+    keep = [j for j in range(32) if j not in cut]
+    assert torch.equal(defended.gradients[weight][:, keep], plain.gradients[weight][:, keep])
+    assert all(torch.equal(defended.gradients[n], g) for n, g in plain.gradients.items() if n != weight)
+
+
+def test_soteria_defends_the_first_linear_layer_by_default(client: Client) -> None:
+    defended = _defended(client, Soteria(SoteriaConfig(fraction=0.5)))
+    changed = [n for n, g in _defended(client).gradients.items() if not torch.equal(g, defended.gradients[n])]
+    assert changed == [client.model.layer_param_names(1)[0]]
+
+
+# --------------------------------------------------------------------------- DP in the CPA code's convention
+
+
+def test_cpa_convention_noise_is_b_times_opacus() -> None:
+    per_sample = {"w": torch.zeros(4, 200_000, dtype=torch.float64)}
+    opacus = clip_and_noise(per_sample, DPConfig(sigma=2.0, clip=0.5), seed=3)["w"]
+    cpa = clip_and_noise(per_sample, DPConfig(sigma=2.0, clip=0.5, convention="cpa"), seed=3)["w"]
+    torch.testing.assert_close(cpa, 4 * opacus)  # same seed, same draws: the noise is b times larger
+    assert cpa.std().item() == pytest.approx(2.0 * 0.5, rel=0.01)
+
+
+def test_cpa_convention_epsilon_label_and_columns() -> None:
+    cpa = DPConfig(sigma=0.5, clip=1.0, q=0.04, steps=100, convention="cpa")
+    assert cpa.epsilon(8) == DPConfig(sigma=4.0, clip=1.0, q=0.04, steps=100).epsilon()
+    with pytest.raises(ConfigError, match="batch size"):
+        cpa.epsilon()
+    assert cpa.label() == "(CPA code) σ=0.5 C=1"
+    assert dp_columns(cpa, 8)["dp_convention"] == "cpa"
+    assert "dp_convention" not in dp_columns(DPConfig(sigma=0.5, clip=1.0), 8)
+
+
+def test_the_opacus_convention_keeps_old_cell_ids() -> None:
+    old = CellSpec("spear", "embedded", 4, dp=DPConfig(sigma=1e-2, clip=1.0))
+    assert "convention" not in spec_dict(old)["dp"]
+    cpa = CellSpec("spear", "embedded", 4, dp=DPConfig(sigma=1e-2, clip=1.0, convention="cpa"))
+    assert spec_dict(cpa)["dp"]["convention"] == "cpa" and cell_id(cpa) != cell_id(old)
+    assert spec_from_dict(spec_dict(cpa)) == cpa and spec_from_dict(spec_dict(old)) == old
+    assert cell_columns(cpa)["dp_epsilon"] == DPConfig(sigma=4e-2, clip=1.0).epsilon()
+
+
+# --------------------------------------------------------------------------- shared behaviour
+
+
+@pytest.mark.parametrize("defence", [Prune(PruneConfig(0.5)), Quantise(QuantiseConfig(bits=2)),
+                                     Soteria(SoteriaConfig(0.5))], ids=lambda d: d.name)
+def test_same_seed_same_update(client: Client, defence: UpdateTransform) -> None:
+    a, b = _defended(client, defence), _defended(client, defence)
+    assert all(torch.equal(a.gradients[n], b.gradients[n]) for n in a.gradients)
+
+
+def test_quantisation_draws_from_the_client_seed(client: Client) -> None:
+    q = Quantise(QuantiseConfig(bits=2))
+    other = Client(client.model, client.batch, 1, client.threat)
+    assert not torch.equal(_defended(client, q).gradients["body.0.weight"], _defended(other, q).gradients["body.0.weight"])
+
+
+@pytest.mark.parametrize("cls,settings,message", [
+    (PruneConfig, {"fraction": 1.0}, "fraction"), (PruneConfig, {"fraction": -0.1}, "fraction"),
+    (QuantiseConfig, {"bits": 0}, "bits"), (QuantiseConfig, {"bits": 25}, "bits"),
+    (QuantiseConfig, {"mode": "round"}, "mode"), (QuantiseConfig, {"mode": "sign", "bits": 2}, "does not apply"),
+    (SoteriaConfig, {"fraction": 1.0}, "fraction"), (SoteriaConfig, {"layer": -1}, "layer"),
+    (DPConfig, {"sigma": 1.0, "clip": 1.0, "convention": "tf"}, "convention"),
+])
+def test_bad_settings_are_refused_in_one_line(cls: type, settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        build_config(cls, settings, "key")
+    assert "\n" not in str(info.value)
+
+
+def test_soteria_refuses_a_layer_that_is_not_linear(client: Client) -> None:
+    with pytest.raises(ConfigError, match="no linear layer 9"):
+        _defended(client, Soteria(SoteriaConfig(layer=9)))
+
+
+# --------------------------------------------------------------------------- suites
+
+
+SUITE = """
+name = "update-defences"
+dataset = "embedded"
+attacks = ["ig"]
+batch_sizes = [2]
+width = 32
+depth = 3
+"""
+
+
+@pytest.mark.parametrize("level", ['{ name = "prune", fraction = 0.5 }', '{ name = "quantise", bits = 4 }',
+                                   '{ name = "quantise", mode = "sign" }', '{ name = "soteria", fraction = 0.4 }',
+                                   '{ name = "dp", sigma = 0.1, clip = 1.0, convention = "cpa" }'])
+def test_a_suite_level_of_each_defence_builds_cells(tmp_path: Path, level: str) -> None:
+    (tmp_path / "plain.toml").write_text(SUITE)
+    (tmp_path / "defended.toml").write_text(SUITE + f"defences = [\"none\", {level}]\n")
+    plain = load_suite(tmp_path / "plain.toml").cells
+    none, defended = load_suite(tmp_path / "defended.toml").cells
+    assert [cell_id(c) for c in plain] == [cell_id(none)]
+    assert cell_id(defended) != cell_id(none)
+    assert spec_from_dict(spec_dict(defended)) == defended
+
+
+def test_a_threat_level_knows_the_defence(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(SUITE + 'defences = [{ name = "prune", fraction = 0.5 }]\n'
+                                     'threat = ["default", { defence = "known" }]\n')
+    unknown, known = load_suite(tmp_path / "s.toml").cells
+    assert not unknown.defence_known and known.defence_known
+    assert "defence_known" not in spec_dict(unknown) and "defence_known" not in cell_columns(unknown)
+    assert cell_columns(known)["threat"] == "defence known"
+
+
+# --------------------------------------------------------------------------- the threat model
+
+
+def test_the_update_lists_its_defences_only_when_they_are_known(client: Client) -> None:
+    prune, soteria = Prune(PruneConfig(0.3)), Soteria(SoteriaConfig(0.2))
+    assert _defended(client, prune, soteria).defences is None
+    known = Client(client.model, client.batch, 0, ThreatModel(defence_known=True))
+    assert _defended(known, prune, soteria).defences == ({"name": "prune", "fraction": 0.3},
+                                                         {"name": "soteria", "fraction": 0.2, "layer": 0})
+    assert _defended(known).defences == ()
+
+
+def test_masks_follow_what_the_attacker_knows(client: Client) -> None:
+    from leakbench.attacks.adaptive import nonzero_masks
+
+    soteria = Soteria(SoteriaConfig(0.5))
+    unknown = _defended(client, soteria)
+    known = _defended(Client(client.model, client.batch, 0, ThreatModel(defence_known=True)), soteria)
+    assert set(nonzero_masks(unknown)) == set(unknown.gradients)  # every exact zero may be the defence's
+    assert set(nonzero_masks(known)) == {client.model.layer_param_names(1)[0]}  # only the defended weight
+    plain_known = _defended(Client(client.model, client.batch, 0, ThreatModel(defence_known=True)))
+    assert nonzero_masks(plain_known) == {}
+
+
+@pytest.mark.slow
+def test_masked_ig_beats_ig_on_a_pruned_update() -> None:
+    """90 % pruning: IG asks the dummy image for zero gradient on 90 % of the entries and lands ~10 dB
+    below the masked form, which compares only the entries the defence kept (b = 1, FC-2 w64)."""
+    from leakbench.attacks import create_attack
+    from leakbench.metrics.image import psnr
+
+    batch, model = victim(CellSpec(attack="ig", dataset="embedded", batch_size=1, width=64, depth=2))
+    update = client_update([FedSGD(FedSGD.Config()), Prune(PruneConfig(0.9))],
+                           Client(model, batch, 0, ThreatModel(labels_known=True, defence_known=True)))
+    scores = {name: float(psnr(create_attack(name, iterations=200).reconstruct(update, seed=0).images,
+                               batch.images).mean()) for name in ("ig", "ig-masked")}
+    assert scores["ig-masked"] > scores["ig"] + 5, scores
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--defence-param", "fraction=0.5"], "needs a --defence before it"),
+    (["--defence", "prune", "--defence-param", "fraction=2"], "fraction"),
+    (["--defence", "prune", "--defence-param", "fraction"], "KEY=VALUE"),
+    (["--defence", "prune", "--defence-param", "fraction=0.1", "--defence-param", "fraction=0.2"], "twice"),
+    (["--defence", "nope"], "unknown update transform 'nope'"),
+    (["--defence", "dp", "--defence-param", "sigma=1", "--defence-param", "clip=1", "--dp-sigma", "1"], "give one"),
+])
+def test_bad_defence_options_exit_2_in_one_line(argv: list[str], message: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["attack", "--attack", "ig", "--batch-size", "1", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+@pytest.mark.slow
+def test_attack_with_a_defence_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    argv = ["attack", "--attack", "ig", "--batch-size", "1", "--width", "32", "--depth", "2",
+            "--param", "iterations=5", "--defence", "prune", "--defence-param", "fraction=0.5",
+            "--defence", "quantise", "--defence-param", "bits=4", "--json"]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["defence"] == "prune p=0.5 + quantise 4-bit"
+    assert summary["prune_fraction"] == 0.5 and summary["quantise_bits"] == 4
+
+
+def test_defence_options_keep_their_order_and_settings() -> None:
+    from leakbench.cli import build_parser, defence_options
+
+    args = build_parser().parse_args(["attack", "--attack", "ig", "--batch-size", "1", "--defence", "quantise",
+                                      "--defence-param", "mode=sign", "--defence", "prune",
+                                      "--defence-param", "fraction=0.25", "--defence", "noise",
+                                      "--defence-param", "sigma=0.001"])
+    fields = defence_options(args)
+    assert [(d.name, d.config) for d in fields["defences"]] == [("quantise", QuantiseConfig(mode="sign")),
+                                                                ("prune", PruneConfig(0.25))]
+    assert fields["noise"] == 0.001 and fields["dp"] is None
+
