@@ -119,7 +119,7 @@ def test_soteria_zeroes_the_columns_of_the_lowest_scores(client: Client) -> None
     defended = _defended(client, Soteria(SoteriaConfig(fraction=0.4, layer=2)))
     scores = feature_scores(client.model, client.batch.images, 2)
     cut = sorted(torch.argsort(scores, stable=True)[:round(0.4 * 32)].tolist())
-    weight, bias = client.model.layer_param_names(2)
+    weight, _ = client.model.layer_param_names(2)
     assert all((plain.gradients[weight][:, j] != 0).any() for j in cut)  # live features: 0/0 ones score ∞
     assert (defended.gradients[weight][:, cut] == 0).all()
     keep = [j for j in range(32) if j not in cut]
@@ -176,7 +176,8 @@ def test_same_seed_same_update(client: Client, defence: UpdateTransform) -> None
 def test_quantisation_draws_from_the_client_seed(client: Client) -> None:
     q = Quantise(QuantiseConfig(bits=2))
     other = Client(client.model, client.batch, 1, client.threat)
-    assert not torch.equal(_defended(client, q).gradients["body.0.weight"], _defended(other, q).gradients["body.0.weight"])
+    first, second = _defended(client, q), _defended(other, q)
+    assert not torch.equal(first.gradients["body.0.weight"], second.gradients["body.0.weight"])
 
 
 @pytest.mark.parametrize("cls,settings,message", [

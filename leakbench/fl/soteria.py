@@ -13,8 +13,8 @@ score of feature j is s_j = Σ_i ‖∂r_ij/∂x_i‖ / |r_ij|, and the columns 
 smallest s_j (ties: lower index first) are set to 0. A sample where r_ij = 0 and ∂r_ij/∂x_i = 0 (a
 ReLU off) adds nothing to s_j (0/0 counts as 0), and a feature off for the whole batch — its
 column is already zero — scores ∞, so it does not use up the pruning budget; r_ij = 0 with a
-non-zero derivative makes s_j infinite too (never pruned). x is the image in [0, 1] as the client feeds it (a constant rescaling of x
-changes no ranking). The bias and every other tensor are left as they are.
+non-zero derivative makes s_j infinite too (never pruned). x is the image in [0, 1] as the client
+feeds it (a constant rescaling of x changes no ranking). The bias and every other tensor are left as they are.
 
 The paper prunes 1 %–80 % of the features (its figures: rates 1, 5, 10, 20, 40, 60, 80 %; the
 released code's default is 1 %). `layer` 0 (the default) defends the victim's first linear layer:
