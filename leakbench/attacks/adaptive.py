@@ -16,6 +16,17 @@ What counts as zeroed depends on the threat model (`ThreatModel.defence_known`):
 
 So the variants run under either threat model; knowing the defence only avoids masking the few
 genuine zeros. Their Config is the plain attack's.
+
+Not adapted yet: SPEAR (measured on `embedded`, b = 16, FC-6 w200, 15–20 s budgets; every shipped
+level defeats the plain attack, which is 100 % exact undefended). Quantisation adds full-rank noise to
+layer 1's gradient: σ₁₇/σ₁ is 1.6e-8 undefended, 7e-6 at 16 bits, 1.1e-4 at 12, 1.8e-3 at 8, against
+σ₁₆/σ₁ = 5.3e-3 for the weakest sample; SPEAR finds 14/16 samples at 16 bits and none at 12 or 8, and
+widening `zero_tol` (to 1e-2) and `residual_tol` (to 5e-2) still finds none at 8 bits, so a
+"spear-quantised" needs more than tolerances set from the known step. Soteria keeps the rank exactly
+(σ₁₇/σ₁ = 1.6e-8 at p = 0.1: G' = δᵀ(X·M) with M the kept columns), so the disaggregation still
+works, but what it recovers is X·M, the images with Soteria's pixels zeroed, and both the next-layer
+fit (default route) and the ReLU check (paper route) compare it with the layer's true activations
+and reject it; an adaptive SPEAR would treat the zeroed pixels as unknowns in those checks.
 """
 
 from __future__ import annotations
