@@ -24,9 +24,10 @@ layer 1's gradient: σ₁₇/σ₁ is 1.6e-8 undefended, 7e-6 at 16 bits, 1.1e-4
 widening `zero_tol` (to 1e-2) and `residual_tol` (to 5e-2) still finds none at 8 bits, so a
 "spear-quantised" needs more than tolerances set from the known step. Soteria keeps the rank exactly
 (σ₁₇/σ₁ = 1.6e-8 at p = 0.1: G' = δᵀ(X·M) with M the kept columns), so the disaggregation still
-works, but what it recovers is X·M, the images with Soteria's pixels zeroed, and both the next-layer
-fit (default route) and the ReLU check (paper route) compare it with the layer's true activations
-and reject it; an adaptive SPEAR would treat the zeroed pixels as unknowns in those checks.
+works, yet SPEAR finds no sample in 15–20 s on either route. The likely reason (not yet checked
+step by step): what the disaggregation yields is X·M, the images with Soteria's pixels zeroed, and
+both the next-layer fit (default route) and the ReLU check (paper route) compare it with the layer's
+true activations, so they reject it; an adaptive SPEAR would treat the zeroed pixels as unknowns there.
 """
 
 from __future__ import annotations
