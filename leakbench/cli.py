@@ -413,7 +413,9 @@ def human_summary(s: dict[str, Any]) -> str:
 
     model = victim_label(s.get("arch", "fc"), s["depth"], s["width"])  # training: _trained(s)
     lines = [f"{s['attack']} on {s['dataset']} (b={s['batch_size']}, {model}, "
-             f"layer {s['layer']}, dp {s['dp']}, client {s['client']}, seed {s['seed']}{_trained(s)}): {s['status']}"
+             f"layer {s['layer']}, dp {s['dp']}, client {s['client']}"
+             + (f", defence {s['defence']}" if s.get("defence") else "")
+             + f", seed {s['seed']}{_trained(s)}): {s['status']}"
              + (f" — {s['reason']}" if s['reason'] else ""),
              f"  exact {100 * s['exact_fraction']:.0f}% of {s['n_images']} images; PSNR mean {f(s['psnr_mean'], 1)}, "
              f"median {f(s['psnr_median'], 1)}, min {f(s['psnr_min'], 1)} dB; SSIM {f(s['ssim_mean'], 4)}; "
