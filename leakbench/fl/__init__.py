@@ -1,14 +1,16 @@
 """What a client shares: the update and the public model (never its images).
 
 The update transforms (`leakbench.fl.transform`: FedSGD, FedAvg, DP-SGD, additive noise, and defence
-plugins) are registered when this package is imported.
+plugins, MixUp, secure aggregation) are registered when this package is imported.
 """
 
 from leakbench.fl.dp import DPConfig, dp_update
 from leakbench.fl.fedavg import FedAvgConfig, fedavg_update
+from leakbench.fl.mixup import MixUpConfig
 from leakbench.fl.noise import NoiseConfig
+from leakbench.fl.secagg import SecAggConfig
 from leakbench.fl.transform import TRANSFORMS, Client, UpdateTransform, client_update, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel, fedsgd_update
 
-__all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "NoiseConfig", "ThreatModel",
-           "UpdateTransform", "client_update", "dp_update", "fedavg_update", "fedsgd_update", "register_transform"]
+__all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "MixUpConfig", "NoiseConfig",
+           "SecAggConfig", "ThreatModel", "UpdateTransform", "client_update", "dp_update", "fedavg_update", "fedsgd_update", "register_transform"]

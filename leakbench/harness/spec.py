@@ -13,7 +13,7 @@ from leakbench.fl import DPConfig, FedAvgConfig
 from leakbench.fl.dp import DPSGD, dp_columns
 from leakbench.fl.fedavg import FedAvg, fedavg_columns
 from leakbench.fl.noise import Noise, NoiseConfig, check_noise
-from leakbench.fl.transform import DefenceSetting, FedSGD, UpdateTransform, transform_class
+from leakbench.fl.transform import DefenceSetting, FedSGD, UpdateTransform, check_defences, transform_class
 from leakbench.fl.update import ThreatModel
 from leakbench.inversion import InversionConfig
 from leakbench.models import victim_label
@@ -35,7 +35,9 @@ class CellSpec:
     besides the gradients). `noise` σ > 0 adds Gaussian noise to the shared gradients (`fl.noise`;
     `noise_scale` "absolute" or "max"), drawn from `seed`; not with DP. `defences` are further
     registered update transforms (`leakbench.fl.transform`, plugins' too), applied after the noise,
-    in order (`transforms`).
+    in order (`transforms`); the first may be a client transform (MixUp, secure aggregation, ...) that
+    replaces FedSGD (not with `dp` or `fedavg`). `batch_size` is b, each client's batch: a client
+    transform combining K clients makes the cell's ground truth K·b images (`truth_size`).
     """
 
     attack: str
@@ -76,7 +78,8 @@ class CellSpec:
             raise ConfigError("a cell runs either DP-SGD or FedAvg, not both")
         object.__setattr__(self, "defences", tuple(self.defences))
         for defence in self.defences:
-            defence.transform()  # a registered defence with its own Config, or a ConfigError
+            defence.transform()  # a registered transform with its own Config, or a ConfigError
+        check_defences(self.defences, "DP-SGD" if self.dp else "FedAvg" if self.fedavg else None)
 
     @property
     def threat(self) -> ThreatModel:
@@ -100,12 +103,29 @@ def cell_columns(spec: CellSpec) -> dict[str, Any]:
 
 
 def transforms(spec: CellSpec) -> list[UpdateTransform]:
-    """The cell's update transforms in the order they run: its client (FedSGD, FedAvg or DP-SGD), the
-    additive noise (if any), then its defences."""
-    client: UpdateTransform = DPSGD(spec.dp) if spec.dp else FedAvg(spec.fedavg) if spec.fedavg else FedSGD(
-        FedSGD.Config())
+    """The cell's update transforms in the order they run: its client (FedSGD, FedAvg, DP-SGD, or the
+    client transform its defences start with), the additive noise (if any), then its defences."""
+    chosen = [d.transform() for d in spec.defences]
+    if chosen and chosen[0].makes_update:
+        client, defences = chosen[0], chosen[1:]
+    else:
+        client = DPSGD(spec.dp) if spec.dp else FedAvg(spec.fedavg) if spec.fedavg else FedSGD(FedSGD.Config())
+        defences = chosen
     noise = [Noise(NoiseConfig(spec.noise, spec.noise_scale))] if spec.noise else []
-    return [client, *noise, *(d.transform() for d in spec.defences)]
+    return [client, *noise, *defences]
+
+
+def client_count(spec: CellSpec) -> int:
+    """K, the number of clients whose private batches of `batch_size` images the cell's update combines
+    (1 but for a client transform such as secure aggregation)."""
+    return transforms(spec)[0].clients()
+
+
+def truth_size(spec: CellSpec) -> int:
+    """How many images the cell's ground truth holds: K·b (every client's batch), what is drawn
+    (`harness.victim.draw_batch`), scored, fingerprinted, shown in grids and re-derived by
+    `records.truth`. b for every cell of one client."""
+    return spec.batch_size * client_count(spec)
 
 
 def defence_columns(spec: CellSpec) -> dict[str, Any]:
@@ -115,6 +135,8 @@ def defence_columns(spec: CellSpec) -> dict[str, Any]:
         return {}
     defences = [d.transform() for d in spec.defences]
     columns: dict[str, Any] = {"defence": " + ".join(d.label() for d in defences)}
+    if defences[0].makes_update:
+        columns["client"] = defences[0].label()  # replaces fedavg_columns' 'fedsgd'
     for defence in defences:
         columns.update(defence.columns())
     return columns
@@ -143,7 +165,7 @@ def cell_settings(spec: CellSpec, *, hyperparameters: bool = False) -> list[str]
     progress lines' description of a cell; the hyperparameters (as compact JSON) only when asked for."""
     settings = [spec.attack, spec.dataset, f"b={spec.batch_size}", victim_label(spec.arch, spec.depth, spec.width),
                 f"layer={spec.layer}", f"dp={spec.dp.label() if spec.dp else 'none'}",
-                f"client={spec.fedavg.label() if spec.fedavg else 'FedSGD'}", f"seed={spec.seed}"]
+                f"client={_client_label(spec)}", f"seed={spec.seed}"]
     if spec.image_size is not None:
         settings.append(f"image_size={spec.image_size}")
     if spec.inversion is not None:
@@ -161,6 +183,11 @@ def cell_settings(spec: CellSpec, *, hyperparameters: bool = False) -> list[str]
     return settings
 
 
+def _client_label(spec: CellSpec) -> str:
+    client = transforms(spec)[0]
+    return "FedSGD" if isinstance(client, FedSGD) else client.label().replace(" ", "_")
+
+
 def cell_id(spec: CellSpec) -> str:
     """A hash of the cell's full configuration (everything but `data_root`, which is only a location)."""
     config = {k: v for k, v in spec_dict(spec).items() if k != "data_root"}
@@ -169,9 +196,13 @@ def cell_id(spec: CellSpec) -> str:
 
 
 def batch_id(spec: CellSpec) -> str:
-    """A hash of what chooses the batch (dataset, image size, batch size, seed): the same for every attack,
-    layer, DP level and client on that batch, so their grids can show the same images side by side."""
-    config = {"dataset": spec.dataset, "image_size": spec.image_size, "batch_size": spec.batch_size, "seed": spec.seed}
+    """A hash of what chooses the batch (dataset, image size, batch size, seed; the number of clients
+    when above 1): the same for every attack, layer, DP level and client on that batch, so their grids
+    can show the same images side by side."""
+    config: dict[str, Any] = {"dataset": spec.dataset, "image_size": spec.image_size, "batch_size": spec.batch_size,
+                              "seed": spec.seed}
+    if client_count(spec) > 1:
+        config["clients"] = client_count(spec)
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
 

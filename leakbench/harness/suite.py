@@ -34,11 +34,16 @@ gradient entry (`leakbench.fl.noise`, not DP: no clipping, no accountant; not wi
 without a `noise` level above 0, where it scales nothing).
 
 `defences` is the update's axis, one level per entry: "none" (FedSGD as it is), a table naming a
-registered update transform (`leakbench.fl.transform`: `dp`, `fedavg`, `noise`, or a defence from a
-plugin) with its settings, or a list of such tables, applied in order after the client's update:
+registered update transform (`leakbench.fl.transform`: `dp`, `fedavg`, `noise`, `mixup`, `secagg`, or
+a defence from a plugin) with its settings, or a list of such tables, applied in order after the
+client's update:
 
     defences = ["none", { name = "noise", sigma = 1e-4, scale = "max" }, { name = "dp", sigma = 1e-2, clip = 1.0 },
-                [{ name = "noise", sigma = 1e-6 }, { name = "prune", keep = 0.1 }]]
+                [{ name = "noise", sigma = 1e-6 }, { name = "prune", keep = 0.1 }], { name = "secagg", clients = 4 }]
+
+A level names at most one client transform (one that computes the update: `dp`, `fedavg`, `mixup`,
+`secagg`, a plugin's): it replaces the FedSGD client and runs first. `secagg` with K clients gives
+each cell K private batches of b images (K·b scored).
 
 Its `dp`, `fedavg` and `noise` levels are the cells (and cell ids) of the keys of those names, which
 a suite giving `defences` leaves out. `defence_plugins = ["package.module"]` imports modules that
@@ -431,18 +436,25 @@ def _defence_level(value: Any, index: int) -> dict[str, Any]:
         return {}
     tables = value if isinstance(value, list) else [value]
     fields: dict[str, Any] = {"defences": ()}
+    clients: list[str] = []
     for i, table in enumerate(tables):
         name, config = _transform_table(table, f"{where}[{i}]" if isinstance(value, list) else where)
         key = {"dp": "dp", "fedavg": "fedavg", "noise": "noise"}.get(name, "defences")
         if key != "defences" and key in fields:
             raise ConfigError(f"{where} names {name!r} twice")
+        if key in ("dp", "fedavg") or transform_class(name).makes_update:
+            clients.append(name)
         if key == "noise":
             fields.update(noise=config.sigma, noise_scale=config.scale)
+        elif key == "defences" and transform_class(name).makes_update:  # the client runs first
+            fields["defences"] = (DefenceSetting(name, config), *fields["defences"])
         elif key == "defences":
             fields["defences"] += (DefenceSetting(name, config),)
         else:
             fields[key] = config
-    if fields.get("dp") is not None and ("fedavg" in fields or fields.get("noise")):
+    if len(clients) > 1:
+        raise ConfigError(f"{where}: one client computes the update, not {len(clients)} ({', '.join(clients)})")
+    if fields.get("dp") is not None and fields.get("noise"):
         raise ConfigError(f"{where}: DP-SGD runs alone (it adds its own noise; it is not FedAvg)")
     return fields
 
@@ -454,7 +466,7 @@ def _transform_table(table: Any, where: str) -> tuple[str, Any]:
         raise ConfigError(f"{where} must be \"none\" or a table with a 'name' (known: {', '.join(TRANSFORMS.names())})")
     name = table["name"]
     cls = transform_class(name)
-    if cls.makes_update and name not in ("dp", "fedavg"):
+    if name == "fedsgd":
         raise ConfigError(f"{where}: {name!r} is the default client (FedSGD): leave it out")
     try:
         return name, build_config(cls.Config, {k: v for k, v in table.items() if k != "name"}, "key")
