@@ -130,13 +130,15 @@ def truth_size(spec: CellSpec) -> int:
 
 def defence_columns(spec: CellSpec) -> dict[str, Any]:
     """The record columns of the cell's defences, and `defence` (their labels joined by ' + '); none
-    for a cell without any, so records of cells stored before defences existed stay as they were."""
+    for a cell without any, so records of cells stored before defences existed stay as they were. A
+    client transform among them (MixUp, secure aggregation) is the cell's `client` instead."""
     if not spec.defences:
         return {}
     defences = [d.transform() for d in spec.defences]
-    columns: dict[str, Any] = {"defence": " + ".join(d.label() for d in defences)}
-    if defences[0].makes_update:
-        columns["client"] = defences[0].label()  # replaces fedavg_columns' 'fedsgd'
+    client = defences[0] if defences[0].makes_update else None
+    columns: dict[str, Any] = {"defence": " + ".join(d.label() for d in defences if d is not client)}
+    if client is not None:
+        columns["client"] = client.label()  # in place of fedavg_columns' 'fedsgd'; reports add the defences to it
     for defence in defences:
         columns.update(defence.columns())
     return columns
