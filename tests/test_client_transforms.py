@@ -154,19 +154,19 @@ def test_bad_client_levels_are_refused(tmp_path: Path, level: str, message: str)
 
 
 def test_a_cell_refuses_two_clients_or_one_beside_dp() -> None:
-    from leakbench.fl import DPConfig
+    from leakbench.fl import DPConfig, NoiseConfig
 
     with pytest.raises(ConfigError, match="one client"):
         _spec(_mixup(), _secagg(2))
     with pytest.raises(ConfigError, match="cannot run with DP-SGD"):
         _spec(_mixup(), dp=DPConfig(sigma=1.0, clip=1.0))
     with pytest.raises(ConfigError, match="first"):
-        _spec(DefenceSetting("noise", __import__("leakbench.fl", fromlist=["NoiseConfig"]).NoiseConfig(1e-3)),
-              _mixup())
+        _spec(DefenceSetting("noise", NoiseConfig(1e-3)), _mixup())
 
 
 def test_a_client_level_runs_first_whatever_its_place_in_the_level(tmp_path: Path) -> None:
-    (spec,) = load_suite(_suite(tmp_path, 'defences = [[{ name = "noise", sigma = 1e-6 }, { name = "mixup" }]]\n')).cells
+    level = '[{ name = "noise", sigma = 1e-6 }, { name = "mixup" }]'
+    (spec,) = load_suite(_suite(tmp_path, f"defences = [{level}]\n")).cells
     assert spec.noise == 1e-6 and [d.name for d in spec.defences] == ["mixup"]
 
 

@@ -13,4 +13,5 @@ from leakbench.fl.transform import TRANSFORMS, Client, UpdateTransform, client_u
 from leakbench.fl.update import ClientUpdate, ThreatModel, fedsgd_update
 
 __all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "MixUpConfig", "NoiseConfig",
-           "SecAggConfig", "ThreatModel", "UpdateTransform", "client_update", "dp_update", "fedavg_update", "fedsgd_update", "register_transform"]
+           "SecAggConfig", "ThreatModel", "UpdateTransform", "client_update", "dp_update", "fedavg_update",
+           "fedsgd_update", "register_transform"]

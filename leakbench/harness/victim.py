@@ -6,14 +6,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal, overload
 
-import torch
-
 import numpy as np
+import torch
 
 from leakbench.datasets import Batch, ImageDataset, load_dataset, partition, sample_batch
 from leakbench.datasets.base import concat_batches
-from leakbench.fl import Client, ClientUpdate, client_update
 from leakbench.errors import ConfigError
+from leakbench.fl import Client, ClientUpdate, client_update
 from leakbench.harness.spec import CellSpec, client_count, transforms
 from leakbench.models import ImageVictim, build_model
 from leakbench.models.victims import AT_INIT, VictimInfo, trained_victim
@@ -77,8 +76,9 @@ def draw_client_batches(dataset: ImageDataset, batch_size: int, seed: int, clien
         return first
     everything = np.arange(len(dataset)) if pool is None else np.asarray(pool)
     if clients * batch_size > len(everything):
+        where = " in its attack part" if trained else ""
         raise ConfigError(f"{clients} clients of {batch_size} images need {clients * batch_size} distinct images; "
-                          f"dataset {dataset.name!r} offers {len(everything)}" + (" in its attack part" if trained else ""))
+                          f"dataset {dataset.name!r} offers {len(everything)}{where}")
     batches = [first]
     for k in range(1, clients):
         taken = np.fromiter((i for b in batches for i in b.indices), dtype=np.int64)

@@ -1,8 +1,9 @@
 """A stored cell's ground truth beside its stored answer, for grids and comparison figures.
 
 Ground truth is never stored: it is re-derived from the cell's spec (dataset, image size, batch size,
-seed, clients, trained or not) as scoring derived it (`harness.victim.draw_client_batches`). The stored reconstruction (`records.artifacts`) and its stored matching
-(the records' `matched_recon`, one per ground-truth image) align the two. Loads datasets and the
+seed, clients, trained or not) as scoring derived it (`harness.victim.draw_client_batches`). The stored
+reconstruction (`records.artifacts`) and its stored matching (the records' `matched_recon`, one per
+ground-truth image) align the two. Loads datasets and the
 victim's batch code (when a truth is drawn) only: no attack and none of the harness runner.
 """
 
