@@ -188,3 +188,13 @@ def test_a_secagg_suite_runs_spear_and_scores_every_clients_images(tmp_path: Pat
     assert truth.truth.shape[0] == 4 and torch.equal(truth.truth[:2], plain.truth)
     assert (records[records["cell_id"] == secagg]["exact"]).all()  # SPEAR: 4 images, width 32, a small budget
     assert "secagg K=2" in (tmp_path / "rep" / "clients.md").read_text()
+
+
+@pytest.mark.parametrize("fields", [{"defences": (_secagg(3),)}, {"train_epochs": 1}, {}])
+def test_the_re_derived_truth_is_the_batch_the_cell_scored(fields: dict[str, object]) -> None:
+    """`records.truth` re-derives every client's images, from the attack part for a trained victim."""
+    from leakbench.records.truth import truth_images
+
+    spec = CellSpec("spear", "embedded", B, width=16, depth=3, **fields)  # type: ignore[arg-type]
+    truth = truth_images(spec)
+    assert truth.shape[0] == truth_size(spec) and torch.equal(truth, load_batch(spec).images)

@@ -178,8 +178,9 @@ def cell_settings(spec: CellSpec, *, hyperparameters: bool = False) -> list[str]
         settings.append(f"threat={spec.threat.label().replace(' ', '_').replace(',', '')}")
     if spec.noise:
         settings.append(f"noise={spec.noise:g}" + ("×max" if spec.noise_scale == "max" else ""))
-    if spec.defences:
-        settings.append("defence=" + "+".join(d.transform().label().replace(" ", "_") for d in spec.defences))
+    defences = [d.transform() for d in spec.defences if not d.makes_update]  # a client is `client=` above
+    if defences:
+        settings.append("defence=" + "+".join(d.label().replace(" ", "_") for d in defences))
     if hyperparameters and spec.hyperparameters:
         settings.append(json.dumps(spec.hyperparameters, sort_keys=True, separators=(",", ":")))
     return settings
