@@ -12,7 +12,8 @@ public in secure aggregation). With equal batches the mean of the K FedSGD gradi
 gradient of its batch's mean loss) is exactly the FedSGD gradient of the mean loss over all K·b
 images, so an attack on the aggregate faces one batch of K·b images: the update carries
 `batch_size` K·b when the threat model grants the batch size, and the batch's labels in client order
-when it grants the labels. The cell's ground truth is all K·b images. K = 1 is plain FedSGD.
+when it grants the labels. The cell's ground truth is all K·b images. K = 1 is plain FedSGD. A cell's
+additive noise and defences apply to the aggregate, once (not to each client's update).
 """
 
 from __future__ import annotations
