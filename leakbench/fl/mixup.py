@@ -47,8 +47,10 @@ MIXUP_STREAM = 0x313C
 class MixUpConfig(Ranged):
     """MixUp's mixing.
 
-    alpha: α of λ ~ Beta(α, α) (Zhang et al.: 1 on CIFAR-10, 0.1–0.4 on ImageNet); small α keeps λ
-    near 0 or 1 (little mixing), α = 1 is λ uniform, large α pushes λ to 1/2 (the strongest mixing).
+    alpha: α of λ ~ Beta(α, α) (Zhang et al.: 1 on CIFAR-10, 0.1–0.4 on ImageNet); larger mixes more.
+
+    Small α keeps λ near 0 or 1 (little mixing), α = 1 is λ uniform, large α pushes λ to 1/2 (the
+    strongest mixing).
     """
 
     alpha: float = ranged(1.0, 0, MAX_WEIGHT, low_open=True)
