@@ -254,8 +254,8 @@ def cmd_attack(args: argparse.Namespace) -> int:
 
     from leakbench.harness.cell import build_attack, run_cell
     from leakbench.harness.spec import CellSpec
-    from leakbench.models import default_depth
     from leakbench.inversion import InversionConfig
+    from leakbench.models import default_depth
     from leakbench.progress import attack_progress
     from leakbench.records.artifacts import json_safe
     from leakbench.records.cells import check_cell_out, write_cell

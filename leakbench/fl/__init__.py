@@ -11,5 +11,6 @@ from leakbench.fl.precode import PrecodeConfig
 from leakbench.fl.transform import TRANSFORMS, Client, UpdateTransform, client_update, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel, fedsgd_update
 
-__all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "NoiseConfig", "PrecodeConfig", "ThreatModel",
-           "UpdateTransform", "client_update", "dp_update", "fedavg_update", "fedsgd_update", "register_transform"]
+__all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "NoiseConfig", "PrecodeConfig",
+           "ThreatModel", "UpdateTransform", "client_update", "dp_update", "fedavg_update", "fedsgd_update",
+           "register_transform"]

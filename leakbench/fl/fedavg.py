@@ -25,8 +25,8 @@ from torch import nn
 from leakbench.errors import ConfigError
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel, client_mode, shared_buffers
-from leakbench.models.base import training_loss
 from leakbench.harness.limits import MAX_WIDTH
+from leakbench.models.base import training_loss
 from leakbench.ranges import MAX_LR, Ranged, ranged
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader

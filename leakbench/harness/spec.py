@@ -27,13 +27,14 @@ class CellSpec:
 
     `dp` None is plain FedSGD; a DPConfig makes the client run one DP-SGD step instead; a
     `fedavg` config makes it run local epochs and share the weight difference (not with DP).
-    `arch` is the victim ("fc" or "conv"); `inversion` (steps > 0) turns recovered features of an
-    inner layer back into images, scored next to the feature metrics. `train_epochs` > 0 trains the
-    victim first (`recipe`, the default TrainRecipe when not given) on the dataset's train part and
-    attacks a batch of its attack part (`datasets.partition`); 0 is the victim at init.
-    `labels_known` / `batch_size_known` are the threat model (`ThreatModel`: what the update carries
-    besides the gradients); `bn_mode` ("eval" | "train") and `bn_stats_shared` say how the client
-    runs BatchNorm and whether its update carries the running statistics. `noise` σ > 0 adds Gaussian noise to the shared gradients (`fl.noise`;
+    `arch` is the victim (a registered architecture: "fc", "conv", "resnet", plugins'); `inversion`
+    (steps > 0) turns recovered features of an inner layer back into images, scored next to the
+    feature metrics. `train_epochs` > 0 trains the victim first (`recipe`, the default TrainRecipe
+    when not given) on the dataset's train part and attacks a batch of its attack part
+    (`datasets.partition`); 0 is the victim at init. `labels_known` / `batch_size_known` are the
+    threat model (`ThreatModel`: what the update carries besides the gradients); `bn_mode` ("eval" |
+    "train") and `bn_stats_shared` say how the client runs BatchNorm and whether its update carries
+    the running statistics. `noise` σ > 0 adds Gaussian noise to the shared gradients (`fl.noise`;
     `noise_scale` "absolute" or "max"), drawn from `seed`; not with DP. `defences` are further
     registered update transforms (`leakbench.fl.transform`, plugins' too), applied after the noise,
     in order (`transforms`).

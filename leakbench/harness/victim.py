@@ -69,7 +69,8 @@ def victim_key(spec: CellSpec, dataset: ImageDataset) -> dict[str, Any]:
     from leakbench.datasets.base import PARTITION_FRACTIONS, PARTITION_SEED
 
     changing = [{"name": t.name, **asdict(t.config)} for t in transforms(spec) if t.changes_victim]
-    return {**({"victim_defences": changing} if changing else {}),"dataset": spec.dataset, "dataset_size": len(dataset), "image_shape": list(dataset.image_shape),
+    return {**({"victim_defences": changing} if changing else {}),
+            "dataset": spec.dataset, "dataset_size": len(dataset), "image_shape": list(dataset.image_shape),
             "partition": [PARTITION_SEED, *PARTITION_FRACTIONS], "arch": spec.arch, "width": spec.width,
             "depth": spec.depth, "init_seed": spec.seed, "recipe": asdict(spec.recipe) if spec.recipe else None,
             "epochs": spec.train_epochs}
