@@ -85,9 +85,16 @@ class PrecodeVictim(ImageVictim):
         out = base.get_submodule(self.out_path)
         if not isinstance(out, nn.Linear):
             raise ConfigError("precode: the victim's output layer is not an nn.Linear")
-        self.bottleneck = VariationalBottleneck(out.in_features, size, beta, noise_seed)
-        base.get_submodule(parent_path).add_module(leaf, PrecodeHead(self.bottleneck, out))
+        bottleneck = VariationalBottleneck(out.in_features, size, beta, noise_seed)
+        base.get_submodule(parent_path).add_module(leaf, PrecodeHead(bottleneck, out))
         self.base = base
+
+    @property
+    def bottleneck(self) -> VariationalBottleneck:
+        """The bottleneck, registered once, inside the base's head (so parameter names are the base's)."""
+        head = self.base.get_submodule(self.out_path)
+        assert isinstance(head, PrecodeHead)
+        return head.vb
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.base(images)
