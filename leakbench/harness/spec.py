@@ -82,6 +82,9 @@ class CellSpec:
         for defence in self.defences:
             defence.transform()  # a registered defence with its own Config, or a ConfigError
         _ = self.threat  # bn_mode and bn_stats_shared checked (ThreatModel)
+        if self.dp is not None and any(d.transform().changes_victim for d in self.defences):
+            raise ConfigError("DP-SGD's per-sample gradients cannot run a victim changed by a defence (PRECODE "
+                              "samples noise in its forward pass): not with a dp level")
         if self.bn_mode == "train" and self.dp is not None:
             raise ConfigError("DP-SGD clips per-sample gradients, which BatchNorm in train mode mixes: "
                               "use bn_mode 'eval' with a dp level")
