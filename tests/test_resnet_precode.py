@@ -4,6 +4,7 @@ outside victims behind the adapter, and PRECODE's bottleneck as a victim-changin
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pytest
 import torch
@@ -166,3 +167,37 @@ def test_an_outside_victim_behind_the_adapter() -> None:
     assert torch.equal(factory((3, 8, 8), 4, width=16, depth=0, seed=3)(images), model(images))  # seeded init
     with pytest.raises(ConfigError, match=r"not an nn\.Linear"):
         VictimFactory(build=_mlp, linear_layers=("2",))((3, 8, 8), 4, width=16, depth=0)
+
+
+VICTIM_MODULE = '''
+from torch import nn
+from leakbench.models import VictimFactory, register_victim
+
+
+def build(input_shape, num_classes, width, depth):
+    n = input_shape[0] * input_shape[1] * input_shape[2]
+    return nn.Sequential(nn.Flatten(), nn.Linear(n, width), nn.ReLU(), nn.Linear(width, num_classes))
+
+
+register_victim("tiny-mlp-i24", VictimFactory(build=build, linear_layers=("1", "3"), relu_after=("1",), sized=True))
+'''
+
+
+def test_a_suite_loads_victim_plugins_and_checks_their_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from leakbench.harness.suite import load_suite
+
+    (tmp_path / "tiny_victims_i24.py").write_text(VICTIM_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    suite = tmp_path / "s.toml"
+    base = ('name = "s"\nvictim_plugins = ["tiny_victims_i24"]\ndataset = "embedded"\narch = "tiny-mlp-i24"\n'
+            'width = 16\nbatch_sizes = [2]\n')
+    suite.write_text(base + 'attacks = ["spear", "ig"]\n')
+    cells = load_suite(suite).cells
+    assert [(c.attack, c.arch, c.layer) for c in cells] == [("spear", "tiny-mlp-i24", 2), ("ig", "tiny-mlp-i24", 1)]
+    assert victim_label("tiny-mlp-i24", 3, 16) == "tiny-mlp-i24-3 w16"
+    suite.write_text(base + 'attacks = ["spear"]\nlayers = [3]\n')
+    with pytest.raises(ConfigError, match="layer 3 is not attackable in tiny-mlp-i24"):
+        load_suite(suite)
+    suite.write_text(base.replace('arch = "tiny-mlp-i24"', 'arch = "no-such-victim"') + 'attacks = ["ig"]\n')
+    with pytest.raises(ConfigError, match="must be one of .*resnet.*tiny-mlp-i24"):
+        load_suite(suite)
