@@ -199,5 +199,5 @@ def test_a_suite_loads_victim_plugins_and_checks_their_layers(tmp_path: Path, mo
     with pytest.raises(ConfigError, match="layer 3 is not attackable in tiny-mlp-i24"):
         load_suite(suite)
     suite.write_text(base.replace('arch = "tiny-mlp-i24"', 'arch = "no-such-victim"') + 'attacks = ["ig"]\n')
-    with pytest.raises(ConfigError, match="must be one of .*resnet.*tiny-mlp-i24"):
+    with pytest.raises(ConfigError, match=r"must be one of .*resnet.*tiny-mlp-i24"):
         load_suite(suite)

@@ -12,7 +12,8 @@ remaining combination with layer 1 (they reconstruct images from the whole updat
 `arch = "conv"` picks the conv victim (layer 1 is its trunk; its first FC layer is layer 2, the
 default there), `arch = "resnet"` the ResNet-8 with BatchNorm (the same numbering), and a victim
 plugin's name its victim (`leakbench.models.outside`; `victim_plugins = ["package.module"]` imports
-modules that register victims, installed ones come in through the entry-point group `leakbench.victims`). `fedavg` levels are "none" (FedSGD) or {epochs, minibatch (0 = b), lr}, an axis like
+modules that register victims; installed ones come in through the entry-point group
+`leakbench.victims`). `fedavg` levels are "none" (FedSGD) or {epochs, minibatch (0 = b), lr}, an axis like
 `dp` (a suite cannot sweep both). `inversion = {steps = 300}` (optional lr, tv) inverts recovered
 features of inner layers to images (cells of image attacks such as IG get none; a suite where no
 cell attacks an inner layer with a layer attack is refused: it would invert nothing).
