@@ -201,3 +201,16 @@ def test_a_suite_loads_victim_plugins_and_checks_their_layers(tmp_path: Path, mo
     suite.write_text(base.replace('arch = "tiny-mlp-i24"', 'arch = "no-such-victim"') + 'attacks = ["ig"]\n')
     with pytest.raises(ConfigError, match=r"must be one of .*resnet.*tiny-mlp-i24"):
         load_suite(suite)
+
+
+def test_the_truth_is_what_the_client_computed() -> None:
+    """Scoring and inversion see the layer inputs in the client's BatchNorm mode, on a copy."""
+    from leakbench.fl.update import client_view
+
+    model = build_model("resnet", (3, 32, 32), 10, width=32, depth=3, seed=0).eval()
+    images = _batch().images
+    before = dict(model.named_buffers())["trunk.1.running_var"].clone()
+    train = client_view(model, ThreatModel(bn_mode="train")).layer_inputs(images, 2)
+    evald = client_view(model, ThreatModel()).layer_inputs(images, 2)
+    assert torch.allclose(evald, model.layer_inputs(images, 2)) and not torch.allclose(train, evald)
+    assert torch.equal(dict(model.named_buffers())["trunk.1.running_var"], before) and not model.training

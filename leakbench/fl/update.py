@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 from torch import nn
@@ -74,6 +74,8 @@ class ClientUpdate:
     shares them (`ThreatModel.bn_stats_shared`); else None."""
 
 
+M = TypeVar("M", bound=nn.Module)
+
 BN_MODES = ("eval", "train")
 """The modes a client computes its update in (`ThreatModel.bn_mode`)."""
 
@@ -81,6 +83,15 @@ BN_MODES = ("eval", "train")
 def client_mode(model: nn.Module, threat: ThreatModel) -> nn.Module:
     """`model` in the mode the threat model says the client trains in (train or eval), returned."""
     return model.train(threat.bn_mode == "train")
+
+
+def client_view(model: M, threat: ThreatModel) -> M:
+    """A copy of `model` in the client's mode: what the layer inputs of a batch were when the client
+    computed its update (train mode: the batch's own BatchNorm statistics). A copy, since a forward
+    pass in train mode moves the running statistics."""
+    view = copy.deepcopy(model)
+    client_mode(view, threat)
+    return view
 
 
 def shared_buffers(model: nn.Module, threat: ThreatModel) -> dict[str, torch.Tensor] | None:

@@ -53,7 +53,7 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, ImageVict
                               (torch.as_tensor(parts.train), torch.as_tensor(parts.test)), spec.recipe,
                               spec.train_epochs)
     model.victim_info = info
-    return batch, model
+    return batch, model.eval()  # at rest in eval mode; the client's update and the scoring set their own mode
 
 
 def draw_batch(dataset: ImageDataset, spec: CellSpec) -> Batch:
