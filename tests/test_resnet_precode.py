@@ -214,3 +214,14 @@ def test_the_truth_is_what_the_client_computed() -> None:
     evald = client_view(model, ThreatModel()).layer_inputs(images, 2)
     assert torch.allclose(evald, model.layer_inputs(images, 2)) and not torch.allclose(train, evald)
     assert torch.equal(dict(model.named_buffers())["trunk.1.running_var"], before) and not model.training
+
+
+def test_a_cached_precode_victim_draws_the_noise_a_fresh_one_would() -> None:
+    """The forward count is part of the state dict: loading trained weights restores the noise stream."""
+    images = _batch().images
+    trained = add_precode(build_model("fc", (3, 32, 32), 10, width=32, depth=3, seed=0), 16, 1e-3, 0)
+    for _ in range(3):
+        trained(images)
+    loaded = add_precode(build_model("fc", (3, 32, 32), 10, width=32, depth=3, seed=0), 16, 1e-3, 0)
+    loaded.load_state_dict(trained.state_dict())
+    assert torch.equal(loaded(images), trained(images))

@@ -9,8 +9,9 @@ Leakage", WACV 2022. The features h that would reach the classifier go through
 the classifier sees h'. Training adds β · KL(N(μ, σ²) ‖ N(0, I)) (in bits, averaged over the
 batch) to the cross-entropy (`ImageVictim.penalty`); the paper's settings are K = 256, β = 0.001.
 Every forward pass samples ε (in training and evaluation, as in the authors' code) from a
-generator seeded with (`noise_seed`, number of forward passes so far): the same seed and history
-give the same noise, and the global RNG is never drawn from.
+generator seeded with (`noise_seed`, number of forward passes so far — the buffer `draws`, saved
+with the weights): the same seed and history give the same noise, and the global RNG is never
+drawn from.
 
 Layer numbering of the wrapped victim `PrecodeVictim` (base of depth d): layers 1 … d−1 are the
 base's, the encoder is layer d, the decoder layer d + 1 and the classifier layer d + 2 (its depth),
@@ -41,13 +42,16 @@ class VariationalBottleneck(nn.Module):
         self.encoder = nn.Linear(features, 2 * size)
         self.decoder = nn.Linear(size, features)
         self.size, self.beta = size, beta
-        self.noise_seed, self.draws = noise_seed, 0
+        self.noise_seed = noise_seed
+        self.draws: torch.Tensor
+        self.register_buffer("draws", torch.zeros((), dtype=torch.int64))  # in the state dict: a cached
+        # trained victim goes on with the noise a freshly trained one would draw
         self.kl: torch.Tensor | None = None
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         stats = self.encoder(h)
         mu, std = stats[:, :self.size], nn.functional.softplus(stats[:, self.size:] - 5)
-        gen = torch.Generator(device=h.device).manual_seed((self.noise_seed * NOISE_MIX + self.draws) % 2**63)
+        gen = torch.Generator(device=h.device).manual_seed((self.noise_seed * NOISE_MIX + int(self.draws)) % 2**63)
         self.draws += 1
         eps = torch.randn(mu.shape, generator=gen, dtype=mu.dtype, device=mu.device)
         self.kl = -0.5 * (1 + 2 * std.log() - mu.pow(2) - std.pow(2)).sum(1).mean() / math.log(2)
