@@ -7,8 +7,10 @@ plugins) are registered when this package is imported.
 from leakbench.fl.dp import DPConfig, dp_update
 from leakbench.fl.fedavg import FedAvgConfig, fedavg_update
 from leakbench.fl.noise import NoiseConfig
+from leakbench.fl.precode import PrecodeConfig
 from leakbench.fl.transform import TRANSFORMS, Client, UpdateTransform, client_update, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel, fedsgd_update
 
-__all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "NoiseConfig", "ThreatModel",
-           "UpdateTransform", "client_update", "dp_update", "fedavg_update", "fedsgd_update", "register_transform"]
+__all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "NoiseConfig", "PrecodeConfig",
+           "ThreatModel", "UpdateTransform", "client_update", "dp_update", "fedavg_update", "fedsgd_update",
+           "register_transform"]

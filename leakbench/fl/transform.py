@@ -67,6 +67,8 @@ class UpdateTransform(ABC):
     """True for client transforms (compute the update from the batch); False for defences."""
     config: Any
     """An instance of `Config` (checked when made); each transform narrows the type to its Config."""
+    changes_victim: ClassVar[bool] = False
+    """True for a defence that changes the victim itself (`victim`): the trained-victim cache keys on it."""
 
     def __init__(self, config: Any) -> None:
         if not isinstance(config, self.Config):
@@ -77,6 +79,12 @@ class UpdateTransform(ABC):
     def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:
         """The update after this transform: a client transform gets None and computes it from the
         batch; a defence gets the update so far."""
+
+    def victim(self, model: ImageVictim, seed: int) -> ImageVictim:
+        """The victim the client runs, made from `model` before it is trained and before any update is
+        computed (PRECODE inserts its bottleneck; `seed` is the cell's, for any randomness). Default:
+        `model` unchanged. A transform that changes it sets `changes_victim = True`."""
+        return model
 
     def label(self) -> str:
         """A short readable name for tables ('prune keep=0.1'): the name and each setting."""
