@@ -198,3 +198,23 @@ def test_the_re_derived_truth_is_the_batch_the_cell_scored(fields: dict[str, obj
     spec = CellSpec("spear", "embedded", B, width=16, depth=3, **fields)  # type: ignore[arg-type]
     truth = truth_images(spec)
     assert truth.shape[0] == truth_size(spec) and torch.equal(truth, load_batch(spec).images)
+
+
+@pytest.mark.slow
+def test_secagg_and_mixup_run_the_clients_batchnorm_mode_and_aggregate_shared_statistics() -> None:
+    """BatchNorm in train mode: each client normalises by its own batch, so the aggregate is the mean of
+    the clients' updates (not the union's) and carries the mean of their running statistics."""
+    from leakbench.datasets.base import split_batch
+
+    threat = {"arch": "resnet", "bn_mode": "train", "bn_stats_shared": True}
+    spec = CellSpec("ig", "embedded", B, defences=(_secagg(2),), **threat)  # type: ignore[arg-type]
+    batch, model, update = prepare(spec)
+    clients = [fedsgd_update(model, part, spec.threat) for part in split_batch(batch, 2)]
+    mean = {k: (clients[0].gradients[k] + clients[1].gradients[k]) / 2 for k in update.gradients}
+    assert _close(update.gradients, mean, tol=1e-6)
+    assert not _close(update.gradients, fedsgd_update(model, batch, spec.threat).gradients, tol=1e-5)
+    assert update.buffers is not None and clients[0].buffers is not None and clients[1].buffers is not None
+    name = next(k for k, v in update.buffers.items() if v.is_floating_point())
+    assert torch.allclose(update.buffers[name], (clients[0].buffers[name] + clients[1].buffers[name]) / 2)
+    mixed = prepare(CellSpec("ig", "embedded", B, defences=(_mixup(),), **threat))[2]  # type: ignore[arg-type]
+    assert mixed.buffers is not None and mixed.kind == "mixup"

@@ -90,10 +90,12 @@ default, also CPA's), or breaching's zero-padded convolution form."""
 
 
 class GradientOracle:
-    """A private, differentiable copy of the public model with the shared gradients as targets."""
+    """A private, differentiable copy of the public model with the shared gradients as targets, in
+    the mode the threat model says the client used (BatchNorm on the dummy batch's statistics in
+    train mode)."""
 
     def __init__(self, update: ClientUpdate) -> None:
-        self.model = copy.deepcopy(update.model).eval()
+        self.model = copy.deepcopy(update.model).train(update.threat.bn_mode == "train")
         named = dict(self.model.named_parameters())
         self.names = [n for n in named if n in update.gradients]
         if not self.names:

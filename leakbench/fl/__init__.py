@@ -8,10 +8,11 @@ from leakbench.fl.dp import DPConfig, dp_update
 from leakbench.fl.fedavg import FedAvgConfig, fedavg_update
 from leakbench.fl.mixup import MixUpConfig
 from leakbench.fl.noise import NoiseConfig
+from leakbench.fl.precode import PrecodeConfig
 from leakbench.fl.secagg import SecAggConfig
 from leakbench.fl.transform import TRANSFORMS, Client, UpdateTransform, client_update, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel, fedsgd_update
 
 __all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "MixUpConfig", "NoiseConfig",
-           "SecAggConfig", "ThreatModel", "UpdateTransform", "client_update", "dp_update", "fedavg_update",
-           "fedsgd_update", "register_transform"]
+           "PrecodeConfig", "SecAggConfig", "ThreatModel", "UpdateTransform", "client_update", "dp_update",
+           "fedavg_update", "fedsgd_update", "register_transform"]

@@ -18,7 +18,8 @@ mixing leaves no sample unmixed however λ falls. π may map a sample to itself 
 and α ∈ [0.1, 0.4] on ImageNet; the default here is their CIFAR-10 α = 1. The cell is scored against
 the ORIGINAL images (its ground truth stays the batch): what an attack recovers of the mixtures
 counts only as far as it resembles the images the client holds. The update's labels (when the threat
-model grants them) are the batch's own labels y_i.
+model grants them) are the batch's own labels y_i. Like FedSGD, the client runs in the threat
+model's BatchNorm mode and adds its victim's own loss term (PRECODE's) to the mixed loss.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 from torch import nn
 
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
-from leakbench.fl.update import ClientUpdate, ThreatModel
+from leakbench.fl.update import ClientUpdate, ThreatModel, client_mode, shared_buffers
 from leakbench.ranges import MAX_WEIGHT, Ranged, ranged
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
@@ -80,18 +81,23 @@ def mixed_loss(model: nn.Module, batch: Batch, lam: torch.Tensor, perm: torch.Te
 def mixup_update(model: ImageVictim, batch: Batch, config: MixUpConfig, *, seed: int,
                  threat: ThreatModel = ThreatModel()) -> ClientUpdate:
     """The MixUp client update of `model` on `batch` (the model is copied, not modified); same seed, same update."""
-    public = copy.deepcopy(model)
-    public.zero_grad(set_to_none=True)
+    from leakbench.models.base import ImageVictim
+
+    work = client_mode(copy.deepcopy(model), threat)  # BatchNorm in the client's mode, as FedSGD
+    work.zero_grad(set_to_none=True)
     lam, perm = mixing(batch.size, config.alpha, seed)
-    params = dict(public.named_parameters())
-    grads = torch.autograd.grad(mixed_loss(public, batch, lam, perm), list(params.values()))
+    params = dict(work.named_parameters())
+    loss = mixed_loss(work, batch, lam, perm)
+    penalty = work.penalty() if isinstance(work, ImageVictim) else None  # PRECODE's KL term, as `training_loss`
+    grads = torch.autograd.grad(loss if penalty is None else loss + penalty, list(params.values()))
     return ClientUpdate(
-        model=public.requires_grad_(False).eval(),
+        model=copy.deepcopy(model).requires_grad_(False).eval(),
         gradients={name: g.detach().clone() for name, g in zip(params, grads, strict=True)},
         threat=threat,
         batch_size=batch.size if threat.batch_size_known else None,
         labels=batch.labels.clone() if threat.labels_known else None,
         kind="mixup",
+        buffers=shared_buffers(work, threat),
     )
 
 

@@ -13,7 +13,8 @@ gradient of its batch's mean loss) is exactly the FedSGD gradient of the mean lo
 images, so an attack on the aggregate faces one batch of K·b images: the update carries
 `batch_size` K·b when the threat model grants the batch size, and the batch's labels in client order
 when it grants the labels. The cell's ground truth is all K·b images. K = 1 is plain FedSGD. A cell's
-additive noise and defences apply to the aggregate, once (not to each client's update).
+additive noise and defences apply to the aggregate, once (not to each client's update); shared
+BatchNorm statistics (`ThreatModel.bn_stats_shared`) are aggregated too (their mean).
 """
 
 from __future__ import annotations
@@ -59,7 +60,18 @@ def secagg_update(model: ImageVictim, batches: list[Batch], threat: ThreatModel 
         batch_size=total if threat.batch_size_known else None,
         labels=torch.cat([batch.labels for batch in batches]) if threat.labels_known else None,
         kind="secagg",
+        buffers=_mean_buffers([u.buffers for u in updates]),
     )
+
+
+def _mean_buffers(buffers: list[dict[str, torch.Tensor] | None]) -> dict[str, torch.Tensor] | None:
+    """The clients' shared BatchNorm statistics as the aggregate carries them: the mean of each float
+    buffer, integer counters (batches tracked) as the first client's; None when not shared."""
+    first = buffers[0]
+    if first is None:
+        return None
+    return {name: torch.stack([b[name] for b in buffers if b is not None]).mean(0) if value.is_floating_point()
+            else value for name, value in first.items()}
 
 
 @register_transform

@@ -75,6 +75,8 @@ class UpdateTransform(ABC):
     """True for client transforms (compute the update from the batch); False for defences."""
     config: Any
     """An instance of `Config` (checked when made); each transform narrows the type to its Config."""
+    changes_victim: ClassVar[bool] = False
+    """True for a defence that changes the victim itself (`victim`): the trained-victim cache keys on it."""
 
     def __init__(self, config: Any) -> None:
         if not isinstance(config, self.Config):
@@ -90,6 +92,12 @@ class UpdateTransform(ABC):
         """How many clients' private batches the update combines (1: the cell's own batch only). A
         client transform returning K > 1 gets K batches of b images, concatenated, in `Client.batch`."""
         return 1
+
+    def victim(self, model: ImageVictim, seed: int) -> ImageVictim:
+        """The victim the client runs, made from `model` before it is trained and before any update is
+        computed (PRECODE inserts its bottleneck; `seed` is the cell's, for any randomness). Default:
+        `model` unchanged. A transform that changes it sets `changes_victim = True`."""
+        return model
 
     def label(self) -> str:
         """A short readable name for tables ('prune keep=0.1'): the name and each setting."""

@@ -27,12 +27,14 @@ class CellSpec:
 
     `dp` None is plain FedSGD; a DPConfig makes the client run one DP-SGD step instead; a
     `fedavg` config makes it run local epochs and share the weight difference (not with DP).
-    `arch` is the victim ("fc" or "conv"); `inversion` (steps > 0) turns recovered features of an
-    inner layer back into images, scored next to the feature metrics. `train_epochs` > 0 trains the
-    victim first (`recipe`, the default TrainRecipe when not given) on the dataset's train part and
-    attacks a batch of its attack part (`datasets.partition`); 0 is the victim at init.
-    `labels_known` / `batch_size_known` are the threat model (`ThreatModel`: what the update carries
-    besides the gradients). `noise` σ > 0 adds Gaussian noise to the shared gradients (`fl.noise`;
+    `arch` is the victim (a registered architecture: "fc", "conv", "resnet", plugins'); `inversion`
+    (steps > 0) turns recovered features of an inner layer back into images, scored next to the
+    feature metrics. `train_epochs` > 0 trains the victim first (`recipe`, the default TrainRecipe
+    when not given) on the dataset's train part and attacks a batch of its attack part
+    (`datasets.partition`); 0 is the victim at init. `labels_known` / `batch_size_known` are the
+    threat model (`ThreatModel`: what the update carries besides the gradients); `bn_mode` ("eval" |
+    "train") and `bn_stats_shared` say how the client runs BatchNorm and whether its update carries
+    the running statistics. `noise` σ > 0 adds Gaussian noise to the shared gradients (`fl.noise`;
     `noise_scale` "absolute" or "max"), drawn from `seed`; not with DP. `defences` are further
     registered update transforms (`leakbench.fl.transform`, plugins' too), applied after the noise,
     in order (`transforms`); the first may be a client transform (MixUp, secure aggregation, ...) that
@@ -61,6 +63,8 @@ class CellSpec:
     noise: float = 0.0
     noise_scale: str = "absolute"
     defences: tuple[DefenceSetting, ...] = ()
+    bn_mode: str = "eval"
+    bn_stats_shared: bool = False
 
     def __post_init__(self) -> None:
         check_epochs(self.train_epochs, "train_epochs")
@@ -80,16 +84,24 @@ class CellSpec:
         for defence in self.defences:
             defence.transform()  # a registered transform with its own Config, or a ConfigError
         check_defences(self.defences, "DP-SGD" if self.dp else "FedAvg" if self.fedavg else None)
+        _ = self.threat  # bn_mode and bn_stats_shared checked (ThreatModel)
+        if self.dp is not None and any(d.transform().changes_victim for d in self.defences):
+            raise ConfigError("DP-SGD's per-sample gradients cannot run a victim changed by a defence (PRECODE "
+                              "samples noise in its forward pass): not with a dp level")
+        if self.bn_mode == "train" and self.dp is not None:
+            raise ConfigError("DP-SGD clips per-sample gradients, which BatchNorm in train mode mixes: "
+                              "use bn_mode 'eval' with a dp level")
 
     @property
     def threat(self) -> ThreatModel:
         """What the attacker is given besides the update and the model."""
-        return ThreatModel(batch_size_known=self.batch_size_known, labels_known=self.labels_known)
+        return ThreatModel(batch_size_known=self.batch_size_known, labels_known=self.labels_known,
+                           bn_mode=self.bn_mode, bn_stats_shared=self.bn_stats_shared)
 
 
 NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None, "train_epochs": 0, "recipe": None,
                       "labels_known": False, "batch_size_known": True, "noise": 0.0, "noise_scale": "absolute",
-                      "defences": ()}
+                      "defences": (), "bn_mode": "eval", "bn_stats_shared": False}
 """Fields added after the first stored runs: left out of ids and manifests at these defaults."""
 
 
@@ -146,9 +158,10 @@ def defence_columns(spec: CellSpec) -> dict[str, Any]:
 
 def threat_columns(spec: CellSpec) -> dict[str, Any]:
     """The threat model (what the attacker knew) and the additive noise on the update (σ 0: none)."""
+    bn = {"bn_mode": spec.bn_mode, "bn_stats_shared": spec.bn_stats_shared} if spec.bn_mode != "eval" else {}
     return {"threat": spec.threat.label(), "labels_known": spec.labels_known,
             "batch_size_known": spec.batch_size_known,
-            **Noise(NoiseConfig(spec.noise, spec.noise_scale)).columns()}
+            **Noise(NoiseConfig(spec.noise, spec.noise_scale)).columns(), **bn}
 
 
 def train_columns(spec: CellSpec) -> dict[str, Any]:

@@ -37,6 +37,7 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, ImageVict
     At init (`train_epochs` 0) the batch is drawn from the whole dataset, as it always was. A trained
     victim is loaded from the victim cache or trained on the dataset's train part, and its batch is
     drawn from the attack part, which no training ever sees. The model carries its `victim_info`.
+    Defences that change the victim (`UpdateTransform.victim`: PRECODE) change it first.
     """
     root = Path(spec.data_root) if spec.data_root else None
     dataset = load_dataset(spec.dataset, data_root=root, image_size=spec.image_size)
@@ -46,6 +47,8 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, ImageVict
         return batch, None
     model = build_model(spec.arch, dataset.image_shape, dataset.num_classes, width=spec.width, depth=spec.depth,
                         seed=spec.seed)
+    for transform in transforms(spec):  # defences that change the victim (PRECODE), before it trains
+        model = transform.victim(model, spec.seed)
     info = AT_INIT
     if parts is not None:
         assert spec.recipe is not None
@@ -53,7 +56,7 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, ImageVict
                               (torch.as_tensor(parts.train), torch.as_tensor(parts.test)), spec.recipe,
                               spec.train_epochs)
     model.victim_info = info
-    return batch, model
+    return batch, model.eval()  # at rest in eval mode; the client's update and the scoring set their own mode
 
 
 def draw_batch(dataset: ImageDataset, spec: CellSpec) -> Batch:
@@ -88,10 +91,13 @@ def draw_client_batches(dataset: ImageDataset, batch_size: int, seed: int, clien
 
 def victim_key(spec: CellSpec, dataset: ImageDataset) -> dict[str, Any]:
     """What makes a trained victim's weights (the victim cache's key): data, partition, model, init seed,
-    recipe, epochs — never the batch, the attack or where the data lies."""
+    recipe, epochs, and the defences that change the model (only when there are some, so the keys of
+    earlier victims stay) — never the batch, the attack or where the data lies."""
     from leakbench.datasets.base import PARTITION_FRACTIONS, PARTITION_SEED
 
-    return {"dataset": spec.dataset, "dataset_size": len(dataset), "image_shape": list(dataset.image_shape),
+    changing = [{"name": t.name, **asdict(t.config)} for t in transforms(spec) if t.changes_victim]
+    return {**({"victim_defences": changing} if changing else {}),
+            "dataset": spec.dataset, "dataset_size": len(dataset), "image_shape": list(dataset.image_shape),
             "partition": [PARTITION_SEED, *PARTITION_FRACTIONS], "arch": spec.arch, "width": spec.width,
             "depth": spec.depth, "init_seed": spec.seed, "recipe": asdict(spec.recipe) if spec.recipe else None,
             "epochs": spec.train_epochs}
