@@ -689,7 +689,8 @@ def _signal_and_resume(sig: int, jobs: int, suite_text: str, after: int) -> Call
             return Outcome(False, f"{len(left)} processes left after {signal.Signals(sig).name}: {left[:5]}")
         err = first.stderr.read() if first.stderr else ""
         if "Traceback" in err:
-            return Outcome(False, f"traceback after {signal.Signals(sig).name}: {err.strip().splitlines()[-1]}")
+            trace = err[err.index("Traceback"):].strip()
+            return Outcome(False, f"traceback after {signal.Signals(sig).name}: {trace[-2000:]}")
         proc = cli(args, cwd=d)
         return _judge_resume(d, ref, proc, [d / USER_FILE])
     return scenario

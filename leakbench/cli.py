@@ -44,8 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--data-root", help="folder holding the dataset files")
     attack.add_argument("--image-size", type=int, help="resize images to S×S where the dataset allows it")
     attack.add_argument("--batch-size", type=int, required=True)
-    attack.add_argument("--arch", choices=["fc", "conv"], default="fc",
-                        help="victim: fc (FC-depth) or conv (VGG-style trunk = layer 1, FC head = layers 2..depth)")
+    attack.add_argument("--arch", default="fc",
+                        help="victim: fc (FC-depth), conv (VGG-style trunk = layer 1, FC head = layers 2..depth), "
+                             "resnet (ResNet-8 with BatchNorm, then the same head) or a victim plugin's name")
     attack.add_argument("--width", type=int, default=200, help="hidden width of the FC layers, 1..65536 (default 200)")
     attack.add_argument("--depth", type=int, help="layers of the victim, at most 64 (default 6 for fc, 3 for conv)")
     attack.add_argument("--layer", type=int, help="linear layer to attack (default 1 for fc, 2 for conv)")
@@ -267,6 +268,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
     from leakbench.harness.cell import build_attack, run_cell
     from leakbench.harness.spec import CellSpec
     from leakbench.inversion import InversionConfig
+    from leakbench.models import default_depth
     from leakbench.progress import attack_progress
     from leakbench.records.artifacts import json_safe
     from leakbench.records.cells import check_cell_out, write_cell
@@ -276,8 +278,8 @@ def cmd_attack(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_cell_out(args.out)
     spec = CellSpec(**defence_options(args), attack=args.attack, dataset=args.dataset, batch_size=args.batch_size,
-                    seed=args.seed,
-                    width=args.width, depth=(3 if args.arch == "conv" else 6) if args.depth is None else args.depth,
+                    seed=args.seed, width=args.width,
+                    depth=default_depth(args.arch) if args.depth is None else args.depth,
                     layer=default_layer(args) if args.layer is None else args.layer,
                     data_root=str(args.data_root) if args.data_root else None, image_size=args.image_size,
                     hyperparameters=parse_params(args.param), arch=args.arch,
@@ -391,7 +393,7 @@ def default_layer(args: argparse.Namespace) -> int:
     from leakbench.attacks import attack_class
     from leakbench.models import first_attackable_layer
 
-    return first_attackable_layer(args.arch) if attack_class(args.attack).layered else 1
+    return first_attackable_layer(args.arch, args.depth) if attack_class(args.attack).layered else 1
 
 
 def fedavg_config(args: argparse.Namespace) -> FedAvgConfig | None:

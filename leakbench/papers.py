@@ -87,6 +87,9 @@ ENTRIES = (
     ("victims-fc2", Paper("paper/victims-fc2", ("victims",)),
      "every attack on FC-2 width 256 victims trained 0, 1, 5, 20 epochs, b = 4, 16 (docs/victims.md; "
      "TinyImageNet; needs --data-root)"),
+    ("secagg", Paper("paper/secagg"),
+     "secure aggregation over K = 1, 2, 4, 8 clients of b = 16 vs SPEAR and guided SPEAR (docs/defences.md; "
+     "embedded, FC-6 width 400)"),
     ("baselines", Paper("paper/baselines", ("baselines",)),
      "SPEAR, CPA, CPA + derivative prefilter, IG, DLG on FC-2 width 256 and FC-6 width 200, b = 1…64 "
      "(docs/baselines.md; TinyImageNet; needs --data-root)"),

@@ -7,7 +7,9 @@ worker imports the real code (`in_attack_worker()`). A dataset plugin serves the
 so it is loaded where the data is, in the harness: only through its entry point or a suite's
 `dataset_plugins`. A defence plugin (`leakbench.fl.transform`) changes the client's update, so it
 too runs on the client's side, in the harness: its entry point (group `leakbench.defences`) or a
-suite's `defence_plugins`.
+suite's `defence_plugins`. A victim plugin (`leakbench.models.outside`) builds the client's model, in
+the harness: its entry point (group `leakbench.victims`) or a suite's `victim_plugins`; the attack
+worker imports only the classes of the model it unpickles.
 
 Three ways in, all ending in `load_plugin(module)` or an entry point:
 
@@ -43,7 +45,8 @@ from typing import Any
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.registry import DuplicateNameError, Registry
 
-GROUPS = {"attacks": "leakbench.attacks", "datasets": "leakbench.datasets", "defences": "leakbench.defences"}
+GROUPS = {"attacks": "leakbench.attacks", "datasets": "leakbench.datasets", "defences": "leakbench.defences",
+          "victims": "leakbench.victims"}
 """Registry kind → entry-point group."""
 ENV_VAR = "LEAKBENCH_PLUGINS"
 """Modules loaded by name, comma-separated: worker processes load them on their first lookup."""
@@ -58,7 +61,7 @@ def enter_attack_worker() -> None:
     dataset plugins never are (an attack has no use for them)."""
     global _IN_WORKER
     _IN_WORKER = True
-    _STARTED.update(("datasets", "defences"))
+    _STARTED.update(("datasets", "defences", "victims"))
 
 
 def in_attack_worker() -> bool:
@@ -73,6 +76,12 @@ def load_dataset_plugins() -> None:
 def load_defence_plugins() -> None:
     """The `leakbench.defences` entry points, imported here (a defence runs on the client's side), once."""
     _load_client_side("defences")
+
+
+def load_victim_plugins() -> None:
+    """The `leakbench.victims` entry points, imported here (the client builds its victim), once. The
+    attack worker never loads them: it unpickles the update's model, importing just its classes."""
+    _load_client_side("victims")
 
 
 def _load_client_side(kind: str) -> None:
@@ -178,7 +187,7 @@ def _describe(modules: tuple[str, ...], *, entry_points: bool) -> None:
         _LOADED.setdefault(plugin["module"], plugin)
 
 
-@lru_cache(maxsize=3)
+@lru_cache(maxsize=4)
 def entry_points_of(kind: str) -> tuple[EntryPoint, ...]:
     """The installed entry points of one registry kind, by name (read once per process)."""
     return tuple(sorted(entry_points(group=GROUPS[kind]), key=lambda p: p.name))
@@ -205,8 +214,10 @@ def _register(what: str, module: str, load: Callable[[], Any], dist: Distributio
     from leakbench.attacks import ATTACKS
     from leakbench.datasets import DATASETS
     from leakbench.fl.transform import TRANSFORMS
+    from leakbench.models import VICTIMS
 
-    registries: dict[str, Registry[Any]] = {"attacks": ATTACKS, "datasets": DATASETS, "defences": TRANSFORMS}
+    registries: dict[str, Registry[Any]] = {"attacks": ATTACKS, "datasets": DATASETS, "defences": TRANSFORMS,
+                                            "victims": VICTIMS}
     before = {kind: set(_names(registry, kind)) for kind, registry in registries.items()}
     try:
         load()
@@ -222,14 +233,14 @@ def _register(what: str, module: str, load: Callable[[], Any], dist: Distributio
                                         "attacks": [], "datasets": []})
     for kind, registry in registries.items():
         added = sorted(set(_names(registry, kind)) - before[kind])
-        if added or kind != "defences":  # a plugin without defences is recorded as before
+        if added or kind not in ("defences", "victims"):  # a plugin without defences or victims: recorded as before
             entry[kind] = entry.get(kind, []) + added
 
 
 def _names(registry: Registry[Any], kind: str) -> list[str]:
-    """A registry's names; for defences without loading their entry points (a run that uses none
-    records none)."""
-    return registry.registered() if kind == "defences" else registry.names()
+    """A registry's names; for defences and victims without loading their entry points (a run that
+    uses none records none)."""
+    return registry.registered() if kind in ("defences", "victims") else registry.names()
 
 
 def _load_entry_point(point: EntryPoint, kind: str) -> None:
@@ -237,6 +248,7 @@ def _load_entry_point(point: EntryPoint, kind: str) -> None:
     from leakbench.attacks import ATTACKS, Attack, register_attack
     from leakbench.datasets import DATASETS
     from leakbench.fl.transform import TRANSFORMS, UpdateTransform, register_transform
+    from leakbench.models import VICTIMS, VictimFactory, register_victim
 
     obj = point.load()
     if inspect.ismodule(obj):
@@ -250,8 +262,12 @@ def _load_entry_point(point: EntryPoint, kind: str) -> None:
     elif kind == "defences" and isinstance(obj, type) and issubclass(obj, UpdateTransform):
         if obj.name not in TRANSFORMS.names() or TRANSFORMS.create(obj.name) is not obj:
             register_transform(obj)
+    elif kind == "victims" and isinstance(obj, VictimFactory):
+        if point.name not in VICTIMS.registered():
+            register_victim(point.name, obj)
     else:
-        wanted = {"attacks": "an Attack subclass", "datasets": "a loader", "defences": "an UpdateTransform subclass"}
+        wanted = {"attacks": "an Attack subclass", "datasets": "a loader", "defences": "an UpdateTransform subclass",
+                  "victims": "a VictimFactory"}
         raise ConfigError(f"{point.value} is neither a module nor {wanted[kind]}")
 
 

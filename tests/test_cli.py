@@ -383,6 +383,7 @@ def test_reproduce_has_no_script_entries(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_paper_suites_parse() -> None:
+    from leakbench.harness.spec import truth_size
     from leakbench.harness.suite import load_suite, shipped_suite
     from leakbench.papers import list_papers
 
@@ -390,11 +391,13 @@ def test_paper_suites_parse() -> None:
     assert names == {"spear-batch-size", "spear-speed", "spear-layers", "layers-images", "conv", "conv-embedded", "dp",
                      "fedavg", "spear-guided-w400", "spear-guided-w2000", "spear-dl", "spear-noise", "baselines",
                      "spear-frontier", "spear-frontier-w400", "victims", "victims-fc2", "spear-dl-noise",
-                     "spear-dl-density", "spear-dl-w400"}
+                     "spear-dl-density", "spear-dl-w400", "secagg"}
     noisy = load_suite(shipped_suite("paper/spear-dl-noise")).cells
     assert len(noisy) == 32 and sorted({c.noise for c in noisy}) == [0.0, 1e-5, 1e-4, 1e-3]
     dense = load_suite(shipped_suite("paper/spear-dl-density")).cells
     assert sorted({c.train_epochs for c in dense}) == [0, 1, 5] and {c.width for c in dense} == {400}
+    secagg = load_suite(shipped_suite("paper/secagg")).cells
+    assert sorted({truth_size(c) for c in secagg}) == [16, 32, 64, 128] and len(secagg) == 24
     dl = load_suite(shipped_suite("paper/spear-dl")).cells
     assert sorted({c.batch_size for c in dl}) == [25, 50, 100, 200]
     assert {c.width for c in dl} == {2000} and {c.attack for c in dl} == {"spear-dl", "spear-guided"}

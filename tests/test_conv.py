@@ -35,7 +35,8 @@ def test_layer_numbering_skips_the_trunk() -> None:
 
 @pytest.mark.parametrize("call,match", [(lambda: build_conv((3, 30, 30), 5), "8·2"),
                                         (lambda: build_conv((3, 32, 32), 5, depth=2), "depth"),
-                                        (lambda: build_model("resnet", (3, 32, 32), 5, width=8, depth=3), "resnet")])
+                                        (lambda: build_model("vgg-x", (3, 32, 32), 5, width=8, depth=3),
+                                             "unknown victim architecture")])
 def test_bad_victims_are_config_errors(call, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         call()

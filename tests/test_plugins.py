@@ -180,3 +180,24 @@ def test_an_installed_defence_comes_in_through_its_entry_point(site: Path, tmp_p
     cells = pd.read_parquet(tmp_path / "res" / "quantised" / "cells.parquet")
     assert sorted(cells["defence"].fillna("none")) == ["example-quantise bits=4", "none"]
     assert sorted(cells["example_quantise_bits"].fillna(0)) == [0, 4]
+
+
+def test_an_installed_victim_is_attacked_through_leakbench_run(site: Path, tmp_path: Path) -> None:
+    """The example's torchvision ResNet-18 (entry point group `leakbench.victims`) is built by the harness,
+    travels pickled to the sandboxed attack worker, is attacked by IG and reaches the records."""
+    suite = shutil.copy(EXAMPLE / "resnet18-ig.toml", tmp_path / "resnet18-ig.toml")
+    proc = _leakbench(tmp_path, "run", str(suite), "--out", "res", "--reports", "rep", path=(site,))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import pandas as pd
+
+    run_dir = tmp_path / "res" / "example-resnet18"
+    records = pd.read_parquet(run_dir / "records.parquet")
+    assert list(records["arch"]) == ["resnet18"] and list(records["status"]) == ["ok"]
+    assert records["psnr"].notna().all()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert any(p.get("victims") == ["resnet18"] for p in manifest["plugins"]), manifest["plugins"]
+    bad = tmp_path / "bad.toml"
+    text = suite.read_text().replace('attacks = ["ig"]', 'attacks = ["spear"]')
+    bad.write_text(text.replace("[hyperparameters.ig]\niterations = 20\n", ""))
+    _one_line_error(_leakbench(tmp_path, "run", str(bad), "--out", "res2", "--reports", "rep2", path=(site,)),
+                    "not a linear layer followed by ReLU")

@@ -39,7 +39,7 @@ def test_fedavg_levels_are_an_axis(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("extra,key", [
-    ('arch = "resnet"', "arch"), ('arch = "conv"\nlayers = [1]', "layers"),
+    ('arch = "vgg-x"', "arch"), ('arch = "conv"\nlayers = [1]', "layers"),
     ('fedavg = ["often"]', "fedavg[0]"), ("fedavg = [{epochs = 0}]", "epochs"),
     ("fedavg = [{epochs = 1, speed = 2}]", "speed"), ("inversion = {steps = -1}", "steps"),
     ('inversion = {steps = 5, prior = "tv"}', "prior"),
@@ -119,7 +119,7 @@ BAD_MODELS = {
     "bool depth": ("models = [{depth = true}]", "depth"),
     "zero width": ("models = [{width = 0}]", "width"),
     "deep": ("models = [{depth = 100000}]", "depth"),
-    "bad arch": ('models = [{arch = "resnet"}]', "arch"),
+    "bad arch": ('models = [{arch = "vgg-x"}]', "arch"),
     "bad epochs": ("models = [{train_epochs = -1}]", "train_epochs"),
     "layer not in a model": ("layers = [3]\nmodels = [{depth = 6}, {depth = 3}]", "layer 3"),
     "conv layer 1": ('layers = [1]\nmodels = [{depth = 6}, {arch = "conv"}]', "layers"),

@@ -90,7 +90,9 @@ default, also CPA's), or breaching's zero-padded convolution form."""
 
 
 class GradientOracle:
-    """A private, differentiable copy of the public model with the shared gradients as targets.
+    """A private, differentiable copy of the public model with the shared gradients as targets, in
+    the mode the threat model says the client used (BatchNorm on the dummy batch's statistics in
+    train mode).
 
     `masks` (parameter name → boolean tensor of its shape) restricts the comparison to the entries
     marked True in those tensors (the adaptive variants, `leakbench.attacks.adaptive`); the others
@@ -98,7 +100,7 @@ class GradientOracle:
     """
 
     def __init__(self, update: ClientUpdate, masks: dict[str, torch.Tensor] | None = None) -> None:
-        self.model = copy.deepcopy(update.model).eval()
+        self.model = copy.deepcopy(update.model).train(update.threat.bn_mode == "train")
         named = dict(self.model.named_parameters())
         self.names = [n for n in named if n in update.gradients]
         if not self.names:

@@ -47,12 +47,14 @@ class Batch:
         return int(self.images.shape[0])
 
 
-def sample_batch(dataset: ImageDataset, batch_size: int, seed: int, *, pool: np.ndarray | None = None) -> Batch:
+def sample_batch(dataset: ImageDataset, batch_size: int, seed: int, *, pool: np.ndarray | None = None,
+                 stream: int = 0) -> Batch:
     """Pick `batch_size` distinct images deterministically from `seed`.
 
     `pool` (dataset indices) restricts the draw to those images: the same draw is made over the
     pool's positions, and `indices` are dataset indices. Without it the whole dataset is the pool
-    (the batches of every cell at init).
+    (the batches of every cell at init). `stream` k > 0 draws from another random stream of the same
+    seed (client k's batch under secure aggregation; 0 is the draw every cell has always made).
     """
     size = len(dataset) if pool is None else len(pool)
     where = f"the {size} images of dataset {dataset.name!r}" if pool is None else \
@@ -61,7 +63,7 @@ def sample_batch(dataset: ImageDataset, batch_size: int, seed: int, *, pool: np.
         raise ConfigError(f"batch size must be at least 1, got {batch_size}")
     if batch_size > size:
         raise ConfigError(f"batch size {batch_size} exceeds {where}")
-    rng = np.random.default_rng([seed, 0xBA7C])
+    rng = np.random.default_rng([seed, 0xBA7C] if stream == 0 else [seed, 0xBA7C, stream])
     idx = np.sort(rng.choice(size, size=batch_size, replace=False))
     if pool is not None:
         idx = np.sort(np.asarray(pool)[idx])
@@ -73,6 +75,24 @@ def sample_batch(dataset: ImageDataset, batch_size: int, seed: int, *, pool: np.
         dataset=dataset.name,
         num_classes=dataset.num_classes,
     )
+
+
+def concat_batches(batches: list[Batch]) -> Batch:
+    """One batch holding `batches` one after the other (images, labels and indices in that order)."""
+    first = batches[0]
+    return Batch(images=torch.cat([b.images for b in batches]), labels=torch.cat([b.labels for b in batches]),
+                 indices=tuple(i for b in batches for i in b.indices), dataset=first.dataset,
+                 num_classes=first.num_classes)
+
+
+def split_batch(batch: Batch, parts: int) -> list[Batch]:
+    """`batch` cut into `parts` consecutive batches of equal size (its size must be a multiple of `parts`)."""
+    if parts < 1 or batch.size % parts:
+        raise ConfigError(f"a batch of {batch.size} images cannot be cut into {parts} equal parts")
+    b = batch.size // parts
+    return [Batch(images=batch.images[k * b:(k + 1) * b], labels=batch.labels[k * b:(k + 1) * b],
+                  indices=batch.indices[k * b:(k + 1) * b], dataset=batch.dataset, num_classes=batch.num_classes)
+            for k in range(parts)]
 
 
 PARTITION_SEED = 0x7EA1

@@ -1,18 +1,22 @@
 """What a client shares: the update and the public model (never its images).
 
-The update transforms (`leakbench.fl.transform`: FedSGD, FedAvg, DP-SGD, additive noise,
-pruning, quantisation, Soteria, and defence plugins) are registered when this package is imported.
+The update transforms (`leakbench.fl.transform`: FedSGD, FedAvg, DP-SGD, additive noise, pruning,
+quantisation, Soteria, MixUp, secure aggregation, and defence plugins) are registered when this
+package is imported.
 """
 
 from leakbench.fl.dp import DPConfig, dp_update
 from leakbench.fl.fedavg import FedAvgConfig, fedavg_update
+from leakbench.fl.mixup import MixUpConfig
 from leakbench.fl.noise import NoiseConfig
+from leakbench.fl.precode import PrecodeConfig
 from leakbench.fl.prune import PruneConfig
 from leakbench.fl.quantise import QuantiseConfig
+from leakbench.fl.secagg import SecAggConfig
 from leakbench.fl.soteria import SoteriaConfig
 from leakbench.fl.transform import TRANSFORMS, Client, UpdateTransform, client_update, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel, fedsgd_update
 
-__all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "NoiseConfig", "PruneConfig",
-           "QuantiseConfig", "SoteriaConfig", "ThreatModel",
+__all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "MixUpConfig", "NoiseConfig",
+           "PrecodeConfig", "PruneConfig", "QuantiseConfig", "SecAggConfig", "SoteriaConfig", "ThreatModel",
            "UpdateTransform", "client_update", "dp_update", "fedavg_update", "fedsgd_update", "register_transform"]

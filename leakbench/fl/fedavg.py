@@ -24,8 +24,9 @@ from torch import nn
 
 from leakbench.errors import ConfigError
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
-from leakbench.fl.update import ClientUpdate, ThreatModel
+from leakbench.fl.update import ClientUpdate, ThreatModel, client_mode, shared_buffers
 from leakbench.harness.limits import MAX_WIDTH
+from leakbench.models.base import training_loss
 from leakbench.ranges import MAX_LR, Ranged, ranged
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
@@ -78,7 +79,7 @@ def local_training(model: nn.Module, batch: Batch, config: FedAvgConfig, *, seed
         order = torch.randperm(b, generator=gen)
         for start in range(0, b, size):
             idx = order[start:start + size]
-            loss = nn.functional.cross_entropy(model(images[idx]), labels[idx])
+            loss = training_loss(model, model(images[idx]), labels[idx])
             grads = torch.autograd.grad(loss, params)
             with torch.no_grad():
                 for p, g in zip(params, grads, strict=True):
@@ -91,7 +92,7 @@ def fedavg_update(model: ImageVictim, batch: Batch, config: FedAvgConfig, *, see
                   threat: ThreatModel = ThreatModel()) -> ClientUpdate:
     """The FedAvg update of `model` on `batch`: (θ₀ − θ_K) / (η K) per parameter; `model` is not modified."""
     public = copy.deepcopy(model).requires_grad_(False).eval()
-    client = copy.deepcopy(model).requires_grad_(True)
+    client = client_mode(copy.deepcopy(model), threat).requires_grad_(True)
     steps = local_training(client, batch, config, seed=seed)
     start, end = dict(public.named_parameters()), dict(client.named_parameters())
     scale = config.lr * steps
@@ -103,6 +104,7 @@ def fedavg_update(model: ImageVictim, batch: Batch, config: FedAvgConfig, *, see
         batch_size=batch.size if threat.batch_size_known else None,
         labels=batch.labels.clone() if threat.labels_known else None,
         kind="fedavg",
+        buffers=shared_buffers(client, threat),
     )
 
 

@@ -4,7 +4,12 @@ A transform is a class with a `Config` (a frozen dataclass; numbers declare thei
 `leakbench.ranges.ranged`) and `apply`. Two stages:
 
 - a **client** transform (`makes_update = True`) computes the update from the private batch: FedSGD
-  (the default), FedAvg, DP-SGD. A cell has exactly one.
+  (the default), FedAvg, DP-SGD, MixUp (`fl.mixup`), secure aggregation (`fl.secagg`). A cell has
+  exactly one. A client transform may combine the updates of several clients (`clients()`, 1 unless
+  it says otherwise): the harness then draws that many disjoint private batches of b images, the
+  first exactly the batch a one-client cell draws, and hands them over as one batch of `clients()·b`
+  images in client order (client k's images are rows k·b … (k+1)·b − 1), which is also the cell's
+  ground truth (`harness.spec.truth_size`).
 - a **defence** (`makes_update = False`) changes an update already computed: additive noise, and
   whatever a plugin adds. A cell applies its defences in order after its client transform.
 
@@ -49,7 +54,10 @@ if TYPE_CHECKING:  # annotations only: importing the datasets package loads ever
 @dataclass(frozen=True)
 class Client:
     """The client's side of one cell: its victim model, its private batch, the seed of its randomness
-    (DP noise, FedAvg shuffling, additive noise) and what its update reveals (the threat model)."""
+    (DP noise, FedAvg shuffling, additive noise) and what its update reveals (the threat model).
+
+    When the client transform combines K clients (`UpdateTransform.clients`), `batch` holds their K
+    private batches of equal size one after the other."""
 
     model: ImageVictim
     batch: Batch
@@ -68,6 +76,8 @@ class UpdateTransform(ABC):
     """True for client transforms (compute the update from the batch); False for defences."""
     config: Any
     """An instance of `Config` (checked when made); each transform narrows the type to its Config."""
+    changes_victim: ClassVar[bool] = False
+    """True for a defence that changes the victim itself (`victim`): the trained-victim cache keys on it."""
 
     def __init__(self, config: Any) -> None:
         if not isinstance(config, self.Config):
@@ -78,6 +88,17 @@ class UpdateTransform(ABC):
     def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:
         """The update after this transform: a client transform gets None and computes it from the
         batch; a defence gets the update so far."""
+
+    def clients(self) -> int:
+        """How many clients' private batches the update combines (1: the cell's own batch only). A
+        client transform returning K > 1 gets K batches of b images, concatenated, in `Client.batch`."""
+        return 1
+
+    def victim(self, model: ImageVictim, seed: int) -> ImageVictim:
+        """The victim the client runs, made from `model` before it is trained and before any update is
+        computed (PRECODE inserts its bottleneck; `seed` is the cell's, for any randomness). Default:
+        `model` unchanged. A transform that changes it sets `changes_victim = True`."""
+        return model
 
     def label(self) -> str:
         """A short readable name for tables ('prune keep=0.1'): the name and each setting."""
@@ -153,16 +174,40 @@ def client_update(transforms: list[UpdateTransform], client: Client) -> ClientUp
     return update
 
 
+LEGACY_CLIENTS = ("fedsgd", "dp", "fedavg")
+"""Client transforms a cell names through its own fields (none: FedSGD; `dp`; `fedavg`), never in `defences`."""
+
+
 @dataclass(frozen=True)
 class DefenceSetting:
-    """One defence of a cell: a registered transform's name and its Config (frozen, so hashable)."""
+    """One update transform of a cell's `defences`: a registered transform's name and its Config (frozen,
+    so hashable). A defence, or (first, at most one) a client transform other than LEGACY_CLIENTS,
+    which replaces the cell's FedSGD client (MixUp, secure aggregation, a plugin's client)."""
 
     name: str
     config: Any
 
+    @property
+    def makes_update(self) -> bool:
+        """Whether it is a client transform (computes the update from the batch)."""
+        return transform_class(self.name).makes_update
+
     def transform(self) -> UpdateTransform:
-        """The configured defence (a ConfigError when `name` is not a defence)."""
+        """The configured transform (a ConfigError for an unknown name or a legacy client)."""
         cls = transform_class(self.name)
-        if cls.makes_update:
-            raise ConfigError(f"{self.name!r} computes the update (a client transform), it is not a defence")
+        if cls.makes_update and self.name in LEGACY_CLIENTS:
+            raise ConfigError(f"{self.name!r} computes the update as the cell's own client setting, not as one "
+                              "of its defences")
         return cls(self.config)
+
+
+def check_defences(defences: tuple[DefenceSetting, ...], legacy_client: str | None) -> None:
+    """Raise a one-line ConfigError unless `defences` holds at most one client transform, first, and
+    none beside a legacy client (`legacy_client`: "dp" or "fedavg" when the cell sets one)."""
+    clients = [d.name for d in defences if d.transform().makes_update]
+    if len(clients) > 1:
+        raise ConfigError(f"an update has one client, not {len(clients)} ({', '.join(clients)})")
+    if clients and legacy_client is not None:
+        raise ConfigError(f"{clients[0]!r} computes the update itself; it cannot run with {legacy_client}")
+    if clients and not defences[0].makes_update:
+        raise ConfigError(f"the client transform {clients[0]!r} must come first in the defences")

@@ -133,24 +133,40 @@ def _pool(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: in
                                initializer=_start_worker)
     waiting = iter(tasks)
     try:
-        running: set[Future[dict[str, Any]]] = {pool.submit(work, task) for task in islice(waiting, jobs)}
+        with _ctrl_c_held():
+            running: set[Future[dict[str, Any]]] = {pool.submit(work, task) for task in islice(waiting, jobs)}
         while running:
             finished, running = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
                 on_done(future.result())
-                running |= {pool.submit(work, task) for task in islice(waiting, 1)}
+                with _ctrl_c_held():
+                    running |= {pool.submit(work, task) for task in islice(waiting, 1)}
     except BaseException:
         _terminate(pool, earlier)
         raise
     pool.shutdown(wait=True)
 
 
+@contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Hold SIGINT back while `submit` spawns workers: a spawned worker starts with the parent's signal mask
+    (kept across exec), so a Ctrl-C to the process group cannot reach it before `_start_worker` ignores
+    it (it would print a traceback from the middle of its start-up); the parent gets it on leaving."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def _start_worker() -> None:
     """A pool worker leaves Ctrl-C to the parent, which stops it (see `_pool`), and starts its attack
-    worker at once, so that its start-up overlaps the first cell's data loading."""
+    worker at once, so that its start-up overlaps the first cell's data loading. It was spawned with
+    SIGINT held (`_ctrl_c_held`): it ignores it first, then lets it through (a held one is dropped)."""
     from leakbench.harness.isolation import workers
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     workers().prestart()
 
 

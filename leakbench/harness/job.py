@@ -23,6 +23,7 @@ from leakbench.attacks import Attack, Reconstruction, attack_class
 from leakbench.attacks.inversion import invert_features
 from leakbench.errors import ConfigError
 from leakbench.fl import ClientUpdate
+from leakbench.fl.update import client_view
 from leakbench.inversion import InversionConfig
 from leakbench.plugins import load_plugin
 from leakbench.records.artifacts import AttackOutput
@@ -126,8 +127,8 @@ def attack_cell(job: AttackJob, update: ClientUpdate) -> AttackOutput:
     if inversion is not None and inversion.steps and recon.space == "feature" and recon.status == "ok":
         start = time.perf_counter()
         assert recon.features is not None  # Reconstruction's contract: a feature-space "ok" has features
-        output.inverted = invert_features(update.model, recon.features, recon.layer or job.layer, inversion,
-                                          seed=job.seed)
+        model = client_view(update.model, update.threat)  # BatchNorm as the client ran it
+        output.inverted = invert_features(model, recon.features, recon.layer or job.layer, inversion, seed=job.seed)
         recon.stats["inversion_seconds"] = time.perf_counter() - start
     return output
 

@@ -30,7 +30,7 @@ from leakbench.harness.executors import Task, connection, execute, missing_lpips
 from leakbench.harness.reuse import revision_note, stale_cells
 from leakbench.harness.sandbox import warn_unless_sandboxed
 from leakbench.harness.selection import grid_selection
-from leakbench.harness.spec import CellSpec, batch_id, cell_id, cell_settings, spec_dict
+from leakbench.harness.spec import CellSpec, batch_id, cell_id, cell_settings, spec_dict, truth_size
 from leakbench.harness.suite import Suite, find_suite, load_suite
 from leakbench.metrics.lpips_metric import check_net
 from leakbench.records.atomic import write_json_atomic
@@ -57,7 +57,7 @@ def check_cells(cells: list[CellSpec]) -> None:
 
     Cheap: whether a cell can run depends on its data and victim only through the shapes of the
     update and what its threat model withholds, not on its seed, DP level, noise or client. So each
-    distinct (dataset, data root, image size, batch size, victim) gets one FedSGD update of seed 0 per
+    distinct (dataset, data root, image size, truth size, victim) gets one FedSGD update of seed 0 per
     threat model, built once and dropped when its cells are checked, each dataset is loaded once, and
     each distinct attack configuration is checked once per threat model on it (an attack needing the
     labels under a threat model that withholds them is refused here, before anything runs).
@@ -69,7 +69,7 @@ def check_cells(cells: list[CellSpec]) -> None:
 
     groups: dict[tuple[Any, ...], list[CellSpec]] = {}
     for spec in cells:
-        key = (spec.dataset, spec.data_root, spec.image_size, spec.batch_size, spec.arch, spec.width, spec.depth,
+        key = (spec.dataset, spec.data_root, spec.image_size, truth_size(spec), spec.arch, spec.width, spec.depth,
                spec.train_epochs > 0)
         groups.setdefault(key, []).append(spec)
     datasets: dict[tuple[Any, ...], Any] = {}
@@ -83,7 +83,7 @@ def check_cells(cells: list[CellSpec]) -> None:
         seen: set[str] = set()
         for spec in specs:
             if spec.fedavg is not None:
-                spec.fedavg.size(b)  # a mini-batch larger than the batch
+                spec.fedavg.size(spec.batch_size)  # a mini-batch larger than the batch
             attack_key = json.dumps([spec.attack, spec.hyperparameters, spec.layer, spec.labels_known,
                                      spec.batch_size_known, spec.defence_known], sort_keys=True, default=str)
             if attack_key not in seen:
@@ -97,7 +97,7 @@ def plan(suite: Suite, run_dir: Path, lpips_weights: str | None = None, lpips_ne
     tasks = []
     for spec in suite.cells:
         cid = cell_id(spec)
-        pick = grid_selection(batch_id(spec), spec.batch_size, suite.grid_images, suite.grid_seed)
+        pick = grid_selection(batch_id(spec), truth_size(spec), suite.grid_images, suite.grid_seed)
         tasks.append(Task(spec=spec, out=cell_path(run_dir, cid), selection=tuple(pick),
                           grid_seed=suite.grid_seed, lpips_weights=lpips_weights, lpips_net=lpips_net))
     return tasks
@@ -106,11 +106,19 @@ def plan(suite: Suite, run_dir: Path, lpips_weights: str | None = None, lpips_ne
 def run_manifest(suite: Suite, tasks: list[Task], extra: dict[str, Any]) -> dict[str, Any]:
     """The run's manifest: suite, environment, seeds, every cell with its grid selection."""
     cells = [{"cell_id": t.out.name, "batch_id": batch_id(t.spec), "grid_selection": list(t.selection),
-              **{k: v for k, v in spec_dict(t.spec).items() if k != "data_root"}} for t in tasks]
+              **truth_entry(t.spec), **{k: v for k, v in spec_dict(t.spec).items() if k != "data_root"}}
+             for t in tasks]
     return {"suite": suite.name, "suite_text": suite.text, **environment(),
             "seeds": sorted({t.spec.seed for t in tasks}), "grid_seed": suite.grid_seed,
             "grid_images": suite.grid_images, "layerless_attacks": list(suite.layerless),
             "cells": cells, **extra}
+
+
+def truth_entry(spec: CellSpec) -> dict[str, int]:
+    """`truth_size` for a cell's manifest entry when it differs from its batch size (a cell of several
+    clients), so a run folder's grid selections are checked without loading its transforms; none otherwise."""
+    size = truth_size(spec)
+    return {} if size == spec.batch_size else {"truth_size": size}
 
 
 def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Path = Path("results"),

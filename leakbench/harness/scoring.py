@@ -11,6 +11,7 @@ import torch
 
 from leakbench.attacks import Reconstruction
 from leakbench.datasets import Batch
+from leakbench.fl.update import client_view
 from leakbench.harness.spec import CellSpec, cell_columns
 from leakbench.harness.victim import victim_columns
 from leakbench.metrics import (
@@ -49,7 +50,7 @@ def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: ImageV
                lpips: LpipsScorer | None = None, lpips_note: str = "") -> CellResult:
     """The scoring step: a pure function of the attack's output and the re-derived ground truth."""
     recon = output.reconstruction
-    records, aligned = score(recon, batch, model, lpips)
+    records, aligned = score(recon, batch, client_view(model, spec.threat), lpips)  # truth as the client ran it
     if spec.inversion is not None and spec.inversion.steps and recon.space == "feature":
         aligned = add_inversion(records, output.inverted, batch, lpips)
     records.insert(0, "dataset_index", list(batch.indices))

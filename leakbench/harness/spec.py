@@ -13,7 +13,7 @@ from leakbench.fl import DPConfig, FedAvgConfig
 from leakbench.fl.dp import DPSGD, dp_columns
 from leakbench.fl.fedavg import FedAvg, fedavg_columns
 from leakbench.fl.noise import Noise, NoiseConfig, check_noise
-from leakbench.fl.transform import DefenceSetting, FedSGD, UpdateTransform, transform_class
+from leakbench.fl.transform import DefenceSetting, FedSGD, UpdateTransform, check_defences, transform_class
 from leakbench.fl.update import ThreatModel
 from leakbench.inversion import InversionConfig
 from leakbench.models import victim_label
@@ -27,15 +27,20 @@ class CellSpec:
 
     `dp` None is plain FedSGD; a DPConfig makes the client run one DP-SGD step instead; a
     `fedavg` config makes it run local epochs and share the weight difference (not with DP).
-    `arch` is the victim ("fc" or "conv"); `inversion` (steps > 0) turns recovered features of an
-    inner layer back into images, scored next to the feature metrics. `train_epochs` > 0 trains the
-    victim first (`recipe`, the default TrainRecipe when not given) on the dataset's train part and
-    attacks a batch of its attack part (`datasets.partition`); 0 is the victim at init.
-    `labels_known` / `batch_size_known` / `defence_known` are the threat model (`ThreatModel`: what the
-    update carries besides the gradients). `noise` σ > 0 adds Gaussian noise to the shared gradients (`fl.noise`;
+    `arch` is the victim (a registered architecture: "fc", "conv", "resnet", plugins'); `inversion`
+    (steps > 0) turns recovered features of an inner layer back into images, scored next to the
+    feature metrics. `train_epochs` > 0 trains the victim first (`recipe`, the default TrainRecipe
+    when not given) on the dataset's train part and attacks a batch of its attack part
+    (`datasets.partition`); 0 is the victim at init. `labels_known` / `batch_size_known` /
+    `defence_known` are the threat model (`ThreatModel`: what the update carries besides the
+    gradients); `bn_mode` ("eval" | "train") and `bn_stats_shared` say how the client runs BatchNorm
+    and whether its update carries the running statistics. `noise` σ > 0 adds Gaussian noise to the
+    shared gradients (`fl.noise`;
     `noise_scale` "absolute" or "max"), drawn from `seed`; not with DP. `defences` are further
     registered update transforms (`leakbench.fl.transform`, plugins' too), applied after the noise,
-    in order (`transforms`).
+    in order (`transforms`); the first may be a client transform (MixUp, secure aggregation, ...) that
+    replaces FedSGD (not with `dp` or `fedavg`). `batch_size` is b, each client's batch: a client
+    transform combining K clients makes the cell's ground truth K·b images (`truth_size`).
     """
 
     attack: str
@@ -60,6 +65,8 @@ class CellSpec:
     noise: float = 0.0
     noise_scale: str = "absolute"
     defences: tuple[DefenceSetting, ...] = ()
+    bn_mode: str = "eval"
+    bn_stats_shared: bool = False
 
     def __post_init__(self) -> None:
         check_epochs(self.train_epochs, "train_epochs")
@@ -77,18 +84,27 @@ class CellSpec:
             raise ConfigError("a cell runs either DP-SGD or FedAvg, not both")
         object.__setattr__(self, "defences", tuple(self.defences))
         for defence in self.defences:
-            defence.transform()  # a registered defence with its own Config, or a ConfigError
+            defence.transform()  # a registered transform with its own Config, or a ConfigError
+        check_defences(self.defences, "DP-SGD" if self.dp else "FedAvg" if self.fedavg else None)
+        _ = self.threat  # bn_mode and bn_stats_shared checked (ThreatModel)
+        if self.dp is not None and any(d.transform().changes_victim for d in self.defences):
+            raise ConfigError("DP-SGD's per-sample gradients cannot run a victim changed by a defence (PRECODE "
+                              "samples noise in its forward pass): not with a dp level")
+        if self.bn_mode == "train" and self.dp is not None:
+            raise ConfigError("DP-SGD clips per-sample gradients, which BatchNorm in train mode mixes: "
+                              "use bn_mode 'eval' with a dp level")
 
     @property
     def threat(self) -> ThreatModel:
         """What the attacker is given besides the update and the model."""
         return ThreatModel(batch_size_known=self.batch_size_known, labels_known=self.labels_known,
+                           bn_mode=self.bn_mode, bn_stats_shared=self.bn_stats_shared,
                            defence_known=self.defence_known)
 
 
 NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None, "train_epochs": 0, "recipe": None,
-                      "labels_known": False, "batch_size_known": True, "defence_known": False, "noise": 0.0,
-                      "noise_scale": "absolute", "defences": ()}
+                      "labels_known": False, "batch_size_known": True, "noise": 0.0, "noise_scale": "absolute",
+                      "defences": (), "bn_mode": "eval", "bn_stats_shared": False, "defence_known": False}
 """Fields added after the first stored runs: left out of ids and manifests at these defaults."""
 
 
@@ -102,21 +118,42 @@ def cell_columns(spec: CellSpec) -> dict[str, Any]:
 
 
 def transforms(spec: CellSpec) -> list[UpdateTransform]:
-    """The cell's update transforms in the order they run: its client (FedSGD, FedAvg or DP-SGD), the
-    additive noise (if any), then its defences."""
-    client: UpdateTransform = DPSGD(spec.dp) if spec.dp else FedAvg(spec.fedavg) if spec.fedavg else FedSGD(
-        FedSGD.Config())
+    """The cell's update transforms in the order they run: its client (FedSGD, FedAvg, DP-SGD, or the
+    client transform its defences start with), the additive noise (if any), then its defences."""
+    chosen = [d.transform() for d in spec.defences]
+    if chosen and chosen[0].makes_update:
+        client, defences = chosen[0], chosen[1:]
+    else:
+        client = DPSGD(spec.dp) if spec.dp else FedAvg(spec.fedavg) if spec.fedavg else FedSGD(FedSGD.Config())
+        defences = chosen
     noise = [Noise(NoiseConfig(spec.noise, spec.noise_scale))] if spec.noise else []
-    return [client, *noise, *(d.transform() for d in spec.defences)]
+    return [client, *noise, *defences]
+
+
+def client_count(spec: CellSpec) -> int:
+    """K, the number of clients whose private batches of `batch_size` images the cell's update combines
+    (1 but for a client transform such as secure aggregation)."""
+    return transforms(spec)[0].clients()
+
+
+def truth_size(spec: CellSpec) -> int:
+    """How many images the cell's ground truth holds: K·b (every client's batch), what is drawn
+    (`harness.victim.draw_batch`), scored, fingerprinted, shown in grids and re-derived by
+    `records.truth`. b for every cell of one client."""
+    return spec.batch_size * client_count(spec)
 
 
 def defence_columns(spec: CellSpec) -> dict[str, Any]:
     """The record columns of the cell's defences, and `defence` (their labels joined by ' + '); none
-    for a cell without any, so records of cells stored before defences existed stay as they were."""
+    for a cell without any, so records of cells stored before defences existed stay as they were. A
+    client transform among them (MixUp, secure aggregation) is the cell's `client` instead."""
     if not spec.defences:
         return {}
     defences = [d.transform() for d in spec.defences]
-    columns: dict[str, Any] = {"defence": " + ".join(d.label() for d in defences)}
+    client = defences[0] if defences[0].makes_update else None
+    columns: dict[str, Any] = {"defence": " + ".join(d.label() for d in defences if d is not client)}
+    if client is not None:
+        columns["client"] = client.label()  # in place of fedavg_columns' 'fedsgd'; reports add the defences to it
     for defence in defences:
         columns.update(defence.columns())
     return columns
@@ -124,10 +161,11 @@ def defence_columns(spec: CellSpec) -> dict[str, Any]:
 
 def threat_columns(spec: CellSpec) -> dict[str, Any]:
     """The threat model (what the attacker knew) and the additive noise on the update (σ 0: none)."""
+    bn = {"bn_mode": spec.bn_mode, "bn_stats_shared": spec.bn_stats_shared} if spec.bn_mode != "eval" else {}
     return {"threat": spec.threat.label(), "labels_known": spec.labels_known,
             "batch_size_known": spec.batch_size_known,
             **({"defence_known": True} if spec.defence_known else {}),  # old records stay as they were
-            **Noise(NoiseConfig(spec.noise, spec.noise_scale)).columns()}
+            **Noise(NoiseConfig(spec.noise, spec.noise_scale)).columns(), **bn}
 
 
 def train_columns(spec: CellSpec) -> dict[str, Any]:
@@ -146,7 +184,7 @@ def cell_settings(spec: CellSpec, *, hyperparameters: bool = False) -> list[str]
     progress lines' description of a cell; the hyperparameters (as compact JSON) only when asked for."""
     settings = [spec.attack, spec.dataset, f"b={spec.batch_size}", victim_label(spec.arch, spec.depth, spec.width),
                 f"layer={spec.layer}", f"dp={spec.dp.label() if spec.dp else 'none'}",
-                f"client={spec.fedavg.label() if spec.fedavg else 'FedSGD'}", f"seed={spec.seed}"]
+                f"client={_client_label(spec)}", f"seed={spec.seed}"]
     if spec.image_size is not None:
         settings.append(f"image_size={spec.image_size}")
     if spec.inversion is not None:
@@ -157,11 +195,17 @@ def cell_settings(spec: CellSpec, *, hyperparameters: bool = False) -> list[str]
         settings.append(f"threat={spec.threat.label().replace(' ', '_').replace(',', '')}")
     if spec.noise:
         settings.append(f"noise={spec.noise:g}" + ("×max" if spec.noise_scale == "max" else ""))
-    if spec.defences:
-        settings.append("defence=" + "+".join(d.transform().label().replace(" ", "_") for d in spec.defences))
+    defences = [d.transform() for d in spec.defences if not d.makes_update]  # a client is `client=` above
+    if defences:
+        settings.append("defence=" + "+".join(d.label().replace(" ", "_") for d in defences))
     if hyperparameters and spec.hyperparameters:
         settings.append(json.dumps(spec.hyperparameters, sort_keys=True, separators=(",", ":")))
     return settings
+
+
+def _client_label(spec: CellSpec) -> str:
+    client = transforms(spec)[0]
+    return "FedSGD" if isinstance(client, FedSGD) else client.label().replace(" ", "_")
 
 
 def cell_id(spec: CellSpec) -> str:
@@ -172,9 +216,13 @@ def cell_id(spec: CellSpec) -> str:
 
 
 def batch_id(spec: CellSpec) -> str:
-    """A hash of what chooses the batch (dataset, image size, batch size, seed): the same for every attack,
-    layer, DP level and client on that batch, so their grids can show the same images side by side."""
-    config = {"dataset": spec.dataset, "image_size": spec.image_size, "batch_size": spec.batch_size, "seed": spec.seed}
+    """A hash of what chooses the batch (dataset, image size, batch size, seed; the number of clients
+    when above 1): the same for every attack, layer, DP level and client on that batch, so their grids
+    can show the same images side by side."""
+    config: dict[str, Any] = {"dataset": spec.dataset, "image_size": spec.image_size, "batch_size": spec.batch_size,
+                              "seed": spec.seed}
+    if client_count(spec) > 1:
+        config["clients"] = client_count(spec)
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -10,7 +10,10 @@ remaining combination with layer 1 (they reconstruct images from the whole updat
     dp = ["none", {sigma = 1e-4, clip = 1.0}, {sigma = 1e-2, clip = 1.0, delta = 1e-5, q = 0.01, steps = 1}]
 
 `arch = "conv"` picks the conv victim (layer 1 is its trunk; its first FC layer is layer 2, the
-default there). `fedavg` levels are "none" (FedSGD) or {epochs, minibatch (0 = b), lr}, an axis like
+default there), `arch = "resnet"` the ResNet-8 with BatchNorm (the same numbering), and a victim
+plugin's name its victim (`leakbench.models.outside`; `victim_plugins = ["package.module"]` imports
+modules that register victims; installed ones come in through the entry-point group
+`leakbench.victims`). `fedavg` levels are "none" (FedSGD) or {epochs, minibatch (0 = b), lr}, an axis like
 `dp` (a suite cannot sweep both). `inversion = {steps = 300}` (optional lr, tv) inverts recovered
 features of inner layers to images (cells of image attacks such as IG get none; a suite where no
 cell attacks an inner layer with a layer attack is refused: it would invert nothing).
@@ -25,22 +28,29 @@ seed}`, else `TrainRecipe`'s defaults) on the dataset's train part, attacking ba
 
     threat = ["default", {labels = "known"}, {batch_size = "estimated"}, {labels = "known", batch_size = "estimated"}]
 
-"default" is labels withheld, batch size known, defence unknown (`ThreatModel()`); a table changes
-`labels` ("known" | "withheld"), `batch_size` ("known" | "estimated": the update carries none) and/or
-`defence` ("unknown" | "known": the update lists the defences applied to it, which the adaptive
-attacks such as `ig-masked` need). A suite pairing an attack with a level that withholds what it
-requires is refused before anything runs.
+"default" is labels withheld, batch size known, BatchNorm in eval mode, defence unknown
+(`ThreatModel()`); a table changes `labels` ("known" | "withheld"), `batch_size` ("known" |
+"estimated": the update carries none), `bn` ("eval" | "train": the mode the client computes its
+update in), `bn_stats` ("private" | "shared": the update carries the running statistics after the
+step; train mode only) and/or `defence` ("unknown" | "known": the update lists the defences applied
+to it, for the adaptive attacks such as `ig-masked`). A suite pairing an attack with a level that
+withholds what it requires is refused before anything runs.
 `noise = [0.0, 1e-6, 1e-4]` is the additive-noise axis: Gaussian noise of std σ on every shared
 gradient entry (`leakbench.fl.noise`, not DP: no clipping, no accountant; not with a `dp` level);
 `noise_scale = "max"` makes σ relative to each tensor's max |entry| (default "absolute"; refused
 without a `noise` level above 0, where it scales nothing).
 
 `defences` is the update's axis, one level per entry: "none" (FedSGD as it is), a table naming a
-registered update transform (`leakbench.fl.transform`: `dp`, `fedavg`, `noise`, or a defence from a
-plugin) with its settings, or a list of such tables, applied in order after the client's update:
+registered update transform (`leakbench.fl.transform`: `dp`, `fedavg`, `noise`, `mixup`, `secagg`, or
+a defence from a plugin) with its settings, or a list of such tables, applied in order after the
+client's update:
 
     defences = ["none", { name = "noise", sigma = 1e-4, scale = "max" }, { name = "dp", sigma = 1e-2, clip = 1.0 },
-                [{ name = "noise", sigma = 1e-6 }, { name = "prune", keep = 0.1 }]]
+                [{ name = "noise", sigma = 1e-6 }, { name = "prune", keep = 0.1 }], { name = "secagg", clients = 4 }]
+
+A level names at most one client transform (one that computes the update: `dp`, `fedavg`, `mixup`,
+`secagg`, a plugin's): it replaces the FedSGD client and runs first. `secagg` with K clients gives
+each cell K private batches of b images (K·b scored).
 
 Its `dp`, `fedavg` and `noise` levels are the cells (and cell ids) of the keys of those names, which
 a suite giving `defences` leaves out. `defence_plugins = ["package.module"]` imports modules that
@@ -86,7 +96,7 @@ from leakbench.fl.update import ThreatModel
 from leakbench.harness.limits import MAX_CELLS, MAX_GRID_IMAGES, check_depth, check_int, check_seed, check_width
 from leakbench.harness.spec import CellSpec, cell_id, cell_settings
 from leakbench.inversion import InversionConfig
-from leakbench.models import ARCHS, first_attackable_layer, victim_label
+from leakbench.models import VICTIMS, architecture, default_depth, victim_label
 from leakbench.models.training import TrainRecipe, check_epochs
 from leakbench.records.folders import folder_name
 from leakbench.settings import build_config
@@ -99,12 +109,13 @@ KEYS = {"name": str, "description": str, "dataset": str, "datasets": list, "atta
         "batch_sizes": list, "layers": list, "layer": int, "seeds": list, "dp": list, "width": int,
         "depth": int, "image_size": int, "data_root": str, "hyperparameters": dict, "grid_images": int,
         "grid_seed": int, "arch": str, "fedavg": list, "inversion": dict, "plugins": list, "dataset_plugins": list,
-        "defence_plugins": list, "defences": list,
+        "defence_plugins": list, "victim_plugins": list, "defences": list,
         "train_epochs": list, "train": dict,
         "threat": list, "noise": list, "noise_scale": str, "models": list}
 REQUIRED = ("name", "attacks", "batch_sizes")
 INT_LISTS = ("batch_sizes", "layers", "seeds", "train_epochs")
-THREAT_KEYS = {"labels": ("known", "withheld"), "batch_size": ("known", "estimated"), "defence": ("known", "unknown")}
+THREAT_KEYS = {"labels": ("known", "withheld"), "batch_size": ("known", "estimated"), "bn": ("eval", "train"),
+               "bn_stats": ("private", "shared"), "defence": ("known", "unknown")}
 MODEL_KEYS = {"arch": str, "width": int, "depth": int, "train_epochs": int}
 DEFAULT_GRID_IMAGES = 8
 
@@ -221,7 +232,8 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
                 image_size=raw.get("image_size"), hyperparameters=dict(params.get(attack, {})), arch=v.arch,
                 inversion=None if attack in layerless else inversion, train_epochs=train_epochs,
                 recipe=recipe if train_epochs else None, labels_known=threat.labels_known,
-                batch_size_known=threat.batch_size_known, defence_known=threat.defence_known))
+                batch_size_known=threat.batch_size_known, bn_mode=threat.bn_mode,
+                bn_stats_shared=threat.bn_stats_shared, defence_known=threat.defence_known))
     _unique_cells(cells, path)
     _inversion_applies(inversion, cells, path)
     return Suite(name=raw["name"], cells=cells, grid_seed=raw.get("grid_seed", 0),
@@ -235,7 +247,7 @@ def _load_plugins(raw: dict[str, Any]) -> None:
     from leakbench.plugins import load_client_plugin, load_plugin
 
     for key, load in (("dataset_plugins", load_client_plugin), ("defence_plugins", load_client_plugin),
-                      ("plugins", load_plugin)):
+                      ("victim_plugins", load_client_plugin), ("plugins", load_plugin)):
         modules = raw.get(key, [])
         if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
             raise ConfigError(f"key '{key}' must list module paths, like [\"package.module\"]")
@@ -334,14 +346,9 @@ def _validate(raw: dict[str, Any]) -> None:
 
 
 def _check_arch(arch: Any, where: str) -> str:
-    if not isinstance(arch, str) or arch not in ARCHS:
-        raise ConfigError(f"{where} must be one of {', '.join(ARCHS)}, got {arch!r}")
+    if not isinstance(arch, str) or arch not in VICTIMS.names():
+        raise ConfigError(f"{where} must be one of {', '.join(VICTIMS.names())}, got {arch!r}")
     return arch
-
-
-def default_depth(arch: str) -> int:
-    """The depth of a victim whose suite gives none: 6 for fc, 3 for conv."""
-    return 3 if arch == "conv" else 6
 
 
 def _victims(raw: dict[str, Any]) -> dict[Victim, list[int]]:
@@ -386,12 +393,12 @@ def _model_entry(entry: Any, where: str, raw: dict[str, Any], epochs: list[int])
 
 def _victim_layers(raw: dict[str, Any], victim: Victim) -> list[int]:
     """The layers attacked in `victim`: `layers` (or `layer`), each attackable there, else its first attackable one."""
-    first = first_attackable_layer(victim.arch)
-    layers = raw.get("layers") or [raw.get("layer", first)]
+    valid = architecture(victim.arch).attackable(victim.depth)
+    layers = raw.get("layers") or [raw.get("layer", valid[0] if valid else 1)]
     for layer in layers:
-        if not first <= layer <= victim.depth - 1:
+        if valid and layer not in valid:
             raise ConfigError(f"key 'layers': layer {layer} is not attackable in {victim.arch} depth {victim.depth} "
-                              f"(valid: {first}..{victim.depth - 1})")
+                              f"(valid: {valid[0]}..{valid[-1]})")
     return layers
 
 
@@ -413,7 +420,8 @@ def _threat_level(value: Any, index: int) -> ThreatModel:
             known = "; ".join(f"{k} = {' | '.join(map(repr, v))}" for k, v in THREAT_KEYS.items())
             raise ConfigError(f"{where}: {key} = {val!r} is not a threat setting (known: {known})")
     return ThreatModel(batch_size_known=value.get("batch_size", "known") == "known",
-                       labels_known=value.get("labels", "withheld") == "known",
+                       labels_known=value.get("labels", "withheld") == "known", bn_mode=value.get("bn", "eval"),
+                       bn_stats_shared=value.get("bn_stats", "private") == "shared",
                        defence_known=value.get("defence", "unknown") == "known")
 
 
@@ -444,18 +452,25 @@ def defence_fields(tables: list[Any], wheres: list[str], where: str) -> dict[str
     keep their ids), `defences` for the others. `wheres` names each table in errors, `where` all of them
     (a suite's `defences` level, or `attack --defence`)."""
     fields: dict[str, Any] = {"defences": ()}
+    clients: list[str] = []
     for table, table_where in zip(tables, wheres, strict=True):
         name, config = _transform_table(table, table_where)
         key = {"dp": "dp", "fedavg": "fedavg", "noise": "noise"}.get(name, "defences")
         if key != "defences" and key in fields:
             raise ConfigError(f"{where} names {name!r} twice")
+        if key in ("dp", "fedavg") or transform_class(name).makes_update:
+            clients.append(name)
         if key == "noise":
             fields.update(noise=config.sigma, noise_scale=config.scale)
+        elif key == "defences" and transform_class(name).makes_update:  # the client runs first
+            fields["defences"] = (DefenceSetting(name, config), *fields["defences"])
         elif key == "defences":
             fields["defences"] += (DefenceSetting(name, config),)
         else:
             fields[key] = config
-    if fields.get("dp") is not None and ("fedavg" in fields or fields.get("noise")):
+    if len(clients) > 1:
+        raise ConfigError(f"{where}: one client computes the update, not {len(clients)} ({', '.join(clients)})")
+    if fields.get("dp") is not None and fields.get("noise"):
         raise ConfigError(f"{where}: DP-SGD runs alone (it adds its own noise; it is not FedAvg)")
     return fields
 
@@ -467,7 +482,7 @@ def _transform_table(table: Any, where: str) -> tuple[str, Any]:
         raise ConfigError(f"{where} must be \"none\" or a table with a 'name' (known: {', '.join(TRANSFORMS.names())})")
     name = table["name"]
     cls = transform_class(name)
-    if cls.makes_update and name not in ("dp", "fedavg"):
+    if name == "fedsgd":
         raise ConfigError(f"{where}: {name!r} is the default client (FedSGD): leave it out")
     try:
         return name, build_config(cls.Config, {k: v for k, v in table.items() if k != "name"}, "key")

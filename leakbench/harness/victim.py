@@ -6,11 +6,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal, overload
 
+import numpy as np
 import torch
 
 from leakbench.datasets import Batch, ImageDataset, load_dataset, partition, sample_batch
+from leakbench.datasets.base import concat_batches
+from leakbench.errors import ConfigError
 from leakbench.fl import Client, ClientUpdate, client_update
-from leakbench.harness.spec import CellSpec, transforms
+from leakbench.harness.spec import CellSpec, client_count, transforms
 from leakbench.models import ImageVictim, build_model
 from leakbench.models.victims import AT_INIT, VictimInfo, trained_victim
 
@@ -34,6 +37,7 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, ImageVict
     At init (`train_epochs` 0) the batch is drawn from the whole dataset, as it always was. A trained
     victim is loaded from the victim cache or trained on the dataset's train part, and its batch is
     drawn from the attack part, which no training ever sees. The model carries its `victim_info`.
+    Defences that change the victim (`UpdateTransform.victim`: PRECODE) change it first.
     """
     root = Path(spec.data_root) if spec.data_root else None
     dataset = load_dataset(spec.dataset, data_root=root, image_size=spec.image_size)
@@ -43,6 +47,8 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, ImageVict
         return batch, None
     model = build_model(spec.arch, dataset.image_shape, dataset.num_classes, width=spec.width, depth=spec.depth,
                         seed=spec.seed)
+    for transform in transforms(spec):  # defences that change the victim (PRECODE), before it trains
+        model = transform.victim(model, spec.seed)
     info = AT_INIT
     if parts is not None:
         assert spec.recipe is not None
@@ -50,21 +56,48 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, ImageVict
                               (torch.as_tensor(parts.train), torch.as_tensor(parts.test)), spec.recipe,
                               spec.train_epochs)
     model.victim_info = info
-    return batch, model
+    return batch, model.eval()  # at rest in eval mode; the client's update and the scoring set their own mode
 
 
 def draw_batch(dataset: ImageDataset, spec: CellSpec) -> Batch:
-    """The cell's batch from its loaded dataset: the whole dataset at init, the attack part for a trained victim."""
-    pool = partition(dataset).attack if spec.train_epochs else None
-    return sample_batch(dataset, spec.batch_size, spec.seed, pool=pool)
+    """The cell's batch (`truth_size(spec)` images) from its loaded dataset: the whole dataset at init, the
+    attack part for a trained victim; K batches of b for a cell of K clients (`draw_client_batches`)."""
+    return draw_client_batches(dataset, spec.batch_size, spec.seed, client_count(spec), trained=spec.train_epochs > 0)
+
+
+def draw_client_batches(dataset: ImageDataset, batch_size: int, seed: int, clients: int = 1, *,
+                        trained: bool = False) -> Batch:
+    """`clients` disjoint batches of `batch_size` images, one after the other, drawn from `seed`.
+
+    Client 0's is exactly the batch a cell of one client draws (`sample_batch` from `seed`); client
+    k > 0 draws from stream k of the seed among the images no earlier client holds. The pool is the
+    whole dataset, or its attack part for a `trained` victim.
+    """
+    pool = partition(dataset).attack if trained else None
+    first = sample_batch(dataset, batch_size, seed, pool=pool)
+    if clients == 1:
+        return first
+    everything = np.arange(len(dataset)) if pool is None else np.asarray(pool)
+    if clients * batch_size > len(everything):
+        where = " in its attack part" if trained else ""
+        raise ConfigError(f"{clients} clients of {batch_size} images need {clients * batch_size} distinct images; "
+                          f"dataset {dataset.name!r} offers {len(everything)}{where}")
+    batches = [first]
+    for k in range(1, clients):
+        taken = np.fromiter((i for b in batches for i in b.indices), dtype=np.int64)
+        batches.append(sample_batch(dataset, batch_size, seed, pool=np.setdiff1d(everything, taken), stream=k))
+    return concat_batches(batches)
 
 
 def victim_key(spec: CellSpec, dataset: ImageDataset) -> dict[str, Any]:
     """What makes a trained victim's weights (the victim cache's key): data, partition, model, init seed,
-    recipe, epochs — never the batch, the attack or where the data lies."""
+    recipe, epochs, and the defences that change the model (only when there are some, so the keys of
+    earlier victims stay) — never the batch, the attack or where the data lies."""
     from leakbench.datasets.base import PARTITION_FRACTIONS, PARTITION_SEED
 
-    return {"dataset": spec.dataset, "dataset_size": len(dataset), "image_shape": list(dataset.image_shape),
+    changing = [{"name": t.name, **asdict(t.config)} for t in transforms(spec) if t.changes_victim]
+    return {**({"victim_defences": changing} if changing else {}),
+            "dataset": spec.dataset, "dataset_size": len(dataset), "image_shape": list(dataset.image_shape),
             "partition": [PARTITION_SEED, *PARTITION_FRACTIONS], "arch": spec.arch, "width": spec.width,
             "depth": spec.depth, "init_seed": spec.seed, "recipe": asdict(spec.recipe) if spec.recipe else None,
             "epochs": spec.train_epochs}

@@ -40,6 +40,11 @@ class ImageVictim(nn.Module):
         """What linear layer `layer` receives for `images`; each victim defines it."""
         raise NotImplementedError
 
+    def penalty(self) -> torch.Tensor | None:
+        """The victim's own term of the training loss for its last forward pass, added to the
+        cross-entropy (`training_loss`): PRECODE's β·KL (`leakbench.models.precode`); None for the others."""
+        return None
+
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
         """Images in [0,1] (N,C,H,W) → flat normalised images (N, C·H·W)."""
         return ((images - self.mean) / self.std).flatten(1)
@@ -47,6 +52,14 @@ class ImageVictim(nn.Module):
     def denormalize(self, inputs: torch.Tensor) -> torch.Tensor:
         """Flat normalised images → images (N,C,H,W); the inverse of `normalize`."""
         return (inputs * self.std + self.mean).reshape(-1, *self.input_shape)
+
+
+def training_loss(model: nn.Module, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The loss a client (and victim training) minimises: mean cross-entropy of `logits`, plus the
+    victim's own term for the forward pass that gave them (`ImageVictim.penalty`), if any."""
+    loss = nn.functional.cross_entropy(logits, labels)
+    penalty = model.penalty() if isinstance(model, ImageVictim) else None
+    return loss if penalty is None else loss + penalty
 
 
 MAX_PARAMETERS = 2**28

@@ -10,6 +10,7 @@ from torch import nn
 
 from leakbench.errors import ConfigError
 from leakbench.harness.limits import MAX_SEED
+from leakbench.models.base import training_loss
 from leakbench.ranges import MAX_WEIGHT, Ranged, ranged
 
 OPTIMIZERS = ("sgd", "adam")
@@ -79,7 +80,7 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, indices:
                 flip = torch.rand(len(idx), generator=gen) < 0.5
                 x = torch.where(flip[:, None, None, None], x.flip(-1), x)
             opt.zero_grad(set_to_none=True)
-            nn.functional.cross_entropy(model(x), labels[idx]).backward()
+            training_loss(model, model(x), labels[idx]).backward()  # cross-entropy (+ PRECODE's β·KL)
             opt.step()
     model.zero_grad(set_to_none=True)
     return model.eval()

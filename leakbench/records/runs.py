@@ -78,7 +78,8 @@ def remove_partial_cells(run_dir: Path) -> int:
 
 def read_run_manifest(run_dir: Path) -> dict[str, Any]:
     """A run folder's manifest, checked: the suite and every cell id are folder names, each cell listed once,
-    each grid selection distinct positions of the cell's batch.
+    each grid selection distinct positions of the cell's ground truth (its `truth_size`, written by the
+    harness for cells of several clients; else its batch size).
 
     Runs stored before duplicate cells were refused may list a cell twice; it is kept once.
     """
@@ -90,7 +91,7 @@ def read_run_manifest(run_dir: Path) -> dict[str, Any]:
         for key in ("grid_seed", "grid_images"):
             int(manifest[key])
         for cid, cell in cells.items():
-            check_selection(cell["grid_selection"], int(cell["batch_size"]), f"cell {cid}")
+            check_selection(cell["grid_selection"], int(cell.get("truth_size", cell["batch_size"])), f"cell {cid}")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise LeakbenchError(f"{run_dir} is not a finished run folder ({type(exc).__name__}: {exc})"
                              .replace("\n", " ")) from None

@@ -1,8 +1,9 @@
 """A stored cell's ground truth beside its stored answer, for grids and comparison figures.
 
 Ground truth is never stored: it is re-derived from the cell's spec (dataset, image size, batch size,
-seed) as scoring derived it. The stored reconstruction (`records.artifacts`) and its stored matching
-(the records' `matched_recon`, one per ground-truth image) align the two. Loads datasets and the
+seed, clients, trained or not) as scoring derived it (`harness.victim.draw_client_batches`). The stored
+reconstruction (`records.artifacts`) and its stored matching (the records' `matched_recon`, one per
+ground-truth image) align the two. Loads datasets and the
 victim's batch code (when a truth is drawn) only: no attack and none of the harness runner.
 """
 
@@ -61,19 +62,23 @@ def stored_spec(cell_dir: Path, data_root: str | None = None) -> CellSpec:
 
 
 def truth_images(spec: CellSpec) -> torch.Tensor:
-    """The cell's ground-truth batch, re-derived from its dataset, image size, batch size and seed (cached:
-    the attacks of one setting share a batch)."""
-    return _truth(spec.dataset, spec.data_root, spec.image_size, spec.batch_size, spec.seed)
+    """The cell's ground truth (`harness.spec.truth_size` images: every client's batch), re-derived from
+    its dataset, image size, batch size, seed, number of clients and whether its victim is trained (its
+    batch then comes from the attack part); cached: the attacks of one setting share a batch."""
+    from leakbench.harness.spec import client_count
+
+    return _truth(spec.dataset, spec.data_root, spec.image_size, spec.batch_size, spec.seed, client_count(spec),
+                  spec.train_epochs > 0)
 
 
 @lru_cache(maxsize=16)
-def _truth(dataset: str, data_root: str | None, image_size: int | None, batch_size: int, seed: int) -> torch.Tensor:
-    from leakbench.harness.spec import CellSpec
-    from leakbench.harness.victim import load_batch
+def _truth(dataset: str, data_root: str | None, image_size: int | None, batch_size: int, seed: int, clients: int,
+           trained: bool) -> torch.Tensor:
+    from leakbench.datasets import load_dataset
+    from leakbench.harness.victim import draw_client_batches
 
-    spec = CellSpec(attack="", dataset=dataset, batch_size=batch_size, seed=seed, data_root=data_root,
-                    image_size=image_size)
-    return load_batch(spec).images
+    data = load_dataset(dataset, data_root=Path(data_root) if data_root else None, image_size=image_size)
+    return draw_client_batches(data, batch_size, seed, clients, trained=trained).images
 
 
 def cell_matching(cell_dir: Path) -> np.ndarray:
