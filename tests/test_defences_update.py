@@ -251,7 +251,7 @@ def test_masks_follow_what_the_attacker_knows(client: Client) -> None:
     soteria = Soteria(SoteriaConfig(0.5))
     unknown = _defended(client, soteria)
     known = _defended(Client(client.model, client.batch, 0, ThreatModel(defence_known=True)), soteria)
-    assert set(nonzero_masks(unknown)) == set(unknown.gradients)  # every exact zero may be the defence's
+    assert nonzero_masks(unknown) == {}  # unknown: the zeros may be ReLUs that are off (information)
     assert set(nonzero_masks(known)) == {client.model.layer_param_names(1)[0]}  # only the defended weight
     plain_known = _defended(Client(client.model, client.batch, 0, ThreatModel(defence_known=True)))
     assert nonzero_masks(plain_known) == {}
