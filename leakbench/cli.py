@@ -570,7 +570,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             from leakbench.fl.transform import transform_class
 
             config = (attack_class(name) if args.what == "attacks" else transform_class(name)).Config
-            print("\n".join(param_lines(config, indent=" " * 4)))
+            print("\n".join(param_lines(config, indent=" " * 4, layer_axis=args.what == "attacks")))
     return 0
 
 

@@ -91,9 +91,11 @@ LAYER_NOTE = "set with --layer, or a suite's 'layers', never as a hyperparameter
 """`layer` is a field of layer attacks' Configs but an axis of the cell (leakbench.harness.cell.build_attack)."""
 
 
-def param_lines(config_cls: type, indent: str = "  ") -> list[str]:
-    """One line per hyperparameter of `config_cls`: name, type, default, help."""
-    return [indent + p.line() + (f" ({LAYER_NOTE})" if p.name == "layer" else "") for p in config_params(config_cls)]
+def param_lines(config_cls: type, indent: str = "  ", *, layer_axis: bool = True) -> list[str]:
+    """One line per hyperparameter of `config_cls`: name, type, default, help (`layer_axis`: an attack's
+    `layer` is the cell's axis, and says so; a defence's `layer` is one of its settings)."""
+    return [indent + p.line() + (f" ({LAYER_NOTE})" if layer_axis and p.name == "layer" else "")
+            for p in config_params(config_cls)]
 
 
 def describe_attack(name: str) -> list[str]:
