@@ -11,8 +11,11 @@ repeated calls: treat its tensors as read-only (`sample_batch` copies what it ta
 from __future__ import annotations
 
 import gzip
+import hashlib
 import importlib.util
 import os
+import tempfile
+import zipfile
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -388,6 +391,25 @@ def _fit_square(img: Image.Image, size: int) -> Image.Image:
     return img.crop((left, top, left + size, top + size))
 
 
+def _class_files(dataset: str, root: Path) -> list[tuple[int, list[Path]]]:
+    """(label, sorted image files) per class subfolder of `root`, classes sorted by folder name; hidden
+    entries and files that are not .png/.jpg/.jpeg skipped. A DatasetError when there is no class or a class
+    holds no image."""
+    classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not classes:
+        raise DatasetError(f"{dataset}: {root} has no class subfolders")
+    listing = []
+    for label, class_dir in enumerate(classes):
+        files = sorted(
+            p for p in class_dir.iterdir()
+            if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in _IMAGE_SUFFIXES
+        )
+        if not files:
+            raise DatasetError(f"{dataset}: class folder {class_dir} has no .png/.jpg/.jpeg images")
+        listing.append((label, files))
+    return listing
+
+
 def load_imagefolder(*, data_root: Path | None = None, image_size: int | None = None) -> ImageDataset:
     """A folder of class subfolders of .png/.jpg/.jpeg images (classes sorted by folder name).
 
@@ -397,46 +419,111 @@ def load_imagefolder(*, data_root: Path | None = None, image_size: int | None = 
     size = _check_size("imagefolder", image_size, 32)
     if data_root is None:
         raise DatasetError("imagefolder: pass --data-root DIR containing one subfolder of images per class")
-    root = _existing_dir("imagefolder", data_root)
-    classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if not classes:
-        raise DatasetError(f"imagefolder: {root} has no class subfolders")
-    images: list[np.ndarray] = []
-    labels: list[int] = []
-    for label, class_dir in enumerate(classes):
-        files = sorted(
-            p for p in class_dir.iterdir()
-            if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in _IMAGE_SUFFIXES
-        )
-        if not files:
-            raise DatasetError(f"imagefolder: class folder {class_dir} has no .png/.jpg/.jpeg images")
-        for path in files:
-            images.append(np.asarray(_fit_square(_open_rgb(path), size)))
-            labels.append(label)
-    return _to_dataset("imagefolder", np.stack(images), np.array(labels), len(classes))
+    listing = _class_files("imagefolder", _existing_dir("imagefolder", data_root))
+    images = [np.asarray(_fit_square(_open_rgb(path), size)) for _, files in listing for path in files]
+    labels = [label for label, files in listing for _ in files]
+    return _to_dataset("imagefolder", np.stack(images), np.array(labels), len(listing))
 
 
 # --------------------------------------------------------------------------- cifar10
 
 _CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+"""CIFAR-10's classes in label order (alphabetical: the class folders sorted by name give the same labels)."""
+CIFAR10_SIDE = 32
+DECODED_DIR = "decoded"
+"""Folder under DEFAULT_CACHE_ROOT for decoded image folders (`<name>-<hash>.npz`: uint8 images and labels)."""
 
 
-def load_cifar10(*, data_root: Path | None = None, image_size: int | None = None) -> ImageDataset:
-    """CIFAR-10 test split (10,000 images), 3×32×32, 10 classes, via torchvision.
+def _cifar10_folder(root: Path) -> Path | None:
+    """The folder of class subfolders: `root/train` or `root` itself (the `train` folder), when it holds
+    CIFAR-10's ten class folders."""
+    for candidate in (root / "train", root):
+        if all((candidate / name).is_dir() for name in CIFAR10_CLASSES):
+            return candidate
+    return None
 
-    With `data_root`, reads `<data_root>/cifar-10-batches-py/` and never downloads. Without it,
-    uses ~/.cache/leakbench/data and downloads there if needed. Other image sizes are reached
-    by antialiased bilinear resize.
-    """
-    size = _check_size("cifar10", image_size, 32)
-    if data_root is not None:
-        root = _existing_dir("cifar10", data_root)
-        if root.name == "cifar-10-batches-py":
-            root = root.parent
-        download = False
-        if not (root / "cifar-10-batches-py").is_dir():
-            raise DatasetError(f"cifar10: no data; put {root / 'cifar-10-batches-py'}/ there (from {_CIFAR_URL})")
-    else:
+
+def _listing_hash(listing: list[tuple[int, list[Path]]], folder: Path) -> str:
+    """sha256 (first 24 hex digits) over every file's class, path under `folder`, size and modification
+    time: a changed, added or removed image gives another decoded cache file."""
+    digest = hashlib.sha256()
+    for label, files in listing:
+        for path in files:
+            st = path.stat()
+            digest.update(f"{label}\t{path.relative_to(folder)}\t{st.st_size}\t{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:24]
+
+
+def _decode_cifar10(listing: list[tuple[int, list[Path]]]) -> tuple[np.ndarray, np.ndarray]:
+    """Every listed image decoded as RGB uint8 (N, 32, 32, 3) (another size is fitted: shorter side to 32,
+    centre crop), with its class label."""
+    total = sum(len(files) for _, files in listing)
+    images = np.empty((total, CIFAR10_SIDE, CIFAR10_SIDE, 3), dtype=np.uint8)
+    labels = np.empty(total, dtype=np.int64)
+    i = 0
+    for label, files in listing:
+        for path in files:
+            images[i] = np.asarray(_fit_square(_open_rgb(path), CIFAR10_SIDE))
+            labels[i] = label
+            i += 1
+    return images, labels
+
+
+def _read_decoded(path: Path, total: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The decoded cache file's (images, labels), or None when it is absent, unreadable or of another shape."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            images, labels = data["images"], data["labels"]
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+    if images.shape != (total, CIFAR10_SIDE, CIFAR10_SIDE, 3) or images.dtype != np.uint8 or labels.shape != (total,):
+        return None
+    return images, labels.astype(np.int64)
+
+
+def _write_decoded(path: Path, images: np.ndarray, labels: np.ndarray) -> None:
+    """Store the decoded images atomically (temporary file, rename); a cache that cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".npz", dir=path.parent)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, images=images, labels=labels)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+@lru_cache(maxsize=2)
+def _cifar10_folder_cached(folder: Path, size: int) -> ImageDataset:
+    """The class folders of `folder` decoded once: from the decoded cache file when it matches the listing,
+    else from the JPEGs (then stored). Cached in memory per (folder, image size)."""
+    listing = _class_files("cifar10", folder)
+    if len(listing) != len(CIFAR10_CLASSES):
+        raise DatasetError(f"cifar10: {folder} holds {len(listing)} class folders, expected {len(CIFAR10_CLASSES)}")
+    total = sum(len(files) for _, files in listing)
+    cache = DEFAULT_CACHE_ROOT / DECODED_DIR / f"cifar10-{_listing_hash(listing, folder)}.npz"
+    decoded = _read_decoded(cache, total)
+    if decoded is None:
+        decoded = _decode_cifar10(listing)
+        _write_decoded(cache, *decoded)
+    dataset = _to_dataset("cifar10", decoded[0], decoded[1], len(CIFAR10_CLASSES))
+    if size == CIFAR10_SIDE:
+        return dataset
+    return ImageDataset("cifar10", _resize_tensor(dataset.images, size).contiguous(), dataset.labels, 10)
+
+
+def _cifar10_pickle(root: Path | None, size: int) -> ImageDataset:
+    """The test split from `cifar-10-batches-py/` under `root` (never downloads), or, without `root`,
+    under ~/.cache/leakbench/data (downloaded there if needed), via torchvision."""
+    download = False
+    if root is None:
         root = DEFAULT_CACHE_ROOT
         download = not (root / "cifar-10-batches-py").is_dir()
     try:
@@ -449,9 +536,42 @@ def load_cifar10(*, data_root: Path | None = None, image_size: int | None = None
             f"cifar10: cannot load {root / 'cifar-10-batches-py'}/ (get it from {_CIFAR_URL}): {reason}"
         ) from None
     dataset = _to_dataset("cifar10", np.asarray(data.data), np.asarray(data.targets), 10)
-    if size == 32:
+    if size == CIFAR10_SIDE:
         return dataset
     return ImageDataset("cifar10", _resize_tensor(dataset.images, size).contiguous(), dataset.labels, 10)
+
+
+def load_cifar10(*, data_root: Path | None = None, image_size: int | None = None) -> ImageDataset:
+    """CIFAR-10, 3×32×32, 10 classes: the training split as JPEGs, or the test split via torchvision.
+
+    With `data_root`:
+
+    - `<data_root>/train/<class>/*.jpg` (or `data_root` being that `train` folder): the 50,000 training
+      images, in class order (CIFAR10_CLASSES, i.e. folder names sorted) then file name. Decoded once into a
+      uint8 cache file under ~/.cache/leakbench/data/decoded/ (keyed on every file's name, size and
+      modification time), so later loads (and every worker) read one file instead of 50,000 JPEGs.
+      For trained victims `datasets.partition` cuts it into 5,000 attack images, 5,000 test images (the
+      victim's test accuracy) and 40,000 training images: a permutation from PARTITION_SEED and the size
+      50,000, so the same 5,000 test images every time (`partition(dataset).test` lists their indices).
+    - `<data_root>/cifar-10-batches-py/` (or that folder itself): the 10,000-image test split, never downloaded.
+
+    Without it, the test split under ~/.cache/leakbench/data (downloaded there if needed). Other image
+    sizes are reached by antialiased bilinear resize.
+    """
+    size = _check_size("cifar10", image_size, CIFAR10_SIDE)
+    if data_root is None:
+        return _cifar10_pickle(None, size)
+    root = _existing_dir("cifar10", data_root)
+    if root.name == "cifar-10-batches-py":
+        root = root.parent
+    if (root / "cifar-10-batches-py").is_dir():
+        return _cifar10_pickle(root, size)
+    folder = _cifar10_folder(root)
+    if folder is None:
+        raise DatasetError(f"cifar10: no data in {root}; expected {root / 'train'}/<class>/*.jpg (the training split, "
+                           f"one folder per class: {', '.join(CIFAR10_CLASSES)}) or {root / 'cifar-10-batches-py'}/ "
+                           f"(from {_CIFAR_URL})")
+    return _cifar10_folder_cached(folder.resolve(), size)
 
 
 # --------------------------------------------------------------------------- where the data lies
@@ -479,4 +599,5 @@ DATASETS.register("digits", load_digits, "scikit-learn handwritten digits, 1×8�
 DATASETS.register("mnist", load_mnist, "MNIST test split from raw IDX files, 1×28×28, 10 classes, 10,000 images")
 DATASETS.register("tinyimagenet", load_tinyimagenet, "TinyImageNet val split, 3×64×64, 200 classes, 10,000 images")
 DATASETS.register("imagefolder", load_imagefolder, "your own images: --data-root with one subfolder per class")
-DATASETS.register("cifar10", load_cifar10, "CIFAR-10 test split via torchvision, 3×32×32, 10 classes, 10,000 images")
+DATASETS.register("cifar10", load_cifar10, "CIFAR-10, 3×32×32, 10 classes: train/<class>/*.jpg (50,000 images) "
+                  "or the test split via torchvision (10,000)")
