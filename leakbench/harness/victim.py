@@ -13,8 +13,12 @@ from leakbench.datasets import Batch, ImageDataset, load_dataset, partition, sam
 from leakbench.datasets.base import concat_batches
 from leakbench.errors import ConfigError
 from leakbench.fl import Client, ClientUpdate, client_update
+from leakbench.fl.fedavg import FedAvg
+from leakbench.fl.secagg import SecAgg
+from leakbench.fl.transform import FedSGD
 from leakbench.harness.spec import CellSpec, client_count, transforms
 from leakbench.models import ImageVictim, build_model
+from leakbench.models.training import UpdateRule
 from leakbench.models.victims import AT_INIT, VictimInfo, trained_victim
 
 
@@ -36,7 +40,8 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, ImageVict
 
     At init (`train_epochs` 0) the batch is drawn from the whole dataset, as it always was. A trained
     victim is loaded from the victim cache or trained on the dataset's train part, and its batch is
-    drawn from the attack part, which no training ever sees. The model carries its `victim_info`.
+    drawn from the attack part, which no training ever sees; every training step's update goes through the
+    cell's DP, noise and defences (`training_rule`). The model carries its `victim_info`.
     Defences that change the victim (`UpdateTransform.victim`: PRECODE) change it first.
     """
     root = Path(spec.data_root) if spec.data_root else None
@@ -54,7 +59,7 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, ImageVict
         assert spec.recipe is not None
         info = trained_victim(model, victim_key(spec, dataset), dataset.images, dataset.labels,
                               (torch.as_tensor(parts.train), torch.as_tensor(parts.test)), spec.recipe,
-                              spec.train_epochs)
+                              spec.train_epochs, rule=training_rule(spec, dataset))
     model.victim_info = info
     return batch, model.eval()  # at rest in eval mode; the client's update and the scoring set their own mode
 
@@ -95,12 +100,25 @@ def victim_key(spec: CellSpec, dataset: ImageDataset) -> dict[str, Any]:
     earlier victims stay) — never the batch, the attack or where the data lies."""
     from leakbench.datasets.base import PARTITION_FRACTIONS, PARTITION_SEED
 
+    rule = training_rule(spec, dataset)
     changing = [{"name": t.name, **asdict(t.config)} for t in transforms(spec) if t.changes_victim]
     return {**({"victim_defences": changing} if changing else {}),
             "dataset": spec.dataset, "dataset_size": len(dataset), "image_shape": list(dataset.image_shape),
             "partition": [PARTITION_SEED, *PARTITION_FRACTIONS], "arch": spec.arch, "width": spec.width,
             "depth": spec.depth, "init_seed": spec.seed, "recipe": asdict(spec.recipe) if spec.recipe else None,
-            "epochs": spec.train_epochs}
+            "epochs": spec.train_epochs, **({"update": rule.key()} if rule.defended() else {})}
+
+
+def training_rule(spec: CellSpec, dataset: ImageDataset) -> UpdateRule:
+    """How each step of the cell's victim training makes its update: FedSGD rounds through the cell's client
+    (DP-SGD, MixUp), noise and defences — the victim a defended federation would have trained. FedAvg and
+    secure aggregation are the attacked round's protocol, not a change to what is learnt (the mean of K
+    clients' FedSGD updates is the FedSGD update of their union): their victims train by FedSGD. Plain FedSGD for a cell
+    without any (the victim trained as before, under the same cache key). Defences that change the victim
+    (PRECODE) act through the model it trains (its own loss term), not through the rule."""
+    cell = [t for t in transforms(spec) if not t.changes_victim]
+    client = FedSGD(FedSGD.Config()) if isinstance(cell[0], (FedAvg, SecAgg)) else cell[0]
+    return UpdateRule((client, *cell[1:]), spec.dataset, dataset.num_classes, spec.threat)
 
 
 def victim_columns(model: ImageVictim) -> dict[str, Any]:

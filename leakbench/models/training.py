@@ -1,17 +1,29 @@
-"""Training a victim: the recipe (a frozen dataclass) and a seeded, deterministic training loop."""
+"""Training a victim: the recipe (a frozen dataclass) and a seeded, deterministic training loop.
+
+Plain training takes the gradient of each mini-batch's mean loss. Defended training (`UpdateRule`) makes
+each step's update the way a federated client under the cell's defences would — FedSGD rounds, one per
+mini-batch, through the cell's update transforms (DP-SGD, noise, any registered defence) — and the
+optimiser applies the shared update: what the defence costs in accuracy.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+import numpy as np
 import torch
 from torch import nn
 
 from leakbench.errors import ConfigError
 from leakbench.harness.limits import MAX_SEED
-from leakbench.models.base import training_loss
+from leakbench.models.base import ImageVictim, training_loss
 from leakbench.ranges import MAX_WEIGHT, Ranged, ranged
+
+if TYPE_CHECKING:  # annotations only: the update transforms load the plugins when first used
+    from leakbench.fl.transform import UpdateTransform
+    from leakbench.fl.update import ThreatModel
 
 OPTIMIZERS = ("sgd", "adam")
 MAX_TRAIN_EPOCHS = 1000
@@ -60,17 +72,52 @@ def _optimizer(model: nn.Module, recipe: TrainRecipe) -> torch.optim.Optimizer:
                            weight_decay=recipe.weight_decay)
 
 
+@dataclass(frozen=True)
+class UpdateRule:
+    """How every training step's update is made: `transforms` (one client transform first — FedSGD or
+    DP-SGD — then the defences, as `fl.transform.client_update` runs them) on the step's mini-batch, which
+    is a `Batch` of `dataset` with `num_classes` classes; `threat` is the client's threat model."""
+
+    transforms: tuple[UpdateTransform, ...]
+    dataset: str
+    num_classes: int
+    threat: ThreatModel | None = field(default=None)
+
+    def defended(self) -> bool:
+        """False when the rule is plain FedSGD (training as without a rule, bit for bit)."""
+        return is_defended(self.transforms)
+
+    def key(self) -> list[dict[str, Any]]:
+        """The transforms as plain data (name and settings), for the victim cache key."""
+        return [{"name": t.name, "config": asdict(t.config)} for t in self.transforms]
+
+
+def is_defended(transforms: Sequence[UpdateTransform]) -> bool:
+    """Whether `transforms` change a step's update: anything but plain FedSGD alone."""
+    return not (len(transforms) == 1 and transforms[0].name == "fedsgd")
+
+
+def step_seed(seed: int, step: int) -> int:
+    """The seed of training step `step` (counted over all epochs from 0) of a recipe seeded `seed`: DP and
+    noise draws differ between steps and are the same on every rerun."""
+    return int(np.random.SeedSequence([seed, step, 0xDEFE]).generate_state(1, np.uint32)[0])
+
+
 def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor, recipe: TrainRecipe,
-          epochs: int) -> nn.Module:
+          epochs: int, *, rule: UpdateRule | None = None) -> nn.Module:
     """Train `model` in place for `epochs` on the images (in [0,1]) and labels at `indices`; returns it in eval mode.
 
     Deterministic: the shuffling and flips come from a generator seeded with `recipe.seed`, and the
-    loop draws nothing from the global RNG (same threads, same seed → same weights).
+    loop draws nothing from the global RNG (same threads, same seed → same weights). With a defended
+    `rule`, each step's gradients are the update its transforms share (seeded by `step_seed`); without
+    one, or with plain FedSGD, the mean-loss gradient as always (the same weights bit for bit).
     """
     gen = torch.Generator().manual_seed(recipe.seed)
     opt = _optimizer(model, recipe)
     dtype = next(model.parameters()).dtype
+    defended = rule if rule is not None and rule.defended() else None
     model.train()
+    step = 0
     for _ in range(epochs):
         order = indices[torch.randperm(len(indices), generator=gen)]
         for start in range(0, len(order), recipe.batch_size):
@@ -80,10 +127,53 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, indices:
                 flip = torch.rand(len(idx), generator=gen) < 0.5
                 x = torch.where(flip[:, None, None, None], x.flip(-1), x)
             opt.zero_grad(set_to_none=True)
-            training_loss(model, model(x), labels[idx]).backward()  # cross-entropy (+ PRECODE's β·KL)
+            if defended is None:
+                training_loss(model, model(x), labels[idx]).backward()  # cross-entropy (+ PRECODE's β·KL)
+            else:
+                _defended_gradients(model, x, labels[idx], idx, defended, step_seed(recipe.seed, step))
             opt.step()
+            step += 1
     model.zero_grad(set_to_none=True)
     return model.eval()
+
+
+def _defended_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, rule: UpdateRule,
+                        seed: int) -> None:
+    """Set each parameter's `.grad` to the update the rule's client shares for the mini-batch (x, y).
+
+    The client computes it as in ordinary training: in train mode (BatchNorm on the batch's statistics),
+    on a copy of the model; what that forward pass changed in the copy's buffers (BatchNorm running
+    statistics, PRECODE's forward count) is carried back, so the model moves as under plain training."""
+    from dataclasses import replace
+
+    from leakbench.datasets.base import Batch
+    from leakbench.fl.transform import Client, client_update
+    from leakbench.fl.update import ThreatModel
+
+    batch = Batch(images=x, labels=y, indices=tuple(int(i) for i in idx), dataset=rule.dataset,
+                  num_classes=rule.num_classes)
+    threat = replace(rule.threat or ThreatModel(), bn_mode="train", bn_stats_shared=True)
+    update = client_update(list(rule.transforms), Client(cast(ImageVictim, model), batch, seed, threat))
+    for name, param in model.named_parameters():
+        grad = update.gradients.get(name)
+        param.grad = None if grad is None else grad.to(param.dtype).clone()
+    _carry_buffers(model, x, update.buffers)
+
+
+def _carry_buffers(model: nn.Module, x: torch.Tensor, buffers: dict[str, torch.Tensor] | None) -> None:
+    """Give `model` the buffers its client's copy had after the step: the update's `buffers` when the
+    client transform shares them (FedSGD does), else one forward pass of the step's images without gradient
+    (a DP-SGD step; the model has buffers). Nothing for a model without buffers."""
+    if next(model.buffers(), None) is None:
+        return
+    if buffers is None:
+        with torch.no_grad():
+            model(x)
+        return
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if name in buffers:
+                buffer.copy_(buffers[name])
 
 
 @torch.no_grad()

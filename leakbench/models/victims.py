@@ -1,8 +1,9 @@
 """Trained victims, cached by content: `<cache>/<hash>.pt`, the hash over everything that makes the weights.
 
 The key is plain data (dataset, its size and image size, the partition, arch, width, depth, init seed,
-recipe, epochs); the same key always gives the same weights, so a sweep trains each victim once and
-every later cell (or run) loads it. Files are written atomically (a temporary file, then a rename), so
+recipe, epochs, and — only for a victim trained under defences — its update transforms as names and
+settings); the same key always gives the same weights, so a sweep trains each victim once and every
+later cell (or run) loads it. Files are written atomically (a temporary file, then a rename), so
 an interrupted training leaves no half-written victim. The cache lies in $LEAKBENCH_VICTIM_CACHE,
 else ~/.cache/leakbench/victims.
 """
@@ -22,7 +23,7 @@ import torch
 from torch import nn
 
 from leakbench.errors import LeakbenchWarning
-from leakbench.models.training import TrainRecipe, accuracy, train
+from leakbench.models.training import TrainRecipe, UpdateRule, accuracy, train
 
 CACHE_ENV = "LEAKBENCH_VICTIM_CACHE"
 DEFAULT_CACHE = Path.home() / ".cache" / "leakbench" / "victims"
@@ -58,10 +59,12 @@ def victim_hash(key: dict[str, Any]) -> str:
 
 
 def trained_victim(model: nn.Module, key: dict[str, Any], images: torch.Tensor, labels: torch.Tensor,
-                   parts: tuple[torch.Tensor, torch.Tensor], recipe: TrainRecipe, epochs: int) -> VictimInfo:
-    """Load `model`'s trained weights for `key` from the cache, or train it (on `images[parts[0]]`),
-    measure its accuracies (train part, test part `parts[1]`) and store it. `model` is the victim at
-    init and is changed in place. An unreadable cache file is replaced (one warning)."""
+                   parts: tuple[torch.Tensor, torch.Tensor], recipe: TrainRecipe, epochs: int, *,
+                   rule: UpdateRule | None = None) -> VictimInfo:
+    """Load `model`'s trained weights for `key` from the cache, or train it (on `images[parts[0]]`, every
+    step's update made by `rule` when defended: `training.train`), measure its accuracies (train part, test
+    part `parts[1]`) and store it. `model` is the victim at init and is changed in place. A defended rule
+    must be in `key` (`UpdateRule.key`). An unreadable cache file is replaced (one warning)."""
     digest = victim_hash(key)
     path = cache_dir() / f"{digest}.pt"
     stored = _load(path, key)
@@ -69,7 +72,7 @@ def trained_victim(model: nn.Module, key: dict[str, Any], images: torch.Tensor, 
         model.load_state_dict(stored["state_dict"])
         model.eval()
         return VictimInfo(epochs, stored["train_accuracy"], stored["test_accuracy"], digest)
-    train(model, images, labels, parts[0], recipe, epochs)
+    train(model, images, labels, parts[0], recipe, epochs, rule=rule)
     info = VictimInfo(epochs, accuracy(model, images, labels, parts[0]), accuracy(model, images, labels, parts[1]),
                       digest, trained_now=True)
     _save(path, {"key": key, "state_dict": model.state_dict(), "train_accuracy": info.train_accuracy,
