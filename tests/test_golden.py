@@ -39,11 +39,22 @@ def _comparable(frame: pd.DataFrame, ids: list[str], rerun: pd.DataFrame) -> pd.
     return rows.drop(columns=drop).reset_index(drop=True)
 
 
+def _retrained(cells: pd.DataFrame) -> set[str]:
+    """Cells whose victim issue 24 trains under the cell's noise (or DP, or defences) on every step: before,
+    it was trained without; their records changed on purpose (tests/test_defended_training.py)."""
+    if "train_epochs" not in cells:
+        return set()
+    noised = cells["noise_sigma"].fillna(0) > 0 if "noise_sigma" in cells else False
+    return set(cells.loc[(cells["train_epochs"] > 0) & (noised | (cells["dp"] != "none")), "cell_id"])
+
+
 @pytest.mark.parametrize("name", ["axes-dp", "axes-client"])
 def test_records_are_those_made_before_the_refactor(name: str, tmp_path: Path) -> None:
     run = _rerun(name, ["spear", "cpa"], tmp_path)
+    retrained = _retrained(pd.read_parquet(GOLDEN / name / "cells.parquet"))
     for table in ("records.parquet", "cells.parquet"):
         new, old = pd.read_parquet(run / table), pd.read_parquet(GOLDEN / name / table)
         ids = list(new["cell_id"].unique())
         assert len(ids) >= 8 and set(ids) <= set(old["cell_id"])  # same cell ids as before
+        ids = [i for i in ids if i not in retrained]
         pd.testing.assert_frame_equal(_comparable(new, ids, new), _comparable(old, ids, new))
