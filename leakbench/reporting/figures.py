@@ -65,3 +65,48 @@ def save_figure(fig: Figure, path: Path) -> Path:
         plt.close(fig)
         Path(tmp).unlink(missing_ok=True)
     return path
+
+
+PRIVACY_UTILITY_PANELS = (("exact_pct", "exact % (worse for privacy ↑)"), ("psnr_median", "PSNR median (dB)"),
+                          ("lpips_mean", "LPIPS mean (lower: closer)"))
+
+
+def privacy_utility_figure(levels: pd.DataFrame, path: Path, title: str) -> Path:
+    """Leakage against utility for one attack: three panels (exact %, PSNR median, LPIPS) against the
+    victim's test accuracy %, one point per defence level (`level`, written beside it), one colour per
+    batch size. `levels` has the columns of `reporting.defences.privacy_utility_data`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
+    sizes = sorted(levels["batch_size"].unique())
+    colours = plt.get_cmap("tab10")
+    for ax, (column, ylabel) in zip(axes, PRIVACY_UTILITY_PANELS, strict=True):
+        values = levels[column].to_numpy(dtype=float)
+        finite = values[np.isfinite(values)]
+        top = (float(finite.max()) if len(finite) else 40.0) + 10.0  # where ∞ (bit-identical) PSNR is drawn
+        labelled: set[tuple[str, bool]] = set()
+        for i, b in enumerate(sizes):
+            rows = levels[(levels["batch_size"] == b) & ~np.isnan(levels[column].to_numpy(dtype=float))]
+            ys = [top if np.isinf(y) else y for y in rows[column]]
+            ax.scatter(rows["accuracy_pct"], ys, color=colours(i % 10), s=36, zorder=3, label=f"b = {b}")
+            for x, y, raw, text in zip(rows["accuracy_pct"], ys, rows[column], rows["level"], strict=True):
+                if (str(text), bool(np.isinf(raw))) in labelled:  # one label per level: its first point
+                    continue
+                labelled.add((str(text), bool(np.isinf(raw))))
+                ax.annotate(str(text) + (" (∞ dB)" if np.isinf(raw) else ""), (x, y), textcoords="offset points",
+                            xytext=(5, 4), fontsize=8)
+        if not len(finite) and not np.isinf(values).any():
+            ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="grey")
+        ax.set_xlabel("victim test accuracy % (higher: cheaper defence →)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.margins(x=0.25, y=0.15)
+    axes[0].set_ylim(-5, 105)
+    if len(sizes) > 1:
+        axes[0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return save_figure(fig, path)

@@ -20,6 +20,7 @@ from leakbench.records.atomic import write_text_atomic
 from leakbench.records.runs import read_run
 from leakbench.reporting.aggregate import Key, epsilon_labels, fmt, grouped, key_values, model_order, with_model
 from leakbench.reporting.compare import grid_name
+from leakbench.reporting.defences import defence_blocks
 from leakbench.reporting.pivot import pivot_table
 from leakbench.reporting.render import Block, Table, html_document, markdown
 from leakbench.reporting.target import check_leaderboard_target
@@ -112,6 +113,13 @@ def write_leaderboard(results: Path, reports: Path) -> list[Path]:
              f"Runs: {', '.join(sorted(cells['suite'].unique()))}. Matching: Hungarian on MSE. "
              f"Exact over all images: {fmt(100 * float(records['exact'].mean()), 1)} %."]
     blocks = leaderboard_blocks(records, cells, reports)
+    defences = defence_blocks(records, cells)
+    if defences:
+        intro.append("Defences (the tables titled 'Defences: …', after the attack tables): per dataset, victim and "
+                     "batch size, each defence level ranked by its worst leakage over every attack, beside the "
+                     "test accuracy of a victim trained with that defence on every update and its cost against "
+                     "the undefended victim.")
+        blocks += defences
     files = {"leaderboard.md": markdown(TITLE, intro, blocks),
              "leaderboard.html": html_document(TITLE, intro, blocks, sortable=True),
              "leaderboard-timing.md": markdown(TIMING_TITLE, ["Wall-clock seconds per cell; not part of the ranking."],

@@ -8,6 +8,7 @@ out with one warning line) and writes `REPORTS/SUITE.md`, `REPORTS/SUITE.html` a
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import warnings
 from collections.abc import Hashable
@@ -32,7 +33,8 @@ from leakbench.reporting.aggregate import (
     with_model,
 )
 from leakbench.reporting.compare import comparison_figures
-from leakbench.reporting.figures import axis_figure
+from leakbench.reporting.defences import privacy_utility_data
+from leakbench.reporting.figures import axis_figure, privacy_utility_figure
 from leakbench.reporting.pivot import pivot_table, triple
 from leakbench.reporting.render import Block, Images, Table, html_document, markdown
 from leakbench.reporting.target import check_report_target, foreign_report_entries, write_marker
@@ -171,6 +173,26 @@ def figures(figure_data: dict[str, pd.DataFrame], records: pd.DataFrame, cells: 
                                      "not exact and carry no PSNR."])
 
 
+def privacy_utility(records: pd.DataFrame, cells: pd.DataFrame, folder: Path, suite: str) -> list[Block]:
+    """Per dataset, trained victim and attack with more than one defence level: leakage (exact %, PSNR
+    median, LPIPS) against the victim's test accuracy, one point per level (none without such levels)."""
+    data = privacy_utility_data(records, with_model(cells))
+    items = []
+    for (dataset, model, attack), sub in data.groupby(["dataset", "model", "attack"], sort=True):
+        if sub["level"].nunique() < 2:
+            continue
+        name = "privacy-utility-" + re.sub(r"[^A-Za-z0-9.]+", "-", f"{attack} {dataset} {model}").strip("-") + ".png"
+        caption = f"{attack} on {dataset} · {model}: leakage against test accuracy, one point per defence level"
+        privacy_utility_figure(sub, folder / name, f"{suite}: {caption}")
+        items.append((f"{suite}/figures/{name}", caption))
+    if not items:
+        return []
+    return [Images("Privacy–utility: leakage against the victim's test accuracy", items, [
+        "Each victim was trained with its defence level applied to every update (FedSGD rounds of the training "
+        "recipe); its accuracy is on the dataset's test part. Points: exact %, PSNR median and mean LPIPS of the "
+        "attack pooled over the level's cells (seeds, layers); one colour per batch size."])]
+
+
 def grids(run_dir: Path, manifest: dict[str, Any], records: pd.DataFrame, cells: pd.DataFrame, folder: Path,
           suite: str) -> Images:
     """One comparison figure per batch and setting: every attack on the same pre-drawn images."""
@@ -200,7 +222,7 @@ def write_report(run_dir: Path, reports: Path) -> Path:
         (staging / "grids").mkdir()
         axis_tables, figure_data = axis_blocks(records, cells, manifest.get("layerless_attacks", []))
         blocks = [*pivot_blocks(records, cells), figures(figure_data, records, cells, staging / "figures", suite),
-                  grids(run_dir, manifest, records, cells, staging / "grids", suite), *axis_tables,
+                  *privacy_utility(records, cells, staging / "figures", suite), grids(run_dir, manifest, records, cells, staging / "grids", suite), *axis_tables,
                   all_cells_table(records, cells, [c["cell_id"] for c in manifest["cells"]])]
         intro = _intro(manifest, cells)
         title = f"leakbench suite '{suite}'"

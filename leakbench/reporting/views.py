@@ -196,6 +196,23 @@ def victims_view(cells: pd.DataFrame) -> View:
     return View("victims", "Victims: accuracy after training (train part / test part)", table)
 
 
+def defences_view(cells: pd.DataFrame) -> View:
+    """Per defence level (DP, noise, defences: `reporting.defences.defence_levels`) and attack, with batch size
+    and model: the victims' test accuracy % (NaN at init), cells, failed, exact %, mean PSNR and mean LPIPS."""
+    from leakbench.reporting.defences import defence_levels
+
+    _require(cells, "defences", (*BASE, "batch_size", "psnr_mean", "lpips_mean", "test_accuracy"))
+    frame = with_model(cells)
+    frame = frame.assign(defence=defence_levels(frame), test_accuracy_pct=100.0 * frame["test_accuracy"])
+    key = [c for c in ("dataset", "model", "layer") if frame[c].nunique(dropna=False) > 1]
+    table = frame.groupby([*key, "batch_size", "attack", "defence"], sort=True, dropna=False).agg(
+        test_accuracy_pct=("test_accuracy_pct", "mean"), n=("seed", "size"), failed=("status", _failed),
+        exact_pct=("exact_fraction", _exact_pct), psnr_mean=("psnr_mean", "mean"),
+        lpips_mean=("lpips_mean", "mean")).reset_index()
+    return View("defences", "Defences: leakage per attack beside the test accuracy of the victim trained with "
+                "the defence", table)
+
+
 VIEWS.register("noise", noise_view, "per additive-noise level σ: n, failed, PSNR mean, exact %, median seconds")
 VIEWS.register("spear-speed", spear_speed_view,
                "per batch size: n, failed, exact %, median/max seconds, median/max draws (SPEAR's attack stats)")
@@ -203,3 +220,5 @@ VIEWS.register("baselines", baselines_view,
                "one row per cell by attack × model × b × seed: exact %, PSNR mean/median, SSIM, seconds, status, note")
 VIEWS.register("victims", victims_view,
                "per victim (model, train epochs, init seed): train / test accuracy %, hash of the trained weights")
+VIEWS.register("defences", defences_view,
+               "per defence level × attack × b: victim test accuracy %, n, failed, exact %, mean PSNR, mean LPIPS")

@@ -1,0 +1,140 @@
+"""The defence leaderboard, the `defences` view and the privacy–utility figure (issue 24), from stored records
+only: a synthetic records table (fast) and one tiny run end to end (slow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from leakbench.reporting.aggregate import with_model
+from leakbench.reporting.defences import NONE, defence_blocks, defence_levels, privacy_utility_data
+from leakbench.reporting.figures import privacy_utility_figure
+from leakbench.reporting.render import Table, markdown
+from leakbench.reporting.views import apply_view
+
+LEVELS = {  # level → (client, dp, noise σ, defence, test accuracy, {attack: (exact fraction, PSNR)})
+    "none": ("fedsgd", "none", 0.0, None, 0.40, {"spear": (1.0, np.inf), "ig": (0.0, 20.0)}),
+    "noise": ("fedsgd", "none", 0.01, None, 0.38, {"spear": (0.0, 15.0), "ig": (0.0, 18.0)}),
+    "dp": ("fedsgd", "σ=1 C=1", 0.0, None, 0.20, {"spear": (0.0, 10.0), "ig": (0.0, 12.0)}),
+    "prune": ("fedsgd", "none", 0.0, "prune keep=0.5", 0.37, {"spear": (0.5, 30.0), "ig": (0.0, 19.0)}),
+}
+
+
+def _tables(images: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
+    cells, records = [], []
+    for name, (client, dp, sigma, defence, acc, attacks) in LEVELS.items():
+        for attack, (exact, psnr) in attacks.items():
+            cid = f"{name}-{attack}"
+            cells.append({"suite": "s", "cell_id": cid, "attack": attack, "dataset": "cifar10", "batch_size": 4,
+                          "width": 200, "depth": 6, "layer": 1, "seed": 0, "dp": dp,
+                          "dp_sigma": 1.0 if dp != "none" else np.nan, "dp_clip": 1.0, "dp_epsilon": np.inf,
+                          "arch": "fc", "client": client, "train_epochs": 2, "test_accuracy": acc,
+                          "victim_hash": f"h-{name}", "status": "ok", "seconds": 1.0, "noise_sigma": sigma,
+                          "noise_scale": "absolute", "defence": defence, "exact_fraction": exact,
+                          "psnr_mean": psnr, "lpips_mean": 0.5 - exact / 4, "space": "image"})
+            for i in range(images):
+                records.append({"suite": "s", "cell_id": cid, "exact": i < exact * images, "psnr": psnr,
+                                "ssim": 0.5, "lpips": 0.5 - exact / 4, "rel_error": np.nan, "status": "ok",
+                                "space": "image"})
+    return pd.DataFrame(records), with_model(pd.DataFrame(cells))
+
+
+def test_defence_levels_name_dp_noise_and_defences() -> None:
+    _, cells = _tables()
+    assert dict(zip(cells["cell_id"], defence_levels(cells), strict=True)) == {
+        "none-spear": NONE, "none-ig": NONE, "noise-spear": "noise σ=0.01", "noise-ig": "noise σ=0.01",
+        "dp-spear": "DP σ=1 C=1", "dp-ig": "DP σ=1 C=1", "prune-spear": "prune keep=0.5", "prune-ig": "prune keep=0.5"}
+    threat = cells.assign(client="fedsgd · labels known")
+    assert set(defence_levels(threat)) == {"labels known", "DP σ=1 C=1 + labels known"}
+
+
+def test_defences_ranked_by_their_worst_attack_with_the_accuracy_cost() -> None:
+    records, cells = _tables()
+    [table] = defence_blocks(records, cells)
+    assert isinstance(table, Table) and table.title == "Defences: cifar10 · FC-6 w200 trained 2 ep · b=4 (suite s)"
+    rows = {row[1]: row for row in table.rows}
+    assert [row[1] for row in table.rows] == ["DP σ=1 C=1", "noise σ=0.01", "prune keep=0.5", "none"]
+    assert rows["DP σ=1 C=1"][2:8] == ["20.0", "20.0", "0", "12.0", "0.500", "ig"]  # ig leaks more than spear
+    assert rows["prune keep=0.5"][3:8] == ["3.0", "50", "30.0", "0.375", "spear"]
+    assert rows["none"][3:5] == ["0.0", "100"]
+    front = {row[1] for row in table.rows if row[-1] == "✓"}
+    assert front == {"DP σ=1 C=1", "noise σ=0.01", "none"}  # prune: noise leaks less at a lower cost
+    text = markdown("board", [], [table])
+    assert "| 1 | DP σ=1 C=1 | 20.0 | 20.0 |" in text
+
+
+def test_a_board_without_defences_is_left_out() -> None:
+    records, cells = _tables()
+    plain = cells[defence_levels(cells) == NONE]
+    assert defence_blocks(records[records["cell_id"].isin(plain["cell_id"])], plain) == []
+
+
+def test_defences_view_and_privacy_utility_data() -> None:
+    records, cells = _tables()
+    view = apply_view("defences", cells.assign(client="fedsgd")).table  # the view reads the stored cells table
+    assert len(view) == 8 and set(view["defence"]) == {NONE, "noise σ=0.01", "DP σ=1 C=1", "prune keep=0.5"}
+    dp = view[(view["defence"] == "DP σ=1 C=1") & (view["attack"] == "ig")].iloc[0]
+    assert dp["test_accuracy_pct"] == pytest.approx(20.0) and dp["psnr_mean"] == 12.0
+    data = privacy_utility_data(records, cells)
+    spear = data[data["attack"] == "spear"].set_index("level")
+    assert spear.loc["prune keep=0.5", "exact_pct"] == 50.0 and spear.loc[NONE, "accuracy_pct"] == pytest.approx(40)
+    assert privacy_utility_data(records, cells.assign(test_accuracy=np.nan)).empty  # at init: no utility
+
+
+def test_privacy_utility_figure_is_a_png(tmp_path: Path) -> None:
+    records, cells = _tables()
+    data = privacy_utility_data(records, cells)
+    path = privacy_utility_figure(data[data["attack"] == "ig"], tmp_path / "pu.png", "ig: leakage against accuracy")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+SUITE = """
+name = "tiny-defences"
+dataset = "digits"
+attacks = ["spear", "cpa"]
+batch_sizes = [2]
+width = 32
+depth = 3
+train_epochs = [1]
+train = { lr = 0.01, batch_size = 128 }
+noise = [0.0, 0.05]
+grid_images = 2
+
+[hyperparameters.spear]
+max_draws = 20000
+[hyperparameters.cpa]
+max_iter = 50
+"""
+
+
+@pytest.mark.slow
+def test_a_run_with_defences_reports_the_figure_and_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run → records carry each victim's accuracy → report has the privacy–utility figure → leaderboard has the
+    defence board, built from the stored records alone."""
+    from leakbench.cli import main
+    from leakbench.models import victims
+
+    monkeypatch.setenv(victims.CACHE_ENV, str(tmp_path / "victims"))
+    (tmp_path / "suite.toml").write_text(SUITE)
+    assert main(["run", str(tmp_path / "suite.toml"), "--out", str(tmp_path / "res"),
+                 "--reports", str(tmp_path / "rep")]) == 0
+    run = tmp_path / "res" / "tiny-defences"
+    cells, records = pd.read_parquet(run / "cells.parquet"), pd.read_parquet(run / "records.parquet")
+    for table in (cells, records):
+        accuracy = table.groupby("noise_sigma")["test_accuracy"].agg(["min", "max"])
+        assert (accuracy["min"] == accuracy["max"]).all() and accuracy["min"].between(0.1, 1).all()
+    assert cells.groupby("noise_sigma")["victim_hash"].nunique().tolist() == [1, 1]
+    assert cells["victim_hash"].nunique() == 2  # the noised victim is another victim
+    report = (tmp_path / "rep" / "tiny-defences.md").read_text()
+    assert "Privacy–utility" in report
+    assert (tmp_path / "rep" / "tiny-defences" / "figures" / "privacy-utility-spear-digits-FC-3-w32-trained-1-ep.png"
+            ).is_file()
+    assert main(["leaderboard", "--results", str(tmp_path / "res"), "--reports", str(tmp_path / "board")]) == 0
+    board = (tmp_path / "board" / "leaderboard.md").read_text()
+    section = board.split("## Defences: digits · FC-3 w32 trained 1 ep · b=2 (suite tiny-defences)")[1]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "rank" not in line]
+    assert sorted(r.split(" | ")[1] for r in rows[:2]) == ["noise σ=0.05", "none"]
+    assert "Defences:" in (tmp_path / "board" / "leaderboard.html").read_text()
