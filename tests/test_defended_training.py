@@ -24,6 +24,7 @@ from leakbench.models.training import TrainRecipe, UpdateRule, step_seed, train
 
 SMALL = dict(attack="spear", dataset="digits", batch_size=4, width=32, depth=3)
 """A victim that trains in well under a second (digits, FC-3 width 32)."""
+RECIPE = TrainRecipe(batch_size=32)
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def victim_cache(tmp_path, monkeypatch):
 
 
 def _trained(rule_transforms: tuple[UpdateTransform, ...] | None, epochs: int = 1,
-             recipe: TrainRecipe = TrainRecipe(batch_size=32)) -> dict[str, torch.Tensor]:
+             recipe: TrainRecipe = RECIPE) -> dict[str, torch.Tensor]:
     data = load_dataset("digits")
     model = build_model("fc", data.image_shape, 10, width=32, depth=3, seed=0)
     rule = None if rule_transforms is None else UpdateRule(rule_transforms, "digits", 10)

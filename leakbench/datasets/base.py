@@ -114,10 +114,11 @@ class Partition:
 def partition(dataset: ImageDataset) -> Partition:
     """The fixed, documented partition of `dataset` for trained victims.
 
-    The loaders hold one split each (TinyImageNet val, MNIST/CIFAR-10 test, embedded patches), so
-    there is no train split to use: a permutation of the indices drawn from PARTITION_SEED and the
-    dataset's size gives the first 10 % to the attack part, the next 10 % to the test part and the
-    remaining 80 % to the train part. Depends on nothing but the size: the same for every cell.
+    The loaders hold one split each (TinyImageNet val, MNIST test, CIFAR-10's train JPEGs or its test
+    split, embedded patches), so the parts are cut from it: a permutation of the indices drawn from
+    PARTITION_SEED and the dataset's size gives the first 10 % to the attack part, the next 10 % to the
+    test part and the remaining 80 % to the train part. Depends on nothing but the size: the same for every cell. For
+    CIFAR-10's 50,000 training JPEGs: 5,000 attack, 5,000 test (the victims' test accuracy), 40,000 train.
     """
     n = len(dataset)
     order = np.random.default_rng([PARTITION_SEED, n]).permutation(n)

@@ -24,6 +24,7 @@ from leakbench.ranges import MAX_WEIGHT, Ranged, ranged
 if TYPE_CHECKING:  # annotations only: the update transforms load the plugins when first used
     from leakbench.fl.transform import UpdateTransform
     from leakbench.fl.update import ThreatModel
+    from leakbench.models.base import ImageVictim
 
 OPTIMIZERS = ("sgd", "adam")
 MAX_TRAIN_EPOCHS = 1000

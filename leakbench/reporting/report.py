@@ -222,7 +222,8 @@ def write_report(run_dir: Path, reports: Path) -> Path:
         (staging / "grids").mkdir()
         axis_tables, figure_data = axis_blocks(records, cells, manifest.get("layerless_attacks", []))
         blocks = [*pivot_blocks(records, cells), figures(figure_data, records, cells, staging / "figures", suite),
-                  *privacy_utility(records, cells, staging / "figures", suite), grids(run_dir, manifest, records, cells, staging / "grids", suite), *axis_tables,
+                  *privacy_utility(records, cells, staging / "figures", suite),
+                  grids(run_dir, manifest, records, cells, staging / "grids", suite), *axis_tables,
                   all_cells_table(records, cells, [c["cell_id"] for c in manifest["cells"]])]
         intro = _intro(manifest, cells)
         title = f"leakbench suite '{suite}'"
