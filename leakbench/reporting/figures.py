@@ -88,6 +88,10 @@ def privacy_utility_figure(levels: pd.DataFrame, path: Path, title: str) -> Path
         finite = values[np.isfinite(values)]
         top = (float(finite.max()) if len(finite) else 40.0) + 10.0  # where ∞ (bit-identical) PSNR is drawn
         labelled: set[tuple[str, bool]] = set()
+        span = (float(finite.max() - finite.min()) if len(finite) else 0.0) or 1.0
+        accuracy = levels["accuracy_pct"].to_numpy(dtype=float)
+        width = float(accuracy.max() - accuracy.min()) or 1.0
+        stacked: dict[tuple[int, int], int] = {}  # labels already near this point: the next one goes above them
         for i, b in enumerate(sizes):
             rows = levels[(levels["batch_size"] == b) & ~np.isnan(levels[column].to_numpy(dtype=float))]
             ys = [top if np.isinf(y) else y for y in rows[column]]
@@ -96,8 +100,11 @@ def privacy_utility_figure(levels: pd.DataFrame, path: Path, title: str) -> Path
                 if (str(text), bool(np.isinf(raw))) in labelled:  # one label per level: its first point
                     continue
                 labelled.add((str(text), bool(np.isinf(raw))))
+                near = (round(6 * x / width), round(20 * y / span))
+                stacked[near] = above = stacked.get(near, -1) + 1
                 ax.annotate(str(text) + (" (∞ dB)" if np.isinf(raw) else ""), (x, y), textcoords="offset points",
-                            xytext=(5, 4), fontsize=8)
+                            xytext=(5, 4 + 11 * above), fontsize=8,
+                            arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "grey"} if above else None)
         if not len(finite) and not np.isinf(values).any():
             ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="grey")
         ax.set_xlabel("victim test accuracy % (higher: cheaper defence →)")
