@@ -302,6 +302,64 @@ def test_cifar10_conversion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert load_dataset("cifar10", data_root=tmp_path, image_size=16).image_shape == (3, 16, 16)
 
 
+def _cifar10_folder(root: Path) -> Path:
+    """A tiny CIFAR-10 training folder: two PNG images per class (one 40×40, fitted to 32), class k's pixels k·20."""
+    for k, name in enumerate(loaders.CIFAR10_CLASSES):
+        (root / "train" / name).mkdir(parents=True)
+        Image.new("RGB", (32, 32), (k * 20, 0, 255)).save(root / "train" / name / "0000.png")
+        Image.new("RGB", (40, 40), (k * 20, 0, 255)).save(root / "train" / name / "0001.png")
+    return root
+
+
+def test_cifar10_training_folder_is_decoded_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """train/<class>/ loads in class order, through a decoded cache file the next load reads instead of the images;
+    a changed image is decoded again."""
+    monkeypatch.setattr(loaders, "DEFAULT_CACHE_ROOT", tmp_path / "cache")
+    root = _cifar10_folder(tmp_path / "cifar10")
+    loaders._cifar10_folder_cached.cache_clear()
+    ds = load_dataset("cifar10", data_root=root)
+    _check_contract(ds, (3, 32, 32), 10)
+    assert ds.labels.tolist() == [k for k in range(10) for _ in range(2)]
+    assert torch.allclose(ds.images[::2, 0, 0, 0], torch.arange(10) * 20 / 255.0)
+    assert len(list((tmp_path / "cache" / loaders.DECODED_DIR).glob("cifar10-*.npz"))) == 1
+    loaders._cifar10_folder_cached.cache_clear()
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("decoded again")
+    monkeypatch.setattr(loaders, "_decode_cifar10", refuse)
+    again = load_dataset("cifar10", data_root=root / "train")  # the train folder itself
+    assert torch.equal(again.images, ds.images) and torch.equal(again.labels, ds.labels)
+    assert load_dataset("cifar10", data_root=root, image_size=16).image_shape == (3, 16, 16)
+    Image.new("RGB", (32, 32), (0, 0, 0)).save(root / "train" / "truck" / "0002.png")
+    loaders._cifar10_folder_cached.cache_clear()
+    with pytest.raises(AssertionError, match="decoded again"):
+        load_dataset("cifar10", data_root=root)
+    loaders._cifar10_folder_cached.cache_clear()
+
+
+def test_cifar10_says_what_it_looks_for(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match=r"train\S*/<class>/\*\.jpg .*cifar-10-batches-py"):
+        load_dataset("cifar10", data_root=tmp_path)
+    (tmp_path / "train" / "airplane").mkdir(parents=True)  # not the ten classes
+    with pytest.raises(DatasetError, match="expected"):
+        load_dataset("cifar10", data_root=tmp_path)
+
+
+@pytest.mark.slow
+def test_cifar10_training_split_real(shared_data: Path) -> None:
+    """The shared CIFAR-10 training JPEGs: 50,000 images, 5,000 per class; its partition's test part is 5,000."""
+    from leakbench.datasets import partition
+
+    if not (shared_data / "cifar10" / "train").is_dir():
+        pytest.skip("no cifar10/train in the shared data")
+    ds = load_dataset("cifar10", data_root=shared_data / "cifar10")
+    _check_contract(ds, (3, 32, 32), 10)
+    assert ds.labels.bincount().tolist() == [5000] * 10
+    parts = partition(ds)
+    assert (len(parts.attack), len(parts.test), len(parts.train)) == (5000, 5000, 40000)
+    assert parts.test[:5].tolist() == [7, 9, 24, 27, 37]  # docs: the fixed test part
+
+
 # --------------------------------------------------------------------------- real data (skipped without it)
 
 
