@@ -111,9 +111,9 @@ def test_training_never_sees_an_attacked_image(monkeypatch):
     seen: list[torch.Tensor] = []
     real_train = victims_module.train
 
-    def recording_train(model, images, labels, indices, recipe, epochs):
+    def recording_train(model, images, labels, indices, recipe, epochs, **options):
         seen.append(indices.clone())
-        return real_train(model, images, labels, indices, recipe, epochs)
+        return real_train(model, images, labels, indices, recipe, epochs, **options)
 
     monkeypatch.setattr(victims_module, "train", recording_train)
     batch, _ = victim(CellSpec(attack="spear", train_epochs=1, **SMALL))
