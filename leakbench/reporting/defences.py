@@ -111,7 +111,9 @@ def defence_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
              "median; its LPIPS beside). Accuracy cost: test accuracy of the undefended victim ('none') minus "
              "the level's, in percentage points; the victims are trained with the level on every update. "
              "front ✓: no other level leaks less at no higher cost."]
-    if not any(r["level"] == NONE for r in rows):
+    if all(math.isnan(r["accuracy"]) for r in rows):
+        notes.append("Victims at init (untrained): no accuracy measured, ranked by leakage alone.")
+    elif not any(r["level"] == NONE for r in rows):
         notes.append("No undefended level in this board: no accuracy cost.")
     return Table(f"Defences: {dataset} · {model} · b={b} (suite {suite})", DEFENCE_HEADER, body, notes)
 
