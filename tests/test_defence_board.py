@@ -70,6 +70,8 @@ def test_a_board_without_defences_is_left_out() -> None:
     records, cells = _tables()
     plain = cells[defence_levels(cells) == NONE]
     assert defence_blocks(records[records["cell_id"].isin(plain["cell_id"])], plain) == []
+    [at_init] = defence_blocks(records, cells.assign(test_accuracy=np.nan))  # ranked by leakage, no cost
+    assert [row[1] for row in at_init.rows][:2] == ["DP σ=1 C=1", "noise σ=0.01"] and at_init.rows[0][2:4] == ["–", "–"]
 
 
 def test_defences_view_and_privacy_utility_data() -> None:
