@@ -33,7 +33,7 @@ from leakbench.reporting.aggregate import (
     with_model,
 )
 from leakbench.reporting.compare import comparison_figures
-from leakbench.reporting.defences import privacy_utility_data
+from leakbench.reporting.defences import defence_blocks, privacy_utility_data
 from leakbench.reporting.figures import axis_figure, privacy_utility_figure
 from leakbench.reporting.pivot import pivot_table, triple
 from leakbench.reporting.render import Block, Images, Table, html_document, markdown
@@ -173,9 +173,10 @@ def figures(figure_data: dict[str, pd.DataFrame], records: pd.DataFrame, cells: 
                                      "not exact and carry no PSNR."])
 
 
-def privacy_utility(records: pd.DataFrame, cells: pd.DataFrame, folder: Path, suite: str) -> list[Block]:
-    """Per dataset, trained victim and attack with more than one defence level: leakage (exact %, PSNR
-    median, LPIPS) against the victim's test accuracy, one point per level (none without such levels)."""
+def defence_sections(records: pd.DataFrame, cells: pd.DataFrame, folder: Path, suite: str) -> list[Block]:
+    """The defence boards of the run (as in the leaderboard), then per dataset, trained victim and attack
+    with more than one defence level: leakage (exact %, PSNR median, LPIPS) against the victim's test
+    accuracy, one point per level (nothing for a run without defence levels)."""
     data = privacy_utility_data(records, with_model(cells))
     items = []
     for (dataset, model, attack), sub in data.groupby(["dataset", "model", "attack"], sort=True):
@@ -185,9 +186,10 @@ def privacy_utility(records: pd.DataFrame, cells: pd.DataFrame, folder: Path, su
         caption = f"{attack} on {dataset} · {model}: leakage against test accuracy, one point per defence level"
         privacy_utility_figure(sub, folder / name, f"{suite}: {caption}")
         items.append((f"{suite}/figures/{name}", caption))
+    boards = defence_blocks(records.assign(suite=suite), with_model(cells).assign(suite=suite))
     if not items:
-        return []
-    return [Images("Privacy–utility: leakage against the victim's test accuracy", items, [
+        return boards
+    return [*boards, Images("Privacy–utility: leakage against the victim's test accuracy", items, [
         "Each victim was trained with its defence level applied to every update (FedSGD rounds of the training "
         "recipe); its accuracy is on the dataset's test part. Points: exact %, PSNR median and mean LPIPS of the "
         "attack pooled over the level's cells (seeds, layers); one colour per batch size."])]
@@ -222,7 +224,7 @@ def write_report(run_dir: Path, reports: Path) -> Path:
         (staging / "grids").mkdir()
         axis_tables, figure_data = axis_blocks(records, cells, manifest.get("layerless_attacks", []))
         blocks = [*pivot_blocks(records, cells), figures(figure_data, records, cells, staging / "figures", suite),
-                  *privacy_utility(records, cells, staging / "figures", suite),
+                  *defence_sections(records, cells, staging / "figures", suite),
                   grids(run_dir, manifest, records, cells, staging / "grids", suite), *axis_tables,
                   all_cells_table(records, cells, [c["cell_id"] for c in manifest["cells"]])]
         intro = _intro(manifest, cells)
