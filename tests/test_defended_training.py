@@ -166,3 +166,36 @@ def test_batchnorm_statistics_follow_defended_training() -> None:
         models.append(model.state_dict())
     assert int(models[1]["body.2.num_batches_tracked"]) == -(-len(train_part) // 64)
     assert _same(models[0], models[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["resnet", "precode"])
+def test_shipped_victims_with_buffers_train_the_same_through_an_identity_defence(arch: str) -> None:
+    """ResNet's BatchNorm statistics and PRECODE's noise stream (its forward count) move under defended
+    training exactly as under plain training: the client's copy's buffers are carried back every step."""
+    from leakbench.models.precode import add_precode
+
+    data = load_dataset("digits")
+    part = torch.as_tensor(partition(data).train[:256])
+    states = []
+    for rule in (None, UpdateRule((FedSGD(EmptyConfig()), Scale(ScaleConfig(1.0))), "digits", 10)):
+        if arch == "resnet":
+            model = build_model("resnet", (1, 8, 8), 10, width=8, depth=3, seed=0)
+        else:
+            model = add_precode(build_model("fc", data.image_shape, 10, width=32, depth=3, seed=0), 8, 1e-3, 0)
+        train(model, data.images, data.labels, part, TrainRecipe(batch_size=32), 1, rule=rule)
+        states.append(model.state_dict())
+    assert _same(states[0], states[1])
+
+
+def test_precode_trains_through_its_model_not_the_rule() -> None:
+    """PRECODE changes the victim (its loss term), not the update: a PRECODE-only cell trains (and is keyed)
+    as before; with noise on top, the rule holds the noise only."""
+    from leakbench.fl.precode import PrecodeConfig
+
+    data = load_dataset("digits")
+    precode = (DefenceSetting("precode", PrecodeConfig(bottleneck=8)),)
+    only = CellSpec(train_epochs=1, defences=precode, **SMALL)
+    assert not training_rule(only, data).defended() and "update" not in victim_key(only, data)
+    noisy = CellSpec(train_epochs=1, noise=0.01, defences=precode, **SMALL)
+    assert [t.name for t in training_rule(noisy, data).transforms] == ["fedsgd", "noise"]
