@@ -199,3 +199,19 @@ def test_precode_trains_through_its_model_not_the_rule() -> None:
     assert not training_rule(only, data).defended() and "update" not in victim_key(only, data)
     noisy = CellSpec(train_epochs=1, noise=0.01, defences=precode, **SMALL)
     assert [t.name for t in training_rule(noisy, data).transforms] == ["fedsgd", "noise"]
+
+
+def test_client_transforms_in_training() -> None:
+    """MixUp changes what the victim learns: its victim trains with it. Secure aggregation is the protocol
+    of the attacked round (the mean of K FedSGD updates is the FedSGD update of their union): its victim is
+    the undefended one, under the same key."""
+    from leakbench.fl.mixup import MixUpConfig
+    from leakbench.fl.secagg import SecAggConfig
+
+    data = load_dataset("digits")
+    plain = victim_key(CellSpec(train_epochs=1, **SMALL), data)
+    mixup = CellSpec(train_epochs=1, defences=(DefenceSetting("mixup", MixUpConfig()),), **SMALL)
+    assert [t.name for t in training_rule(mixup, data).transforms] == ["mixup"]
+    assert victim_key(mixup, data)["update"][0]["name"] == "mixup"
+    secagg = CellSpec(train_epochs=1, defences=(DefenceSetting("secagg", SecAggConfig(clients=2)),), **SMALL)
+    assert not training_rule(secagg, data).defended() and victim_key(secagg, data) == plain
