@@ -215,3 +215,18 @@ def test_client_transforms_in_training() -> None:
     assert victim_key(mixup, data)["update"][0]["name"] == "mixup"
     secagg = CellSpec(train_epochs=1, defences=(DefenceSetting("secagg", SecAggConfig(clients=2)),), **SMALL)
     assert not training_rule(secagg, data).defended() and victim_key(secagg, data) == plain
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["prune", "quantise", "soteria", "mixup"])
+def test_every_shipped_defence_trains_a_victim(name: str) -> None:
+    """Each shipped defence (at its paper's settings) trains a victim through the harness: deterministic,
+    other weights than plain training, a test accuracy recorded."""
+    cls = TRANSFORMS.create(name)
+    spec = CellSpec(train_epochs=1, recipe=TrainRecipe(batch_size=128),
+                    defences=(DefenceSetting(name, cls.Config()),), **SMALL)
+    _, first = victim(spec)
+    assert first.victim_info.trained_now and 0.0 <= first.victim_info.test_accuracy <= 1.0
+    _, plain = victim(CellSpec(train_epochs=1, recipe=TrainRecipe(batch_size=128), **SMALL))
+    assert first.victim_info.victim_hash != plain.victim_info.victim_hash
+    assert not _same(first.state_dict(), plain.state_dict())
