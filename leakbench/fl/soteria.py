@@ -21,7 +21,8 @@ released code's default is 1 %). `layer` 0 (the default) defends the victim's fi
 for the conv victim that is the first layer of the head (layer 2), whose input is the trunk's
 flattened feature map — Soteria's setting, where the defended FC layer reads the conv features; for
 the FC victims it is layer 1, the layer SPEAR and CPA invert, whose representation is the normalised
-image itself. ∂r_j/∂x for all j at once: a vector-Jacobian product per feature, vectorised with
+image itself, whose derivative is known (‖∂r_ij/∂x_i‖ = 1/std for every j: no product is computed).
+Otherwise ∂r_j/∂x for all j at once: a vector-Jacobian product per feature, vectorised with
 `torch.func.vmap` over chunks of features (the jacobian is never held whole).
 """
 
@@ -74,6 +75,8 @@ def feature_scores(model: ImageVictim, images: torch.Tensor, layer: int) -> torc
     with torch.enable_grad():
         result = vjp(representation, x)
     r: torch.Tensor = result[0].detach()
+    if torch.equal(r, model.normalize(x)):  # r is the normalised image: ∂r_ij/∂x_i = e_j / std, norm 1/std
+        return _scores(torch.full_like(r, 1.0 / model.std), r)
     pullback = result[1]
     b, d = int(r.shape[0]), int(r.shape[1])
     chunk = max(1, CHUNK_ENTRIES // max(1, x.numel()))
@@ -85,6 +88,11 @@ def feature_scores(model: ImageVictim, images: torch.Tensor, layer: int) -> torc
         return per_sample  # (b,) ‖∂r_ij/∂x_i‖: samples do not interact
 
     norms = torch.cat([vmap(input_gradient_norms)(idx) for idx in torch.arange(d).split(chunk)]).T  # (b, d)
+    return _scores(norms, r)
+
+
+def _scores(norms: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """s_j = Σ_i norms_ij / |r_ij| (0/0 counts 0; ∞ for a feature that is 0/0 for every sample)."""
     ratio = norms / r.abs()
     scores: torch.Tensor = torch.nan_to_num(ratio, nan=0.0, posinf=torch.inf).sum(dim=0)
     return scores.masked_fill(ratio.isnan().all(dim=0), torch.inf)  # off for the whole batch: column already 0
