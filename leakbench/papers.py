@@ -90,6 +90,9 @@ ENTRIES = (
     ("secagg", Paper("paper/secagg"),
      "secure aggregation over K = 1, 2, 4, 8 clients of b = 16 vs SPEAR and guided SPEAR (docs/defences.md; "
      "embedded, FC-6 width 400)"),
+    ("defences", Paper("paper/defences", ("defences",)),
+     "every attack × every defence × 3 strengths, CIFAR-10 b = 16, FC-6 width 200 at init and trained 1 epoch "
+     "with the defence (docs/defences.md; needs --data-root DIR/cifar10)"),
     ("baselines", Paper("paper/baselines", ("baselines",)),
      "SPEAR, CPA, CPA + derivative prefilter, IG, DLG on FC-2 width 256 and FC-6 width 200, b = 1…64 "
      "(docs/baselines.md; TinyImageNet; needs --data-root)"),

@@ -391,13 +391,17 @@ def test_paper_suites_parse() -> None:
     assert names == {"spear-batch-size", "spear-speed", "spear-layers", "layers-images", "conv", "conv-embedded", "dp",
                      "fedavg", "spear-guided-w400", "spear-guided-w2000", "spear-dl", "spear-noise", "baselines",
                      "spear-frontier", "spear-frontier-w400", "victims", "victims-fc2", "spear-dl-noise",
-                     "spear-dl-density", "spear-dl-w400", "secagg"}
+                     "spear-dl-density", "spear-dl-w400", "secagg", "defences"}
     noisy = load_suite(shipped_suite("paper/spear-dl-noise")).cells
     assert len(noisy) == 32 and sorted({c.noise for c in noisy}) == [0.0, 1e-5, 1e-4, 1e-3]
     dense = load_suite(shipped_suite("paper/spear-dl-density")).cells
     assert sorted({c.train_epochs for c in dense}) == [0, 1, 5] and {c.width for c in dense} == {400}
     secagg = load_suite(shipped_suite("paper/secagg")).cells
     assert sorted({truth_size(c) for c in secagg}) == [16, 32, 64, 128] and len(secagg) == 24
+    matrix = load_suite(shipped_suite("paper/defences")).cells  # 5 attacks × 25 levels × 2 victims
+    assert len(matrix) == 250 and {c.train_epochs for c in matrix} == {0, 1}
+    levels = {tuple(d.name for d in c.defences) for c in matrix}
+    assert {name for level in levels for name in level} >= {"prune", "quantise", "soteria", "precode"}
     dl = load_suite(shipped_suite("paper/spear-dl")).cells
     assert sorted({c.batch_size for c in dl}) == [25, 50, 100, 200]
     assert {c.width for c in dl} == {2000} and {c.attack for c in dl} == {"spear-dl", "spear-guided"}
