@@ -31,26 +31,36 @@ class ConvNet(ImageVictim):
         blocks = math.log2(h / FEATURE_SIDE) if h == w and h >= FEATURE_SIDE else -1
         if blocks != int(blocks) or blocks < 1:
             raise ConfigError(f"conv victim needs square inputs of side 8·2^k (16, 32, 64, …), got {h}×{w}")
-        if depth < 3:
-            raise ConfigError(f"conv depth must be at least 3 (trunk, one FC+ReLU, classifier), got {depth}")
-        if width < 1 or channels < 1:
-            raise ConfigError(f"width and channels must be positive, got {width} and {channels}")
-        self.input_shape = (c, h, w)
-        self.num_classes = num_classes
-        self.width, self.depth, self.channels = width, depth, channels
-        self.mean, self.std = mean, std
+        self._keep_settings(input_shape, num_classes, width, depth, channels, mean, std, "conv")
         trunk: list[nn.Module] = []
         for i in range(int(blocks)):
             trunk += [nn.Conv2d(c if i == 0 else channels, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
         self.trunk = nn.Sequential(*trunk, nn.Flatten())
-        n_features = channels * FEATURE_SIDE * FEATURE_SIDE
+        self.head = self._fc_head(channels * FEATURE_SIDE * FEATURE_SIDE, "conv net")
+
+    def _keep_settings(self, input_shape: tuple[int, int, int], num_classes: int, width: int, depth: int,
+                       channels: int, mean: float, std: float, arch: str) -> None:
+        """Check the head's depth, the width and the channels (one line naming `arch`), and keep them."""
+        if depth < 3:
+            raise ConfigError(f"{arch} depth must be at least 3 (trunk, one FC+ReLU, classifier), got {depth}")
+        if width < 1 or channels < 1:
+            raise ConfigError(f"width and channels must be positive, got {width} and {channels}")
+        c, h, w = input_shape
+        self.input_shape = (c, h, w)
+        self.num_classes = num_classes
+        self.width, self.depth, self.channels = width, depth, channels
+        self.mean, self.std = mean, std
+
+    def _fc_head(self, n_features: int, what: str) -> nn.Sequential:
+        """The head on `n_features` trunk outputs: depth − 2 Linear(width)+ReLU, then Linear(classes)."""
+        width, depth, num_classes = self.width, self.depth, self.num_classes
         check_parameter_count((n_features + 1) * width + (depth - 3) * (width + 1) * width + (width + 1) * num_classes,
-                              f"conv net of depth {depth} and width {width}")
+                              f"{what} of depth {depth} and width {width}")
         head: list[nn.Module] = []
         for i in range(depth - 2):
             head += [nn.Linear(n_features if i == 0 else width, width), nn.ReLU()]
         head.append(nn.Linear(width, num_classes))
-        self.head = nn.Sequential(*head)
+        return nn.Sequential(*head)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.head(self.trunk((images - self.mean) / self.std))

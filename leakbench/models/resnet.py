@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from leakbench.errors import ConfigError
-from leakbench.models.base import build_seeded, check_parameter_count
+from leakbench.models.base import build_seeded
 from leakbench.models.conv import ConvNet
 
 
@@ -62,23 +62,9 @@ class ResNet(ConvNet):
         c, h, w = input_shape
         if h != w or h < 8:
             raise ConfigError(f"resnet victim needs square inputs of side at least 8, got {h}×{w}")
-        if depth < 3:
-            raise ConfigError(f"resnet depth must be at least 3 (trunk, one FC+ReLU, classifier), got {depth}")
-        if width < 1 or channels < 1:
-            raise ConfigError(f"width and channels must be positive, got {width} and {channels}")
-        self.input_shape = (c, h, w)
-        self.num_classes = num_classes
-        self.width, self.depth, self.channels = width, depth, channels
-        self.mean, self.std = mean, std
+        self._keep_settings(input_shape, num_classes, width, depth, channels, mean, std, "resnet")
         self.trunk = resnet_trunk(c, channels)
-        n_features = 4 * channels
-        check_parameter_count((n_features + 1) * width + (depth - 3) * (width + 1) * width + (width + 1) * num_classes,
-                              f"resnet of depth {depth} and width {width}")
-        head: list[nn.Module] = []
-        for i in range(depth - 2):
-            head += [nn.Linear(n_features if i == 0 else width, width), nn.ReLU()]
-        head.append(nn.Linear(width, num_classes))
-        self.head = nn.Sequential(*head)
+        self.head = self._fc_head(4 * channels, "resnet")
 
 
 def build_resnet(input_shape: tuple[int, int, int], num_classes: int, *, width: int = 200, depth: int = 3,
