@@ -180,6 +180,14 @@ def test_an_installed_defence_comes_in_through_its_entry_point(site: Path, tmp_p
     cells = pd.read_parquet(tmp_path / "res" / "quantised" / "cells.parquet")
     assert sorted(cells["defence"].fillna("none")) == ["example-quantise bits=4", "none"]
     assert sorted(cells["example_quantise_bits"].fillna(0)) == [0, 4]
+    assert "fedsgd + example-quantise bits=4 (suite quantised)" in _board(site, tmp_path)
+
+
+def _board(site: Path, folder: Path) -> str:
+    """The leaderboard (markdown) of every run under `folder`/res, made with the example installed."""
+    proc = _leakbench(folder, "leaderboard", "--results", "res", "--reports", "board", path=(site,))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return (folder / "board" / "leaderboard.md").read_text()
 
 
 def test_an_installed_victim_is_attacked_through_leakbench_run(site: Path, tmp_path: Path) -> None:
@@ -196,6 +204,7 @@ def test_an_installed_victim_is_attacked_through_leakbench_run(site: Path, tmp_p
     assert records["psnr"].notna().all()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert any(p.get("victims") == ["resnet18"] for p in manifest["plugins"]), manifest["plugins"]
+    assert "resnet18" in _board(site, tmp_path)
     bad = tmp_path / "bad.toml"
     text = suite.read_text().replace('attacks = ["ig"]', 'attacks = ["spear"]')
     bad.write_text(text.replace("[hyperparameters.ig]\niterations = 20\n", ""))
