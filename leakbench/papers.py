@@ -93,6 +93,9 @@ ENTRIES = (
     ("defences", Paper("paper/defences", ("defences",)),
      "every attack × every defence × 3 strengths, CIFAR-10 b = 16, FC-6 width 200 at init and trained 1 epoch "
      "with the defence (docs/defences.md; needs --data-root DIR/cifar10)"),
+    ("defences-adaptive", Paper("paper/defences-adaptive", ("defences",)),
+     "IG and DLG beside their masked (defence-aware) forms against pruning and Soteria, CIFAR-10, b = 1, 16 "
+     "(docs/defences.md; needs --data-root DIR/cifar10)"),
     ("baselines", Paper("paper/baselines", ("baselines",)),
      "SPEAR, CPA, CPA + derivative prefilter, IG, DLG on FC-2 width 256 and FC-6 width 200, b = 1…64 "
      "(docs/baselines.md; TinyImageNet; needs --data-root)"),
