@@ -156,3 +156,19 @@ def test_another_git_revision_is_said_and_reported(tmp_path: Path, reference: Pa
     stored = json.loads((next((run_dir / "cells").iterdir()) / "manifest.json").read_text())["git_revision"]
     assert json.loads((run_dir / "manifest.json").read_text())["cell_revisions"] == {stored or "unknown": 2}
     assert f"Git revision {stored or 'unknown'}." in write_report(run_dir, tmp_path / "rep").read_text()
+
+
+def test_a_cell_whose_victim_trained_otherwise_is_recomputed() -> None:
+    """Issue 24: a trained cell with noise, DP or defences now trains its victim under them; a stored cell
+    whose victim hash is another one (trained plainly before) is recomputed, one at init is not asked."""
+    from leakbench.harness.spec import CellSpec
+    from leakbench.harness.victim import load_batch
+
+    batch = load_batch(CellSpec("spear", "embedded", 1))
+    stored = {"batch_fingerprint": fingerprint.batch_fingerprint(batch), "attack_code": "c",
+              "summary": {"hyperparameters": {}, "victim_hash": "old"}}
+    same = fingerprint.resolved({})
+    assert reuse.check_stored(stored, same, "c", batch, "old") == ("", "")
+    assert reuse.check_stored(stored, same, "c", batch, "")[0] == ""  # at init: no victim to compare
+    verdict, why = reuse.check_stored(stored, same, "c", batch, "new")
+    assert verdict == "recompute" and "victim was trained otherwise" in why

@@ -14,6 +14,9 @@ releases so that stored runs resume. What it does not cover is stored in each ce
   wheel without scikit-image has 2 photos in `embedded` instead of 6) → refused, not recomputed:
   recomputing would silently replace results on one set of images by results on another, and such a
   difference is an install's (a missing package or other data files), which the user should fix;
+- a trained victim (`victim_hash`, the victim cache's key: data, model, recipe and the update rule it
+  trained under): another one → recomputed (issue 24: a cell with noise, DP or defences now trains its
+  victim under them, where it trained plainly before);
 - the git revision: a different one is said (`revision_note`), and the cell reused when the above agree.
 
 Cells stored before the attack's code was recorded are reused (their code cannot be compared).
@@ -31,7 +34,8 @@ from leakbench.datasets import Batch, load_dataset
 from leakbench.harness.cell import build_attack
 from leakbench.harness.fingerprint import attack_code, batch_fingerprint, resolved
 from leakbench.harness.spec import CellSpec
-from leakbench.harness.victim import draw_batch
+from leakbench.harness.victim import draw_batch, victim_key
+from leakbench.models.victims import victim_hash
 from leakbench.records.cells import cell_path
 
 
@@ -45,9 +49,10 @@ class Staleness:
     revisions: Counter[str | None] = field(default_factory=Counter)
 
 
-def check_stored(stored: dict[str, Any], hyperparameters: str, code: str, batch: Batch) -> tuple[str, str]:
+def check_stored(stored: dict[str, Any], hyperparameters: str, code: str, batch: Batch,
+                 victim: str = "") -> tuple[str, str]:
     """('recompute' or 'refuse' or '', why) for one stored cell manifest against this run's resolved
-    hyperparameters (`resolved`), attack code and batch."""
+    hyperparameters (`resolved`), attack code, batch and trained victim's cache hash ("" at init)."""
     fingerprint = stored.get("batch_fingerprint")
     if fingerprint is not None and fingerprint != batch_fingerprint(batch):
         return "refuse", "its batch holds other images than this install's dataset serves"
@@ -57,6 +62,8 @@ def check_stored(stored: dict[str, Any], hyperparameters: str, code: str, batch:
         return "recompute", "its resolved hyperparameters differ from this version's"
     if stored.get("attack_code") not in (None, code):
         return "recompute", "its attack's code has changed"
+    if victim and stored.get("summary", {}).get("victim_hash") not in (None, victim):
+        return "recompute", "its victim was trained otherwise (another update rule, recipe or data)"
     return "", ""
 
 
@@ -76,7 +83,8 @@ def stale_cells(run_dir: Path, specs: dict[str, CellSpec]) -> Staleness:
             attack = build_attack(spec)
             attacks[key] = resolved(attack.hyperparameters()), attack_code(type(attack))
         stored = json.loads((cell_path(run_dir, cid) / "manifest.json").read_text())
-        verdict, why = check_stored(stored, *attacks[key], draw_batch(datasets[where], spec))
+        trained = victim_hash(victim_key(spec, datasets[where])) if spec.train_epochs else ""
+        verdict, why = check_stored(stored, *attacks[key], draw_batch(datasets[where], spec), trained)
         if verdict:
             (out.recompute if verdict == "recompute" else out.refuse)[cid] = why
         else:
