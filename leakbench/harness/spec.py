@@ -204,8 +204,11 @@ def cell_settings(spec: CellSpec, *, hyperparameters: bool = False) -> list[str]
 
 
 def _client_label(spec: CellSpec) -> str:
+    """'FedSGD' (also for one DP-SGD step: `dp=` says it), the FedAvg setting, or another client's label."""
+    if spec.fedavg is not None:
+        return spec.fedavg.label()
     client = transforms(spec)[0]
-    return "FedSGD" if isinstance(client, FedSGD) else client.label().replace(" ", "_")
+    return "FedSGD" if isinstance(client, FedSGD) or spec.dp is not None else client.label().replace(" ", "_")
 
 
 def cell_id(spec: CellSpec) -> str:
