@@ -81,6 +81,10 @@ class Registry(Generic[T]):
         self._ready()
         return sorted(self._entries)
 
+    def entry_as_registered(self, name: str) -> Entry[T]:
+        """The entry of `name` among those registered so far, without running `on_first_use` (KeyError if none)."""
+        return self._entries[name]
+
     def registered(self) -> list[str]:
         """The names registered so far, without running `on_first_use` (loading no plugin)."""
         return sorted(self._entries)

@@ -96,7 +96,7 @@ from leakbench.fl.update import ThreatModel
 from leakbench.harness.limits import MAX_CELLS, MAX_GRID_IMAGES, check_depth, check_int, check_seed, check_width
 from leakbench.harness.spec import CellSpec, cell_id, cell_settings
 from leakbench.inversion import InversionConfig
-from leakbench.models import VICTIMS, architecture, default_depth, victim_label
+from leakbench.models import VICTIMS, architecture, default_depth, known_arch, victim_label
 from leakbench.models.training import TrainRecipe, check_epochs
 from leakbench.records.folders import folder_name
 from leakbench.settings import build_config
@@ -346,7 +346,7 @@ def _validate(raw: dict[str, Any]) -> None:
 
 
 def _check_arch(arch: Any, where: str) -> str:
-    if not isinstance(arch, str) or arch not in VICTIMS.names():
+    if not isinstance(arch, str) or not known_arch(arch):
         raise ConfigError(f"{where} must be one of {', '.join(VICTIMS.names())}, got {arch!r}")
     return arch
 

@@ -63,8 +63,16 @@ VICTIMS.register("resnet", lambda: Architecture(build_resnet, 3, lambda d: list(
 
 
 def architecture(arch: str) -> Architecture:
-    """The registered architecture `arch` (a ConfigError naming the known ones if none)."""
+    """The registered architecture `arch` (a ConfigError naming the known ones if none). A shipped one is
+    found without loading the installed victim plugins (a run of FC cells records no victim plugin)."""
+    if arch in VICTIMS.registered():
+        return VICTIMS.entry_as_registered(arch).factory()
     return VICTIMS.create(arch)
+
+
+def known_arch(arch: object) -> bool:
+    """Whether `arch` names a victim: a shipped one, else after loading the victim plugins."""
+    return isinstance(arch, str) and (arch in VICTIMS.registered() or arch in VICTIMS.names())
 
 
 def arch_names() -> list[str]:
@@ -100,4 +108,4 @@ def default_depth(arch: str) -> int:
 
 __all__ = ["VICTIMS", "Architecture", "ConvNet", "FCNet", "ImageVictim", "PluginVictim", "ResNet", "VictimFactory",
            "arch_names", "architecture", "build_conv", "build_fc", "build_model", "build_resnet", "default_depth",
-           "first_attackable_layer", "register_victim", "victim_label"]
+           "first_attackable_layer", "known_arch", "register_victim", "victim_label"]
