@@ -46,7 +46,8 @@ OUTPUT_DIRS = ("out", "results", "reports", "ro")
 """Top-level names in a case folder that cases name as leakbench's output folders."""
 CASE_FILES = (USER_FILE, "suite.toml", "a")
 """What a fault case folder holds besides outputs before leakbench runs."""
-TIMEOUT_S = 120
+TIMEOUT_S = 300
+"""A guard against a hung command, not a speed target: a resumed 64-cell run took over 120 s at load 5."""
 
 # --------------------------------------------------------------------------- running the CLI
 
