@@ -9,7 +9,6 @@ unchanged. The update's `kind` gains "+noise" (e.g. "fedsgd+noise").
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +42,7 @@ def add_noise(update: ClientUpdate, sigma: float, seed: int, scale: str = "absol
     for name, g in update.gradients.items():
         std = sigma * (float(g.abs().max()) if scale == "max" else 1.0)
         grads[name] = g + std * torch.randn(g.shape, generator=gen, dtype=g.dtype)
-    return dataclasses.replace(update, gradients=grads, kind=f"{update.kind}+noise")
+    return update.with_gradients(grads, "noise")
 
 
 @dataclass(frozen=True)

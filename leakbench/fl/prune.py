@@ -12,7 +12,6 @@ entries when the magnitudes are distinct. The update's `kind` gains "+prune".
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -63,7 +62,7 @@ class Prune(UpdateTransform):
     def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:
         assert update is not None
         grads = {name: prune(g, self.config.fraction) for name, g in update.gradients.items()}
-        return dataclasses.replace(update, gradients=grads, kind=f"{update.kind}+prune")
+        return update.with_gradients(grads, "prune")
 
     def label(self) -> str:
         return f"prune p={self.config.fraction:g}"

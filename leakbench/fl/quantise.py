@@ -16,7 +16,6 @@ deterministic rounding.)
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -84,7 +83,7 @@ class Quantise(UpdateTransform):
         else:
             gen = torch.Generator().manual_seed(client.seed)
             grads = {name: stochastic_round(g, self.config.bits, gen) for name, g in update.gradients.items()}
-        return dataclasses.replace(update, gradients=grads, kind=f"{update.kind}+quantise")
+        return update.with_gradients(grads, "quantise")
 
     def label(self) -> str:
         return "quantise sign" if self.config.mode == "sign" else f"quantise {self.config.bits}-bit"

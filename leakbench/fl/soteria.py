@@ -28,7 +28,6 @@ Otherwise ∂r_j/∂x for all j at once: a vector-Jacobian product per feature, 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -135,7 +134,7 @@ class Soteria(UpdateTransform):
         mask = soteria_mask(client.model, client.batch.images, layer, self.config.fraction)
         grads = dict(update.gradients)
         grads[weight] = grads[weight].masked_fill(mask.unsqueeze(0), 0.0)
-        return dataclasses.replace(update, gradients=grads, kind=f"{update.kind}+soteria")
+        return update.with_gradients(grads, "soteria")
 
     def label(self) -> str:
         where = f" layer={self.config.layer}" if self.config.layer else ""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -84,6 +84,10 @@ class ClientUpdate:
             object.__setattr__(self, "defences", ())  # known: none applied so far
         if not self.threat.defence_known and self.defences is not None:
             raise ValueError("an update lists its defences only when the threat model says they are known")
+
+    def with_gradients(self, gradients: dict[str, torch.Tensor], defence: str) -> ClientUpdate:
+        """This update with `gradients` in place of its own, its kind naming `defence` ('fedsgd+prune')."""
+        return replace(self, gradients=gradients, kind=f"{self.kind}+{defence}")
 
 
 M = TypeVar("M", bound=nn.Module)
