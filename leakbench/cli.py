@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from leakbench import __version__
 from leakbench.errors import LeakbenchError, LeakbenchWarning
 from leakbench.harness.interrupts import stop_signals_as_interrupt
 
@@ -37,6 +38,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="leakbench", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"leakbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     attack = sub.add_parser("attack", help="run one attack on one batch and score it")
     attack.add_argument("--attack", required=True, help="registered attack (see `leakbench list attacks`)")
@@ -460,9 +462,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = sweep_kwargs(args)  # before importing the harness (torch): refusing is quick
 
     from leakbench.pipeline import run_suite
+    from leakbench.progress import closing_lines
+    from leakbench.records.runs import read_table
 
     report = run_suite(args.suite, **options)
-    print(f"wrote {report}")
+    cells = read_table(args.out / report.stem, "cells.parquet")
+    print("\n".join(closing_lines(cells["status"], report, args.out, args.reports)))
     return 0
 
 

@@ -1,14 +1,18 @@
-"""Progress bars inside long attacks: off unless the caller turns them on for a stream (a terminal).
+"""What a run tells its user while it runs: progress bars inside long attacks, one line per finished
+cell, and the closing summary.
 
 Attacks wrap their main loop in `steps(...)`; the harness enables bars with `attack_progress(stream)`
 when it runs cells in this process and the stream is a terminal (worker processes never draw bars).
+`cell_line` is the line (or bar postfix) of a finished cell, the same for `leakbench run` and
+`api.evaluate`; `closing_lines` are the three lines `leakbench run` ends with.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 T = TypeVar("T")
@@ -68,3 +72,42 @@ def tally(*, total: int, desc: str) -> Iterator[Tally]:
         yield Tally(bar)
     finally:
         bar.close()
+
+
+REASON_CHARS = 90
+"""A failed cell's reason in its progress line is cut to this many characters (the report has it whole)."""
+
+
+def cell_line(label: str, summary: Mapping[str, Any]) -> str:
+    """A finished cell in one line: its settings (`label`), then "ok" with exact % and seconds, or
+    "failed: REASON" (the attack's reason, shortened) with seconds, so a failure is understood where it shows."""
+    if summary["status"] == "ok":
+        outcome = f"ok, exact {100 * summary['exact_fraction']:.0f}%"
+    else:
+        outcome = f"{summary['status']}: {short_reason(summary.get('reason'))}"
+    return f"{label}: {outcome}, {summary['seconds']:.2f} s"
+
+
+def short_reason(reason: object, limit: int = REASON_CHARS) -> str:
+    """A failure reason on one line of at most `limit` characters ("no reason given" when empty)."""
+    text = " ".join(str(reason or "").split()) or "no reason given"
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+def cells_line(statuses: Iterable[str], reasons: str) -> str:
+    """"cells: N ok, M failed", and where the failures' reasons are (`reasons`) when there are any."""
+    counts = list(statuses)
+    failed = sum(status != "ok" for status in counts)
+    return f"cells: {len(counts) - failed} ok, {failed} failed" + (f" (each one's reason: {reasons})" if failed else "")
+
+
+def closing_lines(statuses: Iterable[str], report: Path, results: Path, reports: Path) -> list[str]:
+    """The three lines a run ends with: cells ok and failed, where its HTML report is (`report`: the
+    Markdown path `write_report` returns), and where the leaderboard is or the command that makes it."""
+    command = "leakbench leaderboard" + ("" if results == Path("results") else f" --results {results}") + (
+        "" if reports == Path("reports") else f" --reports {reports}")
+    board = reports / "leaderboard.html"
+    leaderboard = (f"leaderboard: {board} (from an earlier run: `{command}` adds this one)" if board.is_file()
+                   else f"leaderboard: not made yet: `{command}` ranks every run in {results}/ into {board}")
+    where = "its progress line above, and the report's 'All cells' table"
+    return [cells_line(statuses, where), f"report: {report.with_suffix('.html')} (Markdown: {report})", leaderboard]

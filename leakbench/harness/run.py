@@ -33,6 +33,7 @@ from leakbench.harness.selection import grid_selection
 from leakbench.harness.spec import CellSpec, batch_id, cell_id, cell_settings, spec_dict, truth_size
 from leakbench.harness.suite import Suite, find_suite, load_suite
 from leakbench.metrics.lpips_metric import check_net
+from leakbench.progress import cell_line
 from leakbench.records.atomic import write_json_atomic
 from leakbench.records.cells import cell_path
 from leakbench.records.environment import environment, git_revision
@@ -216,7 +217,8 @@ def check_same_suite(run_dir: Path, name: str, cell_ids: list[str]) -> None:
 
 def _run_with_progress(todo: list[Task], total: int, *, executor: str, jobs: int, address: str | None,
                        progress: TextIO | None) -> None:
-    """Execute with a progress bar over cells (a line per finished cell when the stream is not a terminal)."""
+    """Execute with a progress bar over cells (a line per finished cell when the stream is not a terminal:
+    `progress.cell_line`, a failed cell's reason included)."""
     from tqdm import tqdm
 
     stream = progress if progress is not None else sys.stderr
@@ -228,8 +230,7 @@ def _run_with_progress(todo: list[Task], total: int, *, executor: str, jobs: int
     labels = {cell_id(t.spec): " ".join(cell_settings(t.spec)) for t in todo}
 
     def on_done(s: dict[str, Any]) -> None:
-        line = (f"{labels.get(s['cell_id'], s['attack'])}: "
-                f"{s['status']}, exact {100 * s['exact_fraction']:.0f}%, {s['seconds']:.2f} s")
+        line = cell_line(labels.get(s["cell_id"], s["attack"]), s)
         bar.update(1)
         bar.set_postfix_str(line[:70])
         if progress is not None and not tty:

@@ -10,6 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from leakbench import __version__
 from leakbench.harness.sandbox import isolation_level
 from leakbench.plugins import loaded_plugins
 
@@ -20,7 +21,7 @@ PACKAGES = ("torch", "torchvision", "numpy", "scipy", "scikit-learn", "scikit-im
 def environment() -> dict[str, Any]:
     """Package versions, Python, machine, git revision and loaded plugins."""
     return {
-        "leakbench": _version("leakbench"),
+        "leakbench": __version__,  # the code that ran (an installed leakbench may be another checkout's)
         "packages": {name: _version(name) for name in PACKAGES},
         "python": platform.python_version(),
         "machine": {"platform": platform.platform(), "processor": platform.machine(),
