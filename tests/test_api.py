@@ -43,6 +43,15 @@ class GreyAttack(Attack):
         return Reconstruction("ok", "image", images=torch.full(shape, self.config.level))
 
 
+class GiveUpAttack(Attack):
+    name, description, Config = "api-give-up", "gives up on batches of more than one image (test)", GreyConfig
+
+    def reconstruct(self, update, *, seed):
+        if (update.batch_size or 1) > 1:
+            return Reconstruction.failed("budget exhausted after 300000 draws")
+        return Reconstruction("ok", "image", images=torch.full((1, *update.model.input_shape), self.config.level))
+
+
 def _suite(tmp_path: Path) -> Path:
     path = tmp_path / "small.toml"
     path.write_text(SMALL)
@@ -73,6 +82,21 @@ def test_evaluate_scopes_the_attack_to_the_call(tmp_path: Path) -> None:
     assert len(cells) == 2
     with pytest.raises(ConfigError, match="unknown hyperparameter"):
         api.evaluate(GreyAttack, _suite(tmp_path), hyperparameters={"nope": 1}, out=tmp_path / "res")
+
+
+@pytest.mark.slow
+def test_evaluate_prints_the_progress_of_leakbench_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A line per finished cell as `leakbench run` writes them (a failed cell with its reason), then the count."""
+    api.evaluate(GiveUpAttack, _suite(tmp_path), out=tmp_path / "res")
+    err = capsys.readouterr().err.splitlines()
+    lines = [line for line in err if line.startswith("[")]
+    assert len(lines) == 2 and lines[0].startswith("[1/2] api-give-up embedded b=1 ") and ": ok, exact 0%, " in lines[0]
+    assert lines[1].startswith("[2/2] api-give-up embedded b=2 ")
+    assert ": failed: budget exhausted after 300000 draws, " in lines[1]
+    assert err[-1] == ("cells: 1 ok, 1 failed (each one's reason: its progress line above, and the records in "
+                       f"{tmp_path / 'res' / 'api-small--api-give-up'})")
+    api.evaluate(GiveUpAttack, _suite(tmp_path), out=tmp_path / "res", progress=False)  # resumed: nothing runs
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from conftest import run_cli_many
+from conftest import REPO_ROOT, run_cli_many
 from PIL import Image
 
 from leakbench.cli import main
@@ -109,6 +109,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Job, su
     (root / "unreadable_file" / "images" / "cls").mkdir(parents=True)
     (root / "unreadable_file" / "images" / "cls" / "bad.png").write_bytes(b"\x00garbage, not a PNG\xff" * 20)
     jobs["run_ok"] = _suite_job(root, "run_ok", SUITE.format(name="mini"))
+    (root / "version").mkdir()
+    jobs["version"] = Job(["--version"], root / "version")
     for key, (text, _) in BAD_SUITES.items():
         jobs[key] = _suite_job(root, key, text)
     done = run_cli_many({key: (job.args, job.cwd) for key, job in jobs.items()})
@@ -323,7 +325,11 @@ def test_run_suite_writes_report(results) -> None:
     rep = job.out
     report = rep / "mini.md"
     assert report.is_file() and (rep / "mini.html").is_file()
-    assert str(report) in proc.stdout
+    board = rep / "leaderboard.html"
+    assert proc.stdout.splitlines() == [  # the three lines a run ends with, and nothing else
+        "cells: 2 ok, 0 failed", f"report: {rep / 'mini.html'} (Markdown: {report})",
+        f"leaderboard: not made yet: `leakbench leaderboard --results {rep / 'results'} --reports {rep}` ranks every "
+        f"run in {rep / 'results'}/ into {board}"]
     text = report.read_text()
     rows = [line for line in text.splitlines() if line.startswith("| spear | embedded |")]  # the all-cells table
     assert [r.split(" | ")[2] for r in rows] == ["1", "2"]
@@ -335,6 +341,19 @@ def test_run_suite_writes_report(results) -> None:
         assert (rep / "mini" / "grids" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"mini/grids/{name}" in text
     assert not list(rep.glob("*.tmp")) and not list(rep.glob(".*"))
+
+
+@pytest.mark.slow
+def test_version(results) -> None:
+    """`leakbench --version` prints the package's one version (leakbench.__version__, which pyproject reads)."""
+    import tomllib
+
+    import leakbench
+
+    assert _ok(results["version"][1]).stdout == f"leakbench {leakbench.__version__}\n"
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "leakbench.__version__"}
 
 
 @pytest.mark.slow

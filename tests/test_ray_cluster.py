@@ -130,7 +130,7 @@ def test_a_cluster_runs_a_suite_with_a_relative_out(cluster: tuple[str, Path], t
     assert finished_cells(run_dir) == {cell_id(spec) for spec in load_suite(suite).cells} and len(serial.cells) == 4
     assert records_difference(run_dir, serial.run_dir) == ""
     assert json.loads((run_dir / "manifest.json").read_text())["executor"] == "ray"
-    assert "wrote rel/rep/tiny.md" in stdout
+    assert "report: rel/rep/tiny.html (Markdown: rel/rep/tiny.md)" in stdout
     assert list(cluster_home.iterdir()) == []  # nothing written where the workers run
 
 

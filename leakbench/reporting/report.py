@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import tomllib
 import warnings
 from collections.abc import Hashable
 from pathlib import Path
@@ -251,12 +252,22 @@ def _intro(manifest: dict[str, Any], cells: pd.DataFrame) -> list[str]:
         left_out.append(f"{missing} not run yet")
     if damaged:
         left_out.append(f"{len(damaged)} damaged, left out: {', '.join(damaged)}")
-    return [f"{len(cells)} of {planned} planned cells finished" + (f" ({'; '.join(left_out)})" if left_out else "")
+    return [*_suite_line(manifest), f"{len(cells)} of {planned} planned cells finished" + (f" ({'; '.join(left_out)})" if left_out else "")
             + f"; {failed} failed (shown in every table, counted in n and failures). {_revisions(manifest)}",
             f"Matching: {MATCHING} (reconstructions assigned to ground truth by the Hungarian method on MSE). "
             "PSNR peak 1, on images in [0, 1]; mean ± std over finite values, ∞ = bit-identical. "
             "Exact = every pixel rounds to the same 8-bit value (feature space: max error ≤ 1e-4 of scale). "
             "Failed images count as not exact and carry no PSNR/SSIM.", _lpips_line(cells)]
+
+
+def _suite_line(manifest: dict[str, Any]) -> list[str]:
+    """The suite's own description (its `description` key: what it is, e.g. a smoke test and not a
+    comparison), the first thing the report says; none when the suite has none."""
+    try:
+        description = tomllib.loads(manifest.get("suite_text") or "").get("description")
+    except tomllib.TOMLDecodeError:
+        return []
+    return [f"Suite '{manifest['suite']}': {description}"] if isinstance(description, str) and description else []
 
 
 def _revisions(manifest: dict[str, Any]) -> str:
