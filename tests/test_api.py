@@ -3,6 +3,7 @@ attack to the call, refuses a clash, and gives the same records on the serial an
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import sys
@@ -97,6 +98,15 @@ def test_evaluate_prints_the_progress_of_leakbench_run(tmp_path: Path, capsys: p
                        f"{tmp_path / 'res' / 'api-small--api-give-up'})")
     api.evaluate(GiveUpAttack, _suite(tmp_path), out=tmp_path / "res", progress=False)  # resumed: nothing runs
     assert capsys.readouterr().err == ""
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()  # a bar, and above it a line for the failed cell (the bar has no room for the reason)
+    api.evaluate(GiveUpAttack, _suite(tmp_path), out=tmp_path / "tty", progress=terminal)
+    lines = [line for line in re.split(r"[\r\n]", terminal.getvalue()) if line.startswith("[")]
+    assert len(lines) == 1 and lines[0].startswith("[2/2] api-give-up embedded b=2 ") and "budget exhausted" in lines[0]
 
 
 @pytest.mark.slow

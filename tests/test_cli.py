@@ -29,6 +29,7 @@ DATASETS = {"embedded", "mnist", "tinyimagenet", "imagefolder", "cifar10", "digi
 
 SUITE = """\
 name = "{name}"
+description = "a check of the CLI, not a comparison"
 dataset = "embedded"
 attacks = ["spear"]
 batch_sizes = [1, 2]
@@ -331,6 +332,7 @@ def test_run_suite_writes_report(results) -> None:
         f"leaderboard: not made yet: `leakbench leaderboard --results {rep / 'results'} --reports {rep}` ranks every "
         f"run in {rep / 'results'}/ into {board}"]
     text = report.read_text()
+    assert text.splitlines()[2] == "Suite 'mini': a check of the CLI, not a comparison"  # said first, under the title
     rows = [line for line in text.splitlines() if line.startswith("| spear | embedded |")]  # the all-cells table
     assert [r.split(" | ")[2] for r in rows] == ["1", "2"]
     assert all(" | ok | " in line for line in rows)

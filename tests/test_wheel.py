@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import CLI_TIMEOUT_S, REPO_ROOT
 
+import leakbench
+
 # Every test here runs cells, sweeps, the CLI or attack workers (seconds each): `make test` only.
 pytestmark = pytest.mark.slow
 
@@ -60,8 +62,12 @@ def test_installed_wheel_runs_without_the_checkout(site: Path, tmp_path: Path) -
     where = _leakbench(site, tmp_path, "-c", "import leakbench; print(leakbench.__file__)")
     assert Path(where.stdout.strip()).is_relative_to(site), where.stdout + where.stderr
 
+    version = _leakbench(site, tmp_path, "-m", "leakbench", "--version")  # one version: leakbench.__version__
+    assert version.stdout == f"leakbench {leakbench.__version__}\n", version.stderr
+    assert (site / f"leakbench-{leakbench.__version__}.dist-info").is_dir()  # pyproject reads the same one
+
     plan = _leakbench(site, tmp_path, "-m", "leakbench", "run", "--plan")
-    assert plan.returncode == 0 and plan.stdout.splitlines()[-1].startswith("168 cells in suite default"), plan.stderr
+    assert plan.returncode == 0 and plan.stdout.splitlines()[-1].startswith("162 cells in suite default"), plan.stderr
 
     papers = _leakbench(site, tmp_path, "-m", "leakbench", "list", "papers")
     assert papers.returncode == 0 and "spear-batch-size" in papers.stdout, papers.stderr

@@ -217,8 +217,9 @@ def check_same_suite(run_dir: Path, name: str, cell_ids: list[str]) -> None:
 
 def _run_with_progress(todo: list[Task], total: int, *, executor: str, jobs: int, address: str | None,
                        progress: TextIO | None) -> None:
-    """Execute with a progress bar over cells (a line per finished cell when the stream is not a terminal:
-    `progress.cell_line`, a failed cell's reason included)."""
+    """Execute with a progress bar over cells, or a line per finished cell when the stream is not a terminal
+    (`progress.cell_line`, a failed cell's reason included); on a terminal a failed cell's line is written
+    above the bar, whose postfix has no room for the reason."""
     from tqdm import tqdm
 
     stream = progress if progress is not None else sys.stderr
@@ -231,10 +232,13 @@ def _run_with_progress(todo: list[Task], total: int, *, executor: str, jobs: int
 
     def on_done(s: dict[str, Any]) -> None:
         line = cell_line(labels.get(s["cell_id"], s["attack"]), s)
+        numbered = f"[{next(count)}/{total}] {line}"
         bar.update(1)
         bar.set_postfix_str(line[:70])
         if progress is not None and not tty:
-            print(f"[{next(count)}/{total}] {line}", file=stream, flush=True)
+            print(numbered, file=stream, flush=True)
+        elif tty and s["status"] != "ok":
+            tqdm.write(numbered, file=stream)
 
     running: dict[str, Any] = {}
 

@@ -252,7 +252,8 @@ def _intro(manifest: dict[str, Any], cells: pd.DataFrame) -> list[str]:
         left_out.append(f"{missing} not run yet")
     if damaged:
         left_out.append(f"{len(damaged)} damaged, left out: {', '.join(damaged)}")
-    return [*_suite_line(manifest), f"{len(cells)} of {planned} planned cells finished" + (f" ({'; '.join(left_out)})" if left_out else "")
+    return [*_suite_line(manifest),
+            f"{len(cells)} of {planned} planned cells finished" + (f" ({'; '.join(left_out)})" if left_out else "")
             + f"; {failed} failed (shown in every table, counted in n and failures). {_revisions(manifest)}",
             f"Matching: {MATCHING} (reconstructions assigned to ground truth by the Hungarian method on MSE). "
             "PSNR peak 1, on images in [0, 1]; mean ± std over finite values, ∞ = bit-identical. "
