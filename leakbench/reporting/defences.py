@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from leakbench.reporting.aggregate import fmt, grouped, key_values, model_order
+from leakbench.reporting.aggregate import all_exact, fmt, grouped, key_values, model_order, psnr_text
+from leakbench.reporting.order import level_key
+from leakbench.reporting.pivot import shown_psnr
 from leakbench.reporting.render import Block, Table
 
 NONE = "none"
@@ -40,9 +42,9 @@ def defence_levels(cells: pd.DataFrame) -> pd.Series:
 
 
 def _leakage_key(s: dict[str, Any]) -> tuple[float, float]:
-    """Larger is more leakage: exact % first, then PSNR median (none: 0 dB)."""
-    psnr = s["psnr_median"]
-    return s["exact_pct"], (0.0 if math.isnan(psnr) else min(psnr, 1e9))
+    """Larger is more leakage: exact % first, then PSNR median (none: 0 dB), each at the precision a table
+    shows it (whole %, 0.1 dB capped at `PSNR_CAP`), so float noise past the shown digits decides nothing."""
+    return float(round(s["exact_pct"])), shown_psnr(s["psnr_median"])
 
 
 def _accuracy(cells: pd.DataFrame) -> float:
@@ -60,9 +62,10 @@ def level_rows(records: pd.DataFrame, cells: pd.DataFrame) -> list[dict[str, Any
     cells = cells.assign(level=defence_levels(cells))
     base = _accuracy(cells[cells["level"] == NONE])
     rows = []
-    for level, sub in cells.groupby("level", sort=True):
+    for level, sub in sorted(cells.groupby("level", sort=True), key=lambda g: level_key(g[0])):
         attacks = grouped(records, sub, ["attack", "layer"])
-        (attack, layer), worst = max(attacks, key=lambda a: (_leakage_key(a[1]), a[0]))
+        # the strongest; among equally strong ones (as shown) the first by name
+        (attack, layer), worst = min(attacks, key=lambda a: (tuple(-v for v in _leakage_key(a[1])), a[0]))
         accuracy = _accuracy(sub)
         several_layers = sub["layer"].nunique() > 1
         rows.append({"level": str(level), "accuracy": accuracy, "cost": base - accuracy, "worst": worst,
@@ -73,9 +76,9 @@ def level_rows(records: pd.DataFrame, cells: pd.DataFrame) -> list[dict[str, Any
 
 def _ranked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Least worst leakage first, then smallest accuracy cost (unknown last), then label."""
-    def key(r: dict[str, Any]) -> tuple[float, float, float, str]:
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
         cost = r["cost"] if not math.isnan(r["cost"]) else math.inf
-        return (*_leakage_key(r["worst"]), cost, r["level"])
+        return (*_leakage_key(r["worst"]), cost, level_key(r["level"]))
     return sorted(rows, key=key)
 
 
@@ -105,7 +108,8 @@ def defence_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     for rank, r in enumerate(_ranked(rows), 1):
         s = r["worst"]
         body.append([str(rank), r["level"], fmt(100 * r["accuracy"], 1), fmt(100 * r["cost"], 1),
-                     fmt(s["exact_pct"], 0), fmt(s["psnr_median"]), fmt(s["lpips_mean"], 3), r["strongest"],
+                     fmt(s["exact_pct"], 0), psnr_text(s["psnr_median"], exact=all_exact(s)), fmt(s["lpips_mean"], 3),
+                     r["strongest"],
                      str(r["attacks"]), str(r["cells"]), "✓" if _on_front(r, rows) else ""])
     notes = ["Worst leakage: the strongest attack against the level (most exact images, then highest PSNR "
              "median; its LPIPS beside). Accuracy cost: test accuracy of the undefended victim ('none') minus "
