@@ -105,6 +105,13 @@ def _legend(fig: Figure, attacks: list[str]) -> None:
     fig.legend(handles=handles, loc="center right", title="attack", fontsize=9, title_fontsize=9, frameon=False)
 
 
+def short_tick(label: str, width: int = 12) -> str:
+    """A tick label over lines of about `width` characters, broken at spaces or after '=' (never inside a
+    number: 'bottleneck=\n256', not 'bottleneck=2\n56')."""
+    return "\n".join(textwrap.fill(part, width, break_long_words=False) if len(part) <= width
+                     else part.replace("=", "=\n", 1) for part in label.split(" "))
+
+
 def tick_labels(name: str, levels: list[str]) -> list[str]:
     """Short x labels for one defence's levels: the defence's name and the words every level shares
     ('beta=0.001' of 'precode beta=0.001 bottleneck=16') left out; 'none' kept."""
@@ -142,7 +149,7 @@ def defence_figure(per_cell: pd.DataFrame, path: Path, title: str) -> Path | Non
                 ys = [float(mine.get(x, np.nan)) for x in xs]
                 shift = 0.07 * (k - (len(attacks) - 1) / 2)
                 ax.plot([j + shift for j in range(len(xs))], ys, marker="o", ms=5, color=colour(attack), label=attack)
-            ax.set_xticks(range(len(xs)), [textwrap.fill(t, 12) for t in tick_labels(name, xs)], fontsize=8)
+            ax.set_xticks(range(len(xs)), [short_tick(t) for t in tick_labels(name, xs)], fontsize=8)
             ax.grid(True, alpha=0.3)
             if column == "psnr":
                 psnr_axis(ax)
