@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import reference_run
+
 from leakbench.records.schema import FULL
 from leakbench.reporting import figures as figures_module
 from leakbench.reporting.aggregate import grouped, psnr_cell, psnr_text, stat_cells
@@ -34,7 +34,7 @@ NOISE = ["noise σ=0.001", "noise σ=1e-05", "noise σ=0.0001", "noise σ=0.01"]
 def test_levels_sort_as_numbers_not_text() -> None:
     assert ordered(NOISE) == ["noise σ=1e-05", "noise σ=0.0001", "noise σ=0.001", "noise σ=0.01"]
     assert sorted(NOISE) != ordered(NOISE)  # text order is the bug this guards against
-    precode = ["precode beta=0.001 bottleneck=256", "precode beta=0.001 bottleneck=16", "precode beta=0.001 bottleneck=64"]
+    precode = [f"precode beta=0.001 bottleneck={k}" for k in (256, 16, 64)]
     assert [p.rsplit("=", 1)[1] for p in ordered(precode)] == ["16", "64", "256"]
     assert ordered(["secagg K=8", "none", "secagg K=2", "secagg K=16"]) == ["none", "secagg K=2", "secagg K=8",
                                                                           "secagg K=16"]

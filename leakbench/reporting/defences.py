@@ -107,8 +107,9 @@ def defence_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     body = []
     for rank, r in enumerate(_ranked(rows), 1):
         s = r["worst"]
+        psnr = psnr_text(s["psnr_median"], exact=all_exact(s)).removesuffix(" dB")
         body.append([str(rank), r["level"], fmt(100 * r["accuracy"], 1), fmt(100 * r["cost"], 1),
-                     fmt(s["exact_pct"], 0), psnr_text(s["psnr_median"], exact=all_exact(s)).removesuffix(" dB"), fmt(s["lpips_mean"], 3),
+                     fmt(s["exact_pct"], 0), psnr, fmt(s["lpips_mean"], 3),
                      r["strongest"],
                      str(r["attacks"]), str(r["cells"]), "✓" if _on_front(r, rows) else ""])
     notes = ["Worst leakage: the strongest attack against the level (most exact images, then highest PSNR "

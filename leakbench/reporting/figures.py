@@ -226,7 +226,7 @@ def privacy_utility_figure(levels: pd.DataFrame, path: Path, title: str) -> Path
                             arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "grey"} if above else None)
         if not len(finite):
             ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="grey")
-        ax.set_xlabel("victim test accuracy % (higher: cheaper defence →)")
+        ax.set_xlabel("victim test accuracy %\n(higher: cheaper defence →)")
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         ax.margins(x=0.25, y=0.15)
