@@ -113,7 +113,8 @@ def test_defence_figure_orders_noise_numerically_and_colours_attacks_by_palette(
     figures_module.defence_figure(per_cell, Path("unused.png"), "t")
     fig = captured.figures[0]
     ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
-    assert ticks == ["none", "σ=1e-05", "σ=0.0001", "σ=0.001", "σ=0.01"]
+    assert ticks == ["none", "1e-05", "0.0001", "0.001", "0.01"]
+    assert fig.axes[0].get_title() == "noise (σ)"
     # the 'exact' band: the undefended exact point is drawn above the capped axis, labelled exact
     psnr_ax = fig.axes[1]
     assert "exact" in [t.get_text() for t in psnr_ax.get_yticklabels()]

@@ -149,14 +149,19 @@ def defence_figure(per_cell: pd.DataFrame, path: Path, title: str) -> Path | Non
                 ys = [float(mine.get(x, np.nan)) for x in xs]
                 shift = 0.07 * (k - (len(attacks) - 1) / 2)
                 ax.plot([j + shift for j in range(len(xs))], ys, marker="o", ms=5, color=colour(attack), label=attack)
-            ax.set_xticks(range(len(xs)), [short_tick(t) for t in tick_labels(name, xs)], fontsize=8)
+            ticks, knob = tick_labels(name, xs), ""
+            pairs = [t.split("=", 1) for t in ticks[1:]]
+            if all(len(p) == 2 and " " not in t for p, t in zip(pairs, ticks[1:], strict=True)) \
+                    and len({p[0] for p in pairs}) == 1:  # one knob: its name in the title, its values as ticks
+                knob, ticks = f" ({pairs[0][0]})", [ticks[0], *(p[1] for p in pairs)]
+            ax.set_xticks(range(len(xs)), [short_tick(t) for t in ticks], fontsize=8)
             ax.grid(True, alpha=0.3)
             if column == "psnr":
                 psnr_axis(ax)
                 ax.set_ylabel("PSNR (dB)" if i % columns == 0 else "")
             else:
                 ax.set_ylim(-5, 105)
-                ax.set_title(name, fontsize=10)
+                ax.set_title(name + knob, fontsize=10)
                 ax.set_ylabel("exact %" if i % columns == 0 else "")
     for j in range(len(families), rows * columns):
         axes[2 * (j // columns)][j % columns].set_visible(False)
