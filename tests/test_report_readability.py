@@ -209,3 +209,16 @@ def test_self_contained_report_has_no_external_images(tmp_path_factory: pytest.T
     assert "](readable/figures/" in linked  # the Markdown still links its PNGs
     write_report(run_dir, reports)  # the default page links them
     assert re.findall(r'<img src="([^"]*)"', (reports / "readable.html").read_text())[0].startswith("readable/")
+
+
+def test_a_panel_with_one_level_of_data_draws_no_lone_point(captured: Captured) -> None:
+    per_axis = pd.DataFrame([{"attack": "spear", "batch_size": b, "psnr": math.inf if b == 1 else math.nan,
+                              "exact_pct": 100.0 if b == 1 else 0.0} for b in (1, 2, 4)])
+    figures_module.axis_figure(per_axis, "batch_size", [1, 2, 4], "batch size", Path("unused.png"), "t")
+    psnr_ax, exact_ax = captured.figures[0].axes[:2]
+    def drawn(ax: Any) -> list[Any]:
+        return [line for line in ax.get_lines() if len(line.get_xdata())] + [
+            c for c in ax.collections if len(c.get_offsets())]
+
+    assert not drawn(psnr_ax) and "one batch size only" in " ".join(t.get_text() for t in psnr_ax.texts)
+    assert drawn(exact_ax)  # the exact % panel has its points

@@ -77,7 +77,11 @@ def axis_figure(per_cell: pd.DataFrame, axis: str, order: list[Any], label: str,
     attacks = sorted(data["attack"].unique())
     for ax, column, ylabel in ((axes[0], "psnr", "PSNR (dB), mean over seeds"), (axes[1], "exact_pct", "exact %")):
         shown = data[np.isfinite(data[column].to_numpy(dtype=float))]
-        if len(shown):
+        if shown[axis].nunique() < 2:  # a lone point is no trend: say so, the tables have the number
+            ax.text(0.5, 0.5, textwrap.fill(f"{ylabel.split(' (')[0]} at one {label} only (elsewhere every "
+                                            "reconstruction failed): see the tables", 40),
+                    transform=ax.transAxes, ha="center", va="center", color="grey")
+        elif len(shown):
             sns.pointplot(data=shown, x=axis, y=column, hue="attack", order=order, hue_order=attacks, ax=ax,
                           palette=colours(attacks),
                           # types-seaborn has `dodge: bool`; pointplot documents "bool or float" (the offset)
