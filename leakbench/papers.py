@@ -7,7 +7,7 @@ report folder's marker, so a later report replaces them), and printed. All of it
 
 benchmarks/spear_draws.py and benchmarks/spear_guided.py are not entries: their figures need ground
 truth the cells table does not hold (each batch's zero counts, the guide's sign accuracy), so they
-stay benchmark scripts of a source checkout (README, "Reports, leaderboard, paper reproduction").
+stay benchmark scripts of a source checkout (docs/reference/reproduce.md).
 """
 
 from __future__ import annotations

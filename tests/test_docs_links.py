@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import REPO_ROOT
 
-LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](image)
 DOCS_PATH = re.compile(r"(?<![\w/.-])docs/[\w./-]*\.(?:md|toml|png|csv)\b")
 
 
@@ -37,7 +37,7 @@ def _anchors(page: Path) -> set[str]:
 def _broken_links(page: Path, root: Path = REPO_ROOT) -> list[str]:
     broken = []
     for match in LINK.finditer(_outside_code_blocks(page.read_text())):
-        target = match.group(1) or match.group(2)
+        target = match.group(1)
         if re.match(r"[a-z]+:", target):  # http:, https:, mailto: — not checked (no network in tests)
             continue
         path, _, fragment = target.partition("#")
@@ -56,7 +56,8 @@ def test_every_relative_link_in_the_docs_leads_somewhere() -> None:
 
 def _mentioning_files() -> list[Path]:
     roots = [REPO_ROOT / name for name in ("leakbench", "benchmarks", "examples", ".ci", ".github")]
-    files = [p for root in roots for p in root.rglob("*") if p.is_file() and p.suffix in {".py", ".toml", ".md", ".yml", ""}]
+    suffixes = {".py", ".toml", ".md", ".yml", ""}
+    files = [p for root in roots for p in root.rglob("*") if p.is_file() and p.suffix in suffixes]
     files += [REPO_ROOT / "Makefile", *_pages(), REPO_ROOT / "docs" / "claims.toml"]
     return [p for p in files if "__pycache__" not in p.parts]
 
