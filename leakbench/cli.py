@@ -482,7 +482,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     check_writable_dir(args.reports, "--reports")
     markdown = write_report(args.run_dir, args.reports, self_contained=args.self_contained)
-    print(f"wrote {markdown} and {markdown.with_suffix('.html')}" + (" (self-contained)" if args.self_contained else ""))
+    page = markdown.with_suffix(".html")
+    print(f"wrote {markdown} and {page}" + (" (self-contained: images inlined)" if args.self_contained else ""))
     return 0
 
 
