@@ -22,7 +22,7 @@ import pandas as pd
 
 from leakbench.reporting.aggregate import all_exact, fmt, grouped, key_values, model_order, psnr_text
 from leakbench.reporting.order import level_key
-from leakbench.reporting.pivot import shown_psnr
+from leakbench.reporting.pivot import ranks, shown_psnr
 from leakbench.reporting.render import Block, Table
 
 NONE = "none"
@@ -105,7 +105,9 @@ def defence_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     suite, dataset, model, b = board
     rows = level_rows(records, cells)
     body = []
-    for rank, r in enumerate(_ranked(rows), 1):
+    ranked = _ranked(rows)
+    shown = [(_leakage_key(r["worst"]), fmt(100 * r["cost"], 1)) for r in ranked]  # equal as shown: equal rank
+    for rank, r in zip(ranks(shown), ranked, strict=True):
         s = r["worst"]
         psnr = psnr_text(s["psnr_median"], exact=all_exact(s)).removesuffix(" dB")
         body.append([str(rank), r["level"], fmt(100 * r["accuracy"], 1), fmt(100 * r["cost"], 1),
@@ -115,7 +117,8 @@ def defence_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     notes = ["Worst leakage: the strongest attack against the level (most exact images, then highest PSNR "
              "median; its LPIPS beside). Accuracy cost: test accuracy of the undefended victim ('none') minus "
              "the level's, in percentage points; the victims are trained with the level on every update. "
-             "front ✓: no other level leaks less at no higher cost."]
+             "front ✓: no other level leaks less at no higher cost. Levels that read the same (leakage and cost "
+             "as shown) share a rank."]
     if all(math.isnan(r["accuracy"]) for r in rows):
         notes.append("Victims at init (untrained): no accuracy measured, ranked by leakage alone.")
     elif not any(r["level"] == NONE for r in rows):
