@@ -204,6 +204,15 @@ def _strongest_text(s: Setting) -> str:
     return r.attack + layer + (f" = {', '.join(peers)}" if peers else "")
 
 
+def _shown(s: Setting) -> AttackResult:
+    """The attack whose numbers a headline row shows: the strongest, or where every attack fails the
+    closest one (highest PSNR median at the largest batch size with any)."""
+    if s.sizes_all_fail() != s.sizes():
+        return s.strongest
+    closest = _best(s)[1]
+    return next(r for r in s.results if r.attack == closest)
+
+
 VICTIM_HEADER = ["strongest attack", "exact up to b", "exact % · PSNR median", "n / failures"]
 
 
@@ -213,7 +222,7 @@ def headline_table(found: list[Setting]) -> Table:
     victims = list(dict.fromkeys(s.model for s in found))
     by_key = {(s.dataset, s.level, s.model): s for s in found}
     datasets = list(dict.fromkeys(s.dataset for s in found))
-    sizes = {max(s.strongest.by_size) for s in found}
+    sizes = {max(_shown(s).by_size) for s in found}
     at = f" at b = {next(iter(sizes))}" if len(sizes) == 1 else ""
     rows = []
     for dataset in datasets:
@@ -224,9 +233,10 @@ def headline_table(found: list[Setting]) -> Table:
                 if s is None:
                     row += ["–"] * len(VICTIM_HEADER)
                     continue
-                b, _, stats = s.strongest.largest
-                n, failures = s.strongest.totals()
-                row += [_strongest_text(s), str(s.strongest.exact_up_to or "none"),
+                shown = _shown(s)
+                b, _, stats = shown.largest
+                n, failures = shown.totals()
+                row += [_strongest_text(s), str(shown.exact_up_to or "none"),
                         f"{fmt(stats['exact_pct'], 0)} % · {psnr_text(stats['psnr_median'], exact=all_exact(stats))}"
                         + ("" if at else f" (b = {b})"), f"{n} / {failures}"]
             rows.append(row)
