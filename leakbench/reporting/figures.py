@@ -198,11 +198,21 @@ PRIVACY_UTILITY_PANELS = (("exact_pct", "exact % (worse for privacy ↑)"), ("ps
                           ("lpips_mean", "LPIPS mean (lower: closer)"))
 
 
+def on_front(levels: pd.DataFrame, column: str) -> set[str]:
+    """The defence levels no other level beats in both accuracy (higher) and privacy in `column` (lower
+    exact % or PSNR, higher LPIPS): the ones worth a label when twenty levels crowd one panel."""
+    sign = -1.0 if column == "lpips_mean" else 1.0
+    points = [(str(lv), float(a), sign * float(v)) for lv, a, v in
+              zip(levels["level"], levels["accuracy_pct"], levels[column], strict=True) if np.isfinite(v)]
+    return {lv for lv, a, v in points
+            if not any(a2 >= a and v2 <= v and (a2, v2) != (a, v) for _, a2, v2 in points)}
+
+
 def privacy_utility_figure(levels: pd.DataFrame, path: Path, title: str) -> Path:
     """Leakage against utility for one attack: three panels (exact %, PSNR median, LPIPS) against the
-    victim's test accuracy %, one point per defence level (`level`, written beside it), in the attack's
-    colour, one marker per batch size; PSNR capped with the exact band. `levels` has the columns of
-    `reporting.defences.privacy_utility_data`."""
+    victim's test accuracy %, one point per defence level (the levels on the front, `on_front`, and 'none'
+    named beside their point), in the attack's colour, one marker per batch size; PSNR capped with the
+    exact band. `levels` has the columns of `reporting.defences.privacy_utility_data`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -225,9 +235,10 @@ def privacy_utility_figure(levels: pd.DataFrame, path: Path, title: str) -> Path
             rows = levels[(levels["batch_size"] == b) & ~np.isnan(levels[column].to_numpy(dtype=float))]
             ax.scatter(rows["accuracy_pct"], rows[column], color=tint, marker=markers[i % len(markers)], s=36,
                        zorder=3, label=f"b = {b}")
+            front = on_front(levels, column)
             for x, y, text in zip(rows["accuracy_pct"], rows[column], rows["level"], strict=True):
-                if str(text) in labelled:  # one label per level: its first point
-                    continue
+                if str(text) in labelled or (str(text) not in front and str(text) != NONE):
+                    continue  # one label per level (its first point), and only on the front: readable
                 labelled.add(str(text))
                 near = (round(6 * x / width), round(20 * y / span))
                 stacked[near] = above = stacked.get(near, -1) + 1

@@ -234,7 +234,9 @@ def defence_sections(records: pd.DataFrame, cells: pd.DataFrame, folder: Path, s
     return [*boards, Images("Privacy–utility: leakage against the victim's test accuracy", items, [
         "Each victim was trained with its defence level applied to every update (FedSGD rounds of the training "
         "recipe); its accuracy is on the dataset's test part. Points: exact %, PSNR median and mean LPIPS of the "
-        "attack pooled over the level's cells (seeds, layers); one colour per batch size."])]
+        "attack pooled over the level's cells (seeds, layers), in the attack's colour, one marker per batch size. "
+        "Named: 'none' and the levels no other level beats in both accuracy and privacy (the rest are in the "
+        "defence tables above)."])]
 
 
 def grids(run_dir: Path, manifest: dict[str, Any], records: pd.DataFrame, cells: pd.DataFrame, folder: Path,
