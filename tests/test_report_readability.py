@@ -222,3 +222,11 @@ def test_a_panel_with_one_level_of_data_draws_no_lone_point(captured: Captured) 
 
     assert not drawn(psnr_ax) and "one batch size only" in " ".join(t.get_text() for t in psnr_ax.texts)
     assert drawn(exact_ax)  # the exact % panel has its points
+
+
+def test_privacy_utility_names_only_the_front() -> None:
+    levels = pd.DataFrame({"level": ["none", "noise σ=0.01", "prune p=0.9", "DP σ=1 C=1"],
+                           "accuracy_pct": [44.0, 43.0, 40.0, 25.0], "exact_pct": [100.0, 0.0, 0.0, 0.0],
+                           "lpips_mean": [0.0, 0.3, 0.2, 0.4]})
+    assert figures_module.on_front(levels, "exact_pct") == {"none", "noise σ=0.01"}  # prune: dominated by noise
+    assert figures_module.on_front(levels, "lpips_mean") == {"none", "noise σ=0.01", "DP σ=1 C=1"}
