@@ -1,4 +1,9 @@
-"""`leakbench report RUN_DIR`: Markdown and HTML tables per axis, seaborn figures and grids of a run.
+"""`leakbench report RUN_DIR`: what a run found, then its figures, then the detail.
+
+The page opens with the key findings and one headline table (`findings`), then the figures (`figures`:
+one colour per attack from `palette`, levels in `order.level_key` order, PSNR capped with an exact
+band), the defence boards, and last, folded away in the HTML, the per-setting pivots, the comparison
+grids, the per-axis tables and every cell. `--self-contained` inlines the images into the HTML page.
 
 Reads only the run folder (its manifest.json and the intact cell folders; a damaged cell is left
 out with one warning line) and writes `REPORTS/SUITE.md`, `REPORTS/SUITE.html` and
