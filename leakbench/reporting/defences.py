@@ -8,7 +8,8 @@ is the drop from the undefended victim ('none') trained the same way (same board
 batch size). The *worst leakage* of a level is that of the strongest attack against it (most exact images,
 then highest PSNR median), over every attack and attacked layer of the board.
 
-`defence_blocks` is the leaderboard's board "defences"; `privacy_utility_data` feeds the report's figure.
+`defence_blocks` are the report's defence boards, `defence_ranking` the leaderboard's view "Defences ranked";
+`privacy_utility_data` feeds the report's figure.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import numpy as np
 import pandas as pd
 
 from leakbench.reporting.aggregate import fmt, grouped, key_values, model_order
+from leakbench.reporting.board_page import Board, Column, Entry, anchor, number
+from leakbench.reporting.leakage import leakage_key, leakage_stats, shown_exact
 from leakbench.reporting.render import Block, Table
 
 NONE = "none"
@@ -148,3 +151,123 @@ def privacy_utility_data(records: pd.DataFrame, cells: pd.DataFrame) -> pd.DataF
                      "psnr_median": s["psnr_median"], "lpips_mean": s["lpips_mean"]})
     return pd.DataFrame(rows, columns=["dataset", "model", "batch_size", "attack", "level", "accuracy_pct",
                                        "exact_pct", "psnr_median", "lpips_mean"])
+
+
+# --------------------------------------------------------------------------- the leaderboard's defence ranking
+
+RANKING_BOARD = ["dataset", "model", "batch_size"]
+"""What one defence ranking of the leaderboard holds fixed (whatever run the cells come from)."""
+
+
+def defence_ranking(records: pd.DataFrame, cells: pd.DataFrame) -> list[Board]:
+    """The leaderboard's view "Defences ranked": per dataset, victim and batch size with a defended level,
+    the defence levels ranked by how much they cut the leakage of the strongest attack against the
+    undefended client (`cells` with `model`, `client` and `suite`, as the leaderboard loads them)."""
+    from leakbench.reporting.leaderboard import board_order_key
+
+    levels = defence_levels(cells)
+    boards = []
+    groups = sorted(cells.groupby(RANKING_BOARD, sort=True), key=lambda g: board_order_key(cells, key_values(g[0])))
+    for key, sub in groups:
+        if (levels[sub.index] == NONE).all():
+            continue
+        sub_records = records[records["cell_id"].isin(set(sub["cell_id"]))]
+        boards.append(ranking_board(sub_records, sub.assign(level=levels[sub.index]), key_values(key)))
+    return boards
+
+
+def _strongest(records: pd.DataFrame, cells: pd.DataFrame) -> tuple[tuple[str, int], dict[str, Any]] | None:
+    """The (attack, layer) leaking most over `cells` (most exact images, then highest PSNR median, as shown)
+    with its stats; None without cells."""
+    found = [(key_values(k), leakage_stats(records[records["cell_id"].isin(set(s["cell_id"]))], s))
+             for k, s in cells.groupby(["attack", "layer"], sort=True)]
+    if not found:
+        return None
+    (attack, layer), stats = max(found, key=lambda f: (leakage_key(f[1]), f[0]))
+    return (str(attack), int(layer)), stats
+
+
+def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, ...]) -> Board:
+    """One board of the defence ranking: its levels ranked by the strongest undefended attack's leakage
+    under them, then the worst leakage of any attack, then accuracy cost (unknown last), then label."""
+    from leakbench.reporting.leaderboard import attack_paper, level_papers, natural_key
+
+    dataset, model, b = board
+    undefended = cells[cells["level"] == NONE]
+    strongest = _strongest(records, undefended)
+    base = _accuracy(undefended)
+    rows: list[dict[str, Any]] = []
+    for level, sub in cells.groupby("level", sort=True):
+        target = None
+        if strongest:
+            (attack, layer), _ = strongest
+            hit = sub[(sub["attack"] == attack) & (sub["layer"] == layer)]
+            target = leakage_stats(records[records["cell_id"].isin(set(hit["cell_id"]))], hit) if len(hit) else None
+        worst = _strongest(records, sub)
+        accuracy = _accuracy(sub)
+        rows.append({"level": str(level), "target": target, "worst": worst, "accuracy": accuracy,
+                     "cost": base - accuracy, "cells": len(sub)})
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        cost = r["cost"] if not math.isnan(r["cost"]) else math.inf
+        return (leakage_key(r["target"]), leakage_key(r["worst"][1] if r["worst"] else None), cost,
+                natural_key(r["level"]))
+    ranked = sorted(rows, key=key)
+    several_layers = cells["layer"].nunique() > 1
+    body = []
+    for i, r in enumerate(ranked):
+        rank = next(j for j, o in enumerate(ranked[: i + 1], 1) if key(o)[:3] == key(r)[:3])
+        papers = level_papers(r["level"])
+        name = Entry(r["level"], None, papers[0][1].url if papers else None,
+                     "; ".join(f"{n}: {c.short}" for n, c in papers))
+        t, w = r["target"], r["worst"]
+        ref = strongest[1] if strongest else None
+        worst_name = (w[0][0] + (f" (layer {w[0][1]})" if several_layers else "")) if w else "–"
+        worst_paper = attack_paper(w[0][0]) if w else None
+        body.append([Entry(str(rank), rank), name,
+                     number(t["exact_pct"], 0) if t else Entry("–"), psnr_entry(t),
+                     _cut(ref, t),
+                     number(w[1]["exact_pct"], 0) if w else Entry("–"), psnr_entry(w[1] if w else None),
+                     Entry(worst_name, None, worst_paper.url if worst_paper else None,
+                           worst_paper.short if worst_paper else ""),
+                     number(100 * r["accuracy"], 1), number(100 * r["cost"], 1), Entry(str(r["cells"]), r["cells"])])
+    if strongest:
+        (attack, layer), ref_stats = strongest
+        who = f"{attack}" + (f" (layer {layer})" if several_layers else "")
+        paper = attack_paper(attack)
+        group = f"strongest undefended attack: {who}"
+        notes = [f"{who} leaks {fmt(ref_stats['exact_pct'], 0)} % exact images undefended "
+                 f"(PSNR median {psnr_entry(ref_stats).text}{'' if psnr_entry(ref_stats).text == 'exact' else ' dB'}). "
+                 "exact cut: its undefended exact % minus its exact % under the defence (percentage points); "
+                 "PSNR median '–': every image of the attack failed. Worst of all attacks: the attack leaking most "
+                 "against the defence (most exact images, then highest PSNR median)."]
+        papers = [(attack, paper)] if paper else []
+    else:
+        group, notes, papers = "strongest undefended attack: none (no undefended cells)", [
+            "No undefended level here: ranked by the worst leakage of any attack."], []
+    columns = [Column("rank"), Column("defence", numeric=False),
+               Column(group, "exact %"), Column(group, "PSNR median (dB)"), Column(group, "exact cut (pp)"),
+               Column("worst of all attacks", "exact %"),
+               Column("worst of all attacks", "PSNR median (dB)"), Column("worst of all attacks", "attack", False),
+               Column("test acc. %"), Column("accuracy cost (pp)"), Column("cells")]
+    if all(math.isnan(r["accuracy"]) for r in rows):  # victims at init: no accuracy columns
+        notes.append("Victims at init (untrained): no accuracy measured.")
+        columns, body = columns[:-3] + columns[-1:], [row[:-3] + row[-1:] for row in body]
+    return Board(f"{dataset} · {model} · b={b}", columns, body, notes, papers, anchor("d", *board))
+
+
+def psnr_entry(s: dict[str, Any] | None) -> Entry:
+    """A PSNR median entry: 'exact' (sorted as +∞) when the median image is exact, '–' when none."""
+    if s is None:
+        return Entry("–")
+    value = s["psnr_exact_median"]
+    if math.isinf(value):
+        return Entry("exact", math.inf, hint="the median image is exact (pixel-equal at 8 bits)")
+    return number(value, 1)
+
+
+def _cut(ref: dict[str, Any] | None, under: dict[str, Any] | None) -> Entry:
+    """How many percentage points of exact images the defence takes from the strongest attack (as shown)."""
+    if ref is None or under is None:
+        return Entry("–")
+    return number(shown_exact(ref) - shown_exact(under), 0)
