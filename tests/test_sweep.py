@@ -249,7 +249,8 @@ def test_leaderboard_is_deterministic(tmp_path: Path, reference: Path) -> None:
     assert first == second
     text = first[0].decode()
     assert "| rank | attack | budget |" in text and "failures" in text
-    assert "| ig | 3 steps |" in text and "| spear | 20,000 draws, 3600 s |" in text  # the stored budgets
+    assert "| [ig](https://arxiv.org/abs/2003.14053) | 3 steps |" in text  # the stored budgets, the papers
+    assert "| [spear](https://arxiv.org/abs/2403.03945) | 20,000 draws, 3600 s |" in text
 
 
 def test_every_record_column_is_a_known_axis_or_per_image(reference: Path) -> None:

@@ -17,13 +17,20 @@ EXACT_DB = 1000.0
 
 def psnr_median(records: pd.DataFrame) -> float:
     """Median PSNR over the images with a reconstruction, an exact image counting as +∞ (so 'exact' reads
-    the same whatever finite PSNR an attack's exact image scored); NaN when none has one."""
+    the same whatever finite PSNR an attack's exact image scored): +∞ only when more than half of them are
+    exact (of an even count with exactly half exact, the lower middle value); NaN when none has one."""
     if "psnr" not in records or not len(records):
         return math.nan
     values = records["psnr"].to_numpy(dtype=float).copy()
     values[records["exact"].to_numpy(dtype=bool) & ~np.isnan(values)] = math.inf
-    present = values[~np.isnan(values)]
-    return float(np.median(present)) if present.size else math.nan
+    present = np.sort(values[~np.isnan(values)])
+    n = present.size
+    if n == 0:
+        return math.nan
+    if n % 2:
+        return float(present[n // 2])
+    low, high = float(present[n // 2 - 1]), float(present[n // 2])
+    return low if math.isinf(high) else (low + high) / 2
 
 
 def leakage_stats(records: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:
