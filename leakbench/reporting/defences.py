@@ -204,6 +204,8 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
             hit = sub[(sub["attack"] == attack) & (sub["layer"] == layer)]
             target = leakage_stats(records[records["cell_id"].isin(set(hit["cell_id"]))], hit) if len(hit) else None
         worst = _strongest(records, sub)
+        if worst and leakage_key(worst[1]) == (0.0, 0.0):  # every attack failed on every image: no attack leaks
+            worst = None
         accuracy = _accuracy(sub)
         rows.append({"level": str(level), "target": target, "worst": worst, "accuracy": accuracy,
                      "cost": base - accuracy, "cells": len(sub)})
@@ -222,7 +224,7 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
                      "; ".join(f"{n}: {c.short}" for n, c in papers))
         t, w = r["target"], r["worst"]
         ref = strongest[1] if strongest else None
-        worst_name = (w[0][0] + (f" (layer {w[0][1]})" if several_layers else "")) if w else "–"
+        worst_name = (w[0][0] + (f" (layer {w[0][1]})" if several_layers else "")) if w else "none leaks"
         worst_paper = attack_paper(w[0][0]) if w else None
         body.append([Entry(str(rank), rank), name,
                      number(t["exact_pct"], 0) if t else Entry("–"), psnr_entry(t),
@@ -236,11 +238,9 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
         who = f"{attack}" + (f" (layer {layer})" if several_layers else "")
         paper = attack_paper(attack)
         group = f"strongest undefended attack: {who}"
-        notes = [f"{who} leaks {fmt(ref_stats['exact_pct'], 0)} % exact images undefended "
-                 f"(PSNR median {psnr_entry(ref_stats).text}{'' if psnr_entry(ref_stats).text == 'exact' else ' dB'}). "
-                 "exact cut: its undefended exact % minus its exact % under the defence (percentage points); "
-                 "PSNR median '–': every image of the attack failed. Worst of all attacks: the attack leaking most "
-                 "against the defence (most exact images, then highest PSNR median)."]
+        shown = psnr_entry(ref_stats).text
+        notes = [f"{who} leaks {fmt(ref_stats['exact_pct'], 0)} % exact images undefended (PSNR median "
+                 f"{shown}{'' if shown in ('exact', '–') else ' dB'})."]
         papers = [(attack, paper)] if paper else []
     else:
         group, notes, papers = "strongest undefended attack: none (no undefended cells)", [
@@ -251,7 +251,7 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
                Column("worst of all attacks", "PSNR median (dB)"), Column("worst of all attacks", "attack", False),
                Column("test acc. %"), Column("accuracy cost (pp)"), Column("cells")]
     if all(math.isnan(r["accuracy"]) for r in rows):  # victims at init: no accuracy columns
-        notes.append("Victims at init (untrained): no accuracy measured.")
+        notes[-1] += " Victims at init (untrained): no accuracy measured."
         columns, body = columns[:-3] + columns[-1:], [row[:-3] + row[-1:] for row in body]
     return Board(f"{dataset} · {model} · b={b}", columns, body, notes, papers, anchor("d", *board))
 

@@ -259,6 +259,15 @@ HOW_TO_READ = [
 ]
 
 
+DEFENCES_INTRO = (
+    "Per dataset, victim and batch size: the strongest attack against the undefended client (most exact images, "
+    "then highest PSNR median), and each defence ranked by how much it cuts that attack's leakage — its exact % "
+    "and PSNR median under the defence, lowest first; exact cut = its undefended exact % minus that, in "
+    "percentage points — then by the worst leakage of any attack against the defence, then by accuracy cost. "
+    "PSNR '–': every image of the attack failed. Test accuracy and cost (in points against the undefended "
+    "victim) are those of a victim trained with the defence on every update.")
+
+
 def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None) -> list[Section]:
     """The page's views: the defence ranking (when a run has defended cells), then the attack tables."""
     keys = board_order(cells)
@@ -267,12 +276,7 @@ def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Pa
     ranking = defence_ranking(records, cells)
     if ranking:
         sections.append(Section(
-            "Defences ranked", ["Per dataset, victim and batch size: the strongest attack against the undefended "
-                                "client (most exact images, then highest PSNR median), and each defence ranked by how "
-                                "much it cuts that attack's leakage (its exact % and PSNR median under the defence, "
-                                "lowest first), then by the worst leakage of any attack against it, then by accuracy "
-                                "cost. Test accuracy and cost are those of a victim trained with the defence on "
-                                "every update (empty for victims at init)."], ranking, "defences"))
+            "Defences ranked", [DEFENCES_INTRO], ranking, "defences"))
     sections.append(Section("Attacks per threat model", [], boards, "attacks", contents(boards, keys)))
     sections.append(Section("How to read these tables", HOW_TO_READ, [], "how"))
     return sections
@@ -289,7 +293,7 @@ def write_leaderboard(results: Path, reports: Path) -> list[Path]:
              "exact). Names link to their papers; click a column header to sort; how to read: at the end."]
     sections = leaderboard_sections(records, cells, reports)
     files = {"leaderboard.md": markdown_page(TITLE, intro, sections),
-             "leaderboard.html": html_page(TITLE, intro, sections),
+             "leaderboard.html": html_page(TITLE, intro, sections, nav=True),
              "leaderboard-timing.md": markdown(TIMING_TITLE, ["Wall-clock seconds per cell; not part of the ranking."],
                                                list(timing_blocks(records, cells)))}
     for name, page in files.items():
