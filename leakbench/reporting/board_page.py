@@ -130,7 +130,7 @@ STYLE = (
     "tbody tr:nth-child(even){background:#fafafa}a{color:#1a55a5;text-decoration:none}"
     "a:hover{text-decoration:underline}"
     ".note{color:#555;font-size:12.5px}.papers{color:#555;font-size:12.5px;margin-top:0}.nav{font-size:13px}"
-    ".nav b{display:inline-block;min-width:16em;font-weight:600}th .arrow{color:#888;font-weight:400}")
+    ".nav b{display:inline-block;min-width:16em;font-weight:600}.nav b.view{min-width:0}th .arrow{color:#888;font-weight:400}")
 
 SORT_SCRIPT = (
     "<script>document.querySelectorAll('table.board').forEach(t=>t.querySelectorAll('th[data-col]').forEach(th=>{"
@@ -153,7 +153,7 @@ def html_page(title: str, intro: list[str], sections: list[Section], *, nav: boo
              '<meta name="viewport" content="width=device-width, initial-scale=1">', f"<title>{e(title)}</title>",
              f"<style>{STYLE}</style>", "</head><body>", f"<h1>{e(title)}</h1>", *[f"<p>{e(p)}</p>" for p in intro]]
     if nav:
-        parts.append('<p class="nav"><b>Views</b> ' + " · ".join(
+        parts.append('<p class="nav"><b class="view">Views:</b> ' + " · ".join(
             f'<a href="#{e(s.anchor)}">{e(s.title)}</a>' + (f" ({len(s.boards)} tables)" if s.boards else "")
             for s in sections if s.anchor) + "</p>")
     for section in sections:
