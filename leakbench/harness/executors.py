@@ -184,6 +184,9 @@ def _terminate(pool: ProcessPoolExecutor, earlier: set[int | None]) -> None:
         worker.terminate()
     for worker in workers:
         worker.join(timeout=10)
+        if worker.is_alive():  # one spawned at the moment of the signal may not have its handlers yet
+            worker.kill()
+            worker.join(timeout=10)
 
 
 def connection(executor: str, jobs: int, address: str | None) -> AbstractContextManager[Any]:
