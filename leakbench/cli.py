@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="tables, figures and grids of a stored run folder")
     report.add_argument("run_dir", type=Path, help="a run folder, e.g. results/default")
     report.add_argument("--reports", type=Path, default=Path("reports"), help="where to write (default reports/)")
+    report.add_argument("--self-contained", action="store_true",
+                        help="put the figures and grids inside the HTML page (one file to send on)")
     rescore = sub.add_parser("rescore",
                              help="score a run folder again from its stored reconstructions (no attack runs)")
     rescore.add_argument("run_dir", type=Path, help="a run folder, e.g. results/default")
@@ -479,7 +481,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from leakbench.reporting.report import write_report
 
     check_writable_dir(args.reports, "--reports")
-    print(f"wrote {write_report(args.run_dir, args.reports)}")
+    markdown = write_report(args.run_dir, args.reports, self_contained=args.self_contained)
+    print(f"wrote {markdown} and {markdown.with_suffix('.html')}" + (" (self-contained)" if args.self_contained else ""))
     return 0
 
 

@@ -38,12 +38,14 @@ class Column:
 @dataclass(frozen=True)
 class Entry:
     """One body cell: `text` as shown, `sort` the number it sorts by (None: no value, last either way),
-    `href` a link (a paper, a comparison grid, an anchor of this page), `hint` a tooltip."""
+    `href` a link (a paper, a comparison grid, an anchor of this page), `hint` a tooltip, `colour` a swatch."""
 
     text: str
     sort: float | None = None
     href: str | None = None
     hint: str = ""
+    colour: str = ""
+    """'#rrggbb': a swatch before the text (an attack's colour, the same as in the report's figures)."""
 
 
 @dataclass
@@ -91,9 +93,9 @@ def text(value: str, href: str | None = None, hint: str = "") -> Entry:
     return Entry(value, None, href, hint)
 
 
-def paper_entry(name: str, paper: Citation | None, shown: str | None = None) -> Entry:
+def paper_entry(shown: str, paper: Citation | None, colour: str = "") -> Entry:
     """A name linked to its paper (the citation as tooltip); a bare name when there is none."""
-    return Entry(shown or name, None, paper.url if paper else None, paper.short if paper else "")
+    return Entry(shown, None, paper.url if paper else None, paper.short if paper else "", colour)
 
 
 def markdown_page(title: str, intro: list[str], sections: list[Section]) -> str:
@@ -130,7 +132,8 @@ STYLE = (
     "tbody tr:nth-child(even){background:#fafafa}a{color:#1a55a5;text-decoration:none}"
     "a:hover{text-decoration:underline}"
     ".note{color:#555;font-size:12.5px}.papers{color:#555;font-size:12.5px;margin-top:0}.nav{font-size:13px}"
-    ".nav b{display:inline-block;min-width:16em;font-weight:600}.nav b.view{min-width:0}th .arrow{color:#888;font-weight:400}")
+    ".nav b{display:inline-block;min-width:16em;font-weight:600}.nav b.view{min-width:0}"
+    ".sw{display:inline-block;width:.75em;height:.75em;margin-right:.35em;border-radius:2px;vertical-align:-.05em}")
 
 SORT_SCRIPT = (
     "<script>document.querySelectorAll('table.board').forEach(t=>t.querySelectorAll('th[data-col]').forEach(th=>{"
@@ -221,7 +224,8 @@ def _html_entry(entry: Entry, column: Column, index: int) -> str:
     if entry.hint:
         attrs += f' title="{e(entry.hint)}"'
     body = f'<a href="{e(entry.href)}">{e(entry.text)}</a>' if entry.href else e(entry.text)
-    return f"<td{attrs}>{body}</td>"
+    swatch = f'<span class="sw" style="background:{e(entry.colour)}"></span>' if entry.colour else ""
+    return f"<td{attrs}>{swatch}{body}</td>"
 
 
 def _sort_text(value: float | None) -> str:

@@ -20,7 +20,7 @@ import torch
 
 from leakbench.errors import LeakbenchError
 from leakbench.records.truth import load_truth
-from leakbench.reporting.aggregate import Key, key_values
+from leakbench.reporting.aggregate import Key, key_values, psnr_text
 from leakbench.reporting.grid import ComparisonRow, save_comparison, save_grid
 
 GROUP = ["dataset", "model", "batch_size", "seed", "layer", "dp", "client"]
@@ -36,12 +36,13 @@ def cell_grid(cell_dir: Path, path: Path, caption: str) -> None:
 
 
 def tile_text(row: pd.Series) -> str:
-    """PSNR and LPIPS under a tile ('failed' when the image has no reconstruction)."""
+    """PSNR and LPIPS under a tile ('failed' when the image has no reconstruction, 'exact' when it is exact,
+    whatever its PSNR: ∞ for one attack and 147 dB for another are the same answer)."""
     psnr = row.get("psnr", math.nan)
     if row["status"] != "ok" or psnr is None or math.isnan(psnr):
         return "failed"
     lpips = row.get("lpips", math.nan)
-    return ("∞ dB" if math.isinf(psnr) else f"{psnr:.1f} dB") + ("" if math.isnan(lpips) else f"\nLPIPS {lpips:.3f}")
+    return psnr_text(psnr, exact=bool(row.get("exact", False))) + ("" if math.isnan(lpips) else f"\nLPIPS {lpips:.3f}")
 
 
 def slug(*parts: Any) -> str:
@@ -69,7 +70,7 @@ def comparison_figures(run_dir: Path, manifest: dict[str, Any], records: pd.Data
         selection = picks[first["cell_id"]]
         truth = load_truth(run_dir, first["cell_id"]).truth[selection]
         rows = [_row(run_dir, cell, records[records["cell_id"] == cell["cell_id"]], selection)
-                for _, cell in group.sort_values("attack").iterrows()]
+                for _, cell in group.sort_values("attack").iterrows()]  # rows by name, as every table lists ties
         caption = (f"{dataset} · {model} · b={b} · layer {layer} · dp {dp} · {client} · seed {seed} · images "
                    f"{selection} of the batch, drawn before any attack ran (grid seed {manifest['grid_seed']})")
         save_comparison(folder / name, truth, rows, caption=caption)

@@ -21,9 +21,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from leakbench.reporting.aggregate import fmt, grouped, key_values, model_order
-from leakbench.reporting.board_page import Board, Column, Entry, anchor, number
+from leakbench.reporting.aggregate import PSNR_CAP, all_exact, fmt, grouped, key_values, model_order, psnr_text
+from leakbench.reporting.board_page import Board, Column, Entry, anchor, number, paper_entry
 from leakbench.reporting.leakage import leakage_key, leakage_stats, shown_exact
+from leakbench.reporting.order import level_key
+from leakbench.reporting.palette import colour
+from leakbench.reporting.pivot import shown_psnr
 from leakbench.reporting.render import Block, Table
 
 NONE = "none"
@@ -43,9 +46,9 @@ def defence_levels(cells: pd.DataFrame) -> pd.Series:
 
 
 def _leakage_key(s: dict[str, Any]) -> tuple[float, float]:
-    """Larger is more leakage: exact % first, then PSNR median (none: 0 dB)."""
-    psnr = s["psnr_median"]
-    return s["exact_pct"], (0.0 if math.isnan(psnr) else min(psnr, 1e9))
+    """Larger is more leakage: exact % first, then PSNR median (none: 0 dB), each at the precision a table
+    shows it (whole %, 0.1 dB capped at `PSNR_CAP`), so float noise past the shown digits decides nothing."""
+    return float(round(s["exact_pct"])), shown_psnr(s["psnr_median"])
 
 
 def _accuracy(cells: pd.DataFrame) -> float:
@@ -63,9 +66,10 @@ def level_rows(records: pd.DataFrame, cells: pd.DataFrame) -> list[dict[str, Any
     cells = cells.assign(level=defence_levels(cells))
     base = _accuracy(cells[cells["level"] == NONE])
     rows = []
-    for level, sub in cells.groupby("level", sort=True):
+    for level, sub in sorted(cells.groupby("level", sort=True), key=lambda g: level_key(g[0])):
         attacks = grouped(records, sub, ["attack", "layer"])
-        (attack, layer), worst = max(attacks, key=lambda a: (_leakage_key(a[1]), a[0]))
+        # the strongest; among equally strong ones (as shown) the first by name
+        (attack, layer), worst = min(attacks, key=lambda a: (tuple(-v for v in _leakage_key(a[1])), a[0]))
         accuracy = _accuracy(sub)
         several_layers = sub["layer"].nunique() > 1
         rows.append({"level": str(level), "accuracy": accuracy, "cost": base - accuracy, "worst": worst,
@@ -76,9 +80,9 @@ def level_rows(records: pd.DataFrame, cells: pd.DataFrame) -> list[dict[str, Any
 
 def _ranked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Least worst leakage first, then smallest accuracy cost (unknown last), then label."""
-    def key(r: dict[str, Any]) -> tuple[float, float, float, str]:
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
         cost = r["cost"] if not math.isnan(r["cost"]) else math.inf
-        return (*_leakage_key(r["worst"]), cost, r["level"])
+        return (*_leakage_key(r["worst"]), cost, level_key(r["level"]))
     return sorted(rows, key=key)
 
 
@@ -108,7 +112,8 @@ def defence_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     for rank, r in enumerate(_ranked(rows), 1):
         s = r["worst"]
         body.append([str(rank), r["level"], fmt(100 * r["accuracy"], 1), fmt(100 * r["cost"], 1),
-                     fmt(s["exact_pct"], 0), fmt(s["psnr_median"]), fmt(s["lpips_mean"], 3), r["strongest"],
+                     fmt(s["exact_pct"], 0), psnr_text(s["psnr_median"], exact=all_exact(s)), fmt(s["lpips_mean"], 3),
+                     r["strongest"],
                      str(r["attacks"]), str(r["cells"]), "✓" if _on_front(r, rows) else ""])
     notes = ["Worst leakage: the strongest attack against the level (most exact images, then highest PSNR "
              "median; its LPIPS beside). Accuracy cost: test accuracy of the undefended victim ('none') minus "
@@ -190,7 +195,7 @@ def _strongest(records: pd.DataFrame, cells: pd.DataFrame) -> tuple[tuple[str, i
 def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, ...]) -> Board:
     """One board of the defence ranking: its levels ranked by the strongest undefended attack's leakage
     under them, then the worst leakage of any attack, then accuracy cost (unknown last), then label."""
-    from leakbench.reporting.leaderboard import attack_paper, level_papers, natural_key
+    from leakbench.reporting.leaderboard import attack_paper, level_papers
 
     dataset, model, b = board
     undefended = cells[cells["level"] == NONE]
@@ -213,7 +218,7 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     def key(r: dict[str, Any]) -> tuple[Any, ...]:
         cost = r["cost"] if not math.isnan(r["cost"]) else math.inf
         return (leakage_key(r["target"]), leakage_key(r["worst"][1] if r["worst"] else None), cost,
-                natural_key(r["level"]))
+                level_key(r["level"]))
     ranked = sorted(rows, key=key)
     several_layers = cells["layer"].nunique() > 1
     body = []
@@ -222,6 +227,7 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
         papers = level_papers(r["level"])
         name = Entry(r["level"], None, papers[0][1].url if papers else None,
                      "; ".join(f"{n}: {c.short}" for n, c in papers))
+        worst_attack = w[0][0] if (w := r["worst"]) else ""
         t, w = r["target"], r["worst"]
         ref = strongest[1] if strongest else None
         worst_name = (w[0][0] + (f" (layer {w[0][1]})" if several_layers else "")) if w else "none leaks"
@@ -230,8 +236,7 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
                      number(t["exact_pct"], 0) if t else Entry("–"), psnr_entry(t),
                      _cut(ref, t),
                      number(w[1]["exact_pct"], 0) if w else Entry("–"), psnr_entry(w[1] if w else None),
-                     Entry(worst_name, None, worst_paper.url if worst_paper else None,
-                           worst_paper.short if worst_paper else ""),
+                     paper_entry(worst_name, worst_paper, colour(worst_attack) if worst_attack else ""),
                      number(100 * r["accuracy"], 1), number(100 * r["cost"], 1), Entry(str(r["cells"]), r["cells"])])
     if strongest:
         (attack, layer), ref_stats = strongest
@@ -257,12 +262,15 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
 
 
 def psnr_entry(s: dict[str, Any] | None) -> Entry:
-    """A PSNR median entry: 'exact' (sorted as +∞) when the median image is exact, '–' when none."""
+    """A PSNR median entry: 'exact' (sorted as +∞) when the median image is exact, '≥ 60' past
+    `aggregate.PSNR_CAP` (sorted as the cap: above it the number tells only float digits), '–' when none."""
     if s is None:
         return Entry("–")
     value = s["psnr_exact_median"]
     if math.isinf(value):
         return Entry("exact", math.inf, hint="the median image is exact (pixel-equal at 8 bits)")
+    if value >= PSNR_CAP:
+        return Entry(f"≥ {PSNR_CAP:.0f}", PSNR_CAP, hint=f"{value:.1f} dB: within the 8-bit rounding step, not exact")
     return number(value, 1)
 
 

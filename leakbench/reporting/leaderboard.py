@@ -27,10 +27,23 @@ from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.records.atomic import write_text_atomic
 from leakbench.records.runs import read_run
 from leakbench.reporting.aggregate import Key, epsilon_labels, fmt, grouped, key_values, model_order, with_model
-from leakbench.reporting.board_page import Board, Column, Entry, Section, anchor, html_page, markdown_page, number, text
+from leakbench.reporting.board_page import (
+    Board,
+    Column,
+    Entry,
+    Section,
+    anchor,
+    html_page,
+    markdown_page,
+    number,
+    paper_entry,
+    text,
+)
 from leakbench.reporting.compare import grid_name
-from leakbench.reporting.defences import NONE, defence_levels, defence_ranking, psnr_entry
+from leakbench.reporting.defences import defence_levels, defence_ranking, psnr_entry
 from leakbench.reporting.leakage import leakage_stats, shown_exact, shown_psnr
+from leakbench.reporting.order import level_key
+from leakbench.reporting.palette import colour
 from leakbench.reporting.pivot import not_isolated
 from leakbench.reporting.render import Table, markdown
 from leakbench.reporting.target import check_leaderboard_target
@@ -170,9 +183,8 @@ def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: Key, eps: dic
                    for m in metrics for b, s in zip(batch_sizes, rows[key], strict=True)]
         n = sum(s["n"] for s in rows[key] if s)
         failures = sum(s["failures"] for s in rows[key] if s)
-        body.append([Entry(str(rank), rank), Entry(shown, None, paper.url if paper else None,
-                                                   paper.short if paper else ""),
-                     text(budget or "–"), *entries, Entry(str(n), n), Entry(str(failures), failures)])
+        body.append([Entry(str(rank), rank), paper_entry(shown, paper, colour(attack)), text(budget or "–"), *entries,
+                     Entry(str(n), n), Entry(str(failures), failures)])
     dp = cells["dp"].iloc[0]
     title = f"{dataset} · {model} · layer {layer} · defence: {level}" + (
         f" ({eps[dp].split('(')[-1].rstrip(')')})" if dp != "none" and dp in eps else "")
@@ -198,17 +210,11 @@ def _grid(cells: pd.DataFrame, reports: Path | None, board: Key, b: int, attack:
     return target if (reports / target).is_file() else None
 
 
-def natural_key(label: str) -> tuple[Any, ...]:
-    """Labels with numbers in numeric order ('bottleneck=16' before 'bottleneck=256'), 'none' first."""
-    parts = re.split(r"(\d+(?:\.\d+)?(?:e[-+]?\d+)?)", label)
-    return (label != NONE, *[(0, float(p), "") if i % 2 else (1, 0.0, p) for i, p in enumerate(parts)])
-
-
 def board_order_key(cells: pd.DataFrame, key: Key) -> tuple[Any, ...]:
     """Sort key of a table keyed (dataset, model, then anything): dataset, victim (`model_order`), then the
-    rest, numbers numerically and 'none' first."""
+    rest in `order.level_key` order (numbers numerically, 'none' first)."""
     rank = {m: i for i, m in enumerate(model_order(cells))}
-    return (key[0], rank[key[1]], *[natural_key(str(k)) if isinstance(k, str) else (k,) for k in key[2:]])
+    return (key[0], rank[key[1]], *[level_key(k) for k in key[2:]])
 
 
 def board_order(cells: pd.DataFrame) -> list[Key]:

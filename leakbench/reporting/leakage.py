@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from leakbench.reporting.aggregate import group_stats
+from leakbench.reporting.aggregate import PSNR_CAP, group_stats
 
 EXACT_DB = 1000.0
 """The PSNR an exact median counts as when ranking (above any finite PSNR leakbench scores)."""
@@ -44,10 +44,12 @@ def shown_exact(s: dict[str, Any] | None) -> float:
 
 
 def shown_psnr(s: dict[str, Any] | None) -> float:
-    """PSNR median as shown (0.1 dB), exact as `EXACT_DB`, none (every image failed) as 0 dB."""
+    """PSNR median as shown: 0.1 dB, capped at `aggregate.PSNR_CAP` ('≥ 60'), exact as `EXACT_DB`, none
+    (every image failed) as 0 dB."""
     if not s or math.isnan(s["psnr_exact_median"]):
         return 0.0
-    return min(round(float(s["psnr_exact_median"]), 1), EXACT_DB)
+    value = float(s["psnr_exact_median"])
+    return EXACT_DB if math.isinf(value) else min(round(value, 1), PSNR_CAP)
 
 
 def leakage_key(s: dict[str, Any] | None) -> tuple[float, float]:
