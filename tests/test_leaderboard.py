@@ -106,7 +106,8 @@ def test_one_metric_and_one_unit_per_column(board: Path) -> None:
                     value in ("exact", "≥ 60") and "PSNR" in name), (name, value)
                 checked += 1
     assert checked >= 40  # 2 tables × 3 attacks × 8 numeric columns, less the rows' names
-    assert sum(h.startswith("exact %") for h in _rows(next(iter(_sections(page).values())))[0]) == 2  # b = 1, 2
+    attacks = next(s for t, s in _sections(page).items() if t.startswith("Attacks per threat model"))
+    assert sum(h.startswith("exact %") for h in _rows(attacks)[0]) == 2  # b = 1, 2
 
 
 @pytest.mark.slow
@@ -183,3 +184,18 @@ def test_defences_ranked_by_how_much_they_cut_the_strongest_attack() -> None:
     assert rows[2][2:8] == ["50", "30.0", "50", "50", "30.0", "spear"]
     assert rows[3][2:5] == ["100", "exact", "0"] and board.rows[3][3].sort == float("inf")
     assert board.rows[0][1].href == "https://arxiv.org/abs/1607.00133"  # DP-SGD's paper
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium not installed")
+def test_the_page_fits_a_1400_pixel_window(board: Path, tmp_path: Path) -> None:
+    """No horizontal scrolling at 1,400 px: neither the page nor any table's box is wider than the window."""
+    measure = ("<script>document.title='W'+Math.max(document.documentElement.scrollWidth,...[...document"
+               ".querySelectorAll('.box')].map(b=>b.getBoundingClientRect().left+b.scrollWidth))"
+               "</script></body>")
+    (tmp_path / "p.html").write_text((board / "leaderboard.html").read_text().replace("</body>", measure))
+    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,900",
+                          "--dump-dom", (tmp_path / "p.html").as_uri()], capture_output=True, text=True,
+                         timeout=60).stdout
+    width = int(re.search(r"<title>W(\d+)", dom).group(1))
+    assert width <= 1400, width

@@ -124,8 +124,8 @@ def level_papers(level: str) -> list[tuple[str, Citation]]:
 # --------------------------------------------------------------------------- one threat model
 
 def rank_key(row: Sequence[dict[str, Any] | None]) -> tuple[float, float, int]:
-    """Mean exact % (as shown: whole percent) high first, then mean PSNR median (as shown: 0.1 dB; exact
-    counts `leakage.EXACT_DB`, none 0 dB), then fewer failures; a batch size the attack did not run counts
+    """Mean exact % (as shown: whole percent) high first, then mean PSNR median (as shown: `leakage.shown_psnr`,
+    0.1 dB capped at 60, exact above any), then fewer failures; a batch size the attack did not run counts
     0 % exact. Rounding as shown: float noise never decides a rank."""
     exact = sum(shown_exact(s) for s in row) / len(row)
     psnr = sum(shown_psnr(s) for s in row) / len(row)
