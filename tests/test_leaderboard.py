@@ -179,8 +179,8 @@ def test_defences_ranked_by_how_much_they_cut_the_strongest_attack() -> None:
     assert board.title == "cifar10 · FC-6 w200 trained 2 ep · b=4"
     assert board.columns[2].metric == "strongest undefended attack: spear"
     rows = [[e.text for e in row] for row in board.rows]
-    assert [r[1] for r in rows] == ["DP σ=1 C=1", "noise σ=0.01", "prune keep=0.5", "none"]
-    assert rows[0] == ["1", "DP σ=1 C=1", "0", "10.0", "100", "0", "12.0", "ig", "20.0", "20.0", "2"]
+    assert [r[1] for r in rows] == ["DP σ=1 C=1 (ε=∞)", "noise σ=0.01", "prune keep=0.5", "none"]  # ε as stored
+    assert rows[0] == ["1", "DP σ=1 C=1 (ε=∞)", "0", "10.0", "100", "0", "12.0", "ig", "20.0", "20.0", "2"]
     assert rows[2][2:8] == ["50", "30.0", "50", "50", "30.0", "spear"]
     assert rows[3][2:5] == ["100", "exact", "0"] and board.rows[3][3].sort == float("inf")
     assert board.rows[0][1].href == "https://arxiv.org/abs/1607.00133"  # DP-SGD's paper

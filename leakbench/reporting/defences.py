@@ -213,7 +213,7 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
             worst = None
         accuracy = _accuracy(sub)
         rows.append({"level": str(level), "target": target, "worst": worst, "accuracy": accuracy,
-                     "cost": base - accuracy, "cells": len(sub)})
+                     "cost": base - accuracy, "cells": len(sub), "epsilon": _epsilon(sub)})
 
     def key(r: dict[str, Any]) -> tuple[Any, ...]:
         cost = r["cost"] if not math.isnan(r["cost"]) else math.inf
@@ -225,7 +225,7 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     for i, r in enumerate(ranked):
         rank = next(j for j, o in enumerate(ranked[: i + 1], 1) if key(o)[:3] == key(r)[:3])
         papers = level_papers(r["level"])
-        name = Entry(r["level"], None, papers[0][1].url if papers else None,
+        name = Entry(r["level"] + r["epsilon"], None, papers[0][1].url if papers else None,
                      "; ".join(f"{n}: {c.short}" for n, c in papers))
         worst_attack = w[0][0] if (w := r["worst"]) else ""
         t, w = r["target"], r["worst"]
@@ -259,6 +259,15 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
         notes[-1] += " Victims at init (untrained): no accuracy measured."
         columns, body = columns[:-3] + columns[-1:], [row[:-3] + row[-1:] for row in body]
     return Board(f"{dataset} · {model} · b={b}", columns, body, notes, papers, anchor("d", *board))
+
+
+def _epsilon(cells: pd.DataFrame) -> str:
+    """' (ε=…)' of a DP level's cells (their one privacy budget), '' without DP: a σ alone does not say
+    whether the level protects anything (σ = 1e-4 with C = 1 over one step is ε ≈ 5.5·10⁷)."""
+    if "dp_epsilon" not in cells or (cells["dp"].fillna("none") == "none").all():
+        return ""
+    values = sorted({float(e) for e in cells["dp_epsilon"].dropna()})
+    return f" (ε={'∞' if math.isinf(values[0]) else f'{values[0]:.3g}'})" if len(values) == 1 else ""
 
 
 def psnr_entry(s: dict[str, Any] | None) -> Entry:
