@@ -2,7 +2,7 @@
 
 A serial or pool task runs one cell and writes its folder itself (atomically), so whatever finished
 before an interruption is kept; a Ray task returns its cell's files and the driver writes the folder
-(the same store code), so a cluster needs no shared file system (docs/ray.md). SIGTERM and SIGHUP
+(the same store code), so a cluster needs no shared file system (docs/reference/ray.md). SIGTERM and SIGHUP
 stop every executor as Ctrl-C does (`harness.interrupts`): its workers are ended and nothing of
 theirs runs on. Every cell runs with one torch thread whichever executor runs it: results then do
 not depend on the executor, and parallelism comes from running cells side by side.

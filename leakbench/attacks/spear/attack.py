@@ -63,7 +63,7 @@ class SpearConfig(Ranged):
         side each, for deep layers where samples have fewer than b−1 zeros; needs enough neurons
         active for the whole batch), "both" (alternating, favouring the route that found a sample
         more recently) or "auto" (two-sided when the batch span is found, else zeros; measured
-        best: at layers 4–5 of FC-6 zero draws misread near-zero rows, see docs/spear.md).
+        best: at layers 4–5 of FC-6 zero draws misread near-zero rows, see docs/notebook/spear.md).
     row_weight_power: default route only: zero draws pick rows with probability ∝ |row|^−power on
         every other chunk (deflation.row_weights; 0 = SPEAR's uniform draws).
     route: "default" (leakbench's deflated search, deflation.py: next-layer fit, deflation,
