@@ -7,7 +7,9 @@ leaves it None (tables then show the bare name). Subclasses inherit it (presets,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -16,3 +18,29 @@ class Citation:
 
     short: str
     url: str
+
+
+@dataclass(frozen=True)
+class Papers:
+    """The papers tables link to: attack name → citation, update transform (defence) name → citation.
+    Reports read stored runs only and never load an attack, so whoever writes a table hands this over
+    (`registered_papers` from the command line); empty: names stand bare."""
+
+    attacks: Mapping[str, Citation] = field(default_factory=dict)
+    defences: Mapping[str, Citation] = field(default_factory=dict)
+
+
+def registered_papers() -> Papers:
+    """The papers of every registered attack and update transform (shipped and installed plugins) that
+    declares one."""
+    from leakbench.attacks import ATTACKS
+    from leakbench.fl.transform import TRANSFORMS
+
+    def collect(entries: Iterable[Any]) -> dict[str, Citation]:
+        found = {}
+        for entry in entries:
+            paper = getattr(entry.factory(), "paper", None)
+            if isinstance(paper, Citation):
+                found[entry.name] = paper
+        return found
+    return Papers(collect(ATTACKS.entries()), collect(TRANSFORMS.entries()))

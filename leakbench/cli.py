@@ -482,7 +482,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     check_writable_dir(args.reports, "--reports")
     markdown = write_report(args.run_dir, args.reports, self_contained=args.self_contained)
-    print(f"wrote {markdown} and {markdown.with_suffix('.html')}" + (" (self-contained)" if args.self_contained else ""))
+    page = markdown.with_suffix(".html")
+    print(f"wrote {markdown} and {page}" + (" (self-contained: images inlined)" if args.self_contained else ""))
     return 0
 
 
@@ -503,11 +504,12 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from leakbench.citation import registered_papers
     from leakbench.harness.limits import check_writable_dir
     from leakbench.reporting.leaderboard import write_leaderboard
 
     check_writable_dir(args.reports, "--reports")
-    for path in write_leaderboard(args.results, args.reports):
+    for path in write_leaderboard(args.results, args.reports, registered_papers()):
         print(f"wrote {path}")
     return 0
 

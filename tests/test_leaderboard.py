@@ -16,6 +16,7 @@ import torch
 
 from leakbench import api
 from leakbench.attacks import ATTACKS, Attack, Reconstruction
+from leakbench.citation import Papers, registered_papers
 from leakbench.fl.transform import TRANSFORMS
 from leakbench.harness.suite import find_suite, load_suite
 from leakbench.reporting.board_page import Board, Column, Entry, Section, html_page
@@ -55,7 +56,7 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "tiny.toml").write_text(TINY)
     api.run(root / "tiny.toml", out=root / "res", reports=root / "rep")
     api.evaluate(BoardGreyAttack, root / "tiny.toml", out=root / "res")
-    write_leaderboard(root / "res", root / "board")
+    write_leaderboard(root / "res", root / "board", registered_papers())
     return root / "board"
 
 
@@ -122,11 +123,12 @@ def test_shipped_attacks_and_defences_link_their_papers(board: Path) -> None:
 
 
 def test_every_shipped_attack_and_defence_names_a_paper() -> None:
-    for registry in (ATTACKS, TRANSFORMS):
+    papers = registered_papers()  # what `leakbench leaderboard` hands the tables
+    for registry, found in ((ATTACKS, papers.attacks), (TRANSFORMS, papers.defences)):
         for name in registry.names():
-            cls = registry.entry(name).factory()
-            if cls.__module__.startswith("leakbench."):
-                assert cls.paper is not None and cls.paper.url.startswith("https://"), name
+            if registry.entry(name).factory().__module__.startswith("leakbench."):
+                assert name in found and found[name].url.startswith("https://"), name
+    assert Papers().attacks == {}  # without papers handed over, names stand bare
 
 
 def _sort_page() -> str:
@@ -175,7 +177,7 @@ def test_defences_ranked_by_how_much_they_cut_the_strongest_attack() -> None:
     from leakbench.reporting.defences import defence_ranking
 
     records, cells = _tables()
-    [board] = defence_ranking(records, cells)
+    [board] = defence_ranking(records, cells, registered_papers())
     assert board.title == "cifar10 · FC-6 w200 trained 2 ep · b=4"
     assert board.columns[2].metric == "strongest undefended attack: spear"
     rows = [[e.text for e in row] for row in board.rows]

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import reference_run
+
 from leakbench.records.schema import FULL
 from leakbench.reporting import figures as figures_module
 from leakbench.reporting.aggregate import grouped, psnr_cell, psnr_text, stat_cells
@@ -34,7 +34,7 @@ NOISE = ["noise σ=0.001", "noise σ=1e-05", "noise σ=0.0001", "noise σ=0.01"]
 def test_levels_sort_as_numbers_not_text() -> None:
     assert ordered(NOISE) == ["noise σ=1e-05", "noise σ=0.0001", "noise σ=0.001", "noise σ=0.01"]
     assert sorted(NOISE) != ordered(NOISE)  # text order is the bug this guards against
-    precode = ["precode beta=0.001 bottleneck=256", "precode beta=0.001 bottleneck=16", "precode beta=0.001 bottleneck=64"]
+    precode = [f"precode beta=0.001 bottleneck={k}" for k in (256, 16, 64)]
     assert [p.rsplit("=", 1)[1] for p in ordered(precode)] == ["16", "64", "256"]
     assert ordered(["secagg K=8", "none", "secagg K=2", "secagg K=16"]) == ["none", "secagg K=2", "secagg K=8",
                                                                           "secagg K=16"]
@@ -113,7 +113,8 @@ def test_defence_figure_orders_noise_numerically_and_colours_attacks_by_palette(
     figures_module.defence_figure(per_cell, Path("unused.png"), "t")
     fig = captured.figures[0]
     ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
-    assert ticks == ["none", "σ=1e-05", "σ=0.0001", "σ=0.001", "σ=0.01"]
+    assert ticks == ["none", "1e-05", "0.0001", "0.001", "0.01"]
+    assert fig.axes[0].get_title() == "noise (σ)"
     # the 'exact' band: the undefended exact point is drawn above the capped axis, labelled exact
     psnr_ax = fig.axes[1]
     assert "exact" in [t.get_text() for t in psnr_ax.get_yticklabels()]
@@ -208,3 +209,16 @@ def test_self_contained_report_has_no_external_images(tmp_path_factory: pytest.T
     assert "](readable/figures/" in linked  # the Markdown still links its PNGs
     write_report(run_dir, reports)  # the default page links them
     assert re.findall(r'<img src="([^"]*)"', (reports / "readable.html").read_text())[0].startswith("readable/")
+
+
+def test_a_panel_with_one_level_of_data_draws_no_lone_point(captured: Captured) -> None:
+    per_axis = pd.DataFrame([{"attack": "spear", "batch_size": b, "psnr": math.inf if b == 1 else math.nan,
+                              "exact_pct": 100.0 if b == 1 else 0.0} for b in (1, 2, 4)])
+    figures_module.axis_figure(per_axis, "batch_size", [1, 2, 4], "batch size", Path("unused.png"), "t")
+    psnr_ax, exact_ax = captured.figures[0].axes[:2]
+    def drawn(ax: Any) -> list[Any]:
+        return [line for line in ax.get_lines() if len(line.get_xdata())] + [
+            c for c in ax.collections if len(c.get_offsets())]
+
+    assert not drawn(psnr_ax) and "one batch size only" in " ".join(t.get_text() for t in psnr_ax.texts)
+    assert drawn(exact_ax)  # the exact % panel has its points

@@ -145,8 +145,8 @@ def psnr_text(value: float, *, exact: bool = False) -> str:
 
 
 def all_exact(s: dict[str, Any]) -> bool:
-    """True when every image of a group (`group_stats`) was recovered exactly (and there was one)."""
-    return bool(s["n"]) and s["exact_pct"] == 100.0
+    """True when every image of a group (`group_stats`) was recovered exactly (an empty group's exact % is NaN)."""
+    return bool(s["exact_pct"] == 100.0)
 
 
 def psnr_cell(s: dict[str, Any]) -> str:

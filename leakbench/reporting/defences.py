@@ -21,12 +21,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from leakbench.citation import Papers
 from leakbench.reporting.aggregate import PSNR_CAP, all_exact, fmt, grouped, key_values, model_order, psnr_text
 from leakbench.reporting.board_page import Board, Column, Entry, anchor, number, paper_entry
 from leakbench.reporting.leakage import leakage_key, leakage_stats, shown_exact
 from leakbench.reporting.order import level_key
 from leakbench.reporting.palette import colour
-from leakbench.reporting.pivot import shown_psnr
+from leakbench.reporting.pivot import ranks, shown_psnr
 from leakbench.reporting.render import Block, Table
 
 NONE = "none"
@@ -100,7 +101,7 @@ def _on_front(row: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
     return True
 
 
-DEFENCE_HEADER = ["rank", "defence", "test acc. %", "accuracy cost (pp)", "worst exact %", "worst PSNR median",
+DEFENCE_HEADER = ["rank", "defence", "test acc. %", "accuracy cost (pp)", "worst exact %", "worst PSNR median (dB)",
                   "LPIPS", "strongest attack", "attacks", "cells", "front"]
 
 
@@ -109,16 +110,20 @@ def defence_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     suite, dataset, model, b = board
     rows = level_rows(records, cells)
     body = []
-    for rank, r in enumerate(_ranked(rows), 1):
+    ranked = _ranked(rows)
+    shown = [(_leakage_key(r["worst"]), fmt(100 * r["cost"], 1)) for r in ranked]  # equal as shown: equal rank
+    for rank, r in zip(ranks(shown), ranked, strict=True):
         s = r["worst"]
+        psnr = psnr_text(s["psnr_median"], exact=all_exact(s)).removesuffix(" dB")
         body.append([str(rank), r["level"], fmt(100 * r["accuracy"], 1), fmt(100 * r["cost"], 1),
-                     fmt(s["exact_pct"], 0), psnr_text(s["psnr_median"], exact=all_exact(s)), fmt(s["lpips_mean"], 3),
+                     fmt(s["exact_pct"], 0), psnr, fmt(s["lpips_mean"], 3),
                      r["strongest"],
                      str(r["attacks"]), str(r["cells"]), "✓" if _on_front(r, rows) else ""])
     notes = ["Worst leakage: the strongest attack against the level (most exact images, then highest PSNR "
              "median; its LPIPS beside). Accuracy cost: test accuracy of the undefended victim ('none') minus "
              "the level's, in percentage points; the victims are trained with the level on every update. "
-             "front ✓: no other level leaks less at no higher cost."]
+             "front ✓: no other level leaks less at no higher cost. Levels that read the same (leakage and cost "
+             "as shown) share a rank."]
     if all(math.isnan(r["accuracy"]) for r in rows):
         notes.append("Victims at init (untrained): no accuracy measured, ranked by leakage alone.")
     elif not any(r["level"] == NONE for r in rows):
@@ -164,7 +169,7 @@ RANKING_BOARD = ["dataset", "model", "batch_size"]
 """What one defence ranking of the leaderboard holds fixed (whatever run the cells come from)."""
 
 
-def defence_ranking(records: pd.DataFrame, cells: pd.DataFrame) -> list[Board]:
+def defence_ranking(records: pd.DataFrame, cells: pd.DataFrame, papers: Papers | None = None) -> list[Board]:
     """The leaderboard's view "Defences ranked": per dataset, victim and batch size with a defended level,
     the defence levels ranked by how much they cut the leakage of the strongest attack against the
     undefended client (`cells` with `model`, `client` and `suite`, as the leaderboard loads them)."""
@@ -177,7 +182,8 @@ def defence_ranking(records: pd.DataFrame, cells: pd.DataFrame) -> list[Board]:
         if (levels[sub.index] == NONE).all():
             continue
         sub_records = records[records["cell_id"].isin(set(sub["cell_id"]))]
-        boards.append(ranking_board(sub_records, sub.assign(level=levels[sub.index]), key_values(key)))
+        boards.append(ranking_board(sub_records, sub.assign(level=levels[sub.index]), key_values(key),
+                                    papers or Papers()))
     return boards
 
 
@@ -192,10 +198,10 @@ def _strongest(records: pd.DataFrame, cells: pd.DataFrame) -> tuple[tuple[str, i
     return (str(attack), int(layer)), stats
 
 
-def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, ...]) -> Board:
+def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, ...], papers: Papers) -> Board:
     """One board of the defence ranking: its levels ranked by the strongest undefended attack's leakage
     under them, then the worst leakage of any attack, then accuracy cost (unknown last), then label."""
-    from leakbench.reporting.leaderboard import attack_paper, level_papers
+    from leakbench.reporting.leaderboard import level_papers
 
     dataset, model, b = board
     undefended = cells[cells["level"] == NONE]
@@ -222,16 +228,15 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     ranked = sorted(rows, key=key)
     several_layers = cells["layer"].nunique() > 1
     body = []
-    for i, r in enumerate(ranked):
-        rank = next(j for j, o in enumerate(ranked[: i + 1], 1) if key(o)[:3] == key(r)[:3])
-        papers = level_papers(r["level"])
-        name = Entry(r["level"] + r["epsilon"], None, papers[0][1].url if papers else None,
-                     "; ".join(f"{n}: {c.short}" for n, c in papers))
+    for rank, r in zip(ranks([key(r)[:3] for r in ranked]), ranked, strict=True):
+        cited = level_papers(r["level"], papers)
+        name = Entry(r["level"] + r["epsilon"], None, cited[0][1].url if cited else None,
+                     "; ".join(f"{n}: {c.short}" for n, c in cited))
         worst_attack = w[0][0] if (w := r["worst"]) else ""
         t, w = r["target"], r["worst"]
         ref = strongest[1] if strongest else None
         worst_name = (w[0][0] + (f" (layer {w[0][1]})" if several_layers else "")) if w else "none leaks"
-        worst_paper = attack_paper(w[0][0]) if w else None
+        worst_paper = papers.attacks.get(w[0][0]) if w else None
         body.append([Entry(str(rank), rank), name,
                      number(t["exact_pct"], 0) if t else Entry("–"), psnr_entry(t),
                      _cut(ref, t),
@@ -241,14 +246,14 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     if strongest:
         (attack, layer), ref_stats = strongest
         who = f"{attack}" + (f" (layer {layer})" if several_layers else "")
-        paper = attack_paper(attack)
+        paper = papers.attacks.get(attack)
         group = f"strongest undefended attack: {who}"
         shown = psnr_entry(ref_stats).text
         notes = [f"{who} leaks {fmt(ref_stats['exact_pct'], 0)} % exact images undefended (PSNR median "
                  f"{shown}{'' if shown in ('exact', '–') else ' dB'})."]
-        papers = [(attack, paper)] if paper else []
+        linked = [(attack, paper)] if paper else []
     else:
-        group, notes, papers = "strongest undefended attack: none (no undefended cells)", [
+        group, notes, linked = "strongest undefended attack: none (no undefended cells)", [
             "No undefended level here: ranked by the worst leakage of any attack."], []
     columns = [Column("rank"), Column("defence", numeric=False),
                Column(group, "exact %"), Column(group, "PSNR median (dB)"), Column(group, "exact cut (pp)"),
@@ -258,7 +263,7 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     if all(math.isnan(r["accuracy"]) for r in rows):  # victims at init: no accuracy columns
         notes[-1] += " Victims at init (untrained): no accuracy measured."
         columns, body = columns[:-3] + columns[-1:], [row[:-3] + row[-1:] for row in body]
-    return Board(f"{dataset} · {model} · b={b}", columns, body, notes, papers, anchor("d", *board))
+    return Board(f"{dataset} · {model} · b={b}", columns, body, notes, linked, anchor("d", *board))
 
 
 def _epsilon(cells: pd.DataFrame) -> str:

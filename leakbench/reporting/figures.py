@@ -77,7 +77,11 @@ def axis_figure(per_cell: pd.DataFrame, axis: str, order: list[Any], label: str,
     attacks = sorted(data["attack"].unique())
     for ax, column, ylabel in ((axes[0], "psnr", "PSNR (dB), mean over seeds"), (axes[1], "exact_pct", "exact %")):
         shown = data[np.isfinite(data[column].to_numpy(dtype=float))]
-        if len(shown):
+        if shown[axis].nunique() < 2:  # a lone point is no trend: say so, the tables have the number
+            ax.text(0.5, 0.5, textwrap.fill(f"{ylabel.split(' (')[0]} at one {label} only (elsewhere every "
+                                            "reconstruction failed): see the tables", 40),
+                    transform=ax.transAxes, ha="center", va="center", color="grey")
+        elif len(shown):
             sns.pointplot(data=shown, x=axis, y=column, hue="attack", order=order, hue_order=attacks, ax=ax,
                           palette=colours(attacks),
                           # types-seaborn has `dodge: bool`; pointplot documents "bool or float" (the offset)
@@ -103,6 +107,13 @@ def _legend(fig: Figure, attacks: list[str]) -> None:
 
     handles = [Line2D([], [], color=colour(a), marker="o", label=a) for a in attacks]
     fig.legend(handles=handles, loc="center right", title="attack", fontsize=9, title_fontsize=9, frameon=False)
+
+
+def short_tick(label: str, width: int = 12) -> str:
+    """A tick label over lines of about `width` characters, broken at spaces or after '=' (never inside a
+    number: 'bottleneck=\n256', not 'bottleneck=2\n56')."""
+    return "\n".join(textwrap.fill(part, width, break_long_words=False) if len(part) <= width
+                     else part.replace("=", "=\n", 1) for part in label.split(" "))
 
 
 def tick_labels(name: str, levels: list[str]) -> list[str]:
@@ -142,14 +153,19 @@ def defence_figure(per_cell: pd.DataFrame, path: Path, title: str) -> Path | Non
                 ys = [float(mine.get(x, np.nan)) for x in xs]
                 shift = 0.07 * (k - (len(attacks) - 1) / 2)
                 ax.plot([j + shift for j in range(len(xs))], ys, marker="o", ms=5, color=colour(attack), label=attack)
-            ax.set_xticks(range(len(xs)), [textwrap.fill(t, 12) for t in tick_labels(name, xs)], fontsize=8)
+            ticks, knob = tick_labels(name, xs), ""
+            pairs = [t.split("=", 1) for t in ticks[1:]]
+            if all(len(p) == 2 and " " not in t for p, t in zip(pairs, ticks[1:], strict=True)) \
+                    and len({p[0] for p in pairs}) == 1:  # one knob: its name in the title, its values as ticks
+                knob, ticks = f" ({pairs[0][0]})", [ticks[0], *(p[1] for p in pairs)]
+            ax.set_xticks(range(len(xs)), [short_tick(t) for t in ticks], fontsize=8)
             ax.grid(True, alpha=0.3)
             if column == "psnr":
                 psnr_axis(ax)
                 ax.set_ylabel("PSNR (dB)" if i % columns == 0 else "")
             else:
                 ax.set_ylim(-5, 105)
-                ax.set_title(name, fontsize=10)
+                ax.set_title(name + knob, fontsize=10)
                 ax.set_ylabel("exact %" if i % columns == 0 else "")
     for j in range(len(families), rows * columns):
         axes[2 * (j // columns)][j % columns].set_visible(False)
@@ -219,7 +235,7 @@ def privacy_utility_figure(levels: pd.DataFrame, path: Path, title: str) -> Path
                             arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "grey"} if above else None)
         if not len(finite):
             ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="grey")
-        ax.set_xlabel("victim test accuracy % (higher: cheaper defence →)")
+        ax.set_xlabel("victim test accuracy %\n(higher: cheaper defence →)")
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         ax.margins(x=0.25, y=0.15)

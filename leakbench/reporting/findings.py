@@ -11,6 +11,7 @@ n (images) and failures (images without a reconstruction) are given with every c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -168,11 +169,12 @@ def findings_block(found: list[Setting]) -> Text:
                 f"{s.level} ({s.strongest.attack} {fmt(s.strongest.largest[2]['exact_pct'], 0)} % at "
                 f"b = {s.strongest.largest[0]}, {_counts([s], strongest=True)})" for s in partial) + ".")
         if failing:
-            best = max(failing, key=lambda s: _best(s)[0])
+            best = max(failing, key=lambda s: shown_psnr(_best(s)[0]))
             psnr, attack, b = _best(best)
+            closest = (f"; the closest: PSNR median {psnr_text(psnr)} by {attack} at b = {b} under {best.level}"
+                       if not math.isnan(psnr) else "; no attack returned a reconstruction")
             bullets.append(f"{where}, every attack fails (no image exact) under {_levels(failing)} "
-                           f"({_counts(failing)} over all attacks); the closest: PSNR median "
-                           f"{psnr_text(psnr)} by {attack} at b = {b} under {best.level}.")
+                           f"({_counts(failing)} over all attacks){closest}.")
     return Text("Key findings", bullets=bullets, notes=[
         "Generated from the records. Strongest attack: the largest batch recovered exactly (every image of every "
         "seed), then the most exact images, then the highest PSNR median, compared as shown (whole %, 0.1 dB, "
@@ -181,11 +183,15 @@ def findings_block(found: list[Setting]) -> Text:
 
 
 def _best(setting: Setting) -> tuple[float, str, int]:
-    """The highest PSNR median any attack reached at the setting's largest batch size: (PSNR, attack, b)."""
-    b = max(setting.sizes())
-    at = [(shown_psnr(r.by_size[b][1]["psnr_median"]), r.attack) for r in setting.results if b in r.by_size]
-    psnr, attack = max(at, key=lambda a: (a[0], a[1]))
-    return psnr, attack, b
+    """The highest PSNR median any attack reached, at the largest batch size where one reached any:
+    (PSNR, attack, b); (NaN, strongest attack, largest b) when no attack reconstructed anything."""
+    for b in reversed(setting.sizes()):
+        at = [(r.by_size[b][1]["psnr_median"], r.attack) for r in setting.results
+              if b in r.by_size and not math.isnan(r.by_size[b][1]["psnr_median"])]
+        if at:
+            psnr, attack = max(at, key=lambda a: (shown_psnr(a[0]), a[1]))
+            return psnr, attack, b
+    return math.nan, setting.strongest.attack, max(setting.sizes())
 
 
 def _strongest_text(s: Setting) -> str:

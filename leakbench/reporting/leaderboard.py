@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from leakbench.citation import Citation
+from leakbench.citation import Citation, Papers
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.records.atomic import write_text_atomic
 from leakbench.records.runs import read_run
@@ -44,10 +44,11 @@ from leakbench.reporting.defences import defence_levels, defence_ranking, psnr_e
 from leakbench.reporting.leakage import leakage_stats, shown_exact, shown_psnr
 from leakbench.reporting.order import level_key
 from leakbench.reporting.palette import colour
-from leakbench.reporting.pivot import not_isolated
+from leakbench.reporting.pivot import not_isolated, ranks
 from leakbench.reporting.render import Table, markdown
 from leakbench.reporting.target import check_leaderboard_target
 
+NO_PAPERS = Papers()
 BOARD = ["dataset", "model", "layer", "level"]
 """The threat model one leaderboard table holds fixed; its rows are attacks, its columns metrics per batch size."""
 CELL_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", "layer", "seed", "dp", "space")
@@ -94,30 +95,14 @@ def _check_columns(run: Path, cells: pd.DataFrame, records: pd.DataFrame) -> Non
 
 # --------------------------------------------------------------------------- papers
 
-def attack_paper(name: str) -> Citation | None:
-    """The paper of attack `name` as its class declares it (None for an attack not registered here, such
-    as one evaluated through `api.evaluate` in another process, or without a paper)."""
-    from leakbench.attacks import ATTACKS
-
-    try:
-        return ATTACKS.entry(name).factory().paper if name in ATTACKS.names() else None
-    except Exception:  # noqa: BLE001  a broken plugin never breaks the leaderboard: no link
-        return None
-
-
-def level_papers(level: str) -> list[tuple[str, Citation]]:
+def level_papers(level: str, papers: Papers) -> list[tuple[str, Citation]]:
     """The papers of the update transforms a defence level names ('DP σ=1 C=1 + prune p=0.5' → dp, prune),
-    each once, in order; parts naming no registered transform (or one without a paper) give none."""
-    from leakbench.fl.transform import TRANSFORMS
-
+    each once, in order; parts naming a transform without a paper in `papers` give none."""
     found: dict[str, Citation] = {}
     for part in re.split(r" \+ | · ", level):
         name = part.split(" ")[0].lower()
-        if name in found or name not in TRANSFORMS.names():
-            continue
-        paper = TRANSFORMS.entry(name).factory().paper
-        if paper is not None:
-            found[name] = paper
+        if name not in found and name in papers.defences:
+            found[name] = papers.defences[name]
     return list(found.items())
 
 
@@ -158,7 +143,7 @@ def _entries(metric: str, s: dict[str, Any] | None, link: str | None) -> Entry:
 
 
 def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: Key, eps: dict[Hashable, str],
-                reports: Path | None = None) -> Board:
+                reports: Path | None = None, papers: Papers = NO_PAPERS) -> Board:
     """One threat model: attacks (one row per attack and budget) ranked, one column per metric and batch
     size; an exact % links to its comparison grid when that grid lies in `reports` (written there by
     `leakbench report` or `run`)."""
@@ -174,10 +159,9 @@ def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: Key, eps: dic
     exposed = not_isolated(cells)
     keys = sorted(rows, key=lambda k: (rank_key(rows[k]), k))
     body: list[list[Entry]] = []
-    for i, key in enumerate(keys):
-        rank = next(j for j, other in enumerate(keys[: i + 1], 1) if rank_key(rows[other]) == rank_key(rows[key]))
+    for rank, key in zip(ranks([rank_key(rows[k]) for k in keys]), keys, strict=True):
         attack, budget = key
-        paper = attack_paper(attack)
+        paper = papers.attacks.get(attack)
         shown = attack + (" (not isolated)" if attack in exposed else "")
         entries = [_entries(m, s, _grid(cells, reports, board, b, attack) if m == EXACT else None)
                    for m in metrics for b, s in zip(batch_sizes, rows[key], strict=True)]
@@ -194,7 +178,8 @@ def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: Key, eps: dic
     if exposed:
         notes.append("not isolated: some of the attack's cells ran without the operating-system sandbox "
                      "(Python guard only, or in process), so it could have read the batch.")
-    return Board(title, _columns(batch_sizes, metrics), body, notes, level_papers(str(level)), anchor("t", *board))
+    return Board(title, _columns(batch_sizes, metrics), body, notes, level_papers(str(level), papers),
+                 anchor("t", *board))
 
 
 def _grid(cells: pd.DataFrame, reports: Path | None, board: Key, b: int, attack: str) -> str | None:
@@ -223,14 +208,15 @@ def board_order(cells: pd.DataFrame) -> list[Key]:
     return sorted(keys, key=lambda k: board_order_key(cells, k))
 
 
-def leaderboard_boards(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None = None) -> list[Board]:
+def leaderboard_boards(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None = None,
+                       papers: Papers = NO_PAPERS) -> list[Board]:
     """One table per threat model (dataset, victim, attacked layer, defence level), in `board_order`."""
     eps = epsilon_labels(cells)
     boards = []
     for key in board_order(cells):
         sub = cells[(cells[BOARD] == list(key)).all(axis=1)]
         sub_records = records[records["cell_id"].isin(set(sub["cell_id"]))]
-        boards.append(board_table(sub_records, sub, key, eps, reports))
+        boards.append(board_table(sub_records, sub, key, eps, reports, papers))
     return boards
 
 
@@ -274,12 +260,13 @@ DEFENCES_INTRO = (
     "victim) are those of a victim trained with the defence on every update.")
 
 
-def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None) -> list[Section]:
+def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None,
+                         papers: Papers = NO_PAPERS) -> list[Section]:
     """The page's views: the defence ranking (when a run has defended cells), then the attack tables."""
     keys = board_order(cells)
-    boards = leaderboard_boards(records, cells, reports)
+    boards = leaderboard_boards(records, cells, reports, papers)
     sections = []
-    ranking = defence_ranking(records, cells)
+    ranking = defence_ranking(records, cells, papers)
     if ranking:
         sections.append(Section(
             "Defences ranked", [DEFENCES_INTRO], ranking, "defences"))
@@ -288,16 +275,17 @@ def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Pa
     return sections
 
 
-def write_leaderboard(results: Path, reports: Path) -> list[Path]:
-    """Regenerate REPORTS/leaderboard.{md,html} (ranked, byte-identical for the same records) and
-    REPORTS/leaderboard-timing.md (seconds per cell) from the runs under `results`."""
+def write_leaderboard(results: Path, reports: Path, papers: Papers = NO_PAPERS) -> list[Path]:
+    """Regenerate REPORTS/leaderboard.{md,html} (ranked, byte-identical for the same records and papers) and
+    REPORTS/leaderboard-timing.md (seconds per cell) from the runs under `results`; names link to `papers`
+    (`citation.registered_papers()` from the command line)."""
     check_leaderboard_target(reports)  # before reading anything: a user's leaderboard.md is never replaced
     records, cells = load_results(results)
     intro = [f"Gradient-inversion attacks ranked per threat model, and defences ranked by how much they cut the "
              f"strongest attack, from the stored records of {', '.join(sorted(cells['suite'].unique()))} "
              f"({len(cells)} cells, {len(records)} images, {fmt(100 * float(records['exact'].mean()), 1)} % of them "
              "exact). Names link to their papers; click a column header to sort; how to read: at the end."]
-    sections = leaderboard_sections(records, cells, reports)
+    sections = leaderboard_sections(records, cells, reports, papers)
     files = {"leaderboard.md": markdown_page(TITLE, intro, sections),
              "leaderboard.html": html_page(TITLE, intro, sections, nav=True),
              "leaderboard-timing.md": markdown(TIMING_TITLE, ["Wall-clock seconds per cell; not part of the ranking."],

@@ -160,11 +160,13 @@ def per_cell_table(records: pd.DataFrame) -> pd.DataFrame:
 def figures(figure_data: dict[str, pd.DataFrame], records: pd.DataFrame, cells: pd.DataFrame, folder: Path,
             suite: str) -> Images:
     """PSNR and exact % against each axis with two levels or more, one PNG per axis; when the run has defence
-    levels, one figure per dataset and victim of every defence's strength instead of the DP and client axes."""
+    levels besides DP, one figure per dataset and victim of every defence's strength (DP included) instead of
+    the DP and client axes."""
     per_cell = per_cell_table(records)
     eps = epsilon_labels(cells)
     several_models = with_model(cells)["model"].nunique() > 1
-    defended = (defence_levels(with_model(cells)) != NONE).any()
+    levels = defence_levels(with_model(cells))
+    defended = ((levels != NONE) & ~levels.str.startswith("DP ")).any()  # DP alone: its own axis figure (with ε)
     items = []
     for axis, subset in figure_data.items():
         at = ""
