@@ -504,11 +504,12 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from leakbench.citation import registered_papers
     from leakbench.harness.limits import check_writable_dir
     from leakbench.reporting.leaderboard import write_leaderboard
 
     check_writable_dir(args.reports, "--reports")
-    for path in write_leaderboard(args.results, args.reports):
+    for path in write_leaderboard(args.results, args.reports, registered_papers()):
         print(f"wrote {path}")
     return 0
 

@@ -238,18 +238,21 @@ def test_report_tables_figures_and_grids(tmp_path: Path, reference: Path) -> Non
 
 @pytest.mark.slow
 def test_leaderboard_is_deterministic(tmp_path: Path, reference: Path) -> None:
-    first = [p.read_bytes() for p in write_leaderboard(reference.parent, tmp_path / "a")]
+    from leakbench.citation import registered_papers
+
+    first = [p.read_bytes() for p in write_leaderboard(reference.parent, tmp_path / "a", registered_papers())]
     # The same run (its cell folders hold the budgets) with its tables in another order, in another folder:
     # the same bytes.
     shuffled = tmp_path / "copy" / "sweep"
     shutil.copytree(reference, shuffled)
     for name in ("records.parquet", "cells.parquet"):
         pd.read_parquet(reference / name).sample(frac=1.0, random_state=1).to_parquet(shuffled / name)
-    second = [p.read_bytes() for p in write_leaderboard(shuffled.parent, tmp_path / "b")]
+    second = [p.read_bytes() for p in write_leaderboard(shuffled.parent, tmp_path / "b", registered_papers())]
     assert first == second
     text = first[0].decode()
     assert "| rank | attack | budget |" in text and "failures" in text
-    assert "| ig | 3 steps |" in text and "| spear | 20,000 draws, 3600 s |" in text  # the stored budgets
+    assert "| [ig](https://arxiv.org/abs/2003.14053) | 3 steps |" in text  # the stored budgets, the papers
+    assert "| [spear](https://arxiv.org/abs/2403.03945) | 20,000 draws, 3600 s |" in text
 
 
 def test_every_record_column_is_a_known_axis_or_per_image(reference: Path) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate
@@ -65,6 +66,7 @@ class NoiseConfig(Ranged):
 class Noise(UpdateTransform):
     """Additive Gaussian noise on every shared gradient entry (no clipping, no accountant: not DP)."""
 
+    paper = Citation("Zhu et al., NeurIPS 2019", "https://arxiv.org/abs/1906.08935")
     name = "noise"
     Config = NoiseConfig
     config: NoiseConfig
