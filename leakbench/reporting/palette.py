@@ -1,6 +1,6 @@
 """One colour per attack, the same in every figure and every report: a palette keyed on the attack's name.
 
-Shipped attacks have fixed colours, related attacks in related hues (SPEAR blues, CPA oranges and browns,
+Shipped attacks have fixed colours, related attacks in related hues (SPEAR blues and a purple, CPA oranges and browns,
 IG greens, DLG reds); any other name (a plugin's attack, one evaluated through `api.evaluate`) gets a
 colour derived from a hash of its name, so it too is the same wherever and whenever it is drawn.
 
@@ -17,13 +17,13 @@ from collections.abc import Iterable
 SHIPPED: dict[str, str] = {
     "spear": "#1f77b4",
     "spear-guided": "#17becf",
-    "spear-dl": "#393b79",
+    "spear-dl": "#6a3d9a",
     "cpa": "#ff7f0e",
     "cpa-derivative": "#8c564b",
     "cpa-released": "#bcbd22",
     "ig": "#2ca02c",
     "ig-breaching": "#005a32",
-    "ig-masked": "#9467bd",
+    "ig-masked": "#74c476",
     "dlg": "#d62728",
     "dlg-masked": "#e377c2",
     "mean-image": "#7f7f7f",
