@@ -1,4 +1,4 @@
-"""The attack × defence matrix of a stored run as one Markdown table (docs/defences.md).
+"""The attack × defence matrix of a stored run as one Markdown table (docs/notebook/defences.md).
 
 One row per defence level (in suite order), the victim's test accuracy when trained with it, and per
 attack "exact % · PSNR median" — on the victim at init, then on the trained one. From stored records

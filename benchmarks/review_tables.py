@@ -1,4 +1,4 @@
-"""Tables of docs/review.md from stored runs: exact % and PSNR per attack against one axis.
+"""Tables of docs/notebook/review.md from stored runs: exact % and PSNR per attack against one axis.
 
     python benchmarks/review_tables.py [--by COLUMN] [--per-seed] RUN_DIR [RUN_DIR ...]
 

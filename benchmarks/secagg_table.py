@@ -1,4 +1,4 @@
-"""Secure aggregation (issue 24): the table of docs/defences.md, "Secure aggregation", from a stored run.
+"""Secure aggregation (issue 24): the table of docs/notebook/defences.md, "Secure aggregation", from a stored run.
 
     leakbench run paper/secagg --out RESULTS
     python benchmarks/secagg_table.py RESULTS/paper-secagg

@@ -8,7 +8,7 @@ fresh subprocess with PYTHONPATH set to that checkout, so import paths never mix
 cell with `leakbench.harness.cell.prepare(spec)` and calls `create_attack(attack, ...).reconstruct(update,
 seed=seed)` directly (no attack worker, no scoring overhead in the timing); seconds are the
 reconstruct call only. Exactness is the harness's own `score` (image space at layer 1).
-Victim: FC-6 width 200 at init, layer 1, TinyImageNet val (docs/spear.md's b = 20 setting).
+Victim: FC-6 width 200 at init, layer 1, TinyImageNet val (docs/notebook/spear.md's b = 20 setting).
 Prints one line per run and per-(b, checkout) medians; optional CSV.
 """
 

@@ -1,4 +1,4 @@
-"""Guided SPEAR on trained victims (docs/victims.md): how good is its guide, CPA, per epoch count?
+"""Guided SPEAR on trained victims (docs/notebook/victims.md): how good is its guide, CPA, per epoch count?
 
     python benchmarks/victims_guide.py RESULTS/paper-victims --data-root DIR [--batch-size 64]
 

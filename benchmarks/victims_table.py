@@ -1,7 +1,7 @@
-"""Trained victims (issue 15): the tables of docs/victims.md, from a stored run of `paper/victims`.
+"""Trained victims (issue 15): the tables of docs/notebook/victims.md, from a stored run of `paper/victims`.
 
     leakbench run paper/victims --data-root DIR --out RESULTS
-    python benchmarks/victims_table.py RESULTS/paper-victims --data-root DIR [--doc docs/victims.md]
+    python benchmarks/victims_table.py RESULTS/paper-victims --data-root DIR [--doc docs/notebook/victims.md]
 
 Reads the run's cells.parquet and manifest.json only (no attack runs); the victims' accuracies are the
 `victims` view (`leakbench view victims RUN_DIR`). The ReLU sparsity of the

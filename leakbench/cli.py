@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="tables, figures and grids of a stored run folder")
     report.add_argument("run_dir", type=Path, help="a run folder, e.g. results/default")
     report.add_argument("--reports", type=Path, default=Path("reports"), help="where to write (default reports/)")
+    report.add_argument("--self-contained", action="store_true",
+                        help="put the figures and grids inside the HTML page (one file to send on)")
     rescore = sub.add_parser("rescore",
                              help="score a run folder again from its stored reconstructions (no attack runs)")
     rescore.add_argument("run_dir", type=Path, help="a run folder, e.g. results/default")
@@ -484,7 +486,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     from leakbench.reporting.report import write_report
 
     check_writable_dir(args.reports, "--reports")
-    print(f"wrote {write_report(args.run_dir, args.reports)}")
+    markdown = write_report(args.run_dir, args.reports, self_contained=args.self_contained)
+    page = markdown.with_suffix(".html")
+    print(f"wrote {markdown} and {page}" + (" (self-contained: images inlined)" if args.self_contained else ""))
     return 0
 
 
@@ -505,11 +509,12 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from leakbench.citation import registered_papers
     from leakbench.harness.limits import check_writable_dir
     from leakbench.reporting.leaderboard import write_leaderboard
 
     check_writable_dir(args.reports, "--reports")
-    for path in write_leaderboard(args.results, args.reports):
+    for path in write_leaderboard(args.results, args.reports, registered_papers()):
         print(f"wrote {path}")
     return 0
 

@@ -7,7 +7,7 @@ report folder's marker, so a later report replaces them), and printed. All of it
 
 benchmarks/spear_draws.py and benchmarks/spear_guided.py are not entries: their figures need ground
 truth the cells table does not hold (each batch's zero counts, the guide's sign accuracy), so they
-stay benchmark scripts of a source checkout (README, "Reports, leaderboard, paper reproduction").
+stay benchmark scripts of a source checkout (docs/reference/reproduce.md).
 """
 
 from __future__ import annotations
@@ -82,23 +82,23 @@ ENTRIES = (
     ("fedavg", Paper("paper/fedavg"), "FedAvg table: E ∈ {1, 5}, mini-batch ∈ {b, b/4}, η ∈ {0.1, 0.01} "
                                 "(TinyImageNet FC-6, b = 20; needs --data-root)"),
     ("victims", Paper("paper/victims", ("victims",)),
-     "every attack on FC-6 width 200 victims trained 0, 1, 5, 20 epochs, b = 4, 16, 64 (docs/victims.md; "
+     "every attack on FC-6 width 200 victims trained 0, 1, 5, 20 epochs, b = 4, 16, 64 (docs/notebook/victims.md; "
      "TinyImageNet; needs --data-root)"),
     ("victims-fc2", Paper("paper/victims-fc2", ("victims",)),
-     "every attack on FC-2 width 256 victims trained 0, 1, 5, 20 epochs, b = 4, 16 (docs/victims.md; "
+     "every attack on FC-2 width 256 victims trained 0, 1, 5, 20 epochs, b = 4, 16 (docs/notebook/victims.md; "
      "TinyImageNet; needs --data-root)"),
     ("secagg", Paper("paper/secagg"),
-     "secure aggregation over K = 1, 2, 4, 8 clients of b = 16 vs SPEAR and guided SPEAR (docs/defences.md; "
+     "secure aggregation over K = 1, 2, 4, 8 clients of b = 16 vs SPEAR and guided SPEAR (docs/notebook/defences.md; "
      "embedded, FC-6 width 400)"),
     ("defences", Paper("paper/defences", ("defences",)),
      "every attack × every defence × 3 strengths, CIFAR-10 b = 16, FC-6 width 200 at init and trained 1 epoch "
-     "with the defence (docs/defences.md; needs --data-root DIR/cifar10)"),
+     "with the defence (docs/notebook/defences.md; needs --data-root DIR/cifar10)"),
     ("defences-adaptive", Paper("paper/defences-adaptive", ("defences",)),
      "IG and DLG beside their masked (defence-aware) forms against pruning and Soteria, CIFAR-10, b = 1, 16 "
-     "(docs/defences.md; needs --data-root DIR/cifar10)"),
+     "(docs/notebook/defences.md; needs --data-root DIR/cifar10)"),
     ("baselines", Paper("paper/baselines", ("baselines",)),
      "SPEAR, CPA, CPA + derivative prefilter, IG, DLG on FC-2 width 256 and FC-6 width 200, b = 1…64 "
-     "(docs/baselines.md; TinyImageNet; needs --data-root)"),
+     "(docs/notebook/baselines.md; TinyImageNet; needs --data-root)"),
 )
 """(name, entry, description) of every paper entry; each runs a shipped suite leakbench/suites/paper/NAME.toml."""
 

@@ -3,6 +3,7 @@ only: a synthetic records table (fast) and one tiny run end to end (slow)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -136,7 +137,7 @@ def test_a_run_with_defences_reports_the_figure_and_the_board(tmp_path: Path, mo
             ).is_file()
     assert main(["leaderboard", "--results", str(tmp_path / "res"), "--reports", str(tmp_path / "board")]) == 0
     board = (tmp_path / "board" / "leaderboard.md").read_text()
-    section = board.split("## Defences: digits · FC-3 w32 trained 1 ep · b=2 (suite tiny-defences)")[1]
+    section = board.split("## Defences ranked: digits · FC-3 w32 trained 1 ep · b=2")[1]
     rows = [line for line in section.splitlines() if line.startswith("| ") and "rank" not in line]
-    assert sorted(r.split(" | ")[1] for r in rows[:2]) == ["noise σ=0.05", "none"]
-    assert "Defences:" in (tmp_path / "board" / "leaderboard.html").read_text()
+    assert sorted(re.sub(r"\[(.*?)\]\(.*?\)", r"\1", r.split(" | ")[1]) for r in rows[:2]) == ["noise σ=0.05", "none"]
+    assert "Defences ranked" in (tmp_path / "board" / "leaderboard.html").read_text()

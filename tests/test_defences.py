@@ -136,7 +136,7 @@ def test_a_defence_plugin_gets_its_own_columns_and_rows(tmp_path: Path, prune_pl
     assert "| fedsgd + test-prune keep=0.5 |" in report and "| fedsgd |" in report
     assert main(["leaderboard", "--results", str(tmp_path / "res"), "--reports", str(tmp_path / "board")]) == 0
     board = (tmp_path / "board" / "leaderboard.md").read_text()
-    assert "· fedsgd + test-prune keep=0.5 (suite defences)" in board
+    assert "· defence: test-prune keep=0.5\n" in board and "· defence: none\n" in board
     # rescoring loads the run's defence plugin again (its cells' specs name it) and gives the same records
     stored = records.copy()
     assert main(["rescore", str(run), "--reports", str(tmp_path / "rep2")]) == 0

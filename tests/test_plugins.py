@@ -98,7 +98,7 @@ def test_installed_plugin_runs_a_suite_and_is_recorded(site: Path, tmp_path: Pat
     board = _leakbench(tmp_path, "leaderboard", "--results", "res", "--reports", "rep", path=(site,))
     assert board.returncode == 0, board.stderr[-3000:]
     tables = (tmp_path / "rep" / "leaderboard.md").read_text().split("\n## ")
-    embedded = [t for t in tables if "example-mean-image" in t.splitlines()[0] and "embedded" in t.splitlines()[0]]
+    embedded = [t for t in tables if t.startswith("Attacks per threat model: embedded")]
     assert embedded, tables[:2]
     rows = [line for line in embedded[0].splitlines() if line.startswith("|")]
     assert any("mean-image" in r for r in rows) and any("cpa" in r for r in rows), embedded[0]
@@ -180,7 +180,7 @@ def test_an_installed_defence_comes_in_through_its_entry_point(site: Path, tmp_p
     cells = pd.read_parquet(tmp_path / "res" / "quantised" / "cells.parquet")
     assert sorted(cells["defence"].fillna("none")) == ["example-quantise bits=4", "none"]
     assert sorted(cells["example_quantise_bits"].fillna(0)) == [0, 4]
-    assert "fedsgd + example-quantise bits=4 (suite quantised)" in _board(site, tmp_path)
+    assert "· defence: example-quantise bits=4\n" in _board(site, tmp_path)
 
 
 def _board(site: Path, folder: Path) -> str:

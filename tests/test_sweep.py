@@ -208,9 +208,9 @@ def test_unknown_executor_and_bad_jobs(tmp_path: Path) -> None:
 def test_report_tables_figures_and_grids(tmp_path: Path, reference: Path) -> None:
     md = write_report(reference, tmp_path / "rep")
     text = md.read_text()
-    titles = ["## embedded · FC-3 w32 · layer 1 · DP none", "## Figures", "## Comparison grids", "## By batch size b",
-              "## By attacked layer", "## By DP level", "## All cells"]
-    positions = [text.index(title) for title in titles]  # pivots first, grids next, the long table last
+    titles = ["## Key findings", "## Headline", "## Figures", "## embedded · FC-3 w32 · layer 1 · DP none",
+              "## Comparison grids", "## By batch size b", "## By attacked layer", "## By DP level", "## All cells"]
+    positions = [text.index(title) for title in titles]  # findings first, figures next, the detail tables last
     assert positions == sorted(positions)
     assert "grid seed 5" in text
     records = pd.read_parquet(reference / "records.parquet")
@@ -238,18 +238,21 @@ def test_report_tables_figures_and_grids(tmp_path: Path, reference: Path) -> Non
 
 @pytest.mark.slow
 def test_leaderboard_is_deterministic(tmp_path: Path, reference: Path) -> None:
-    first = [p.read_bytes() for p in write_leaderboard(reference.parent, tmp_path / "a")]
+    from leakbench.citation import registered_papers
+
+    first = [p.read_bytes() for p in write_leaderboard(reference.parent, tmp_path / "a", registered_papers())]
     # The same run (its cell folders hold the budgets) with its tables in another order, in another folder:
     # the same bytes.
     shuffled = tmp_path / "copy" / "sweep"
     shutil.copytree(reference, shuffled)
     for name in ("records.parquet", "cells.parquet"):
         pd.read_parquet(reference / name).sample(frac=1.0, random_state=1).to_parquet(shuffled / name)
-    second = [p.read_bytes() for p in write_leaderboard(shuffled.parent, tmp_path / "b")]
+    second = [p.read_bytes() for p in write_leaderboard(shuffled.parent, tmp_path / "b", registered_papers())]
     assert first == second
     text = first[0].decode()
     assert "| rank | attack | budget |" in text and "failures" in text
-    assert "| ig | 3 steps |" in text and "| spear | 20,000 draws, 3600 s |" in text  # the stored budgets
+    assert "| [ig](https://arxiv.org/abs/2003.14053) | 3 steps |" in text  # the stored budgets, the papers
+    assert "| [spear](https://arxiv.org/abs/2403.03945) | 20,000 draws, 3600 s |" in text
 
 
 def test_every_record_column_is_a_known_axis_or_per_image(reference: Path) -> None:
@@ -346,9 +349,9 @@ def test_report_keeps_victim_models_apart(tmp_path: Path) -> None:
                                          'models = [{width = 64, depth = 2}, {width = 200, depth = 6}]\n')
     run_dir = run_sweep(str(tmp_path / "suite.toml"), out=tmp_path / "res").run_dir
     text = write_report(run_dir, tmp_path / "rep").read_text()
-    by_b = text.split("## By batch size")[1].split("\n## ")[0]
+    by_b = text.split("## By batch size")[1].split("\n##")[0]
     assert "model = FC-2 w64" in by_b and by_b.count("| cpa |") == 2  # b = 2, 4 of one model, not pooled
-    by_model = text.split("## By victim model")[1].split("\n## ")[0]
+    by_model = text.split("## By victim model")[1].split("\n##")[0]
     assert "FC-2 w64" in by_model and "FC-6 w200" in by_model
     assert (tmp_path / "rep" / "models" / "figures" / "model.png").is_file()
     assert "PSNR and exact % against batch size b, FC-2 w64" in text  # the figure says which victim it holds

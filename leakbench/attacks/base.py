@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Any, ClassVar
 
+from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 from leakbench.reconstruction import Reconstruction, Space, Status
@@ -51,6 +52,8 @@ class Attack(ABC):
     description: ClassVar[str]
     Config: ClassVar[type]
     requires: ClassVar[Requirements] = Requirements()
+    paper: ClassVar[Citation | None] = None
+    """The paper it comes from (`leakbench.citation`): leaderboards link its name there; None: no link."""
     layered: ClassVar[bool] = False
     """Whether the attack has a layer setting (a `layer` field of its Config): set by `__init_subclass__`."""
 

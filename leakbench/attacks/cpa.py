@@ -29,6 +29,7 @@ import torch
 
 from leakbench.attacks import register_attack
 from leakbench.attacks.base import Attack, Checkpoints, Reconstruction, Requirements
+from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 from leakbench.harness.limits import MAX_DEPTH
@@ -82,6 +83,7 @@ class CPAConfig(Ranged):
 @register_attack
 class CPAAttack(Attack):
     name = "cpa"
+    paper = Citation("Kariyappa et al., ICML 2023", "https://arxiv.org/abs/2209.05578")
     description = ("Cocktail Party Attack: ICA unmixing of a linear layer's weight gradient, "
                    "bias gradient fixes sign/scale")
     Config = CPAConfig

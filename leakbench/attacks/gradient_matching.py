@@ -25,6 +25,7 @@ from leakbench.attacks import register_attack
 from leakbench.attacks.base import Attack, Checkpoints, Reconstruction, Requirements
 from leakbench.attacks.cpa import total_variation
 from leakbench.attacks.labels import STRATEGIES, find_last_layer, recover_labels
+from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 from leakbench.progress import steps as progress_steps
@@ -216,6 +217,7 @@ class _GradientMatchingAttack(Attack):
 @register_attack
 class InvertingGradientsAttack(_GradientMatchingAttack):
     name = "ig"
+    paper = Citation("Geiping et al., NeurIPS 2020", "https://arxiv.org/abs/2003.14053")
     description = "Inverting Gradients: cosine gradient matching + TV, signed Adam, box constraint, restarts"
     Config = IGConfig
 
@@ -331,6 +333,7 @@ class DLGConfig(Ranged):
 @register_attack
 class DeepLeakageAttack(_GradientMatchingAttack):
     name = "dlg"
+    paper = Citation("Zhu et al., NeurIPS 2019", "https://arxiv.org/abs/1906.08935")
     description = "Deep Leakage from Gradients: L2 gradient matching, L-BFGS on dummy images and soft labels"
     Config = DLGConfig
 

@@ -52,7 +52,7 @@ PRESETS: tuple[Preset, ...] = (
                        "(breaching's form), step decay, box constraint"),
     Preset("cpa-derivative", CPAAttack, {"method": "fastica", "prefilter": "derivative"},
            source="leakbench's addition, not the published attack: scikit-learn FastICA learnt on the gradient "
-                  "rows' pixel differences, applied to the raw rows (docs/baselines.md)",
+                  "rows' pixel differences, applied to the raw rows (docs/notebook/baselines.md)",
            description="Cocktail Party Attack with leakbench's derivative prefilter: FastICA on pixel "
                        "differences (not in the paper)", published=False),
 )

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel
@@ -171,6 +172,7 @@ def dp_columns(dp: DPConfig | None, batch_size: int | None = None) -> dict[str, 
 class DPSGD(UpdateTransform):
     """DP-SGD: one step of per-sample clipping to C and Gaussian noise σ·C (Opacus semantics, or the CPA code's)."""
 
+    paper = Citation("Abadi et al., CCS 2016", "https://arxiv.org/abs/1607.00133")
     name = "dp"
     Config = DPConfig
     config: DPConfig

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
+from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel, client_mode, shared_buffers
@@ -120,6 +121,7 @@ def fedavg_columns(fedavg: FedAvgConfig | None) -> dict[str, Any]:
 class FedAvg(UpdateTransform):
     """FedAvg: local SGD epochs on the batch, sharing (θ₀ − θ_K) / (η K)."""
 
+    paper = Citation("McMahan et al., AISTATS 2017", "https://arxiv.org/abs/1602.05629")
     name = "fedavg"
     Config = FedAvgConfig
     config: FedAvgConfig

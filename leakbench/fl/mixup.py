@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from leakbench.citation import Citation
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel, client_mode, shared_buffers
 from leakbench.ranges import MAX_WEIGHT, Ranged, ranged
@@ -105,6 +106,7 @@ def mixup_update(model: ImageVictim, batch: Batch, config: MixUpConfig, *, seed:
 class MixUp(UpdateTransform):
     """MixUp: the FedSGD gradient of the mixed loss on mixed images (Zhang et al., ICLR 2018)."""
 
+    paper = Citation("Zhang et al., ICLR 2018", "https://arxiv.org/abs/1710.09412")
     name = "mixup"
     Config = MixUpConfig
     config: MixUpConfig

@@ -3,7 +3,7 @@
 `add_noise(update, sigma, seed)` adds i.i.d. N(0, s²) to every entry of every shared gradient
 tensor, drawn from a generator seeded with the cell's seed (same seed, same noise). The scale
 `s` is `sigma` itself ("absolute") or `sigma × max |entry|` of each tensor ("max", the scale-free
-level of the `noise` view of `paper/spear-noise` and docs/spear.md's noise table). σ = 0 returns the update
+level of the `noise` view of `paper/spear-noise` and docs/notebook/spear.md's noise table). σ = 0 returns the update
 unchanged. The update's `kind` gains "+noise" (e.g. "fedsgd+noise").
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate
@@ -65,6 +66,7 @@ class NoiseConfig(Ranged):
 class Noise(UpdateTransform):
     """Additive Gaussian noise on every shared gradient entry (no clipping, no accountant: not DP)."""
 
+    paper = Citation("Zhu et al., NeurIPS 2019", "https://arxiv.org/abs/1906.08935")
     name = "noise"
     Config = NoiseConfig
     config: NoiseConfig

@@ -20,6 +20,7 @@ import copy
 import dataclasses
 from dataclasses import dataclass
 
+from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate
@@ -45,6 +46,7 @@ class PrecodeConfig(Ranged):
 class Precode(UpdateTransform):
     """PRECODE (Scheliga et al., WACV 2022): a variational bottleneck before the output layer."""
 
+    paper = Citation("Scheliga et al., WACV 2022", "https://arxiv.org/abs/2108.04725")
     name = "precode"
     Config = PrecodeConfig
     changes_victim = True

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from leakbench.citation import Citation
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate
 from leakbench.ranges import Ranged, ranged
@@ -55,6 +56,7 @@ class PruneConfig(Ranged):
 class Prune(UpdateTransform):
     """Gradient pruning (Zhu et al., NeurIPS 2019): zero the smallest-magnitude fraction p of each tensor."""
 
+    paper = Citation("Zhu et al., NeurIPS 2019", "https://arxiv.org/abs/1906.08935")
     name = "prune"
     Config = PruneConfig
     config: PruneConfig

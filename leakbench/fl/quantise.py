@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate
@@ -72,6 +73,7 @@ class QuantiseConfig(Ranged):
 class Quantise(UpdateTransform):
     """Quantisation: b-bit unbiased stochastic rounding per tensor, or sign compression (signSGD)."""
 
+    paper = Citation("Alistarh et al., NeurIPS 2017", "https://arxiv.org/abs/1610.02132")
     name = "quantise"
     Config = QuantiseConfig
     config: QuantiseConfig

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
+from leakbench.citation import Citation
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel, fedsgd_update
 from leakbench.ranges import Ranged, ranged
@@ -78,6 +79,7 @@ def _mean_buffers(buffers: list[dict[str, torch.Tensor] | None]) -> dict[str, to
 class SecAgg(UpdateTransform):
     """Secure aggregation: the server sees only the mean of K clients' FedSGD updates (Bonawitz et al., CCS 2017)."""
 
+    paper = Citation("Bonawitz et al., CCS 2017", "https://eprint.iacr.org/2017/281")
     name = "secagg"
     Config = SecAggConfig
     config: SecAggConfig

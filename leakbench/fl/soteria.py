@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch.func import vjp, vmap
 
+from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.prune import smallest
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
@@ -121,6 +122,7 @@ class SoteriaConfig(Ranged):
 class Soteria(UpdateTransform):
     """Soteria (Sun et al., CVPR 2021): zero the defended layer's gradient columns of the most revealing features."""
 
+    paper = Citation("Sun et al., CVPR 2021", "https://arxiv.org/abs/2012.06043")
     name = "soteria"
     Config = SoteriaConfig
     config: SoteriaConfig

@@ -41,6 +41,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate, ThreatModel, fedsgd_update
 from leakbench.plugins import load_defence_plugins
@@ -72,6 +73,8 @@ class UpdateTransform(ABC):
     """Its registered name: a suite's `defences = [{ name = "...", ... }]` and the records."""
     Config: ClassVar[type]
     """Its settings: a frozen dataclass (numbers with declared ranges)."""
+    paper: ClassVar[Citation | None] = None
+    """The paper it comes from (`leakbench.citation`): leaderboards link its label there; None: no link."""
     makes_update: ClassVar[bool] = False
     """True for client transforms (compute the update from the batch); False for defences."""
     config: Any
@@ -153,6 +156,7 @@ class EmptyConfig:
 class FedSGD(UpdateTransform):
     """FedSGD: the gradient of the mean batch loss (the default client)."""
 
+    paper = Citation("McMahan et al., AISTATS 2017", "https://arxiv.org/abs/1602.05629")
     name = "fedsgd"
     Config = EmptyConfig
     makes_update = True

@@ -2,7 +2,7 @@
 
 A serial or pool task runs one cell and writes its folder itself (atomically), so whatever finished
 before an interruption is kept; a Ray task returns its cell's files and the driver writes the folder
-(the same store code), so a cluster needs no shared file system (docs/ray.md). SIGTERM and SIGHUP
+(the same store code), so a cluster needs no shared file system (docs/reference/ray.md). SIGTERM and SIGHUP
 stop every executor as Ctrl-C does (`harness.interrupts`): its workers are ended and nothing of
 theirs runs on. Every cell runs with one torch thread whichever executor runs it: results then do
 not depend on the executor, and parallelism comes from running cells side by side.
@@ -184,6 +184,9 @@ def _terminate(pool: ProcessPoolExecutor, earlier: set[int | None]) -> None:
         worker.terminate()
     for worker in workers:
         worker.join(timeout=10)
+        if worker.is_alive():  # one spawned at the moment of the signal may not have its handlers yet
+            worker.kill()
+            worker.join(timeout=10)
 
 
 def connection(executor: str, jobs: int, address: str | None) -> AbstractContextManager[Any]:

@@ -406,6 +406,14 @@ def fork_server(fd: int) -> None:
 
     torch.set_num_threads(1)
     _warm_up()
+    try:
+        _serve(sock)
+    except OSError:  # the harness went away (Ctrl-C, a stop signal): nothing to report, no traceback
+        pass
+
+
+def _serve(sock: socket.socket) -> None:
+    """The fork server's loop: one attack worker per request on `sock`, until it closes."""
     while sock.recv(1) == b"F":
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()

@@ -16,6 +16,7 @@ import pandas as pd
 
 from leakbench.metrics.stats import describe
 from leakbench.models import victim_label
+from leakbench.reporting.order import level_key
 
 LPIPS_MISSING = "n/a — weights not available"
 
@@ -49,12 +50,13 @@ def key_values(key: Hashable) -> Key:
 
 
 def grouped(records: pd.DataFrame, cells: pd.DataFrame, by: Sequence[str]) -> list[tuple[Key, dict[str, Any]]]:
-    """`group_stats` for every combination of `by` present in `cells`, in sorted order."""
+    """`group_stats` for every combination of `by` present in `cells`, in `order.level_key` order (numbers as
+    numbers: noise 1e-05 before 0.0001)."""
     out = []
     for key, cell_group in cells.groupby(list(by), sort=True, dropna=False):
         ids = set(cell_group["cell_id"])
         out.append((key_values(key), group_stats(records[records["cell_id"].isin(ids)], cell_group)))
-    return out
+    return sorted(out, key=lambda kv: level_key(kv[0]))
 
 
 def dp_order(cells: pd.DataFrame) -> list[str]:
@@ -120,16 +122,44 @@ def stat_cells(s: dict[str, Any], *, lpips_note: str = LPIPS_MISSING) -> list[st
     else:  # feature-space groups have no images to score: not a missing-weights case
         lpips = "–" if s["space"] == "feature" or s["n"] == s["failures"] else lpips_note
     failures = str(s["failures"]) + (f" ({s['failed_cells']} of {s['cells']} cells)" if s["failed_cells"] else "")
-    return [str(s["n"]), failures, fmt(s["exact_pct"], 0), psnr, fmt(s["psnr_median"]),
+    median = psnr_text(s["psnr_median"], exact=all_exact(s)).removesuffix(" dB")
+    return [str(s["n"]), failures, fmt(s["exact_pct"], 0), psnr, median,
             fmt(s["ssim_mean"], 4), lpips, _sci(s["rel_error_median"]), fmt(s["seconds_mean"], 2), s["space"]]
 
 
+PSNR_CAP = 60.0
+"""PSNR (dB) past which tables and figures stop telling values apart: an image at 60 dB is within 1/1000 of
+the truth, under the 8-bit rounding step, so above it the number says only how many float digits agree
+(a bit-identical image is ∞ dB, a float-exact one 140–150 dB). Shown as '≥ 60 dB', or 'exact' when every
+image of the group is exact; figures draw such points in an 'exact' band above the capped axis."""
+
+
+def psnr_text(value: float, *, exact: bool = False) -> str:
+    """A PSNR for a table: 'exact' when `exact` (every image of the group exact), '≥ 60 dB' past `PSNR_CAP`
+    (∞ included), '–' when missing, else one decimal with its unit."""
+    if exact:
+        return "exact"
+    if math.isnan(value):
+        return "–"
+    return f"≥ {PSNR_CAP:.0f} dB" if value >= PSNR_CAP else f"{value:.1f} dB"
+
+
+def all_exact(s: dict[str, Any]) -> bool:
+    """True when every image of a group (`group_stats`) was recovered exactly (an empty group's exact % is NaN)."""
+    return bool(s["exact_pct"] == 100.0)
+
+
 def psnr_cell(s: dict[str, Any]) -> str:
-    """'mean ± std' over finite PSNRs, with the count of infinite (bit-identical) ones beside it."""
+    """'mean ± std' over finite PSNRs below the cap; 'exact' when every image is exact, '≥ 60' when the mean
+    (or every value, all ∞) is past the cap."""
+    if all_exact(s):
+        return "exact"
     inf = s.get("psnr_inf", 0)
     if math.isnan(s["psnr_mean"]):
-        return f"∞ ({inf} of {inf})" if inf else "–"
-    return f"{s['psnr_mean']:.1f} ± {s['psnr_std']:.1f}" + (f" (+{inf} ∞)" if inf else "")
+        return f"≥ {PSNR_CAP:.0f}" if inf else "–"
+    if s["psnr_mean"] >= PSNR_CAP:
+        return f"≥ {PSNR_CAP:.0f}"
+    return f"{s['psnr_mean']:.1f} ± {s['psnr_std']:.1f}" + (f" (+{inf} ≥ {PSNR_CAP:.0f})" if inf else "")
 
 
 STAT_HEADER = ["n", "failures", "exact %", "PSNR mean ± std", "PSNR median", "SSIM", "LPIPS",

@@ -20,8 +20,9 @@ import torch
 
 from leakbench.errors import LeakbenchError
 from leakbench.records.truth import load_truth
-from leakbench.reporting.aggregate import Key, key_values
+from leakbench.reporting.aggregate import Key, key_values, psnr_text
 from leakbench.reporting.grid import ComparisonRow, save_comparison, save_grid
+from leakbench.reporting.order import level_key
 
 GROUP = ["dataset", "model", "batch_size", "seed", "layer", "dp", "client"]
 """Cells that share these share a batch and a setting: one comparison figure."""
@@ -36,12 +37,13 @@ def cell_grid(cell_dir: Path, path: Path, caption: str) -> None:
 
 
 def tile_text(row: pd.Series) -> str:
-    """PSNR and LPIPS under a tile ('failed' when the image has no reconstruction)."""
+    """PSNR and LPIPS under a tile ('failed' when the image has no reconstruction, 'exact' when it is exact,
+    whatever its PSNR: ∞ for one attack and 147 dB for another are the same answer)."""
     psnr = row.get("psnr", math.nan)
     if row["status"] != "ok" or psnr is None or math.isnan(psnr):
         return "failed"
     lpips = row.get("lpips", math.nan)
-    return ("∞ dB" if math.isinf(psnr) else f"{psnr:.1f} dB") + ("" if math.isnan(lpips) else f"\nLPIPS {lpips:.3f}")
+    return psnr_text(psnr, exact=bool(row.get("exact", False))) + ("" if math.isnan(lpips) else f"\nLPIPS {lpips:.3f}")
 
 
 def slug(*parts: Any) -> str:
@@ -61,7 +63,7 @@ def comparison_figures(run_dir: Path, manifest: dict[str, Any], records: pd.Data
     picks = {c["cell_id"]: c["grid_selection"] for c in manifest["cells"]}
     with_images = cells[(cells["space"] == "image") | (cells["inversion_steps"] > 0)]
     out = []
-    for group_key, group in with_images.groupby(GROUP, sort=True):
+    for group_key, group in sorted(with_images.groupby(GROUP, sort=True), key=lambda g: level_key(g[0])):
         key = key_values(group_key)
         dataset, model, b, seed, layer, dp, client = key
         name = grid_name(dataset, model, b, layer, dp, client, seed)
@@ -69,7 +71,7 @@ def comparison_figures(run_dir: Path, manifest: dict[str, Any], records: pd.Data
         selection = picks[first["cell_id"]]
         truth = load_truth(run_dir, first["cell_id"]).truth[selection]
         rows = [_row(run_dir, cell, records[records["cell_id"] == cell["cell_id"]], selection)
-                for _, cell in group.sort_values("attack").iterrows()]
+                for _, cell in group.sort_values("attack").iterrows()]  # rows by name, as every table lists ties
         caption = (f"{dataset} · {model} · b={b} · layer {layer} · dp {dp} · {client} · seed {seed} · images "
                    f"{selection} of the batch, drawn before any attack ran (grid seed {manifest['grid_seed']})")
         save_comparison(folder / name, truth, rows, caption=caption)

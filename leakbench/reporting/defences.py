@@ -8,7 +8,8 @@ is the drop from the undefended victim ('none') trained the same way (same board
 batch size). The *worst leakage* of a level is that of the strongest attack against it (most exact images,
 then highest PSNR median), over every attack and attacked layer of the board.
 
-`defence_blocks` is the leaderboard's board "defences"; `privacy_utility_data` feeds the report's figure.
+`defence_blocks` are the report's defence boards, `defence_ranking` the leaderboard's view "Defences ranked";
+`privacy_utility_data` feeds the report's figure.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from leakbench.reporting.aggregate import fmt, grouped, key_values, model_order
+from leakbench.citation import Papers
+from leakbench.reporting.aggregate import PSNR_CAP, all_exact, fmt, grouped, key_values, model_order, psnr_text
+from leakbench.reporting.board_page import Board, Column, Entry, anchor, number, paper_entry
+from leakbench.reporting.leakage import leakage_key, leakage_stats, shown_exact
+from leakbench.reporting.order import level_key
+from leakbench.reporting.palette import colour
+from leakbench.reporting.pivot import ranks, shown_psnr
 from leakbench.reporting.render import Block, Table
 
 NONE = "none"
@@ -40,9 +47,9 @@ def defence_levels(cells: pd.DataFrame) -> pd.Series:
 
 
 def _leakage_key(s: dict[str, Any]) -> tuple[float, float]:
-    """Larger is more leakage: exact % first, then PSNR median (none: 0 dB)."""
-    psnr = s["psnr_median"]
-    return s["exact_pct"], (0.0 if math.isnan(psnr) else min(psnr, 1e9))
+    """Larger is more leakage: exact % first, then PSNR median (none: 0 dB), each at the precision a table
+    shows it (whole %, 0.1 dB capped at `PSNR_CAP`), so float noise past the shown digits decides nothing."""
+    return float(round(s["exact_pct"])), shown_psnr(s["psnr_median"])
 
 
 def _accuracy(cells: pd.DataFrame) -> float:
@@ -60,9 +67,10 @@ def level_rows(records: pd.DataFrame, cells: pd.DataFrame) -> list[dict[str, Any
     cells = cells.assign(level=defence_levels(cells))
     base = _accuracy(cells[cells["level"] == NONE])
     rows = []
-    for level, sub in cells.groupby("level", sort=True):
+    for level, sub in sorted(cells.groupby("level", sort=True), key=lambda g: level_key(g[0])):
         attacks = grouped(records, sub, ["attack", "layer"])
-        (attack, layer), worst = max(attacks, key=lambda a: (_leakage_key(a[1]), a[0]))
+        # the strongest; among equally strong ones (as shown) the first by name
+        (attack, layer), worst = min(attacks, key=lambda a: (tuple(-v for v in _leakage_key(a[1])), a[0]))
         accuracy = _accuracy(sub)
         several_layers = sub["layer"].nunique() > 1
         rows.append({"level": str(level), "accuracy": accuracy, "cost": base - accuracy, "worst": worst,
@@ -73,9 +81,9 @@ def level_rows(records: pd.DataFrame, cells: pd.DataFrame) -> list[dict[str, Any
 
 def _ranked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Least worst leakage first, then smallest accuracy cost (unknown last), then label."""
-    def key(r: dict[str, Any]) -> tuple[float, float, float, str]:
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
         cost = r["cost"] if not math.isnan(r["cost"]) else math.inf
-        return (*_leakage_key(r["worst"]), cost, r["level"])
+        return (*_leakage_key(r["worst"]), cost, level_key(r["level"]))
     return sorted(rows, key=key)
 
 
@@ -93,7 +101,7 @@ def _on_front(row: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
     return True
 
 
-DEFENCE_HEADER = ["rank", "defence", "test acc. %", "accuracy cost (pp)", "worst exact %", "worst PSNR median",
+DEFENCE_HEADER = ["rank", "defence", "test acc. %", "accuracy cost (pp)", "worst exact %", "worst PSNR median (dB)",
                   "LPIPS", "strongest attack", "attacks", "cells", "front"]
 
 
@@ -102,15 +110,20 @@ def defence_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     suite, dataset, model, b = board
     rows = level_rows(records, cells)
     body = []
-    for rank, r in enumerate(_ranked(rows), 1):
+    ranked = _ranked(rows)
+    shown = [(_leakage_key(r["worst"]), fmt(100 * r["cost"], 1)) for r in ranked]  # equal as shown: equal rank
+    for rank, r in zip(ranks(shown), ranked, strict=True):
         s = r["worst"]
+        psnr = psnr_text(s["psnr_median"], exact=all_exact(s)).removesuffix(" dB")
         body.append([str(rank), r["level"], fmt(100 * r["accuracy"], 1), fmt(100 * r["cost"], 1),
-                     fmt(s["exact_pct"], 0), fmt(s["psnr_median"]), fmt(s["lpips_mean"], 3), r["strongest"],
+                     fmt(s["exact_pct"], 0), psnr, fmt(s["lpips_mean"], 3),
+                     r["strongest"],
                      str(r["attacks"]), str(r["cells"]), "✓" if _on_front(r, rows) else ""])
     notes = ["Worst leakage: the strongest attack against the level (most exact images, then highest PSNR "
              "median; its LPIPS beside). Accuracy cost: test accuracy of the undefended victim ('none') minus "
              "the level's, in percentage points; the victims are trained with the level on every update. "
-             "front ✓: no other level leaks less at no higher cost."]
+             "front ✓: no other level leaks less at no higher cost. Levels that read the same (leakage and cost "
+             "as shown) share a rank."]
     if all(math.isnan(r["accuracy"]) for r in rows):
         notes.append("Victims at init (untrained): no accuracy measured, ranked by leakage alone.")
     elif not any(r["level"] == NONE for r in rows):
@@ -148,3 +161,135 @@ def privacy_utility_data(records: pd.DataFrame, cells: pd.DataFrame) -> pd.DataF
                      "psnr_median": s["psnr_median"], "lpips_mean": s["lpips_mean"]})
     return pd.DataFrame(rows, columns=["dataset", "model", "batch_size", "attack", "level", "accuracy_pct",
                                        "exact_pct", "psnr_median", "lpips_mean"])
+
+
+# --------------------------------------------------------------------------- the leaderboard's defence ranking
+
+RANKING_BOARD = ["dataset", "model", "batch_size"]
+"""What one defence ranking of the leaderboard holds fixed (whatever run the cells come from)."""
+
+
+def defence_ranking(records: pd.DataFrame, cells: pd.DataFrame, papers: Papers | None = None) -> list[Board]:
+    """The leaderboard's view "Defences ranked": per dataset, victim and batch size with a defended level,
+    the defence levels ranked by how much they cut the leakage of the strongest attack against the
+    undefended client (`cells` with `model`, `client` and `suite`, as the leaderboard loads them)."""
+    from leakbench.reporting.leaderboard import board_order_key
+
+    levels = defence_levels(cells)
+    boards = []
+    groups = sorted(cells.groupby(RANKING_BOARD, sort=True), key=lambda g: board_order_key(cells, key_values(g[0])))
+    for key, sub in groups:
+        if (levels[sub.index] == NONE).all():
+            continue
+        sub_records = records[records["cell_id"].isin(set(sub["cell_id"]))]
+        boards.append(ranking_board(sub_records, sub.assign(level=levels[sub.index]), key_values(key),
+                                    papers or Papers()))
+    return boards
+
+
+def _strongest(records: pd.DataFrame, cells: pd.DataFrame) -> tuple[tuple[str, int], dict[str, Any]] | None:
+    """The (attack, layer) leaking most over `cells` (most exact images, then highest PSNR median, as shown)
+    with its stats; None without cells."""
+    found = [(key_values(k), leakage_stats(records[records["cell_id"].isin(set(s["cell_id"]))], s))
+             for k, s in cells.groupby(["attack", "layer"], sort=True)]
+    if not found:
+        return None
+    (attack, layer), stats = max(found, key=lambda f: (leakage_key(f[1]), f[0]))
+    return (str(attack), int(layer)), stats
+
+
+def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, ...], papers: Papers) -> Board:
+    """One board of the defence ranking: its levels ranked by the strongest undefended attack's leakage
+    under them, then the worst leakage of any attack, then accuracy cost (unknown last), then label."""
+    from leakbench.reporting.leaderboard import level_papers
+
+    dataset, model, b = board
+    undefended = cells[cells["level"] == NONE]
+    strongest = _strongest(records, undefended)
+    base = _accuracy(undefended)
+    rows: list[dict[str, Any]] = []
+    for level, sub in cells.groupby("level", sort=True):
+        target = None
+        if strongest:
+            (attack, layer), _ = strongest
+            hit = sub[(sub["attack"] == attack) & (sub["layer"] == layer)]
+            target = leakage_stats(records[records["cell_id"].isin(set(hit["cell_id"]))], hit) if len(hit) else None
+        worst = _strongest(records, sub)
+        if worst and leakage_key(worst[1]) == (0.0, 0.0):  # every attack failed on every image: no attack leaks
+            worst = None
+        accuracy = _accuracy(sub)
+        rows.append({"level": str(level), "target": target, "worst": worst, "accuracy": accuracy,
+                     "cost": base - accuracy, "cells": len(sub), "epsilon": _epsilon(sub)})
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        cost = r["cost"] if not math.isnan(r["cost"]) else math.inf
+        return (leakage_key(r["target"]), leakage_key(r["worst"][1] if r["worst"] else None), cost,
+                level_key(r["level"]))
+    ranked = sorted(rows, key=key)
+    several_layers = cells["layer"].nunique() > 1
+    body = []
+    for rank, r in zip(ranks([key(r)[:3] for r in ranked]), ranked, strict=True):
+        cited = level_papers(r["level"], papers)
+        name = Entry(r["level"] + r["epsilon"], None, cited[0][1].url if cited else None,
+                     "; ".join(f"{n}: {c.short}" for n, c in cited))
+        worst_attack = w[0][0] if (w := r["worst"]) else ""
+        t, w = r["target"], r["worst"]
+        ref = strongest[1] if strongest else None
+        worst_name = (w[0][0] + (f" (layer {w[0][1]})" if several_layers else "")) if w else "none leaks"
+        worst_paper = papers.attacks.get(w[0][0]) if w else None
+        body.append([Entry(str(rank), rank), name,
+                     number(t["exact_pct"], 0) if t else Entry("–"), psnr_entry(t),
+                     _cut(ref, t),
+                     number(w[1]["exact_pct"], 0) if w else Entry("–"), psnr_entry(w[1] if w else None),
+                     paper_entry(worst_name, worst_paper, colour(worst_attack) if worst_attack else ""),
+                     number(100 * r["accuracy"], 1), number(100 * r["cost"], 1), Entry(str(r["cells"]), r["cells"])])
+    if strongest:
+        (attack, layer), ref_stats = strongest
+        who = f"{attack}" + (f" (layer {layer})" if several_layers else "")
+        paper = papers.attacks.get(attack)
+        group = f"strongest undefended attack: {who}"
+        shown = psnr_entry(ref_stats).text
+        notes = [f"{who} leaks {fmt(ref_stats['exact_pct'], 0)} % exact images undefended (PSNR median "
+                 f"{shown}{'' if shown in ('exact', '–') else ' dB'})."]
+        linked = [(attack, paper)] if paper else []
+    else:
+        group, notes, linked = "strongest undefended attack: none (no undefended cells)", [
+            "No undefended level here: ranked by the worst leakage of any attack."], []
+    columns = [Column("rank"), Column("defence", numeric=False),
+               Column(group, "exact %"), Column(group, "PSNR median (dB)"), Column(group, "exact cut (pp)"),
+               Column("worst of all attacks", "exact %"),
+               Column("worst of all attacks", "PSNR median (dB)"), Column("worst of all attacks", "attack", False),
+               Column("test acc. %"), Column("accuracy cost (pp)"), Column("cells")]
+    if all(math.isnan(r["accuracy"]) for r in rows):  # victims at init: no accuracy columns
+        notes[-1] += " Victims at init (untrained): no accuracy measured."
+        columns, body = columns[:-3] + columns[-1:], [row[:-3] + row[-1:] for row in body]
+    return Board(f"{dataset} · {model} · b={b}", columns, body, notes, linked, anchor("d", *board))
+
+
+def _epsilon(cells: pd.DataFrame) -> str:
+    """' (ε=…)' of a DP level's cells (their one privacy budget), '' without DP: a σ alone does not say
+    whether the level protects anything (σ = 1e-4 with C = 1 over one step is ε ≈ 5.5·10⁷)."""
+    if "dp_epsilon" not in cells or (cells["dp"].fillna("none") == "none").all():
+        return ""
+    values = sorted({float(e) for e in cells["dp_epsilon"].dropna()})
+    return f" (ε={'∞' if math.isinf(values[0]) else f'{values[0]:.3g}'})" if len(values) == 1 else ""
+
+
+def psnr_entry(s: dict[str, Any] | None) -> Entry:
+    """A PSNR median entry: 'exact' (sorted as +∞) when the median image is exact, '≥ 60' past
+    `aggregate.PSNR_CAP` (sorted as the cap: above it the number tells only float digits), '–' when none."""
+    if s is None:
+        return Entry("–")
+    value = s["psnr_exact_median"]
+    if math.isinf(value):
+        return Entry("exact", math.inf, hint="the median image is exact (pixel-equal at 8 bits)")
+    if value >= PSNR_CAP:
+        return Entry(f"≥ {PSNR_CAP:.0f}", PSNR_CAP, hint=f"{value:.1f} dB: within the 8-bit rounding step, not exact")
+    return number(value, 1)
+
+
+def _cut(ref: dict[str, Any] | None, under: dict[str, Any] | None) -> Entry:
+    """How many percentage points of exact images the defence takes from the strongest attack (as shown)."""
+    if ref is None or under is None:
+        return Entry("–")
+    return number(shown_exact(ref) - shown_exact(under), 0)

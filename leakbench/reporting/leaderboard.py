@@ -1,44 +1,72 @@
-"""`leakbench leaderboard`: attacks ranked from stored records only, one compact table per victim.
+"""`leakbench leaderboard`: attacks ranked from stored records only, one table per threat model.
 
 Every run folder under `--results` (a folder holding records.parquet and cells.parquet) contributes, read
 through `records.runs.read_run` (each attack's budget from its cell folders' summary.json, '' without them).
-A table holds (suite, dataset, model, attacked layer, client) fixed, like RobustBench's per-threat-model
-tables: attacks are its rows, ranked; batch size × DP level its columns; each entry one headline number
-(exact %, else PSNR median) with LPIPS beside it; seeds pooled. The ranked files are byte-identical for the
-same records (nothing depends on time, order on disk or host); wall-clock seconds go to a separate file.
+Like RobustBench's per-threat-model pages, a table holds one threat model fixed — dataset, victim, attacked
+layer and defence level (DP, client, noise, defences, threat model: `defences.defence_levels`) — whatever
+run its cells come from: an attack evaluated through `api.evaluate` (run folder `SUITE--NAME`), a plugin's,
+and the shipped ones stand in one table when their settings match. Rows are attacks (one per budget), each
+linked to its paper; columns are one metric and one unit each, per batch size: exact %, PSNR median in dB
+('exact' when the median image is exact), LPIPS; then n and failures. A cell stored by two runs (the same
+cell id) counts once. The ranked files are byte-identical for the same records (nothing depends on time,
+order on disk or host); wall-clock seconds go to a separate file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import math
+import re
+from collections.abc import Hashable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
+from leakbench.citation import Citation, Papers
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.records.atomic import write_text_atomic
 from leakbench.records.runs import read_run
 from leakbench.reporting.aggregate import Key, epsilon_labels, fmt, grouped, key_values, model_order, with_model
+from leakbench.reporting.board_page import (
+    Board,
+    Column,
+    Entry,
+    Section,
+    anchor,
+    html_page,
+    markdown_page,
+    number,
+    paper_entry,
+    text,
+)
 from leakbench.reporting.compare import grid_name
-from leakbench.reporting.defences import defence_blocks
-from leakbench.reporting.pivot import pivot_table
-from leakbench.reporting.render import Block, Table, html_document, markdown
+from leakbench.reporting.defences import defence_levels, defence_ranking, psnr_entry
+from leakbench.reporting.leakage import leakage_stats, shown_exact, shown_psnr
+from leakbench.reporting.order import level_key
+from leakbench.reporting.palette import colour
+from leakbench.reporting.pivot import not_isolated, ranks
+from leakbench.reporting.render import Table, markdown
 from leakbench.reporting.target import check_leaderboard_target
 
-BOARD = ["suite", "dataset", "model", "layer", "client"]
-"""What one leaderboard table holds fixed; its columns are batch size × DP level, its rows attacks."""
-COLUMN = ["batch_size", "dp"]
+NO_PAPERS = Papers()
+BOARD = ["dataset", "model", "layer", "level"]
+"""The threat model one leaderboard table holds fixed; its rows are attacks, its columns metrics per batch size."""
 CELL_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", "layer", "seed", "dp", "space")
 RECORD_COLUMNS = ("cell_id", "exact")
 """Columns every leakbench run's cells.parquet / records.parquet holds (runs of every version): a table
 without them is another tool's, refused in one line rather than failing deep in pandas."""
 TITLE = "leakbench leaderboard"
 TIMING_TITLE = "leakbench leaderboard — timing"
+EXACT = "exact %"
+PSNR = "PSNR median (dB)"
+ERROR = "feature rel. error (median)"
+LPIPS = "LPIPS (mean)"
 
 
 def load_results(results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """All runs' records and cells, with a `suite` column (the run folder's name), sorted; a table that is
-    not leakbench's (unreadable, or without the columns it writes) is one ConfigError line naming it."""
+    """All runs' records and cells, with a `suite` column (the run folder's name), sorted; a cell stored by
+    several runs (same id) is kept from the first run only; a table that is not leakbench's (unreadable, or
+    without the columns it writes) is one ConfigError line naming it."""
     runs = sorted(p.parent for p in results.glob("*/cells.parquet") if (p.parent / "records.parquet").is_file())
     records, cells = [], []
     for run in runs:
@@ -49,7 +77,11 @@ def load_results(results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             cells.append(stored.cells.assign(suite=run.name))
     if not cells:
         raise LeakbenchError(f"no stored runs under {results} (expected RUN/records.parquet and RUN/cells.parquet)")
-    return pd.concat(records, ignore_index=True), with_model(pd.concat(cells, ignore_index=True))
+    all_cells = pd.concat(cells, ignore_index=True).drop_duplicates("cell_id", keep="first")
+    all_records = pd.concat(records, ignore_index=True)
+    kept = all_records.set_index(["suite", "cell_id"]).index.isin(all_cells.set_index(["suite", "cell_id"]).index)
+    all_cells = with_model(all_cells.reset_index(drop=True))
+    return all_records[kept].reset_index(drop=True), all_cells.assign(level=defence_levels(all_cells))
 
 
 def _check_columns(run: Path, cells: pd.DataFrame, records: pd.DataFrame) -> None:
@@ -61,69 +93,203 @@ def _check_columns(run: Path, cells: pd.DataFrame, records: pd.DataFrame) -> Non
                               "--results must hold leakbench run folders only")
 
 
+# --------------------------------------------------------------------------- papers
+
+def level_papers(level: str, papers: Papers) -> list[tuple[str, Citation]]:
+    """The papers of the update transforms a defence level names ('DP σ=1 C=1 + prune p=0.5' → dp, prune),
+    each once, in order; parts naming a transform without a paper in `papers` give none."""
+    found: dict[str, Citation] = {}
+    for part in re.split(r" \+ | · ", level):
+        name = part.split(" ")[0].lower()
+        if name not in found and name in papers.defences:
+            found[name] = papers.defences[name]
+    return list(found.items())
+
+
+# --------------------------------------------------------------------------- one threat model
+
+def rank_key(row: Sequence[dict[str, Any] | None]) -> tuple[float, float, int]:
+    """Mean exact % (as shown: whole percent) high first, then mean PSNR median (as shown: `leakage.shown_psnr`,
+    0.1 dB capped at 60, exact above any), then fewer failures; a batch size the attack did not run counts
+    0 % exact. Rounding as shown: float noise never decides a rank."""
+    exact = sum(shown_exact(s) for s in row) / len(row)
+    psnr = sum(shown_psnr(s) for s in row) / len(row)
+    return -round(exact, 6), -round(psnr, 6), sum(s["failures"] for s in row if s)
+
+
+def metrics_of(spaces: set[str]) -> list[str]:
+    """The metric groups of a table whose records lie in `spaces` ('image', 'feature')."""
+    image, feature = "image" in spaces, "feature" in spaces
+    return [EXACT, *([PSNR] if image else []), *([ERROR] if feature else []), *([LPIPS] if image else [])]
+
+
+def _columns(batch_sizes: list[int], metrics: list[str]) -> list[Column]:
+    return [Column("rank"), Column("attack", numeric=False), Column("budget", numeric=False),
+            *[Column(m, f"b={b}") for m in metrics for b in batch_sizes], Column("n"), Column("failures")]
+
+
+def _entries(metric: str, s: dict[str, Any] | None, link: str | None) -> Entry:
+    if s is None:
+        return Entry("–")
+    if metric == EXACT:
+        entry = number(s["exact_pct"], 0)
+        return Entry(entry.text, entry.sort, link, "comparison grid" if link else "")
+    if metric == PSNR:
+        return psnr_entry(s)
+    if metric == ERROR:
+        value = s["rel_error_median"] if s["space"] == "feature" else math.nan
+        return Entry("–") if math.isnan(value) else Entry(f"{value:.1e}", float(f"{value:.1e}"))
+    return number(s["lpips_mean"], 3)
+
+
 def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: Key, eps: dict[Hashable, str],
-                reports: Path | None = None) -> Table:
-    """One RobustBench-style table: attacks ranked as rows, batch size × DP level as columns; an entry links
-    to its comparison grid when that grid lies in `reports` (written there by `leakbench report` or `run`)."""
-    suite, dataset, model, layer, client = board
-    several_dp = cells["dp"].nunique() > 1
-    title = (f"{dataset} · {model} · layer {layer}" + ("" if client == "fedsgd" else f" · {client}")
-             + f" (suite {suite})")
-    images = bool(((cells["space"] == "image") | (cells["inversion_steps"] > 0)).any())
-    seed = int(cells["seed"].min())
+                reports: Path | None = None, papers: Papers = NO_PAPERS) -> Board:
+    """One threat model: attacks (one row per attack and budget) ranked, one column per metric and batch
+    size; an exact % links to its comparison grid when that grid lies in `reports` (written there by
+    `leakbench report` or `run`)."""
+    dataset, model, layer, level = board
+    cells = cells.assign(budget=cells["budget"].fillna("") if "budget" in cells else "")
+    batch_sizes = sorted(int(b) for b in cells["batch_size"].unique())
+    stats: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for (attack, budget, _), sub in cells.groupby(["attack", "budget", "batch_size"], sort=True):
+        b = int(sub["batch_size"].iloc[0])
+        stats[(str(attack), str(budget), b)] = leakage_stats(records[records["cell_id"].isin(set(sub["cell_id"]))], sub)
+    rows = {key[:2]: [stats.get((*key[:2], b)) for b in batch_sizes] for key in stats}
+    metrics = metrics_of(set(cells["space"].astype(str)))
+    exposed = not_isolated(cells)
+    keys = sorted(rows, key=lambda k: (rank_key(rows[k]), k))
+    body: list[list[Entry]] = []
+    for rank, key in zip(ranks([rank_key(rows[k]) for k in keys]), keys, strict=True):
+        attack, budget = key
+        paper = papers.attacks.get(attack)
+        shown = attack + (" (not isolated)" if attack in exposed else "")
+        entries = [_entries(m, s, _grid(cells, reports, board, b, attack) if m == EXACT else None)
+                   for m in metrics for b, s in zip(batch_sizes, rows[key], strict=True)]
+        n = sum(s["n"] for s in rows[key] if s)
+        failures = sum(s["failures"] for s in rows[key] if s)
+        body.append([Entry(str(rank), rank), paper_entry(shown, paper, colour(attack)), text(budget or "–"), *entries,
+                     Entry(str(n), n), Entry(str(failures), failures)])
+    dp = cells["dp"].iloc[0]
+    title = f"{dataset} · {model} · layer {layer} · defence: {level}" + (
+        f" ({eps[dp].split('(')[-1].rstrip(')')})" if dp != "none" and dp in eps else "")
+    suites = ", ".join(sorted(cells["suite"].unique()))
+    notes = [f"{len(cells)} cells ({int((cells['status'] != 'ok').sum())} failed) from run{'s' * (',' in suites)} "
+             f"{suites}; seeds pooled per batch size."]
+    if exposed:
+        notes.append("not isolated: some of the attack's cells ran without the operating-system sandbox "
+                     "(Python guard only, or in process), so it could have read the batch.")
+    return Board(title, _columns(batch_sizes, metrics), body, notes, level_papers(str(level), papers),
+                 anchor("t", *board))
 
-    def link(attack: str, setting: Key) -> str | None:  # the comparison grid of the setting's first seed
-        b, dp = setting
-        target = f"{suite}/grids/{grid_name(dataset, model, b, layer, dp, client, seed)}"
-        return target if images and reports is not None and (reports / target).is_file() else None
-    return pivot_table(records, cells, title=title, columns=COLUMN, link=link,
-                       label=lambda c: f"b={c[0]}" + (f" {eps.get(c[1], c[1])}" if several_dp else ""))
+
+def _grid(cells: pd.DataFrame, reports: Path | None, board: Key, b: int, attack: str) -> str | None:
+    """The comparison grid of the setting's first seed in its run's report folder, when it is there."""
+    dataset, model, layer, _ = board
+    sub = cells[(cells["batch_size"] == b) & (cells["attack"] == attack)]
+    images = bool(((sub["space"] == "image") | (sub["inversion_steps"] > 0)).any()) if len(sub) else False
+    if reports is None or not images:
+        return None
+    first = sub.sort_values(["seed", "suite"]).iloc[0]
+    name = grid_name(dataset, model, b, layer, first["dp"], first["client"], first["seed"])
+    target = f"{first['suite']}/grids/{name}"
+    return target if (reports / target).is_file() else None
 
 
-def leaderboard_blocks(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None = None) -> list[Block]:
-    """One table per suite, dataset, model, attacked layer and client, in a fixed order (entries link to
-    the grids found under `reports`)."""
+def board_order_key(cells: pd.DataFrame, key: Key) -> tuple[Any, ...]:
+    """Sort key of a table keyed (dataset, model, then anything): dataset, victim (`model_order`), then the
+    rest in `order.level_key` order (numbers numerically, 'none' first)."""
+    rank = {m: i for i, m in enumerate(model_order(cells))}
+    return (key[0], rank[key[1]], *[level_key(k) for k in key[2:]])
+
+
+def board_order(cells: pd.DataFrame) -> list[Key]:
+    """The threat models of `cells` by dataset, victim (`model_order`), layer and defence level."""
+    keys = [key_values(k) for k in cells.groupby(BOARD, sort=True).groups]
+    return sorted(keys, key=lambda k: board_order_key(cells, k))
+
+
+def leaderboard_boards(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None = None,
+                       papers: Papers = NO_PAPERS) -> list[Board]:
+    """One table per threat model (dataset, victim, attacked layer, defence level), in `board_order`."""
     eps = epsilon_labels(cells)
-    blocks: list[Block] = []
-    rank: dict[Hashable, int] = {m: i for i, m in enumerate(model_order(cells))}
-    for board, sub in sorted(cells.groupby(BOARD, sort=True), key=lambda g: (g[0][0], g[0][1], rank[g[0][2]])):
-        sub_records = records[records["cell_id"].isin(set(sub["cell_id"])) & (records["suite"] == board[0])]
-        blocks.append(board_table(sub_records, sub, key_values(board), eps, reports))
-    return blocks
+    boards = []
+    for key in board_order(cells):
+        sub = cells[(cells[BOARD] == list(key)).all(axis=1)]
+        sub_records = records[records["cell_id"].isin(set(sub["cell_id"]))]
+        boards.append(board_table(sub_records, sub, key, eps, reports, papers))
+    return boards
 
 
-def timing_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
+def contents(boards: list[Board], keys: list[Key]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Navigation: per dataset, victim and layer, a link to each defence level's table."""
+    lines: dict[str, list[tuple[str, str]]] = {}
+    for board, key in zip(boards, keys, strict=True):
+        lines.setdefault(f"{key[0]} · {key[1]} · layer {key[2]}", []).append((str(key[3]), f"#{board.anchor}"))
+    return list(lines.items())
+
+
+def timing_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Table]:
     """Seconds per cell for every attack and setting (wall clock: differs between reruns, never ranked)."""
-    rows = [[*map(str, key), fmt(s["seconds_mean"], 2), str(s["cells"])]
-            for key, s in grouped(records, cells, [*BOARD, *COLUMN, "attack"])]
-    return [Table("Seconds per cell", [*BOARD, *COLUMN, "attack", "seconds / cell", "cells"], rows)]
+    by = [*BOARD, "batch_size", "attack"]
+    rows = [[*map(str, key), fmt(s["seconds_mean"], 2), str(s["cells"])] for key, s in grouped(records, cells, by)]
+    return [Table("Seconds per cell", [*by, "seconds / cell", "cells"], rows)]
 
 
-def write_leaderboard(results: Path, reports: Path) -> list[Path]:
-    """Regenerate REPORTS/leaderboard.{md,html} (ranked, byte-identical for the same records) and
-    REPORTS/leaderboard-timing.md (seconds per cell) from the runs under `results`."""
+HOW_TO_READ = [
+    "One table per threat model — dataset, victim, attacked layer and defence — like RobustBench's pages. Attacks "
+    "(each linked to its paper) are ranked by mean exact % over the table's batch sizes (failed images count as "
+    "not exact), then mean PSNR median, then fewer failures, each rounded as shown so float noise never decides "
+    "a rank; equal keys share a rank. Each column is one metric in one unit at one batch size b: exact % (images "
+    "pixel-equal at 8 bits), PSNR median in dB over the reconstructed images ('exact' when the median image is "
+    "exact; sorted above any number), mean LPIPS (lower is closer), n images and failures (images of failed "
+    "cells). Click a header to sort on its numbers (largest first; '–' last).",
+    "Attacks from plugins and from `leakbench.api.evaluate` (run folders SUITE--NAME) stand in the same tables as "
+    "the shipped ones when their settings match; a cell stored by several runs counts once. Generated from "
+    "stored records only: the same records give the same bytes (wall-clock seconds are in "
+    "leaderboard-timing.md). An exact % links to its comparison grid where the run's report lies in the same "
+    "reports folder (`leakbench report RUN --reports` this folder). Matching: Hungarian on MSE.",
+]
+
+
+DEFENCES_INTRO = (
+    "Per dataset, victim and batch size: the strongest attack against the undefended client (most exact images, "
+    "then highest PSNR median), and each defence ranked by how much it cuts that attack's leakage — its exact % "
+    "and PSNR median under the defence, lowest first; exact cut = its undefended exact % minus that, in "
+    "percentage points — then by the worst leakage of any attack against the defence, then by accuracy cost. "
+    "PSNR '–': every image of the attack failed. Test accuracy and cost (in points against the undefended "
+    "victim) are those of a victim trained with the defence on every update.")
+
+
+def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None,
+                         papers: Papers = NO_PAPERS) -> list[Section]:
+    """The page's views: the defence ranking (when a run has defended cells), then the attack tables."""
+    keys = board_order(cells)
+    boards = leaderboard_boards(records, cells, reports, papers)
+    sections = []
+    ranking = defence_ranking(records, cells, papers)
+    if ranking:
+        sections.append(Section(
+            "Defences ranked", [DEFENCES_INTRO], ranking, "defences"))
+    sections.append(Section("Attacks per threat model", [], boards, "attacks", contents(boards, keys)))
+    sections.append(Section("How to read these tables", HOW_TO_READ, [], "how"))
+    return sections
+
+
+def write_leaderboard(results: Path, reports: Path, papers: Papers = NO_PAPERS) -> list[Path]:
+    """Regenerate REPORTS/leaderboard.{md,html} (ranked, byte-identical for the same records and papers) and
+    REPORTS/leaderboard-timing.md (seconds per cell) from the runs under `results`; names link to `papers`
+    (`citation.registered_papers()` from the command line)."""
     check_leaderboard_target(reports)  # before reading anything: a user's leaderboard.md is never replaced
     records, cells = load_results(results)
-    intro = ["Per dataset, victim and attacked layer: attacks ranked by mean exact % over the table's settings "
-             "(failed images count as not exact), then mean PSNR median, then fewer failures. Each entry is one "
-             "headline number — exact % when any image is exact, else the PSNR median — with the mean LPIPS after "
-             "the dot. Generated from stored records only; the same records give the same bytes (timing is in "
-             "leaderboard-timing.md). An entry links to its comparison grid where the suite's report lies in the "
-             "same reports folder (`leakbench report RUN --reports` this folder).",
-             f"Runs: {', '.join(sorted(cells['suite'].unique()))}. Matching: Hungarian on MSE. "
-             f"Exact over all images: {fmt(100 * float(records['exact'].mean()), 1)} %."]
-    blocks = leaderboard_blocks(records, cells, reports)
-    defences = defence_blocks(records, cells)
-    if defences:
-        intro.append("Defences (the tables titled 'Defences: …', after the attack tables): per dataset, victim and "
-                     "batch size, each defence level ranked by its worst leakage over every attack, beside the "
-                     "test accuracy of a victim trained with that defence on every update and its cost against "
-                     "the undefended victim.")
-        blocks += defences
-    files = {"leaderboard.md": markdown(TITLE, intro, blocks),
-             "leaderboard.html": html_document(TITLE, intro, blocks, sortable=True),
+    intro = [f"Gradient-inversion attacks ranked per threat model, and defences ranked by how much they cut the "
+             f"strongest attack, from the stored records of {', '.join(sorted(cells['suite'].unique()))} "
+             f"({len(cells)} cells, {len(records)} images, {fmt(100 * float(records['exact'].mean()), 1)} % of them "
+             "exact). Names link to their papers; click a column header to sort; how to read: at the end."]
+    sections = leaderboard_sections(records, cells, reports, papers)
+    files = {"leaderboard.md": markdown_page(TITLE, intro, sections),
+             "leaderboard.html": html_page(TITLE, intro, sections, nav=True),
              "leaderboard-timing.md": markdown(TIMING_TITLE, ["Wall-clock seconds per cell; not part of the ranking."],
-                                               timing_blocks(records, cells))}
-    for name, text in files.items():
-        write_text_atomic(reports / name, text)
+                                               list(timing_blocks(records, cells)))}
+    for name, page in files.items():
+        write_text_atomic(reports / name, page)
     return [reports / name for name in files]

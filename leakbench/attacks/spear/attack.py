@@ -15,6 +15,7 @@ from leakbench.attacks.spear.deflation import SampleState, search_samples
 from leakbench.attacks.spear.factors import LayerProblem, factorize
 from leakbench.attacks.spear.search import search_columns
 from leakbench.attacks.spear.state import SearchSettings, SearchState, stop_reason
+from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 from leakbench.harness.limits import MAX_DEPTH, MAX_WIDTH
@@ -62,7 +63,7 @@ class SpearConfig(Ranged):
         side each, for deep layers where samples have fewer than b−1 zeros; needs enough neurons
         active for the whole batch), "both" (alternating, favouring the route that found a sample
         more recently) or "auto" (two-sided when the batch span is found, else zeros; measured
-        best: at layers 4–5 of FC-6 zero draws misread near-zero rows, see docs/spear.md).
+        best: at layers 4–5 of FC-6 zero draws misread near-zero rows, see docs/notebook/spear.md).
     row_weight_power: default route only: zero draws pick rows with probability ∝ |row|^−power on
         every other chunk (deflation.row_weights; 0 = SPEAR's uniform draws).
     route: "default" (leakbench's deflated search, deflation.py: next-layer fit, deflation,
@@ -137,6 +138,7 @@ def auto_chunk(m: int, b: int) -> int:
 
 class SpearAttack(Attack):
     name = "spear"
+    paper = Citation("Dimitrov et al., NeurIPS 2024", "https://arxiv.org/abs/2403.03945")
     description = "SPEAR: exact reconstruction from a linear+ReLU layer's gradient (low rank, ReLU zeros, sampling)"
     Config = SpearConfig
     requires = Requirements(linear_relu_layer=True, batch_size=True)

@@ -8,7 +8,7 @@ Two ways to propose the directions q with L q sparse:
 - `msp`: ℓ4-norm maximisation over the orthogonal group (Zhai, Yang, Liao, Wright and Ma,
   "Complete dictionary learning via ℓ4-norm maximization over the orthogonal group", JMLR 2020):
   whiten Ȳ = (Y Yᵀ)^−½ Y, then the matching-stretching-projection fixed point
-  A ← polar((A Ȳ)^∘3 Ȳᵀ). Published; measured too weak here on its own (docs/spear.md): at
+  A ← polar((A Ȳ)^∘3 Ȳᵀ). Published; measured too weak here on its own (docs/notebook/spear.md): at
   θ ≈ ½ and m/b ≈ 8 the true columns are not maxima of the ℓ4 objective.
 - `trimmed` (leakbench's own, not from the literature): least trimmed squares with a shrinking
   trim, q ← smallest eigenvector of Σ_{r ∈ S(q)} Ln_rᵀ Ln_r over the `keep` rows S(q) where |Ln_r·q|

@@ -2,7 +2,7 @@
 
 A draw needs b−1 rows that are all inactive for one sample. At width 400 and b = 150 a sample has only
 ≈ 200 inactive neurons, so a draw must hit 149 of them: even from the guide's most confident rows that
-almost never happens (docs/spear.md, "Past b = 100"). The next-layer fit needs no such luck: given a
+almost never happens (docs/notebook/spear.md, "Past b = 100"). The next-layer fit needs no such luck: given a
 pattern it solves for the sample in least squares (fit.py), and the fitted sample's own ReLU pattern
 is the next pattern to fit. Started from a guide's predicted pattern (ẑ < 0) — CPA gets ≈ 6 % of the
 signs wrong there — this fixed-point iteration lands on the true sample for many guides. Measured

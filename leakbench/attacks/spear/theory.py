@@ -6,7 +6,7 @@ sample i's zeros: probability π(z_i) = C(z_i, b−1) / C(m, b−1). Under the u
 z_i ~ Binomial(m, ½) independently, E[C(z, k)] = C(m, k)·2^−k, so the mean hit probability is
 exactly 2^−(b−1) and plain SPEAR needs about 2^(b−1)·H_b draws (coupon collector).
 
-Deflation (leakbench's search, docs/spear.md): with k samples known a draw needs only b−k−1 rows,
+Deflation (leakbench's search, docs/notebook/spear.md): with k samples known a draw needs only b−k−1 rows,
 and the last sample is free. `expected_draws` evaluates either search for given z_i; the
 `*_binomial` versions average over z ~ Binomial(m, p) by Monte Carlo with a fixed seed.
 """

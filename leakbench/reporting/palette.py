@@ -1,0 +1,55 @@
+"""One colour per attack, the same in every figure and every report: a palette keyed on the attack's name.
+
+Shipped attacks have fixed colours, related attacks in related hues (SPEAR blues and a purple, CPA oranges and browns,
+IG greens, DLG reds); any other name (a plugin's attack, one evaluated through `api.evaluate`) gets a
+colour derived from a hash of its name, so it too is the same wherever and whenever it is drawn.
+
+    >>> colour("spear")
+    '#1f77b4'
+"""
+
+from __future__ import annotations
+
+import colorsys
+import hashlib
+from collections.abc import Iterable
+
+SHIPPED: dict[str, str] = {
+    "spear": "#1f77b4",
+    "spear-guided": "#17becf",
+    "spear-dl": "#6a3d9a",
+    "cpa": "#ff7f0e",
+    "cpa-derivative": "#8c564b",
+    "cpa-released": "#bcbd22",
+    "ig": "#2ca02c",
+    "ig-breaching": "#005a32",
+    "ig-masked": "#74c476",
+    "dlg": "#d62728",
+    "dlg-masked": "#e377c2",
+    "mean-image": "#7f7f7f",
+}
+"""Fixed colours of the shipped attacks (and the example plugin's `mean-image`), hex RGB."""
+
+
+def colour(attack: str) -> str:
+    """The colour of `attack` as '#rrggbb': its fixed colour when shipped, else one from its name's hash."""
+    return SHIPPED.get(attack) or hashed(attack)
+
+
+def hashed(name: str) -> str:
+    """A mid-saturation, mid-lightness colour from the SHA-256 of `name` (stable across processes and
+    machines, unlike Python's `hash`)."""
+    digest = hashlib.sha256(name.encode("utf-8")).digest()
+    hue = int.from_bytes(digest[:2], "big") / 65536
+    lightness = 0.35 + 0.15 * digest[2] / 255
+    saturation = 0.55 + 0.35 * digest[3] / 255
+    red, green, blue = colorsys.hls_to_rgb(hue, lightness, saturation)
+    return "#" + "".join(f"{round(255 * c):02x}" for c in (red, green, blue))
+
+
+def colours(attacks: Iterable[str]) -> dict[str, str]:
+    """`colour` of each attack (a palette for seaborn's `palette=` or a legend)."""
+    return {attack: colour(attack) for attack in attacks}
+
+
+__all__ = ["SHIPPED", "colour", "colours", "hashed"]
