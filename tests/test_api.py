@@ -7,13 +7,13 @@ import io
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 from conftest import CLI_TIMEOUT_S, REPO_ROOT
+from grey_attack import GreyAttack, GreyConfig
 
 from leakbench import api
 from leakbench.attacks import ATTACKS, Attack, Reconstruction
@@ -27,21 +27,6 @@ layers = [1, 2]
 width = 32
 depth = 3
 """
-
-
-@dataclass(frozen=True)
-class GreyConfig:
-    """level: the grey level of every reconstructed image."""
-
-    level: float = 0.5
-
-
-class GreyAttack(Attack):
-    name, description, Config = "api-grey", "a flat grey image per sample (test)", GreyConfig
-
-    def reconstruct(self, update, *, seed):
-        shape = (update.batch_size or 1, *update.model.input_shape)
-        return Reconstruction("ok", "image", images=torch.full(shape, self.config.level))
 
 
 class GiveUpAttack(Attack):

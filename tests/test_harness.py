@@ -99,7 +99,7 @@ def test_find_suite_default(repo_root: Path) -> None:
     assert sorted({c.batch_size for c in suite.cells}) == [1, 8]
     assert sorted({c.layer for c in suite.cells}) == [1]
     assert sorted({c.seed for c in suite.cells}) == [0, 1, 2]  # the report's spread is over three seeds
-    assert len({c.dp for c in suite.cells}) == 3
+    assert len({c.dp for c in suite.cells}) == 2
     assert {c.dataset for c in suite.cells} == {"embedded"}
     assert len(suite.cells) == 72  # issue 25: `make run` within about 5 minutes on two cores
 

@@ -8,14 +8,13 @@ import html
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
+from grey_attack import GreyAttack
 
 from leakbench import api
-from leakbench.attacks import ATTACKS, Attack, Reconstruction
+from leakbench.attacks import ATTACKS
 from leakbench.citation import Papers, registered_papers
 from leakbench.fl.transform import TRANSFORMS
 from leakbench.harness.suite import find_suite, load_suite
@@ -33,19 +32,8 @@ dp = ["none", { sigma = 1e-2, clip = 1.0, delta = 1e-5, q = 0.01, steps = 1 }]
 """
 
 
-@dataclass(frozen=True)
-class GreyConfig:
-    """level: the grey level of every reconstructed image."""
-
-    level: float = 0.5
-
-
-class BoardGreyAttack(Attack):
-    name, description, Config = "board-grey", "a flat grey image per sample (test)", GreyConfig
-
-    def reconstruct(self, update, *, seed):
-        shape = (update.batch_size or 1, *update.model.input_shape)
-        return Reconstruction("ok", "image", images=torch.full(shape, self.config.level))
+class BoardGreyAttack(GreyAttack):
+    name = "board-grey"
 
 
 @pytest.fixture(scope="module")

@@ -189,12 +189,12 @@ def defence_ranking(records: pd.DataFrame, cells: pd.DataFrame, papers: Papers |
 
 def _strongest(records: pd.DataFrame, cells: pd.DataFrame) -> tuple[tuple[str, int], dict[str, Any]] | None:
     """The (attack, layer) leaking most over `cells` (most exact images, then highest PSNR median, as shown)
-    with its stats; None without cells."""
+    with its stats, the first by name among equally strong ones (as the report's findings); None without cells."""
     found = [(key_values(k), leakage_stats(records[records["cell_id"].isin(set(s["cell_id"]))], s))
              for k, s in cells.groupby(["attack", "layer"], sort=True)]
     if not found:
         return None
-    (attack, layer), stats = max(found, key=lambda f: (leakage_key(f[1]), f[0]))
+    (attack, layer), stats = max(found, key=lambda f: leakage_key(f[1]))  # max keeps the first of equals
     return (str(attack), int(layer)), stats
 
 
