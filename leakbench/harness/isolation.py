@@ -408,7 +408,7 @@ def fork_server(fd: int) -> None:
     _warm_up()
     try:
         _serve(sock)
-    except OSError:  # the harness went away (Ctrl-C, a stop signal): nothing to report, no traceback
+    except ConnectionError:  # the harness went away (Ctrl-C, a stop signal): nothing to report, no traceback
         pass
 
 

@@ -41,7 +41,7 @@ from leakbench.reporting.board_page import (
 )
 from leakbench.reporting.compare import grid_name
 from leakbench.reporting.defences import defence_levels, defence_ranking, psnr_entry
-from leakbench.reporting.leakage import leakage_stats, shown_exact, shown_psnr
+from leakbench.reporting.leakage import leakage_stats, shown_exact, shown_median
 from leakbench.reporting.order import level_key
 from leakbench.reporting.palette import colour
 from leakbench.reporting.pivot import not_isolated, ranks
@@ -109,11 +109,11 @@ def level_papers(level: str, papers: Papers) -> list[tuple[str, Citation]]:
 # --------------------------------------------------------------------------- one threat model
 
 def rank_key(row: Sequence[dict[str, Any] | None]) -> tuple[float, float, int]:
-    """Mean exact % (as shown: whole percent) high first, then mean PSNR median (as shown: `leakage.shown_psnr`,
+    """Mean exact % (as shown: whole percent) high first, then mean PSNR median (as shown: `leakage.shown_median`,
     0.1 dB capped at 60, exact above any), then fewer failures; a batch size the attack did not run counts
     0 % exact. Rounding as shown: float noise never decides a rank."""
     exact = sum(shown_exact(s) for s in row) / len(row)
-    psnr = sum(shown_psnr(s) for s in row) / len(row)
+    psnr = sum(shown_median(s) for s in row) / len(row)
     return -round(exact, 6), -round(psnr, 6), sum(s["failures"] for s in row if s)
 
 

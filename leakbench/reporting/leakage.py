@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from leakbench.reporting.aggregate import PSNR_CAP, group_stats
+from leakbench.reporting.aggregate import group_stats
+from leakbench.reporting.pivot import shown_psnr
 
 EXACT_DB = 1000.0
 """The PSNR an exact median counts as when ranking (above any finite PSNR leakbench scores)."""
@@ -43,15 +44,15 @@ def shown_exact(s: dict[str, Any] | None) -> float:
     return float(round(s["exact_pct"])) if s and not math.isnan(s["exact_pct"]) else 0.0
 
 
-def shown_psnr(s: dict[str, Any] | None) -> float:
-    """PSNR median as shown: 0.1 dB, capped at `aggregate.PSNR_CAP` ('≥ 60'), exact as `EXACT_DB`, none
-    (every image failed) as 0 dB."""
-    if not s or math.isnan(s["psnr_exact_median"]):
+def shown_median(s: dict[str, Any] | None) -> float:
+    """The PSNR median as the leaderboard shows it: `pivot.shown_psnr` (0.1 dB, capped at
+    `aggregate.PSNR_CAP`, none = 0 dB), an exact median as `EXACT_DB`."""
+    if not s:
         return 0.0
     value = float(s["psnr_exact_median"])
-    return EXACT_DB if math.isinf(value) else min(round(value, 1), PSNR_CAP)
+    return EXACT_DB if math.isinf(value) else shown_psnr(value)
 
 
 def leakage_key(s: dict[str, Any] | None) -> tuple[float, float]:
     """Larger is more leakage: exact % as shown, then PSNR median as shown."""
-    return shown_exact(s), shown_psnr(s)
+    return shown_exact(s), shown_median(s)
