@@ -295,7 +295,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
     with attack_progress(sys.stderr if sys.stderr.isatty() else None):
         result = run_cell(spec, lpips=scorer, lpips_note=note)
     if args.out is not None:
-        failed = [result.reconstruction.status != "ok"] * len(result.truth)
+        failed = [not result.reconstruction.answered] * len(result.truth)  # unmatched ones: NaN, drawn failed
         write_cell(result, args.out, extra=lambda folder: save_grid(
             folder / "grid.png", result.truth, result.aligned, caption=cell_caption(result.summary), failed=failed))
     print(json.dumps(json_safe(result.summary)) if args.json else human_summary(result.summary))

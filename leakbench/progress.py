@@ -79,10 +79,13 @@ REASON_CHARS = 90
 
 
 def cell_line(label: str, summary: Mapping[str, Any]) -> str:
-    """A finished cell in one line: its settings (`label`), then "ok" with exact % and seconds, or
-    "failed: REASON" (the attack's reason, shortened) with seconds, so a failure is understood where it shows."""
+    """A finished cell in one line: its settings (`label`), then "ok" with exact % and seconds, "partial, exact
+    N%: batch incomplete: k of b verified (…)" for an incomplete batch, or "failed: REASON" (the attack's
+    reason, shortened) with seconds, so a failure is understood where it shows."""
     if summary["status"] == "ok":
         outcome = f"ok, exact {100 * summary['exact_fraction']:.0f}%"
+    elif summary["status"] == "partial":
+        outcome = f"partial, exact {100 * summary['exact_fraction']:.0f}%: {short_reason(summary.get('reason'))}"
     else:
         outcome = f"{summary['status']}: {short_reason(summary.get('reason'))}"
     return f"{label}: {outcome}, {summary['seconds']:.2f} s"
@@ -95,10 +98,13 @@ def short_reason(reason: object, limit: int = REASON_CHARS) -> str:
 
 
 def cells_line(statuses: Iterable[str], reasons: str) -> str:
-    """"cells: N ok, M failed", and where the failures' reasons are (`reasons`) when there are any."""
+    """"cells: N ok, M failed" (", K incomplete" when a batch is incomplete), and where the reasons of the
+    failed and incomplete ones are (`reasons`) when there are any."""
     counts = list(statuses)
-    failed = sum(status != "ok" for status in counts)
-    return f"cells: {len(counts) - failed} ok, {failed} failed" + (f" (each one's reason: {reasons})" if failed else "")
+    ok, partial = counts.count("ok"), counts.count("partial")
+    failed = len(counts) - ok - partial
+    return (f"cells: {ok} ok, {failed} failed" + (f", {partial} incomplete" if partial else "")
+            + (f" (each one's reason: {reasons})" if failed or partial else ""))
 
 
 def closing_lines(statuses: Iterable[str], report: Path, results: Path, reports: Path) -> list[str]:

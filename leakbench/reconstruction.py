@@ -11,7 +11,12 @@ from typing import Any, Literal
 
 import torch
 
-Status = Literal["ok", "failed"]
+Status = Literal["ok", "partial", "failed"]
+"""ok: the whole batch. partial: the batch is incomplete, and the answer holds only the samples the
+attack verified one by one (fewer than the batch; never an unverified one). failed: no answer."""
+STATUSES: tuple[Status, ...] = ("ok", "partial", "failed")
+ANSWERED: tuple[Status, ...] = ("ok", "partial")
+"""The statuses whose answer is scored (a failed one has none)."""
 Space = Literal["image", "feature"]
 
 
@@ -21,7 +26,9 @@ class Reconstruction:
 
     `images` (b, C, H, W) in [0, 1] when the attack reconstructs images; `features` (b, n) when it
     reconstructs the inputs of an inner layer (`layer`). On failure both may be None and `reason`
-    says why. `stats` holds the attack's own counters (draws, candidates, seconds, …).
+    says why. A partial answer (`partial`) holds only the samples the attack verified, fewer than the batch,
+    and `reason` says why the batch is incomplete. `stats` holds the attack's own counters (draws,
+    candidates, seconds, …).
     """
 
     status: Status
@@ -32,7 +39,32 @@ class Reconstruction:
     reason: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def answered(self) -> bool:
+        """Whether there is an answer to score: the whole batch, or the verified samples of an incomplete one."""
+        return self.status in ANSWERED
+
+    @classmethod
+    def partial(cls, reason: str, *, space: Space = "image", images: torch.Tensor | None = None,
+                features: torch.Tensor | None = None, layer: int | None = None,
+                stats: dict[str, Any] | None = None) -> Reconstruction:
+        """An incomplete batch: the k samples the attack verified (k rows, fewer than the batch) and why the
+        rest are missing. The harness scores them like any answer and records "batch incomplete: k of b
+        verified" (`incomplete_reason`)."""
+        return cls(status="partial", space=space, images=images, features=features, layer=layer, reason=reason,
+                   stats=stats or {})
+
+    def rows(self) -> int:
+        """How many samples the answer holds in its own space (0 without one)."""
+        answer = self.images if self.space == "image" else self.features
+        return 0 if answer is None or not self.answered else int(answer.shape[0])
+
     @classmethod
     def failed(cls, reason: str, *, space: Space = "image", layer: int | None = None,
                stats: dict[str, Any] | None = None) -> Reconstruction:
         return cls(status="failed", space=space, layer=layer, reason=reason, stats=stats or {})
+
+
+def incomplete_reason(k: int, b: int, reason: str) -> str:
+    """A partial answer's reason as records keep it: "batch incomplete: k of b verified (the attack's reason)"."""
+    return f"batch incomplete: {k} of {b} verified" + (f" ({reason})" if reason else "")

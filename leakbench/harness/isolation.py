@@ -331,7 +331,9 @@ def _check_meta(meta: Any) -> None:
     for key, kind in types.items():
         if not isinstance(meta[key], kind) or isinstance(meta[key], bool):
             raise ValueError(f"{key} is a {type(meta[key]).__name__}")
-    if meta["status"] not in ("ok", "failed") or meta["space"] not in ("image", "feature"):
+    from leakbench.reconstruction import STATUSES
+
+    if meta["status"] not in STATUSES or meta["space"] not in ("image", "feature"):
         raise ValueError(f"status {meta['status']!r}, space {meta['space']!r}")
     if not math.isfinite(meta["seconds"]) or meta["seconds"] < 0:
         raise ValueError(f"seconds {meta['seconds']!r}")

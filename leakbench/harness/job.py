@@ -124,9 +124,9 @@ def attack_cell(job: AttackJob, update: ClientUpdate) -> AttackOutput:
     recon = _reconstruct(attack, update, job.seed)
     output = AttackOutput(recon, time.perf_counter() - start, attack.hyperparameters())
     inversion = job.inversion
-    if inversion is not None and inversion.steps and recon.space == "feature" and recon.status == "ok":
+    if inversion is not None and inversion.steps and recon.space == "feature" and recon.answered:
         start = time.perf_counter()
-        assert recon.features is not None  # Reconstruction's contract: a feature-space "ok" has features
+        assert recon.features is not None  # Reconstruction's contract: a feature-space answer has features
         model = client_view(update.model, update.threat)  # BatchNorm as the client ran it
         output.inverted = invert_features(model, recon.features, recon.layer or job.layer, inversion, seed=job.seed)
         recon.stats["inversion_seconds"] = time.perf_counter() - start

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from leakbench.metrics import (
 )
 from leakbench.metrics.stats import describe, or_none
 from leakbench.models import ImageVictim
+from leakbench.reconstruction import incomplete_reason
 from leakbench.records.artifacts import AttackOutput, plain_stats
 
 
@@ -49,6 +51,7 @@ class CellResult:
 def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: ImageVictim, *,
                lpips: LpipsScorer | None = None, lpips_note: str = "") -> CellResult:
     """The scoring step: a pure function of the attack's output and the re-derived ground truth."""
+    output = admitted(output, len(batch.images))
     recon = output.reconstruction
     records, aligned = score(recon, batch, client_view(model, spec.threat), lpips)  # truth as the client ran it
     if spec.inversion is not None and spec.inversion.steps and recon.space == "feature":
@@ -68,16 +71,34 @@ def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: ImageV
     return CellResult(spec, summary, records, batch.images, aligned, output)
 
 
+def admitted(output: AttackOutput, b: int) -> AttackOutput:
+    """The output as scored: a partial answer must hold 1 to b − 1 samples (the ones its attack verified);
+    one holding none, or as many as the batch or more, is refused and scored as a failed cell saying why.
+
+    Whatever an answer claims, scoring pairs each ground-truth image with at most one reconstruction
+    (Hungarian matching) and the ground truth alone decides what is exact, so a partial answer can never
+    count more images than it holds, nor one image twice; its unmatched ground-truth images count as not
+    recovered.
+    """
+    recon = output.reconstruction
+    if recon.status != "partial" or 0 < recon.rows() < b:
+        return output
+    reason = (f"error: a partial answer holds 1 to {b - 1} verified samples of the batch of {b}; this one "
+              f"held {recon.rows()}")
+    failed = Reconstruction.failed(reason, space=recon.space, layer=recon.layer, stats=recon.stats)
+    return dataclasses.replace(output, reconstruction=failed, inverted=None)
+
+
 def score(recon: Reconstruction, batch: Batch, model: ImageVictim, lpips: LpipsScorer | None
           ) -> tuple[pd.DataFrame, torch.Tensor | None]:
     """Per-image metrics in the reconstruction's space, and the reconstruction aligned to truth."""
     if recon.space == "image":
-        images = recon.images if recon.status == "ok" else None
+        images = recon.images if recon.answered else None
         records = score_images(images, batch.images, lpips=lpips)
     else:
         truth = model.layer_inputs(batch.images.to(next(model.parameters()).dtype), recon.layer or 1)
         images = None
-        records = score_features(recon.features if recon.status == "ok" else None, truth.detach())
+        records = score_features(recon.features if recon.answered else None, truth.detach())
     aligned = aligned_to_truth(images, stored_matching(records))
     records.insert(0, "space", recon.space)
     records["status"] = recon.status
@@ -123,12 +144,18 @@ def summarize(spec: CellSpec, recon: Reconstruction, records: pd.DataFrame, seco
         "psnr_inf": psnr.n_inf, "ssim_mean": or_none(ssim.mean),
         "lpips_mean": or_none(lp.mean) if have_lpips else None,
         "lpips_note": "" if have_lpips else lpips_note,
-        "seconds": seconds, "status": recon.status, "reason": recon.reason,
+        "seconds": seconds, "status": recon.status, "reason": cell_reason(recon, len(records)),
         "matching": MATCHING, "attack_stats": plain_stats(recon.stats),
     })
     if recon.space == "feature":
         out["feature_rel_error_max"] = or_none(describe(_values(records, "rel_error")).max)
     return out
+
+
+def cell_reason(recon: Reconstruction, b: int) -> str:
+    """The reason a cell's records keep: the attack's own, or for a partial answer "batch incomplete: k of b
+    verified (the attack's reason)", k counted by the harness (the samples the answer holds)."""
+    return incomplete_reason(recon.rows(), b, recon.reason) if recon.status == "partial" else recon.reason
 
 
 def _values(records: pd.DataFrame, name: str) -> np.ndarray:

@@ -4,7 +4,8 @@ Reconstructions are first paired with ground-truth items by
 :func:`leakbench.metrics.matching.match_by_mse`, unless a matching is given (e.g.
 the one found on the recovered features of images inverted from them). A missing
 reconstruction (the attack failed and produced nothing, or produced fewer items
-than the batch) gives NaN metrics, ``matched_recon == -1`` and ``exact == False``.
+than the batch: a partial answer holds only its verified samples) gives NaN
+metrics, ``matched_recon == -1`` and ``exact == False``.
 
 This module is the one scoring path: cells, feature inversion, ``leakbench attack
 --out``, rescore and reports all score with :func:`score_images` /
@@ -22,6 +23,7 @@ from leakbench.errors import LeakbenchError
 from leakbench.metrics.image import exact, mse, psnr, ssim
 from leakbench.metrics.lpips_metric import LpipsScorer
 from leakbench.metrics.matching import UNMATCHED, apply_matching, match_by_mse
+from leakbench.reconstruction import ANSWERED
 
 IMAGE_COLUMNS = ("image", "matched_recon", "mse", "psnr", "ssim", "lpips", "exact")
 """Columns of :func:`score_images`."""
@@ -121,6 +123,16 @@ def score_images(recon: Tensor | None, truth: Tensor, *, lpips: LpipsScorer | No
 def stored_matching(records: pd.DataFrame) -> np.ndarray:
     """The matching kept in a cell's records (``matched_recon``), in ground-truth order (``image``)."""
     return records.sort_values("image")["matched_recon"].to_numpy(dtype=np.int64)
+
+
+def recovered(records: pd.DataFrame) -> pd.Series:
+    """Per record (one ground-truth item of a cell): whether the cell's answer gave it a reconstruction —
+    the cell answered (status ok, or partial: the samples its attack verified) and the matching paired one
+    with this item. A failed cell's items, and those a partial answer left unmatched, are not recovered."""
+    got = records["status"].isin(ANSWERED)
+    if "matched_recon" in records:
+        got &= records["matched_recon"] != UNMATCHED
+    return got
 
 
 def aligned_to_truth(recon: Tensor | None, perm: np.ndarray) -> Tensor | None:

@@ -24,6 +24,7 @@ import pandas as pd
 
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.harness.selection import check_selection
+from leakbench.metrics.score import recovered
 from leakbench.records.atomic import write_parquet_atomic
 from leakbench.records.cells import CELLS_DIR, cell_path
 from leakbench.records.folders import check_owned, folder_name, remove_leftovers
@@ -103,7 +104,7 @@ def cell_row(cell_dir: Path, records: pd.DataFrame) -> dict[str, Any]:
     summary = json.loads((cell_dir / "summary.json").read_text())
     row: dict[str, Any] = {key: records[key].iloc[0] for key in axis_columns(records.columns)}
     row.update({key: summary.get(key) for key in SUMMARY_COLUMNS})
-    row["failures"] = int((records["status"] != "ok").sum())
+    row["failures"] = int((~recovered(records)).sum())  # images without a reconstruction
     row["attack_stats"] = json.dumps(summary.get("attack_stats", {}), sort_keys=True)
     row["hyperparameters"] = json.dumps(summary.get("hyperparameters", {}), sort_keys=True)
     return row

@@ -38,7 +38,8 @@ GUARD_ONLY = "python-guard only"
 """The level where the kernel (or the install) cannot sandbox: the audit-hook guard alone."""
 
 CELL_EXTRA_COLUMNS = ("failures", "attack_stats", "hyperparameters")
-"""The last cells.parquet columns: failed images, and the attack's stats and hyperparameters as JSON."""
+"""The last cells.parquet columns: images without a reconstruction, and the attack's stats and hyperparameters
+as JSON."""
 
 TIMING_COLUMNS = ("seconds", "attack_stats")
 """Per-cell columns that hold wall-clock measurements: the only ones two runs may differ in."""

@@ -43,7 +43,7 @@ class CellTruth:
         positions NaN. None when the attack produced no images."""
         output = self.output
         images = output.reconstruction.images if output.reconstruction.space == "image" else output.inverted
-        if images is None or output.reconstruction.status != "ok":
+        if images is None or not output.reconstruction.answered:
             return None
         return aligned_to_truth(images, self.matching)
 

@@ -2,7 +2,9 @@
 
 A failed cell's images carry no PSNR/SSIM and count as not exact: `exact %` is over all n images,
 PSNR/SSIM statistics are over the images that have a reconstruction, and `failures` says how many
-did not. PSNR mean ± std is over finite values (∞ = bit-identical); the median includes ∞.
+did not (`metrics.score.recovered`). An incomplete batch (status "partial") is neither: its verified
+samples are scored like any reconstruction, its other images are failures, and the cell is counted
+as incomplete, never as failed. PSNR mean ± std is over finite values (∞ = bit-identical); the median includes ∞.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from leakbench.metrics.score import recovered
 from leakbench.metrics.stats import describe
 from leakbench.models import victim_label
+from leakbench.reconstruction import ANSWERED
 from leakbench.reporting.order import level_key
 
 LPIPS_MISSING = "n/a — weights not available"
@@ -26,9 +30,10 @@ def group_stats(records: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:
     psnr = describe(_column(records, "psnr"))
     return {
         "cells": len(cells),
-        "failed_cells": int((cells["status"] != "ok").sum()) if len(cells) else 0,
+        "failed_cells": failed_cells(cells["status"]) if len(cells) else 0,
+        "incomplete": incomplete_batches(records, cells),
         "n": len(records),
-        "failures": int((records["status"] != "ok").sum()),
+        "failures": int((~recovered(records)).sum()),
         "exact_pct": 100.0 * float(records["exact"].astype(bool).mean()) if len(records) else math.nan,
         "psnr_mean": psnr.mean, "psnr_std": psnr.std, "psnr_median": psnr.median, "psnr_inf": psnr.n_inf,
         "ssim_mean": describe(_column(records, "ssim")).mean,
@@ -38,6 +43,45 @@ def group_stats(records: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:
         "space": "/".join(sorted(set(records["space"]))) if "space" in records and len(records) else "",
         "reasons": sorted({str(r) for r in cells.get("reason", pd.Series(dtype=str)) if r}),
     }
+
+
+def failed_cells(status: pd.Series) -> int:
+    """Cells with no answer (not ok, not partial)."""
+    return int((~status.isin(ANSWERED)).sum())
+
+
+def incomplete_cells(status: pd.Series) -> int:
+    """Cells whose batch is incomplete (status partial: only their verified samples were returned)."""
+    return int((status == "partial").sum())
+
+
+def incomplete_batches(records: pd.DataFrame, cells: pd.DataFrame) -> list[tuple[int, int]]:
+    """(k, b) for every incomplete batch among `cells`: k of its b images recovered (the verified samples the
+    matching paired with them, counted from the records, never from the attack's own claim); sorted."""
+    if not len(cells) or "status" not in cells:
+        return []
+    ids = set(cells.loc[cells["status"] == "partial", "cell_id"])
+    sub = records[records["cell_id"].isin(ids)]
+    return sorted((int(got.sum()), len(got)) for _, got in recovered(sub).groupby(sub["cell_id"]))
+
+
+def incomplete_text(batches: list[tuple[int, int]], shown: int = 3) -> str:
+    """How many batches are incomplete and what each verified: '1 (148/150 verified)', '3 (20/32, 30/32,
+    31/32 verified)' (the first `shown`, then '…'); '' for none."""
+    if not batches:
+        return ""
+    parts = [f"{k}/{b}" for k, b in batches[:shown]] + (["…"] if len(batches) > shown else [])
+    return f"{len(batches)} ({', '.join(parts)} verified)"
+
+
+def cells_note(status: pd.Series) -> str:
+    """'2 failed', and ', 1 incomplete' when there are incomplete batches."""
+    partial = incomplete_cells(status)
+    return f"{failed_cells(status)} failed" + (f", {partial} incomplete" if partial else "")
+
+
+INCOMPLETE_NOTE = ("incomplete: a batch the attack did not finish; the samples it verified are scored as its "
+                   "reconstructions (exact where pixel-perfect), its other images count as failures")
 
 
 Key = tuple[Any, ...]
@@ -121,10 +165,18 @@ def stat_cells(s: dict[str, Any], *, lpips_note: str = LPIPS_MISSING) -> list[st
         lpips = fmt(s["lpips_mean"], 3)
     else:  # feature-space groups have no images to score: not a missing-weights case
         lpips = "–" if s["space"] == "feature" or s["n"] == s["failures"] else lpips_note
-    failures = str(s["failures"]) + (f" ({s['failed_cells']} of {s['cells']} cells)" if s["failed_cells"] else "")
+    failures = str(s["failures"]) + failure_note(s)
     median = psnr_text(s["psnr_median"], exact=all_exact(s)).removesuffix(" dB")
     return [str(s["n"]), failures, fmt(s["exact_pct"], 0), psnr, median,
             fmt(s["ssim_mean"], 4), lpips, _sci(s["rel_error_median"]), fmt(s["seconds_mean"], 2), s["space"]]
+
+
+def failure_note(s: dict[str, Any]) -> str:
+    """After a group's failures: ' (1 of 4 cells)' failed, then any incomplete batches ('; incomplete: 1
+    (148/150 verified)'); '' when every cell is complete."""
+    parts = [f"{s['failed_cells']} of {s['cells']} cells"] if s["failed_cells"] else []
+    parts += [f"incomplete: {incomplete_text(s['incomplete'])}"] if s.get("incomplete") else []
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 PSNR_CAP = 60.0

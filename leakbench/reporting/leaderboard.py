@@ -26,7 +26,19 @@ from leakbench.citation import Citation, Papers
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.records.atomic import write_text_atomic
 from leakbench.records.runs import read_run
-from leakbench.reporting.aggregate import Key, epsilon_labels, fmt, grouped, key_values, model_order, with_model
+from leakbench.reporting.aggregate import (
+    INCOMPLETE_NOTE,
+    Key,
+    cells_note,
+    epsilon_labels,
+    fmt,
+    grouped,
+    incomplete_cells,
+    incomplete_text,
+    key_values,
+    model_order,
+    with_model,
+)
 from leakbench.reporting.board_page import (
     Board,
     Column,
@@ -123,9 +135,20 @@ def metrics_of(spaces: set[str]) -> list[str]:
     return [EXACT, *([PSNR] if image else []), *([ERROR] if feature else []), *([LPIPS] if image else [])]
 
 
-def _columns(batch_sizes: list[int], metrics: list[str]) -> list[Column]:
+INCOMPLETE = "incomplete batches"
+"""The column a table gains when one of its cells is an incomplete batch (status partial)."""
+
+
+def _columns(batch_sizes: list[int], metrics: list[str], incomplete: bool) -> list[Column]:
     return [Column("rank"), Column("attack", numeric=False), Column("budget", numeric=False),
-            *[Column(m, f"b={b}") for m in metrics for b in batch_sizes], Column("n"), Column("failures")]
+            *[Column(m, f"b={b}") for m in metrics for b in batch_sizes], Column("n"), Column("failures"),
+            *([Column(INCOMPLETE)] if incomplete else [])]
+
+
+def incomplete_entry(row: Sequence[dict[str, Any] | None]) -> Entry:
+    """The incomplete batches of a row over its batch sizes: '1 (148/150 verified)', sorted by their count."""
+    batches = sorted(batch for s in row if s for batch in s["incomplete"])
+    return Entry(incomplete_text(batches) or "0", len(batches))
 
 
 def _entries(metric: str, s: dict[str, Any] | None, link: str | None) -> Entry:
@@ -157,6 +180,7 @@ def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: Key, eps: dic
     rows = {key[:2]: [stats.get((*key[:2], b)) for b in batch_sizes] for key in stats}
     metrics = metrics_of(set(cells["space"].astype(str)))
     exposed = not_isolated(cells)
+    incomplete = incomplete_cells(cells["status"]) > 0
     keys = sorted(rows, key=lambda k: (rank_key(rows[k]), k))
     body: list[list[Entry]] = []
     for rank, key in zip(ranks([rank_key(rows[k]) for k in keys]), keys, strict=True):
@@ -168,17 +192,20 @@ def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: Key, eps: dic
         n = sum(s["n"] for s in rows[key] if s)
         failures = sum(s["failures"] for s in rows[key] if s)
         body.append([Entry(str(rank), rank), paper_entry(shown, paper, colour(attack)), text(budget or "–"), *entries,
-                     Entry(str(n), n), Entry(str(failures), failures)])
+                     Entry(str(n), n), Entry(str(failures), failures),
+                     *([incomplete_entry(rows[key])] if incomplete else [])])
     dp = cells["dp"].iloc[0]
     title = f"{dataset} · {model} · layer {layer} · defence: {level}" + (
         f" ({eps[dp].split('(')[-1].rstrip(')')})" if dp != "none" and dp in eps else "")
     suites = ", ".join(sorted(cells["suite"].unique()))
-    notes = [f"{len(cells)} cells ({int((cells['status'] != 'ok').sum())} failed) from run{'s' * (',' in suites)} "
+    notes = [f"{len(cells)} cells ({cells_note(cells['status'])}) from run{'s' * (',' in suites)} "
              f"{suites}; seeds pooled per batch size."]
     if exposed:
         notes.append("not isolated: some of the attack's cells ran without the operating-system sandbox "
                      "(Python guard only, or in process), so it could have read the batch.")
-    return Board(title, _columns(batch_sizes, metrics), body, notes, level_papers(str(level), papers),
+    if incomplete:
+        notes.append(f"{INCOMPLETE}: {INCOMPLETE_NOTE}; k/b: its k verified images of b.")
+    return Board(title, _columns(batch_sizes, metrics, incomplete), body, notes, level_papers(str(level), papers),
                  anchor("t", *board))
 
 
@@ -241,8 +268,11 @@ HOW_TO_READ = [
     "not exact), then mean PSNR median, then fewer failures, each rounded as shown so float noise never decides "
     "a rank; equal keys share a rank. Each column is one metric in one unit at one batch size b: exact % (images "
     "pixel-equal at 8 bits), PSNR median in dB over the reconstructed images ('exact' when the median image is "
-    "exact; sorted above any number), mean LPIPS (lower is closer), n images and failures (images of failed "
-    "cells). Click a header to sort on its numbers (largest first; '–' last).",
+    "exact; sorted above any number), mean LPIPS (lower is closer), n images and failures (images without a "
+    "reconstruction: those of failed cells, and those an incomplete batch did not verify). A table with an incomplete "
+    "batch (an attack that verified k of the batch's b samples before its budget ran out) counts them in a column "
+    "of its own; the k verified images are scored like any other. Click a header to sort on its numbers (largest "
+    "first; '–' last).",
     "Attacks from plugins and from `leakbench.api.evaluate` (run folders SUITE--NAME) stand in the same tables as "
     "the shipped ones when their settings match; a cell stored by several runs counts once. Generated from "
     "stored records only: the same records give the same bytes (wall-clock seconds are in "

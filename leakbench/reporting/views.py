@@ -23,7 +23,7 @@ import pandas as pd
 
 from leakbench.errors import ConfigError
 from leakbench.registry import Registry
-from leakbench.reporting.aggregate import with_model
+from leakbench.reporting.aggregate import failed_cells, incomplete_cells, with_model
 from leakbench.reporting.render import Table, markdown_table
 
 
@@ -94,7 +94,11 @@ def _with_model(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def _failed(status: pd.Series) -> int:
-    return int((status != "ok").sum())
+    return failed_cells(status)
+
+
+def _incomplete(status: pd.Series) -> int:
+    return incomplete_cells(status)
 
 
 def _exact_pct(fraction: pd.Series) -> float:
@@ -121,8 +125,8 @@ BASE = ("attack", "arch", "width", "depth", "layer", "seed", "status", "exact_fr
 
 
 def noise_view(cells: pd.DataFrame) -> View:
-    """Per additive-noise level σ (and batch size, when the run has several): cells, failed, mean PSNR of the
-    cells (a failed cell has none), exact %, median seconds (the table of `paper/spear-noise`)."""
+    """Per additive-noise level σ (and batch size, when the run has several): cells, failed, incomplete, mean
+    PSNR of the cells (a failed cell has none), exact %, median seconds (the table of `paper/spear-noise`)."""
     _require(cells, "noise", (*BASE, "noise_sigma", "noise_scale", "psnr_mean"))
     frame = _with_model(cells)
     scales = set(frame.loc[frame["noise_sigma"] > 0, "noise_scale"])  # σ = 0 is stored as "absolute"
@@ -130,7 +134,8 @@ def noise_view(cells: pd.DataFrame) -> View:
     if "batch_size" in frame and frame["batch_size"].nunique() > 1:  # one level's b = 25 and b = 50 never pooled
         axis = ["batch_size", *axis]
     table = frame.groupby(_key(frame, axis), sort=True, dropna=False).agg(
-        n=("seed", "size"), failed=("status", _failed), psnr_mean=("psnr_mean", "mean"),
+        n=("seed", "size"), failed=("status", _failed), incomplete=("status", _incomplete),
+        psnr_mean=("psnr_mean", "mean"),
         exact_pct=("exact_fraction", _exact_pct), seconds_median=("seconds", "median")).reset_index()
     if len(scales) > 1:
         scale = "σ, absolute or × max |g| (column noise_scale)"
@@ -140,12 +145,12 @@ def noise_view(cells: pd.DataFrame) -> View:
 
 
 def spear_speed_view(cells: pd.DataFrame) -> View:
-    """Per batch size: cells, failed, exact %, median and max seconds, median and max draws."""
+    """Per batch size: cells, failed, incomplete, exact %, median and max seconds, median and max draws."""
     _require(cells, "spear-speed", (*BASE, "batch_size", "attack_stats"))
     frame = _with_model(cells).assign(draws=draws(cells))
     table = frame.groupby(_key(frame, ["batch_size"]), sort=True, dropna=False).agg(
-        n=("seed", "size"), failed=("status", _failed), exact_pct=("exact_fraction", _exact_pct),
-        seconds_median=("seconds", "median"), seconds_max=("seconds", "max"),
+        n=("seed", "size"), failed=("status", _failed), incomplete=("status", _incomplete),
+        exact_pct=("exact_fraction", _exact_pct), seconds_median=("seconds", "median"), seconds_max=("seconds", "max"),
         draws_median=("draws", "median"), draws_max=("draws", "max")).reset_index()
     return View("spear-speed", "Speed per batch size: exact %, seconds and draws", table)
 
@@ -169,7 +174,8 @@ def baselines_view(cells: pd.DataFrame) -> View:
 
 
 def note(status: str, reason: object, stats_json: object) -> str:
-    """A short attack-specific remark: the failure reason, ICA not converged, loss before → after, label strategy."""
+    """A short attack-specific remark: the failure reason (an incomplete batch's: 'batch incomplete: k of b
+    verified (…)'), ICA not converged, loss before → after, label strategy."""
     if status != "ok":
         return str(reason or "")[:80]
     stats = attack_stats(stats_json)
@@ -198,7 +204,8 @@ def victims_view(cells: pd.DataFrame) -> View:
 
 def defences_view(cells: pd.DataFrame) -> View:
     """Per defence level (DP, noise, defences: `reporting.defences.defence_levels`) and attack, with batch size
-    and model: the victims' test accuracy % (NaN at init), cells, failed, exact %, mean PSNR and mean LPIPS."""
+    and model: the victims' test accuracy % (NaN at init), cells, failed, incomplete, exact %, mean PSNR and mean
+    LPIPS."""
     from leakbench.reporting.defences import defence_levels
 
     _require(cells, "defences", (*BASE, "batch_size", "psnr_mean", "lpips_mean", "test_accuracy"))
@@ -207,18 +214,22 @@ def defences_view(cells: pd.DataFrame) -> View:
     key = [c for c in ("dataset", "model", "layer") if frame[c].nunique(dropna=False) > 1]
     table = frame.groupby([*key, "batch_size", "attack", "defence"], sort=True, dropna=False).agg(
         test_accuracy_pct=("test_accuracy_pct", "mean"), n=("seed", "size"), failed=("status", _failed),
+        incomplete=("status", _incomplete),
         exact_pct=("exact_fraction", _exact_pct), psnr_mean=("psnr_mean", "mean"),
         lpips_mean=("lpips_mean", "mean")).reset_index()
     return View("defences", "Defences: leakage per attack beside the test accuracy of the victim trained with "
                 "the defence", table)
 
 
-VIEWS.register("noise", noise_view, "per additive-noise level σ: n, failed, PSNR mean, exact %, median seconds")
+VIEWS.register("noise", noise_view,
+               "per additive-noise level σ: n, failed, incomplete, PSNR mean, exact %, median seconds")
 VIEWS.register("spear-speed", spear_speed_view,
-               "per batch size: n, failed, exact %, median/max seconds, median/max draws (SPEAR's attack stats)")
+               "per batch size: n, failed, incomplete, exact %, median/max seconds, median/max draws "
+               "(SPEAR's attack stats)")
 VIEWS.register("baselines", baselines_view,
                "one row per cell by attack × model × b × seed: exact %, PSNR mean/median, SSIM, seconds, status, note")
 VIEWS.register("victims", victims_view,
                "per victim (model, train epochs, init seed): train / test accuracy %, hash of the trained weights")
 VIEWS.register("defences", defences_view,
-               "per defence level × attack × b: victim test accuracy %, n, failed, exact %, mean PSNR, mean LPIPS")
+               "per defence level × attack × b: victim test accuracy %, n, failed, incomplete, exact %, mean PSNR, "
+               "mean LPIPS")

@@ -13,6 +13,7 @@ from leakbench.attacks.base import Attack, Reconstruction, Requirements
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import SampleState, search_samples
 from leakbench.attacks.spear.factors import LayerProblem, factorize
+from leakbench.attacks.spear.joint import next_layer_residuals
 from leakbench.attacks.spear.search import search_columns
 from leakbench.attacks.spear.state import SearchSettings, SearchState, stop_reason
 from leakbench.citation import Citation
@@ -167,9 +168,14 @@ class SpearAttack(Attack):
             return Reconstruction.failed(problem_or_reason, space=space, layer=layer, stats=stats)
         X = X.to(torch.float32).cpu()
         images = update.model.denormalize(X).clamp(0, 1) if layer == 1 else None
+        if problem_or_reason:  # the batch is incomplete: X holds only the samples verified one by one
+            return Reconstruction.partial(problem_or_reason, space=space, images=images, features=X, layer=layer,
+                                          stats=stats)
         return Reconstruction(status="ok", space=space, images=images, features=X, layer=layer, stats=stats)
 
     def _run(self, update: ClientUpdate, seed: int) -> tuple[str, torch.Tensor | None, dict[str, Any]]:
+        """(reason, X, stats): ("", the whole batch) when it verifies; (why not, the samples verified one by
+        one) for an incomplete batch of the deflated route; (why not, None) when there are none."""
         cfg = self.config
         model = update.model
         wname, bname = model.layer_param_names(cfg.layer)
@@ -216,9 +222,30 @@ class SpearAttack(Attack):
         stats = {"route": cfg.route, "mode": mode, **state.stats(), "neurons_used": problem.m,
                  "noise_estimate": problem.noise, "search_seconds": state.seconds, **extra_stats()}
         if solution is None:
-            return stop_reason(state, settings, problem.b), None, stats
-        stats["relu_violations"] = solution.violations
-        if not solution.ok:
-            return (f"verification failed ({solution.violations} ReLU violations, bias-gradient scale "
-                    f"{'ok' if solution.scale_ok else 'wrong'}) when the budget ran out"), None, stats
-        return "", solution.X, stats
+            reason = stop_reason(state, settings, problem.b)
+        else:
+            stats["relu_violations"] = solution.violations
+            if solution.ok:
+                return "", solution.X, stats
+            reason = (f"verification failed ({solution.violations} ReLU violations, bias-gradient scale "
+                      f"{'ok' if solution.scale_ok else 'wrong'}) when the budget ran out")
+        verified = verified_samples(problem, state, cfg.residual_tol) if isinstance(state, SampleState) else None
+        return reason, verified, stats
+
+
+def verified_samples(problem: LayerProblem, state: SampleState, residual_tol: float) -> torch.Tensor | None:
+    """The layer inputs x_i = c_i R of the samples an incomplete deflated search holds, or None for none.
+
+    Each row c_i of `state.samples` was accepted by its own next-layer fit (fit.fit_samples: relative
+    residual ≤ max(residual_tol, slack) and a self-reproducing ReLU pattern; the bias row c·u = 1 pins its
+    scale and sign), so x_i = c_i R as `solve.solve_from_samples` computes X = C R for a whole batch. Banned
+    samples and the closed-form last one are never there (`deflation.complete_batch` drops both on a failed
+    verification). The checks of a whole batch (ReLU violations through Q = C⁻¹, the bias-gradient scale)
+    need every sample; the per-sample check is done again here (`joint.next_layer_residuals`), and a row
+    that fails it is left out. The paper route (columns of Q, scaled by the whole batch) has no such samples.
+    """
+    C = state.samples[: problem.b - 1]
+    if problem.P_next is None or C.shape[0] == 0:
+        return None
+    C = C[next_layer_residuals(problem, C) <= max(residual_tol, problem.slack)]
+    return C @ problem.R if C.shape[0] else None
