@@ -80,8 +80,9 @@ def cells_note(status: pd.Series) -> str:
     return f"{failed_cells(status)} failed" + (f", {partial} incomplete" if partial else "")
 
 
-INCOMPLETE_NOTE = ("incomplete: a batch the attack did not finish; the samples it verified are scored as its "
-                   "reconstructions (exact where pixel-perfect), its other images count as failures")
+INCOMPLETE_NOTE = ("a batch the attack did not finish; the samples it verified are scored as its reconstructions "
+                   "(exact where pixel-perfect), its other images count as failures")
+"""What an incomplete batch is, for the notes of the tables that count them."""
 
 
 Key = tuple[Any, ...]
