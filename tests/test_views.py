@@ -49,7 +49,7 @@ def test_noise_view_per_level() -> None:
     cells = _cells(noise_sigma=[0.0, 0.0, 1e-2], seed=[0, 1, 0], status=["ok", "ok", "failed"],
                    psnr_mean=[140.0, 150.0, math.nan], exact_fraction=[1.0, 0.5, 0.0], seconds=[1.0, 3.0, 60.0])
     table = apply_view("noise", cells).table.set_index("noise_sigma")
-    assert list(table.columns) == ["n", "failed", "psnr_mean", "exact_pct", "seconds_median"]
+    assert list(table.columns) == ["n", "failed", "incomplete", "psnr_mean", "exact_pct", "seconds_median"]
     assert table.loc[0.0, "psnr_mean"] == 145.0 and table.loc[0.0, "exact_pct"] == 75.0
     assert table.loc[1e-2, "failed"] == 1 and table.loc[0.0, "seconds_median"] == 2.0 and table.loc[0.0, "n"] == 2
 
@@ -62,12 +62,13 @@ def test_noise_view_keeps_batch_sizes_apart() -> None:
 
 def test_spear_speed_view_reads_draws_from_the_attack_stats() -> None:
     stats = [json.dumps({"draws": d}) for d in (100, 300, 5000)] + ["{}"]
-    cells = _cells(batch_size=[4, 4, 20, 20], attack_stats=stats, status=["ok", "ok", "ok", "failed"],
-                   exact_fraction=[1.0, 1.0, 1.0, 0.0], seconds=[1.0, 2.0, 5.0, 900.0])
+    cells = _cells(batch_size=[4, 4, 20, 20], attack_stats=stats, status=["ok", "partial", "ok", "failed"],
+                   exact_fraction=[1.0, 0.5, 1.0, 0.0], seconds=[1.0, 2.0, 5.0, 900.0])
     table = apply_view("spear-speed", cells).table.set_index("batch_size")
-    assert list(table.columns) == ["n", "failed", "exact_pct", "seconds_median", "seconds_max", "draws_median",
-                                   "draws_max"]
+    assert list(table.columns) == ["n", "failed", "incomplete", "exact_pct", "seconds_median", "seconds_max",
+                                   "draws_median", "draws_max"]
     assert table.loc[4, "draws_median"] == 200 and table.loc[4, "draws_max"] == 300
+    assert table.loc[4, "failed"] == 0 and table.loc[4, "incomplete"] == 1 and table.loc[4, "exact_pct"] == 75
     assert table.loc[20, "draws_max"] == 5000 and table.loc[20, "failed"] == 1 and table.loc[20, "exact_pct"] == 50
     assert table.loc[20, "seconds_max"] == 900.0
 
