@@ -37,11 +37,12 @@ def cell_grid(cell_dir: Path, path: Path, caption: str) -> None:
 
 
 def tile_text(row: pd.Series) -> str:
-    """PSNR and LPIPS under a tile ('failed' when the image has no reconstruction, 'exact' when it is exact,
+    """PSNR and LPIPS under a tile ('failed' when the image has no reconstruction — 'not verified' when an
+    incomplete batch's attack did not verify one for it —, 'exact' when it is exact,
     whatever its PSNR: ∞ for one attack and 147 dB for another are the same answer)."""
     psnr = row.get("psnr", math.nan)
     if row["status"] == "failed" or psnr is None or math.isnan(psnr):
-        return "failed"
+        return "not verified" if row["status"] == "partial" else "failed"
     lpips = row.get("lpips", math.nan)
     return psnr_text(psnr, exact=bool(row.get("exact", False))) + ("" if math.isnan(lpips) else f"\nLPIPS {lpips:.3f}")
 
