@@ -103,7 +103,8 @@ def test_a_partial_answer_of_none_or_of_the_whole_batch_is_refused(rows: int) ->
     images = torch.cat([batch.images, batch.images])[:rows] if rows else None
     kept, records = _scored(Reconstruction.partial("x", images=images), batch)
     assert kept.status == "failed" and kept.images is None
-    assert kept.reason == f"error: a partial answer holds 1 to 3 verified samples of the batch of 4; this one held {rows}"
+    assert kept.reason == ("error: a partial answer holds 1 to 3 verified samples of the batch of 4; "
+                           f"this one held {rows}")
     assert not records["exact"].any() and not recovered(records).any()
 
 

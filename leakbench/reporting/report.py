@@ -332,7 +332,8 @@ def _intro(manifest: dict[str, Any], cells: pd.DataFrame) -> list[str]:
     return [*_suite_line(manifest),
             f"{len(cells)} of {planned} planned cells finished" + (f" ({'; '.join(left_out)})" if left_out else "")
             + f"; {failed} (shown in every table, counted in n and failures"
-            + (f"; incomplete: {INCOMPLETE_NOTE}" if incomplete_cells(cells["status"]) else "") + f"). {_revisions(manifest)}",
+            + (f"; incomplete: {INCOMPLETE_NOTE}" if incomplete_cells(cells["status"]) else "")
+            + f"). {_revisions(manifest)}",
             f"Matching: {MATCHING} (reconstructions assigned to ground truth by the Hungarian method on MSE). "
             f"PSNR peak 1, on images in [0, 1]; mean ± std over finite values; past {PSNR_CAP:.0f} dB (a float-exact "
             f"image is 140 dB to ∞) shown as '≥ {PSNR_CAP:.0f}', and as 'exact' where every image is exact. "

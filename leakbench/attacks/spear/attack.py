@@ -42,7 +42,8 @@ class SpearConfig(Ranged):
     """SPEAR's hyperparameters (each number's range: `leakbench show attack spear`).
 
     layer: which linear layer (1-based) of the victim to attack; it must be followed by a ReLU.
-    max_draws / max_seconds: budget of the sampling search; past it the attack reports failure.
+    max_draws / max_seconds: budget of the sampling search; past it the attack reports failure, or on the
+        default route the samples it verified one by one, if any (a partial answer: `verified_samples`).
     chunk: submatrices drawn per vectorised step (0 = choose from the layer size and b: `auto_chunk`).
     min_extra_zeros / min_zero_fraction: a candidate needs b−1 zeros plus the larger of these
         (a count, and a fraction of the live neurons) before it is examined.
