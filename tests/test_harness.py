@@ -133,8 +133,9 @@ def ok_cell() -> CellResult:
 
 @pytest.fixture(scope="module")
 def failed_cell() -> CellResult:
+    # one draw finds no sample (100 found some: since issue 26 that cell is partial, not failed)
     result = run_cell(CellSpec(attack="spear", dataset="embedded", batch_size=8, seed=0,
-                               hyperparameters={"max_draws": 100}),
+                               hyperparameters={"max_draws": 1}),
                       lpips_note="LPIPS not computed: no weights in this test")
     assert result.summary["status"] == "failed"
     return result
