@@ -32,6 +32,7 @@ from leakbench.attacks.spear import attack as spear_attack
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows
 from leakbench.attacks.spear.fit import fit_samples
+from leakbench.attacks.spear.tolerances import TOLERANCES
 from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
 
@@ -129,9 +130,8 @@ def main() -> None:
     rec, state, problem = run_keeping_state(update, attack_seed(cell_id(spec)), params)
     print(f"status {rec.status} in {time.perf_counter() - start:.0f} s: {rec.reason or 'exact?'}")
     print({k: v for k, v in rec.stats.items() if isinstance(v, (int, float, str, bool))})
-    cfg = create_attack("spear-guided").config
-    tol = zero_tolerance(problem, cfg.zero_tol, cfg.noise_factor)
-    report(problem, state, true_rows(problem, model, batch), tol, cfg.residual_tol)
+    tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
+    report(problem, state, true_rows(problem, model, batch), tol, TOLERANCES.residual_tol)
 
 
 if __name__ == "__main__":

@@ -125,7 +125,9 @@ def test_guide_pattern_fits_find_samples_from_a_noisy_guide() -> None:
     done = fit_guide_patterns(problem, make_guide(problem, noisy, 1.5), state, 1e-4, rounds=10, max_seconds=60)
     assert done == problem.b and state.samples.shape[0] >= problem.b // 2
     d = torch.cdist(state.samples, C).min(dim=1).values
-    assert (d <= 1e-6 * C.norm(dim=1).max()).all()  # every accepted sample is a true one
+    # every accepted sample is a true one: within 1e-4 (relative) of it, where a mixture of two is O(1) off
+    # (measured 1e-7 on one CPU and up to 1e-6 on another: the fit's rounding depends on the BLAS kernels)
+    assert (d <= 1e-4 * C.norm(dim=1).max()).all()
     junk = torch.randn(X.shape, generator=gen, dtype=X.dtype)
     state = SampleState(samples=torch.empty(0, problem.b, dtype=torch.float64))
     fit_guide_patterns(problem, make_guide(problem, junk, 1.5), state, 1e-4, rounds=10, max_seconds=60)

@@ -14,9 +14,13 @@ stability, known and banned samples) and, with the rest of the batch, the final 
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from leakbench.attacks.spear.deflation import SampleState, accept_fits
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.guided import Guide
+from leakbench.attacks.spear.scheduler import Search
 
 
 def fit_guide_patterns(problem: LayerProblem, guide: Guide, state: SampleState, residual_tol: float, rounds: int,
@@ -34,3 +38,29 @@ def fit_guide_patterns(problem: LayerProblem, guide: Guide, state: SampleState, 
     state.patterns += done
     state.draws += done
     return done
+
+
+class PatternFits:
+    """Guide-pattern fits as a proposal source (scheduler.py): the search's first turn (none if `rounds` is 0)."""
+
+    name = "pattern_fits"
+
+    def __init__(self, guide: Guide, rounds: int) -> None:
+        self.guide, self.rounds = guide, rounds
+        self.patterns = 0
+        self.found = 0
+        self.seconds = 0.0
+
+    def turn(self, search: Search, asked: int) -> bool:
+        if asked > 1 or self.rounds == 0:
+            return False
+        begin = time.perf_counter()
+        self.patterns = fit_guide_patterns(search.problem, self.guide, search.state, search.residual_tol,
+                                           self.rounds, search.settings.max_seconds)
+        self.found = search.state.found
+        self.seconds = time.perf_counter() - begin
+        return True
+
+    def stats(self) -> dict[str, Any]:
+        return {"pattern_fit_patterns": self.patterns, "pattern_fit_found": self.found,
+                "pattern_fit_seconds": self.seconds}
