@@ -1,4 +1,4 @@
-"""Row-norm weighted zero draws (sources.ZeroDraws.weights): small gradient rows are more often inactive."""
+"""Row-norm weighted zero draws (scheduler.ZeroDraws.weights): small gradient rows are more often inactive."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 
 from leakbench.attacks.spear.deflation import null_basis
 from leakbench.attacks.spear.factors import factorize
-from leakbench.attacks.spear.sources import ZeroDraws
+from leakbench.attacks.spear.scheduler import ZeroDraws
 from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
 

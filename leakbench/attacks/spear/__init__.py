@@ -26,15 +26,15 @@ Leakbench addition → function:
 
     LP check of a candidate's ReLU pattern (column search)  candidates.pattern_margin
     closed-form last column (column search)                 last_column.last_column_candidates
-    next-layer fit (x = Rᵀc through dL/dW_next, c·u = 1)    fastfit.fit_once_normal, fit.fit_samples
+    next-layer fit (x = Rᵀc through dL/dW_next, c·u = 1)    fit.fit_once_normal, fit.fit_samples
                                                             (factors.next_layer_basis)
     one loop, proposal sources asked in order               scheduler.Scheduler, scheduler.search_samples
                                                             (scheduler.shares_turn: the one sharing rule)
     deflation (search in the null space of the found c)     deflation.null_basis, reduced_rows, draw_patterns
-                                                            (sources.ZeroDraws)
-    row-norm weighted draws                                 sources.ZeroDraws
+                                                            (scheduler.ZeroDraws)
+    row-norm weighted draws                                 scheduler.ZeroDraws
     two-sided draws for deep layers                         active.find_batch_span, active.draw_active
-                                                            (sources.TwoSided)
+                                                            (scheduler.TwoSided)
     acceptance of fitted samples                            deflation.accept_patterns, accept_fits
     closed-form last sample(s)                              last_column.complete_last_sample, complete_samples
                                                             (deflation.complete_batch, try_directions)
@@ -43,9 +43,9 @@ Leakbench addition → function:
     joint refinement of a failed batch                      joint.refine_batch (deflation.verify_batch)
     verification without ground truth, set aside and retry  solve.solve_from_samples, deflation.complete_batch
     guides (another attack's reconstruction)                guided.make_guide, guided.GuidePool
-    fit cache (each pattern fitted once)                    fastfit.FitCache
+    fit cache (each pattern fitted once)                    fit.FitCache
     residual guides (FastICA on the deflated factor)        residual.ResidualGuides
-    guide-pattern fits (fit each guide's whole pattern)     guide_fits.fit_guide_patterns, guide_fits.PatternFits
+    guide-pattern fits (fit each guide's whole pattern)     guided.fit_guide_patterns, guided.PatternFits
     dictionary-learning proposals (spear-dl)                dl.propose, dl.DLTrims
     budget and progress bar (both searches)                 state.out_of_budget, state.search_bar
     theory: expected draws, failure bound                   theory.expected_draws, theory.failure_bound
@@ -57,10 +57,9 @@ State: `search.ColumnState.columns` holds unit columns of Q (column search), `de
 """
 
 from leakbench.attacks import register_attack
-from leakbench.attacks.spear.attack import SpearAttack, SpearConfig
+from leakbench.attacks.spear.attack import SpearAttack, SpearConfig, SpearPaperAttack, SpearPaperConfig
 from leakbench.attacks.spear.dl_attack import SpearDLAttack, SpearDLConfig
 from leakbench.attacks.spear.guided_attack import GuidedSpearAttack, GuidedSpearConfig
-from leakbench.attacks.spear.paper import SpearPaperAttack, SpearPaperConfig
 
 register_attack(SpearAttack)
 register_attack(SpearPaperAttack)

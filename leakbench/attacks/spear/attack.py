@@ -1,4 +1,14 @@
-"""SPEAR (Dimitrov et al., NeurIPS 2024): exact batch reconstruction from a linear+ReLU layer's gradient."""
+"""SPEAR (Dimitrov et al., NeurIPS 2024): exact batch reconstruction from a linear+ReLU layer's gradient.
+
+Two attacks. `spear`: leakbench's deflated search (scheduler.py) with SPEAR's own proposal sources;
+spear-guided and spear-dl subclass it with more sources. `spear-paper`: SPEAR as published, the baseline
+the other variants are ranked against — the attacked layer's gradient only: sample (b−1)-row submatrices
+of L, filter the kernels by their zero sets, select b columns greedily in two stages, scale them from
+dL/db, verify the ReLU pattern; a failed verification means "keep sampling" until the budget runs out
+(search.search_columns). No next-layer fit, no deflation. leakbench's two additions to this route are
+off by default and named: the per-candidate LP check (`lp_check`, candidates.pattern_margin) and the
+closed-form last column (`last_column`, last_column.last_column_candidates).
+"""
 
 from __future__ import annotations
 
@@ -13,10 +23,9 @@ from leakbench.attacks.spear.active import find_batch_span
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import SampleState
 from leakbench.attacks.spear.factors import LayerProblem, factorize
-from leakbench.attacks.spear.scheduler import ProposalSource, Scheduler, search_samples
+from leakbench.attacks.spear.scheduler import ProposalSource, Scheduler, default_sources, search_samples
 from leakbench.attacks.spear.search import search_columns
 from leakbench.attacks.spear.solve import Solution
-from leakbench.attacks.spear.sources import default_sources
 from leakbench.attacks.spear.state import SearchSettings, SearchState, stop_reason
 from leakbench.citation import Citation
 from leakbench.errors import ConfigError
@@ -30,7 +39,7 @@ MAX_CHUNK = 10**6
 """Draws per vectorised step, and new patterns refined per step (auto_chunk picks at most 65,536)."""
 
 SAMPLERS = ("auto", "zeros", "actives", "both")
-"""SpearConfig.sampler: how SPEAR's own draws are made (sources.py)."""
+"""SpearConfig.sampler: how SPEAR's own draws are made (scheduler.py)."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,7 @@ class SearchBudget(Ranged):
 
 @dataclass(frozen=True)
 class SpearConfig(SearchBudget):
-    """SPEAR's hyperparameters: `SearchBudget`'s, and how its own draws are made (sources.py).
+    """SPEAR's hyperparameters: `SearchBudget`'s, and how its own draws are made (scheduler.py).
 
     sampler: "zeros" (SPEAR's b−1 neurons inactive for a sample), "actives" (two-sided draws,
         active.py: b−1 neurons with a guessed side each, for deep layers where samples have fewer
@@ -72,7 +81,7 @@ class SpearConfig(SearchBudget):
         span is found, else zeros; measured best: at layers 4–5 of FC-6 zero draws misread
         near-zero rows, see docs/notebook/spear.md).
     row_weight_power: zero draws pick rows with probability ∝ |row|^−power on every other chunk
-        (sources.ZeroDraws.weights; 0 = SPEAR's uniform draws).
+        (scheduler.ZeroDraws.weights; 0 = SPEAR's uniform draws).
     """
 
     sampler: str = chosen("auto", *SAMPLERS)
@@ -89,7 +98,7 @@ class SpearAttack(Attack):
     name = "spear"
     paper = Citation("Dimitrov et al., NeurIPS 2024", "https://arxiv.org/abs/2403.03945")
     description = "SPEAR: exact reconstruction from a linear+ReLU layer's gradient (low rank, ReLU zeros, sampling)"
-    Config = SpearConfig
+    Config: ClassVar[type[SearchBudget]] = SpearConfig
     requires = Requirements(linear_relu_layer=True, batch_size=True)
 
     def check_update(self, update: ClientUpdate) -> None:
@@ -186,3 +195,34 @@ class SpearAttack(Attack):
         state, solution = search_samples(problem, tol, settings, gen, settings.tolerances.residual_tol, scheduler)
         return state, solution, {"two_sided_draws": 0, "two_sided_route": span is not None, **stats,
                                  **scheduler.stats()}
+
+
+@dataclass(frozen=True)
+class SpearPaperConfig(SearchBudget):
+    """`SearchBudget`'s hyperparameters plus the published selection's and leakbench's two additions.
+
+    second_stage: the paper's second greedy stage (select.improve_by_swaps) after the first.
+    lp_check: leakbench addition: accept a candidate only if an LP finds a sample with its ReLU pattern
+        (then the first complete selection is final).
+    last_column: leakbench addition: look for the last column in closed form along the null line of
+        the b−1 selected ones (notes, pitfall 7).
+    """
+
+    second_stage: bool = True
+    lp_check: bool = False
+    last_column: bool = False
+    attack_name: ClassVar[str] = "spear-paper"
+
+
+class SpearPaperAttack(SpearAttack):
+    name = "spear-paper"
+    description = ("SPEAR as published: sampling, sparsity filter, two-stage greedy selection, scale from dL/db "
+                   "and ReLU verification, on the attacked layer's gradient only")
+    Config = SpearPaperConfig
+    uses_next_layer = False
+
+    def _settings(self, problem: LayerProblem) -> SearchSettings:
+        cfg = self.config
+        return SearchSettings(max_draws=cfg.max_draws, max_seconds=cfg.max_seconds,
+                              chunk=cfg.chunk or auto_chunk(problem.m, problem.b), last_column=cfg.last_column,
+                              lp_check=cfg.lp_check, second_stage=cfg.second_stage, label=self.name)

@@ -31,8 +31,7 @@ from leakbench.attacks.spear.candidates import (
     zero_masks,
 )
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.fastfit import FitCache
-from leakbench.attacks.spear.fit import FitSolver, SampleFit, fit_samples, same_samples
+from leakbench.attacks.spear.fit import FitCache, SampleFit, fit_samples, same_samples
 from leakbench.attacks.spear.joint import JOINT_MAX_B, next_layer_residuals, refine_batch
 from leakbench.attacks.spear.last_column import complete_last_sample, complete_samples, samples_from_directions
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
@@ -53,8 +52,8 @@ class SampleState(SearchState):
     directions: unit columns of Q whose pattern was sound but whose fit was not (`try_directions`);
     directions_tried: the last completion tried from them, with the search state (never tried twice);
     from_directions: samples completed from directions in the verified batch;
-    fits: next-layer fits run; retries: verifications failed; fit_solver / fit_cache: the fit every
-    route uses (scheduler.search_samples sets the normal-equation fit and its cache, fastfit.py).
+    fits: next-layer fits run; retries: verifications failed; fit_cache: the (pattern, free rows)
+    pairs fitted so far (fit.FitCache; scheduler.search_samples gives every search one).
     """
 
     samples: torch.Tensor
@@ -66,7 +65,6 @@ class SampleState(SearchState):
     from_directions: int = 0
     fits: int = 0
     retries: int = 0
-    fit_solver: FitSolver | None = None  # leakbench addition (fastfit.py): replaces fit._fit_once when set
     fit_cache: FitCache | None = None  # skip refits of patterns already fitted
 
     def __post_init__(self) -> None:
@@ -183,7 +181,7 @@ def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SampleState, r
     `rounds`: refits with the fitted sample's own pattern (fit.fit_samples).
     """
     cache, state.fit_cache = state.fit_cache, None
-    if cache is not None:  # fastfit.FitCache: fit each (pattern, free rows) once per search
+    if cache is not None:  # fit.FitCache: fit each (pattern, free rows) once per search
         try:
             fresh = cache.fresh(zero, free, state.retries)
             part = (accept_fits(problem, zero[fresh], state, residual_tol, free, rounds) if bool(fresh.any()) else
@@ -194,7 +192,7 @@ def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SampleState, r
         consistent = torch.ones(zero.shape[0], dtype=torch.bool, device=zero.device)
         consistent[fresh] = part.consistent  # a pattern fitted before: its outcome is already recorded
         return SampleFit(c=part.c, residual=part.residual, consistent=consistent)
-    fit = fit_samples(problem, zero, residual_tol=residual_tol, free=free, rounds=rounds, solver=state.fit_solver)
+    fit = fit_samples(problem, zero, residual_tol=residual_tol, free=free, rounds=rounds)
     state.fits += int(zero.shape[0])
     keep_samples(state, fit.c, fit.residual, fit.consistent)
     return fit

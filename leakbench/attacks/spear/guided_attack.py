@@ -11,8 +11,7 @@ import torch
 from leakbench.attacks.base import Reconstruction
 from leakbench.attacks.spear.attack import SpearAttack, SpearConfig
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.guide_fits import PatternFits
-from leakbench.attacks.spear.guided import GuidePool, make_guide
+from leakbench.attacks.spear.guided import GuidePool, PatternFits, make_guide
 from leakbench.attacks.spear.residual import ResidualGuides
 from leakbench.attacks.spear.scheduler import ProposalSource
 from leakbench.attacks.spear.state import SearchSettings

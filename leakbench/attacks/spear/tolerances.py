@@ -27,7 +27,7 @@ class Tolerances:
             σ_{b−1} > unique_gap·σ_1 there (candidates.refine).
     Acceptance (fit.py, deflation.py):
         residual_tol: largest relative residual of a candidate's next-layer fit for it to count as a sample.
-    Guides (spear-guided: guided.py, residual.py, guide_fits.py):
+    Guides (spear-guided: guided.py, residual.py, guided.py):
         pool_start: each guide draws its rows among its pool_start·(rows needed) most confidently
             inactive neurons at first; pool_growth: the pool grows by this factor after every turn in
             which the guide is not matched to a found sample.
