@@ -85,15 +85,19 @@ INDEPENDENT_RTOL = 1e-9
 ill-conditioned (Q = C⁻¹, and the images of a batch are correlated)."""
 
 
+SWAP_POOL = 4
+"""The second greedy stage swaps in candidates among the SWAP_POOL·b sparsest (the paper leaves the pool open)."""
+
+
 def select_columns(problem: LayerProblem, state: ColumnState, tol: torch.Tensor,
                    settings: SearchSettings) -> torch.Tensor:
     """Select step: indices of up to b accepted columns, sparsest first and linearly independent
     (`select.select_independent`), then with `settings.second_stage` improved by swaps
-    (`select.improve_by_swaps`, among the 2b sparsest); returned in the order the columns were found."""
+    (`select.improve_by_swaps`, among the `SWAP_POOL`·b sparsest); returned in the order the columns were found."""
     zeros = zero_masks(problem.Ln, state.columns, tol).sum(1)
     chosen = select_independent(state.columns, zeros, problem.b, rtol=INDEPENDENT_RTOL)
     if settings.second_stage and chosen.numel() == problem.b:
-        chosen = improve_by_swaps(problem, state.columns, chosen, zeros, tol, pool=2 * problem.b)
+        chosen = improve_by_swaps(problem, state.columns, chosen, zeros, tol, pool=SWAP_POOL * problem.b)
     return chosen.sort().values
 
 
