@@ -71,6 +71,29 @@ def trace_bans(model, batch) -> None:
         return solution
 
     deflation.complete_batch = complete
+    keep = deflation.keep_samples
+
+    def keep_traced(state, c, residual, consistent):
+        before = state.samples.clone()
+        keep(state, c, residual, consistent)
+        new = state.samples[~is_true(before, state.samples)] if before.shape[0] else state.samples
+        if new.shape[0] and not bool(is_true(C_true(), new).all()):
+            print(f"  a false sample kept: found {state.samples.shape[0]} after it; draws {state.draws}; "
+                  f"residuals of the new ones {[f'{float(r):.1e}' for r in residual[consistent]]}", flush=True)
+
+    truth: dict[str, torch.Tensor] = {}
+
+    def C_true() -> torch.Tensor:
+        return truth["C"]
+
+    deflation.keep_samples = keep_traced
+    original_search = spear_attack.search_samples
+
+    def search(problem, *args, **kwargs):
+        truth["C"] = true_rows(problem, model, batch)
+        return original_search(problem, *args, **kwargs)
+
+    spear_attack.search_samples = search
 
 
 def run_keeping_state(update, seed: int, params: dict):
@@ -119,6 +142,11 @@ def report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, residual_tol
     false = (rel.amin(dim=0) >= 1e-4).sum() if found.shape[0] else 0
     print(f"found {found.shape[0]} of {b}; true among them {int(hit.sum())}; not true {int(false)}; "
           f"missing {len(missing)}; remembered directions {state.directions.shape[0]}; retries {state.retries}")
+    for i in torch.nonzero(rel.amin(dim=0) >= 1e-4).flatten().tolist() if found.shape[0] else []:
+        near = int(rel[:, i].argmin())
+        print(f"  not true: found row {i} (in the order kept), residual {float(state.residuals[i]):.2e}, "
+              f"{float(rel[near, i]):.1e} off true sample {near} (relative), which is "
+              f"{'found too' if bool(hit[near]) else 'missing'}")
     N = null_basis(C_true[hit], b)
     _, _, live = reduced_rows(problem, N, tol)
     need = N.shape[1] - 1
