@@ -39,6 +39,9 @@ from leakbench.attacks.spear.select import select_independent
 from leakbench.attacks.spear.solve import Solution, solve_from_samples
 from leakbench.attacks.spear.state import SearchSettings, SearchState, charge_undrawable
 
+NEVER = torch.iinfo(torch.long).max
+"""`SampleState.ban_until` of a ban given to the constructor: it never lifts."""
+
 _UNSET = torch.empty(0)
 """SampleState's default for a tensor field not given (compared by identity, never used)."""
 
@@ -51,7 +54,7 @@ class SampleState(SearchState):
     `residuals`; admitted: samples the search has added to them (a new sample, not a replacement);
     banned: samples dropped after a failed verification, refused until their ban lifts (`ban_sample`,
     `lift_bans`: each row keeps its residual, the `admitted` count at which its ban lifts, −1 once
-    lifted, and how often it was banned);
+    lifted, NEVER for a ban given here, and how often it was banned);
     directions: unit columns of Q whose pattern was sound but whose fit was not (`try_directions`);
     directions_tried: the last completion tried from them, with the search state (never tried twice);
     from_directions: samples completed from directions in the verified batch;
@@ -82,7 +85,7 @@ class SampleState(SearchState):
         if self.ban_residuals is _UNSET:
             self.ban_residuals = self.residuals.new_zeros(self.banned.shape[0])
         if self.ban_until is _UNSET:
-            self.ban_until = torch.full((self.banned.shape[0],), -1, dtype=torch.long, device=self.banned.device)
+            self.ban_until = torch.full((self.banned.shape[0],), NEVER, dtype=torch.long, device=self.banned.device)
         if self.ban_strikes is _UNSET:
             self.ban_strikes = torch.ones(self.banned.shape[0], dtype=torch.long, device=self.banned.device)
         if self.directions is _UNSET:
@@ -246,7 +249,7 @@ def ban_sample(state: SampleState, i: int) -> None:
     """Drop found sample i after a failed verification and ban it for a while, not for good.
 
     A failed completion does not say which sample is wrong, only which one the wrong batch violates
-    most: with a false sample among the found ones (a mixture or a near-copy), that is often a true
+    most: with a false sample among the found ones (a mixture or a near-copy), that may be a true
     one. Its ban lifts once the search has added `BAN_LIFETIME` new samples (twice that after a second
     ban, and so on), i.e. once the found set has changed enough for the completion to come out otherwise.
     """
