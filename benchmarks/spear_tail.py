@@ -15,7 +15,9 @@ ground truth (read here, never by the attack), for every true sample that is not
 * direction: whether the sample's column direction (null vector of the other b−1 true rows) is
   among the directions the search remembered (`try_directions` completes the batch from them).
 
-It also prints the found samples that are not true samples (near-copies, mixtures), if any.
+It also prints the found samples that are not true samples (near-copies, mixtures), if any, and
+(--trace-bans) every failed completion as it happens: true and false samples in the found set, the
+closed-form last sample's distance to the missing true one, and whether the banned sample was a true one.
 """
 
 from __future__ import annotations
@@ -29,12 +31,70 @@ import torch
 
 from leakbench.attacks import create_attack
 from leakbench.attacks.spear import attack as spear_attack
+from leakbench.attacks.spear import deflation, scheduler
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows
 from leakbench.attacks.spear.fit import fit_samples
+from leakbench.attacks.spear.last_column import complete_last_sample
 from leakbench.attacks.spear.tolerances import TOLERANCES
 from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
+
+
+def is_true(C_true: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Whether each row of c (k × b) is one of the true rows (relative distance < 1e-4)."""
+    if c.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.bool)
+    return (torch.cdist(c, C_true) / C_true.norm(dim=1)[None]).amin(dim=1) < 1e-4
+
+
+def trace_bans(model, batch) -> None:
+    """Print, with the ground truth, every failed completion of `deflation.complete_batch` and its ban."""
+    original = deflation.complete_batch
+
+    def complete(problem, state, tol, residual_tol):
+        C_true = true_rows(problem, model, batch)
+        before, residuals = state.samples.clone(), state.residuals.clone()
+        solution = original(problem, state, tol, residual_tol)
+        if solution.ok:
+            return solution
+        true = is_true(C_true, before)
+        missing = C_true[~is_true(before, C_true)] if before.shape[0] else C_true
+        kept = before[torch.argsort(residuals)][: problem.b - 1]  # the b−1 samples complete_batch completed
+        last = complete_last_sample(problem, kept, tol)[-1]
+        off = float((missing - last).norm(dim=1).min() / missing.norm(dim=1).min()) if len(missing) else float("nan")
+        dropped = before[~is_true(state.samples, before)] if state.samples.shape[0] else before  # banned or cut
+        print(f"  failed completion: found {before.shape[0]} (true {int(true.sum())}, not true {int((~true).sum())}); "
+              f"violations {solution.violations}; closed-form last sample off the nearest missing one by {off:.1e}; "
+              f"dropped {dropped.shape[0]} (banned, or past b−1), true among them "
+              f"{int(is_true(C_true, dropped).sum())}; "
+              f"draws {state.draws}", flush=True)
+        return solution
+
+    deflation.complete_batch = scheduler.complete_batch = complete
+    keep = deflation.keep_samples
+
+    def keep_traced(state, c, residual, consistent):
+        before = state.samples.clone()
+        keep(state, c, residual, consistent)
+        new = state.samples[~is_true(before, state.samples)] if before.shape[0] else state.samples
+        if new.shape[0] and not bool(is_true(C_true(), new).all()):
+            print(f"  a false sample kept: found {state.samples.shape[0]} after it; draws {state.draws}; "
+                  f"residuals of the new ones {[f'{float(r):.1e}' for r in residual[consistent]]}", flush=True)
+
+    truth: dict[str, torch.Tensor] = {}
+
+    def C_true() -> torch.Tensor:
+        return truth["C"]
+
+    deflation.keep_samples = keep_traced
+    original_search = spear_attack.search_samples
+
+    def search(problem, *args, **kwargs):
+        truth["C"] = true_rows(problem, model, batch)
+        return original_search(problem, *args, **kwargs)
+
+    spear_attack.search_samples = search
 
 
 def run_keeping_state(update, seed: int, params: dict):
@@ -83,6 +143,11 @@ def report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, residual_tol
     false = (rel.amin(dim=0) >= 1e-4).sum() if found.shape[0] else 0
     print(f"found {found.shape[0]} of {b}; true among them {int(hit.sum())}; not true {int(false)}; "
           f"missing {len(missing)}; remembered directions {state.directions.shape[0]}; retries {state.retries}")
+    for i in torch.nonzero(rel.amin(dim=0) >= 1e-4).flatten().tolist() if found.shape[0] else []:
+        near = int(rel[:, i].argmin())
+        print(f"  not true: found row {i} (in the order kept), residual {float(state.residuals[i]):.2e}, "
+              f"{float(rel[near, i]):.1e} off true sample {near} (relative), which is "
+              f"{'found too' if bool(hit[near]) else 'missing'}")
     N = null_basis(C_true[hit], b)
     _, _, live = reduced_rows(problem, N, tol)
     need = N.shape[1] - 1
@@ -102,6 +167,7 @@ def report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, residual_tol
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", default=None)
+    parser.add_argument("--dataset", default="tinyimagenet", help="tinyimagenet or cifar10 (--data-root DIR/cifar10)")
     parser.add_argument("--width", type=int, default=400)
     parser.add_argument("--b", type=int, default=150)
     parser.add_argument("--seed", type=int, default=2)
@@ -110,6 +176,8 @@ def main() -> None:
     parser.add_argument("--param", action="append", default=[],
                         help="KEY=VALUE hyperparameter of spear-guided (JSON value)")
     parser.add_argument("--max-seconds", type=float, default=600.0)
+    parser.add_argument("--trace-bans", action="store_true",
+                        help="print every failed completion with the ground truth (true/false samples, the ban)")
     parser.add_argument("--cond-floor", type=float, default=None,
                         help="what-if probe: the next-layer fit's conditioning floor "
                              "(fit.fit_once_normal; default its own)")
@@ -117,9 +185,11 @@ def main() -> None:
     if args.cond_floor is not None:
         from leakbench.attacks.spear import fit
         fit.fit_once_normal.__defaults__ = (None, args.cond_floor)
-    spec = CellSpec(attack="spear-guided", dataset="tinyimagenet", batch_size=args.b, seed=args.seed,
+    spec = CellSpec(attack="spear-guided", dataset=args.dataset, batch_size=args.b, seed=args.seed,
                     width=args.width, depth=6, layer=1, data_root=args.data_root, train_epochs=args.train_epochs)
     batch, model, update = prepare(spec)
+    if args.trace_bans:
+        trace_bans(model, batch)
     params = {"max_seconds": args.max_seconds,
               **{k: json.loads(v) for k, _, v in (p.partition("=") for p in args.param)}}
     spec = dataclasses.replace(spec, hyperparameters=params)  # the id (and so the attack seed) a suite cell would have

@@ -77,6 +77,12 @@ ENTRIES = (
     ("spear-dl-density", Paper("paper/spear-dl-density", ("baselines",)),
      "spear-dl vs guided SPEAR on FC-6 width 400 victims trained 0, 1, 5 epochs (ReLU density), b = 25, 64 "
      "(TinyImageNet; needs --data-root)"),
+    ("spear-trained", Paper("paper/spear-trained", ("spear-speed", "victims")),
+     "guided SPEAR on FC-6 width 400 victims trained 5, 20 epochs, b = 64, 100, 900 s per batch "
+     "(TinyImageNet; needs --data-root)"),
+    ("spear-trained-cifar10", Paper("paper/spear-trained-cifar10", ("spear-speed", "victims")),
+     "guided SPEAR on FC-6 width 400 victims trained 5, 20 epochs, b = 64, 100, 900 s per batch "
+     "(CIFAR-10; needs --data-root DIR/cifar10)"),
     ("spear-noise", Paper("paper/spear-noise", ("noise",)),
      "SPEAR under additive gradient noise σ = 0 … 1e-2 × max|g| (TinyImageNet FC-6, b = 8; needs --data-root)"),
     ("fedavg", Paper("paper/fedavg"), "FedAvg table: E ∈ {1, 5}, mini-batch ∈ {b, b/4}, η ∈ {0.1, 0.01} "

@@ -412,11 +412,18 @@ def test_paper_suites_parse() -> None:
     assert names == {"spear-batch-size", "spear-speed", "spear-layers", "layers-images", "conv", "conv-embedded", "dp",
                      "fedavg", "spear-guided-w400", "spear-guided-w2000", "spear-dl", "spear-noise", "baselines",
                      "spear-frontier", "spear-frontier-w400", "victims", "victims-fc2", "spear-dl-noise",
-                     "spear-dl-density", "spear-dl-w400", "secagg", "defences", "defences-adaptive"}
+                     "spear-dl-density", "spear-dl-w400", "secagg", "defences", "defences-adaptive", "spear-trained",
+                     "spear-trained-cifar10"}
     noisy = load_suite(shipped_suite("paper/spear-dl-noise")).cells
     assert len(noisy) == 32 and sorted({c.noise for c in noisy}) == [0.0, 1e-5, 1e-4, 1e-3]
     dense = load_suite(shipped_suite("paper/spear-dl-density")).cells
     assert sorted({c.train_epochs for c in dense}) == [0, 1, 5] and {c.width for c in dense} == {400}
+    for name, dataset in (("spear-trained", "tinyimagenet"), ("spear-trained-cifar10", "cifar10")):
+        trained = load_suite(shipped_suite(f"paper/{name}")).cells
+        assert {(c.dataset, c.attack, c.width, c.depth, c.layer, c.seed) for c in trained} == \
+            {(dataset, "spear-guided", 400, 6, 1, 0)}
+        assert sorted((c.train_epochs, c.batch_size) for c in trained) == [(5, 64), (5, 100), (20, 64), (20, 100)]
+        assert {c.hyperparameters["max_seconds"] for c in trained} == {900.0}
     secagg = load_suite(shipped_suite("paper/secagg")).cells
     assert sorted({truth_size(c) for c in secagg}) == [16, 32, 64, 128] and len(secagg) == 24
     matrix = load_suite(shipped_suite("paper/defences")).cells  # 5 attacks × 25 levels × 2 victims

@@ -39,6 +39,9 @@ from leakbench.attacks.spear.select import select_independent
 from leakbench.attacks.spear.solve import Solution, solve_from_samples
 from leakbench.attacks.spear.state import SearchSettings, SearchState, charge_undrawable
 
+NEVER = torch.iinfo(torch.long).max
+"""`SampleState.ban_until` of a ban given to the constructor: it never lifts."""
+
 _UNSET = torch.empty(0)
 """SampleState's default for a tensor field not given (compared by identity, never used)."""
 
@@ -48,7 +51,10 @@ class SampleState(SearchState):
     """The deflated route's state, besides the counters of every search.
 
     samples: rows c_i of C = Q⁻¹ found so far (k × b; sample i is x_i = Rᵀc_i), with their next-layer
-    `residuals`; banned: samples dropped after a failed verification, never accepted again;
+    `residuals`; admitted: samples the search has added to them (a new sample, not a replacement);
+    banned: samples dropped after a failed verification, refused until their ban lifts (`ban_sample`,
+    `lift_bans`: each row keeps its residual, the `admitted` count at which its ban lifts, −1 once
+    lifted, NEVER for a ban given here, and how often it was banned);
     directions: unit columns of Q whose pattern was sound but whose fit was not (`try_directions`);
     directions_tried: the last completion tried from them, with the search state (never tried twice);
     from_directions: samples completed from directions in the verified batch;
@@ -60,6 +66,10 @@ class SampleState(SearchState):
     # not given: empty (k residuals of 0, no rows banned or kept), set by __post_init__
     residuals: torch.Tensor = field(default_factory=lambda: _UNSET)
     banned: torch.Tensor = field(default_factory=lambda: _UNSET)
+    ban_residuals: torch.Tensor = field(default_factory=lambda: _UNSET)
+    ban_until: torch.Tensor = field(default_factory=lambda: _UNSET)
+    ban_strikes: torch.Tensor = field(default_factory=lambda: _UNSET)
+    admitted: int = 0
     directions: torch.Tensor = field(default_factory=lambda: _UNSET)
     directions_tried: tuple[int, float, int, bytes] | None = None
     from_directions: int = 0
@@ -72,6 +82,12 @@ class SampleState(SearchState):
             self.residuals = self.samples.new_zeros(self.samples.shape[0])
         if self.banned is _UNSET:
             self.banned = self.samples[:0].clone()
+        if self.ban_residuals is _UNSET:
+            self.ban_residuals = self.residuals.new_zeros(self.banned.shape[0])
+        if self.ban_until is _UNSET:
+            self.ban_until = torch.full((self.banned.shape[0],), NEVER, dtype=torch.long, device=self.banned.device)
+        if self.ban_strikes is _UNSET:
+            self.ban_strikes = torch.ones(self.banned.shape[0], dtype=torch.long, device=self.banned.device)
         if self.directions is _UNSET:
             self.directions = self.samples[:0].clone()
 
@@ -200,18 +216,66 @@ def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SampleState, r
 
 def keep_samples(state: SampleState, c: torch.Tensor, residual: torch.Tensor, consistent: torch.Tensor) -> None:
     """Add the consistent fitted samples c (j, b), best residual first, unless banned; a near-copy of a
-    known sample replaces it when its residual is smaller."""
+    known sample replaces it when its residual is smaller. Each new sample counts in `state.admitted`
+    and may lift bans (`lift_bans`)."""
     good = torch.nonzero(consistent).flatten()
     for i in good[torch.argsort(residual[good])].tolist():
         ci, ri = c[i], residual[i:i + 1]
-        if bool(same_samples(ci[None], state.banned, rel_tol=1e-5)[0]):
+        if bool(same_samples(ci[None], state.banned[state.ban_until > state.admitted], rel_tol=1e-5)[0]):
             continue
-        near = nearest_known(ci, state.samples)
-        if near is None:
-            state.samples = torch.cat([state.samples, ci[None]])
-            state.residuals = torch.cat([state.residuals, ri])
-        elif float(ri) < float(state.residuals[near]):
-            state.samples[near], state.residuals[near] = ci, ri[0]
+        if add_sample(state, ci, ri):
+            state.admitted += 1
+            lift_bans(state)
+
+
+def add_sample(state: SampleState, c: torch.Tensor, residual: torch.Tensor) -> bool:
+    """Add sample c (b,) with its residual (1,) to the found ones, or let it replace a near-copy with a
+    larger residual; whether it was new."""
+    near = nearest_known(c, state.samples)
+    if near is None:
+        state.samples = torch.cat([state.samples, c[None]])
+        state.residuals = torch.cat([state.residuals, residual])
+        return True
+    if float(residual) < float(state.residuals[near]):
+        state.samples[near], state.residuals[near] = c, residual[0]
+    return False
+
+
+BAN_LIFETIME = 2
+"""A sample banned for the n-th time is refused until the search has added n × BAN_LIFETIME new samples."""
+
+
+def ban_sample(state: SampleState, i: int) -> None:
+    """Drop found sample i after a failed verification and ban it for a while, not for good.
+
+    A failed completion does not say which sample is wrong, only which one the wrong batch violates
+    most: with a false sample among the found ones (a mixture or a near-copy), that may be a true
+    one. Its ban lifts once the search has added `BAN_LIFETIME` new samples (twice that after a second
+    ban, and so on), i.e. once the found set has changed enough for the completion to come out otherwise.
+    """
+    c, residual = state.samples[i], state.residuals[i:i + 1]
+    state.samples = torch.cat([state.samples[:i], state.samples[i + 1:]])
+    state.residuals = torch.cat([state.residuals[:i], state.residuals[i + 1:]])
+    before = torch.nonzero((state.banned - c).norm(dim=1) <= 1e-5 * c.norm()).flatten()
+    if before.numel():  # banned before, lifted since
+        j = int(before[0])
+        state.ban_strikes[j] += 1
+    else:
+        j = state.banned.shape[0]
+        state.banned = torch.cat([state.banned, c[None]])
+        state.ban_residuals = torch.cat([state.ban_residuals, residual])
+        state.ban_until = torch.cat([state.ban_until, state.ban_until.new_zeros(1)])
+        state.ban_strikes = torch.cat([state.ban_strikes, state.ban_strikes.new_ones(1)])
+    state.ban_residuals[j] = residual[0]
+    state.ban_until[j] = state.admitted + BAN_LIFETIME * int(state.ban_strikes[j])
+
+
+def lift_bans(state: SampleState) -> None:
+    """Re-admit every banned sample whose ban has run out (`ban_sample`) to the found samples."""
+    due = torch.nonzero((state.ban_until >= 0) & (state.ban_until <= state.admitted)).flatten().tolist()
+    for j in due:
+        state.ban_until[j] = -1
+        add_sample(state, state.banned[j], state.ban_residuals[j:j + 1])
 
 
 SAME = 1e-2
@@ -231,7 +295,7 @@ def complete_batch(problem: LayerProblem, state: SampleState, tol: torch.Tensor,
     """With ≥ b−1 samples found: verify them (all b if found, else b−1 plus the closed-form last).
 
     On success `state.samples` becomes the batch. On failure the sample with the most ReLU
-    violations is banned and dropped, so the search goes on with b−2 samples.
+    violations is dropped and banned for a while (`ban_sample`), so the search goes on with b−2 samples.
     """
     b = problem.b
     order = torch.argsort(state.residuals)
@@ -248,10 +312,7 @@ def complete_batch(problem: LayerProblem, state: SampleState, tol: torch.Tensor,
         state.samples = C
         return solution
     assert solution.per_sample is not None  # solve_from_samples always counts violations per sample
-    worst = int(solution.per_sample[: b - 1].argmax())
-    state.banned = torch.cat([state.banned, state.samples[worst: worst + 1]])
-    state.samples = torch.cat([state.samples[:worst], state.samples[worst + 1:]])
-    state.residuals = torch.cat([state.residuals[:worst], state.residuals[worst + 1:]])
+    ban_sample(state, int(solution.per_sample[: b - 1].argmax()))
     state.retries += 1
     state.seen.clear()
     return solution
