@@ -117,7 +117,8 @@ def test_frontier_04m_suites_hold_b_at_four_tenths_of_the_width() -> None:
 
     for width, b in ((400, 160), (1000, 400), (2000, 800)):
         cells = load_suite(shipped_suite(f"paper/spear-frontier-04m-w{width}")).cells
-        assert {(c.attack, c.width, c.depth, c.layer, c.batch_size) for c in cells} == {("spear-guided", width, 6, 1, b)}
+        settings = {(c.attack, c.width, c.depth, c.layer, c.batch_size) for c in cells}
+        assert settings == {("spear-guided", width, 6, 1, b)}
         assert sorted(c.seed for c in cells) == [0, 1, 2]
         assert {c.hyperparameters["max_seconds"] for c in cells} == {900.0}
 
