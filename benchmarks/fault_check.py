@@ -404,14 +404,14 @@ PLUGINS = {"plug_exit.py": "import sys\nsys.exit(3)\n", "plug_interrupt.py": "ra
 ISSUE_22: list[BadInput] = [  # item 22: issue 22's "Bad input" item (`--only item:22`)
     # every numeric hyperparameter has a declared range: NaN, ±inf, negative, zero, fractions outside [0, 1]
     BadInput("param_nan", 22, _param("spear", "max_seconds=NaN"), mention="max_seconds"),
-    BadInput("param_inf", 22, _param("spear", "zero_tol=Infinity"), mention="zero_tol"),
+    BadInput("param_inf", 22, _param("spear", "row_weight_power=Infinity"), mention="row_weight_power"),
     BadInput("param_negative_inf", 22, _param("ig", "step_size=-Infinity"), mention="step_size"),
     BadInput("param_negative_lr", 22, _param("cpa", "lr=-0.001"), mention="lr"),
     BadInput("param_negative_tolerance", 22, _param("cpa", "tol=-1e-4"), mention="tol"),
     BadInput("param_zero_history", 22, _param("dlg", "history_size=0"), mention="history_size"),
     BadInput("param_zero_iterations", 22, _param("ig", "iterations=0"), mention="iterations"),
-    BadInput("param_fraction_above_one", 22, _param("spear", "min_zero_fraction=1.5"), mention="min_zero_fraction"),
-    BadInput("param_fraction_negative", 22, _param("spear-dl", "start_keep=-0.1"), mention="start_keep"),
+    BadInput("param_fraction_above_one", 22, _param("spear-dl", "keep=1.5"), mention="keep"),
+    BadInput("param_fraction_negative", 22, _param("spear-dl", "keep=-0.1"), mention="keep"),
     BadInput("param_nested_nan", 22, _param("spear-guided", 'guide_options={"tol": NaN}'), mention="tol"),
     BadInput("param_preset_inf", 22, _param("cpa-released", "temperature=Infinity"), mention="temperature"),
     # absurd sizes refused up front
@@ -421,7 +421,7 @@ ISSUE_22: list[BadInput] = [  # item 22: issue 22's "Bad input" item (`--only it
     BadInput("param_draws_past_int64", 22, _param("spear", f"max_draws={2**64}"), mention="max_draws"),
     BadInput("param_duplicate_key", 22, _param("spear", "max_draws=1", "max_draws=2"), mention="max_draws"),
     BadInput("suite_hyper_nan", 22, run_args(), _hyper("spear", "max_seconds = nan"), mention="max_seconds"),
-    BadInput("suite_hyper_inf", 22, run_args(), _hyper("spear", "zero_tol = inf"), mention="zero_tol"),
+    BadInput("suite_hyper_inf", 22, run_args(), _hyper("spear", "row_weight_power = inf"), mention="row_weight_power"),
     BadInput("suite_hyper_negative_lr", 22, run_args(), _hyper("cpa", "lr = -1.0"), mention="lr"),
     BadInput("suite_iterations_10_12", 22, run_args(), _hyper("ig", "iterations = 1_000_000_000_000"),
              mention="iterations"),

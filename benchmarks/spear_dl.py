@@ -1,4 +1,4 @@
-"""spear-dl against guided SPEAR, and SPEAR's route=paper against its default route (issue 16).
+"""spear-dl against guided SPEAR, and spear-paper (SPEAR as published) against spear (issue 16).
 
     PYTHONPATH=. python benchmarks/spear_dl.py --data-root ../shared/data --out reports/spear-dl \\
         --batch-sizes 25,50,100,200 --widths 400,2000 --seeds 0 --max-seconds 300 \\
@@ -8,8 +8,8 @@ Part 1 (`frontier.csv`): `spear-dl` and `spear-guided` through the harness on th
 (TinyImageNet, FC-6 at init, layer 1, every b < width), each with the per-run time budget
 `--max-seconds`: exact fraction, seconds, draws (spear-dl counts one proposal as one draw) and how
 many samples the proposals (or guides) found. Part 2 (`routes.csv`, skipped with
-`--route-batch-sizes ""`): `spear` with route=paper (the published algorithm) and the default
-route at small b on width `--route-width`. Figures are printed as tables; nothing is asserted.
+`--route-batch-sizes ""`): `spear-paper` (the published algorithm) and `spear` (the deflated search)
+at small b on width `--route-width`. Figures are printed as tables; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace, attack: str, b: int, width: int, seed: int, bu
            "status": s["status"], "exact_fraction": s["exact_fraction"], "seconds": s["seconds"],
            "draws": stats.get("draws", 0), "samples_found": stats.get("samples_found", 0),
            "found_by_lead": stats.get("dl_found", stats.get("guides_matched")),
-           "route": stats.get("route"), "reason": s["reason"]}
+           "mode": stats.get("mode"), "reason": s["reason"]}
     print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
           file=sys.stderr, flush=True)
     return row
@@ -54,10 +54,10 @@ def frontier(args: argparse.Namespace) -> pd.DataFrame:
 
 
 def routes(args: argparse.Namespace) -> pd.DataFrame:
-    rows = [run(args, "spear", b, args.route_width, seed, args.route_max_seconds, route=route)
+    rows = [run(args, attack, b, args.route_width, seed, args.route_max_seconds)
             for b in parse_range(args.route_batch_sizes)
             for seed in parse_range(args.route_seeds)
-            for route in ("paper", "default")]
+            for attack in ("spear-paper", "spear")]
     return pd.DataFrame(rows)
 
 
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.route_batch_sizes:
         dr = routes(args)
         dr.to_csv(args.out / "routes.csv", index=False)
-        print(table(dr, ["route", "batch_size"]))
+        print(table(dr, ["attack", "batch_size"]))
     print(f"wrote {args.out}")
     return 0
 

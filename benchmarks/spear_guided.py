@@ -34,6 +34,7 @@ from ranges import parse_range
 from leakbench.attacks import create_attack
 from leakbench.attacks.spear import GuidedSpearAttack
 from leakbench.attacks.spear.theory import coupon_draws, hit_probability
+from leakbench.attacks.spear.tolerances import TOLERANCES
 from leakbench.harness.cell import run_cell
 from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
@@ -77,7 +78,7 @@ def frontier(args: argparse.Namespace) -> pd.DataFrame:
                 batch, model, update = prepare(spec)
                 attack = create_attack("spear-guided", guide=args.guide)
                 features, _ = attack.guide_features(update, seed)
-                quality = (guide_quality(model, batch, features, attack.config.pool_start)
+                quality = (guide_quality(model, batch, features, TOLERANCES.pool_start)
                            if features is not None else {})
                 s = run_cell(spec).summary
                 stats = s["attack_stats"]
@@ -120,7 +121,7 @@ def quality_sweep(args: argparse.Namespace) -> pd.DataFrame:
                 exact = float(score_images(rec.images, batch.images, lpips=None)["exact"].mean())
             row = {"noise": level, "seed": seed, "status": rec.status, "exact_fraction": exact,
                    "seconds": rec.stats["seconds"], "draws": rec.stats.get("draws", 0),
-                   **guide_quality(model, batch, attack.given, attack.config.pool_start)}
+                   **guide_quality(model, batch, attack.given, TOLERANCES.pool_start)}
             rows.append(row)
             print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
                   file=sys.stderr, flush=True)

@@ -32,6 +32,7 @@ from leakbench.attacks.spear import attack as spear_attack
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows
 from leakbench.attacks.spear.fit import fit_samples
+from leakbench.attacks.spear.tolerances import TOLERANCES
 from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
 
@@ -62,7 +63,7 @@ def true_rows(problem, model, batch) -> torch.Tensor:
 
 
 def fit_condition(problem, zero: torch.Tensor) -> float:
-    """σ_min/σ_max of the next-layer fit's system for one pattern (fit._fit_once's test)."""
+    """σ_min/σ_max of the next-layer fit's system for one pattern (fit.fit_once_normal's test)."""
     from leakbench.attacks.spear.fit import bias_direction, project_out_next
     active = (~zero).to(problem.A.dtype)
     PA = project_out_next(problem, active[:, None] * problem.A)
@@ -89,7 +90,7 @@ def report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, residual_tol
     for j in missing:
         z = C_true[j] @ problem.A.T + problem.bias
         zero = z <= 0
-        fit = fit_samples(problem, zero[None], residual_tol=residual_tol, rounds=3, solver=state.fit_solver)
+        fit = fit_samples(problem, zero[None], residual_tol=residual_tol, rounds=3)
         q = Q_true[:, j] / Q_true[:, j].norm()
         known_dir = bool(((state.directions @ q).abs() > 1 - 1e-6).any()) if state.directions.shape[0] else False
         print(f"  sample {j:3d}: zeros {int((zero & live).sum()):4d} of {int(live.sum())} live (need {need}); "
@@ -110,13 +111,12 @@ def main() -> None:
                         help="KEY=VALUE hyperparameter of spear-guided (JSON value)")
     parser.add_argument("--max-seconds", type=float, default=600.0)
     parser.add_argument("--cond-floor", type=float, default=None,
-                        help="what-if probe: the next-layer fit's conditioning floor (fit._fit_once and "
-                             "fastfit.fit_once_normal; default theirs)")
+                        help="what-if probe: the next-layer fit's conditioning floor "
+                             "(fit.fit_once_normal; default its own)")
     args = parser.parse_args()
     if args.cond_floor is not None:
-        from leakbench.attacks.spear import fastfit, fit
-        fit._fit_once.__defaults__ = (None, args.cond_floor)
-        fastfit.fit_once_normal.__defaults__ = (None, args.cond_floor)
+        from leakbench.attacks.spear import fit
+        fit.fit_once_normal.__defaults__ = (None, args.cond_floor)
     spec = CellSpec(attack="spear-guided", dataset="tinyimagenet", batch_size=args.b, seed=args.seed,
                     width=args.width, depth=6, layer=1, data_root=args.data_root, train_epochs=args.train_epochs)
     batch, model, update = prepare(spec)
@@ -129,9 +129,8 @@ def main() -> None:
     rec, state, problem = run_keeping_state(update, attack_seed(cell_id(spec)), params)
     print(f"status {rec.status} in {time.perf_counter() - start:.0f} s: {rec.reason or 'exact?'}")
     print({k: v for k, v in rec.stats.items() if isinstance(v, (int, float, str, bool))})
-    cfg = create_attack("spear-guided").config
-    tol = zero_tolerance(problem, cfg.zero_tol, cfg.noise_factor)
-    report(problem, state, true_rows(problem, model, batch), tol, cfg.residual_tol)
+    tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
+    report(problem, state, true_rows(problem, model, batch), tol, TOLERANCES.residual_tol)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from leakbench.attacks.spear.factors import LayerProblem, factorize
+from leakbench.attacks.spear.fit import bias_direction, project_out_next
 from leakbench.datasets import load_dataset, sample_batch
 from leakbench.fl import fedsgd_update
 from leakbench.fl.update import ThreatModel
@@ -26,3 +27,37 @@ def layer_problem(b: int, width: int, seed: int = 0) -> tuple[LayerProblem, torc
     with torch.no_grad():
         X = model.layer_inputs(batch.images, 1).flatten(1).double()
     return problem, X
+
+
+def fit_once_lstsq(problem: LayerProblem, zero: torch.Tensor, free: torch.Tensor | None = None,
+              cond_floor: float = 1e-2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The reference fit (leakbench's fit before issue 26, `torch.linalg.lstsq` on the full system): c for
+    each pattern, the relative residual, and z = A c + bias; `fit.fit_once_normal` must agree with it.
+
+    Besides "h in the next layer's row space", every sample satisfies c·u = 1 with u = L⁺g
+    (from dL/db = Dᵀ1 and Dᵀ = L C⁻¹); that row pins down patterns whose activations alone
+    leave c ambiguous. Patterns whose system stays ill-conditioned (σ_min < cond_floor·σ_max, where
+    rounding noise would be amplified past 8-bit precision) get residual inf.
+    """
+    assert problem.P_next is not None
+    k, b = zero.shape[0], problem.b
+    active = (~zero).to(problem.A.dtype)
+    if free is not None:
+        active = active * (~free).to(active.dtype)
+    PA = project_out_next(problem, active.unsqueeze(-1) * problem.A.unsqueeze(0))
+    Pb = project_out_next(problem, (active * problem.bias).unsqueeze(-1))
+    u = bias_direction(problem)
+    weight = problem.A.norm(dim=1).mean() / u.norm()
+    M = torch.cat([PA, (weight * u).expand(k, 1, -1)], dim=1)
+    if free is not None and bool(free.any()):
+        F = problem.P_next[:, free] * problem.A.norm(dim=1).mean()
+        F = torch.cat([F, torch.zeros(1, F.shape[1], dtype=F.dtype, device=F.device)])
+        M = torch.cat([M, F.expand(k, -1, -1)], dim=2)
+    rhs = torch.cat([-Pb, weight.expand(k, 1, 1)], dim=1)
+    sol = torch.linalg.lstsq(M, rhs).solution[..., 0]
+    c = sol[:, :b]
+    z = c @ problem.A.T + problem.bias
+    residual = (M @ sol.unsqueeze(-1) - rhs)[..., 0].norm(dim=1) / (active * z).norm(dim=1).clamp_min(1e-300)
+    S = torch.linalg.svdvals(M[..., :b])
+    residual[S[:, -1] <= cond_floor * S[:, 0]] = float("inf")
+    return c, residual, z

@@ -264,7 +264,7 @@ def _main_bad_input(argv: list[str], out: Path, capsys: pytest.CaptureFixture[st
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("param", ["max_draws=abc", "max_draws=1.5", "last_column=maybe", "zero_tol=[1]"])
+@pytest.mark.parametrize("param", ["max_draws=abc", "max_draws=1.5", "row_weight_power=maybe", "row_weight_power=[1]"])
 def test_attack_param_of_wrong_type(tmp_path: Path, capsys: pytest.CaptureFixture[str], param: str) -> None:
     line = _main_bad_input(["attack", "--attack", "spear", "--batch-size", "2", "--param", param],
                            tmp_path / "out", capsys)
@@ -292,7 +292,7 @@ def test_out_that_is_a_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("param", ["chunk=-5", "max_draws=0", "zero_tol=-1"])
+@pytest.mark.parametrize("param", ["chunk=-5", "max_draws=0", "row_weight_power=-1"])
 def test_attack_param_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture[str], param: str) -> None:
     line = _main_bad_input(["attack", "--attack", "spear", "--batch-size", "2", "--param", param],
                            tmp_path / "out", capsys)

@@ -88,7 +88,7 @@ def test_absurd_budgets_are_refused() -> None:
 
 
 def test_in_range_values_pass() -> None:
-    create_attack("spear", max_draws=10**12, min_zero_fraction=1.0, chunk=0)
+    create_attack("spear", max_draws=10**12, row_weight_power=100.0, chunk=0)
     create_attack("spear-dl", keep=1.0)
     create_attack("ig", iterations=10**7, tv=0.0)
 

@@ -1,4 +1,4 @@
-"""spear-dl (dictionary-learning proposals for SPEAR's deflated search) and SPEAR's route=paper."""
+"""spear-dl (dictionary-learning proposals for SPEAR's deflated search) and spear-paper (SPEAR as published)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _exact(spec: CellSpec) -> dict:
 def test_spear_dl_exact_on_tinyimagenet_b20_and_proposals_do_the_work(tinyimagenet_root: Path) -> None:
     stats = _exact(CellSpec(attack="spear-dl", dataset="tinyimagenet", batch_size=20, seed=0, width=200,
                             data_root=str(tinyimagenet_root), hyperparameters={"max_seconds": 120.0}))
-    assert stats["route"] == "default" and stats["mode"] == "deflation+next-layer"
+    assert stats["mode"] == "deflation+next-layer"
     assert stats["dl_found"] >= 10, stats  # most samples came from the proposals, not from random draws
 
 
@@ -66,28 +66,22 @@ def test_spear_dl_out_of_budget_is_failed_not_exact() -> None:
 
 
 @pytest.mark.slow
-def test_route_paper_exact_at_small_b_and_recorded() -> None:
-    stats = _exact(CellSpec(attack="spear", dataset="embedded", batch_size=6, seed=0, width=200,
-                            hyperparameters={"route": "paper", "max_seconds": 60.0}))
-    assert stats["route"] == "paper" and stats["mode"] == "sampling+lp"
+def test_spear_paper_exact_at_small_b_and_recorded() -> None:
+    stats = _exact(CellSpec(attack="spear-paper", dataset="embedded", batch_size=6, seed=0, width=200,
+                            hyperparameters={"max_seconds": 60.0}))
+    assert stats["mode"] == "sampling"
 
 
 @pytest.mark.slow
-def test_default_route_is_recorded() -> None:
+def test_deflated_search_is_recorded() -> None:
     stats = _exact(CellSpec(attack="spear", dataset="embedded", batch_size=4, seed=0))
-    assert stats["route"] == "default" and stats["mode"] == "deflation+next-layer"
+    assert stats["mode"] == "deflation+next-layer" and stats["turns_zero_draws"] + stats["turns_two_sided"] >= 1
 
 
 @pytest.mark.parametrize("attack, params, match", [
-    ("spear", {"route": "paper", "sampler": "zeros"}, "route=paper ignores sampler"),
-    ("spear", {"route": "paper", "residual_tol": 1e-3}, "route=paper ignores residual_tol"),
-    ("spear", {"unique_gap": 1e-3}, "route=default ignores unique_gap"),
-    ("spear-guided", {"unique_gap": 1e-3}, "route=default ignores unique_gap"),
-    ("spear-dl", {"last_column": False}, "^spear-dl: route=default ignores last_column"),
-    ("spear", {"route": "paper", "row_weight_power": 0.0}, "ignores row_weight_power"),
-    ("spear", {"route": "road"}, "route must be"),
-    ("spear-dl", {"route": "paper"}, "plain SPEAR's"),
-    ("spear-guided", {"route": "paper"}, "plain SPEAR's"),
+    ("spear", {"route": "paper"}, "unknown hyperparameter.*route"),
+    ("spear-paper", {"residual_tol": 1e-3}, "unknown hyperparameter.*residual_tol"),
+    ("spear-dl", {"last_column": False}, "unknown hyperparameter.*last_column"),
     ("spear-dl", {"init": "msp", "starts": 4}, "init=msp ignores starts"),
     ("spear-dl", {"init": "msp-only", "keep": 0.8}, "ignores keep"),
     ("spear-dl", {"keep": 0.4}, "keep"),
@@ -97,9 +91,8 @@ def test_knob_a_route_ignores_raises(attack: str, params: dict, match: str) -> N
         create_attack(attack, **params)
 
 
-def test_defaults_on_the_paper_route_are_fine() -> None:
-    create_attack("spear", route="paper", residual_tol=1e-4, last_column=False)
-    create_attack("spear", unique_gap=1e-5, last_column=True)
+def test_spear_paper_takes_its_own_knobs() -> None:
+    create_attack("spear-paper", lp_check=True, last_column=True, second_stage=False)
 
 
 @pytest.mark.slow

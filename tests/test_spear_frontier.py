@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import torch
-from spear_helpers import layer_problem  # tests/ is on the path
+from spear_helpers import fit_once_lstsq, layer_problem  # tests/ is on the path
 
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows
-from leakbench.attacks.spear.fastfit import FitCache, fit_once_normal
-from leakbench.attacks.spear.fit import _fit_once, fit_samples
+from leakbench.attacks.spear.fit import FitCache, fit_once_normal
 from leakbench.attacks.spear.guided import make_guide, match_guides
 from leakbench.attacks.spear.residual import ResidualGuides, residual_guide
 
@@ -31,16 +30,12 @@ def test_normal_equation_fit_matches_the_full_fit() -> None:
     C = X @ problem.R.T
     zero = _patterns(problem, C)
     for free in (None, torch.rand(problem.m, generator=torch.Generator().manual_seed(1)) < 0.1):
-        c0, r0, _ = _fit_once(problem, zero, free)
+        c0, r0, _ = fit_once_lstsq(problem, zero, free)
         c1, r1, _ = fit_once_normal(problem, zero, free)
         ok0, ok1 = r0 <= 1e-4, r1 <= 1e-4
         assert torch.equal(ok0, ok1)
         assert ok0[: C.shape[0]].all() and not ok0[-6:].any()
         assert torch.allclose(c0[ok0], c1[ok0], rtol=1e-8, atol=1e-10)
-    full = fit_samples(problem, zero, residual_tol=1e-4)
-    fast = fit_samples(problem, zero, residual_tol=1e-4, solver=fit_once_normal)
-    assert torch.equal(full.consistent, fast.consistent)
-    assert torch.allclose(full.c[full.consistent], fast.c[fast.consistent], rtol=1e-8, atol=1e-10)
 
 
 def test_fit_cache_fits_each_pattern_once() -> None:
@@ -137,7 +132,7 @@ def test_spear_dl_seeds_are_the_cells_spear_dl_would_hold_on_seeds_1_2() -> None
 def test_guide_pattern_fits_find_samples_from_a_noisy_guide() -> None:
     """Fits started from the guide's predicted patterns land on true samples; a bad guide finds none wrong."""
     from leakbench.attacks.spear.deflation import SampleState
-    from leakbench.attacks.spear.guide_fits import fit_guide_patterns
+    from leakbench.attacks.spear.guided import fit_guide_patterns
 
     problem, X = _problem()
     C = X @ problem.R.T
@@ -148,7 +143,9 @@ def test_guide_pattern_fits_find_samples_from_a_noisy_guide() -> None:
     done = fit_guide_patterns(problem, make_guide(problem, noisy, 1.5), state, 1e-4, rounds=10, max_seconds=60)
     assert done == problem.b and state.samples.shape[0] >= problem.b // 2
     d = torch.cdist(state.samples, C).min(dim=1).values
-    assert (d <= 1e-6 * C.norm(dim=1).max()).all()  # every accepted sample is a true one
+    # every accepted sample is a true one: within 1e-4 (relative) of it, where a mixture of two is O(1) off
+    # (measured 1e-7 on one CPU and up to 1e-6 on another: the fit's rounding depends on the BLAS kernels)
+    assert (d <= 1e-4 * C.norm(dim=1).max()).all()
     junk = torch.randn(X.shape, generator=gen, dtype=X.dtype)
     state = SampleState(samples=torch.empty(0, problem.b, dtype=torch.float64))
     fit_guide_patterns(problem, make_guide(problem, junk, 1.5), state, 1e-4, rounds=10, max_seconds=60)

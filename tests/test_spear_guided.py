@@ -72,8 +72,8 @@ def test_draws_stay_inside_per_draw_pools() -> None:
 def test_config_rejects_self_guide_and_bad_pools() -> None:
     with pytest.raises(ConfigError, match="another attack"):
         create_attack("spear-guided", guide="spear")
-    with pytest.raises(ConfigError, match="pool_start"):
-        create_attack("spear-guided", pool_start=0.5)
+    with pytest.raises(ConfigError, match=r"unknown hyperparameter.*pool_start"):
+        create_attack("spear-guided", pool_start=0.5)  # a fixed tolerance (tolerances.py), not a knob
 
 
 def _exact_cell(spec: CellSpec) -> dict:
@@ -107,16 +107,21 @@ def test_guided_exact_on_tinyimagenet_b50(tinyimagenet_root: Path) -> None:
                          data_root=str(tinyimagenet_root), hyperparameters={"max_draws": 5_000_000}))
 
 
-def test_stalled_guides_share_chunks_with_spear() -> None:
-    """After SHARE_AFTER fruitless guided chunks, every other chunk goes to SPEAR's own routes."""
-    from leakbench.attacks.spear.guided import SHARE_AFTER, guided_chunk
+def test_stalled_guides_share_turns_with_spear() -> None:
+    """After SHARE_AFTER fruitless guided turns, every other turn goes to SPEAR's own sources; a new
+    guide counts its turns afresh."""
+    from types import SimpleNamespace
+
+    from leakbench.attacks.spear.guided import SHARE_AFTER, GuidePool
 
     problem, X = _problem()
     guide = make_guide(problem, X, pool_start=1.5)
-    guide.misses, guide.calls = SHARE_AFTER, 1
-    # the state is never touched on a shared turn, so None stands in for it
-    assert guided_chunk(problem, guide, None, None, None, None, 1e-4, 1.25) is False  # type: ignore[arg-type]
-    assert guide.calls == 2
+    guide.misses = SHARE_AFTER
+    pool = GuidePool(SimpleNamespace(guide=lambda C: guide), growth=1.25)  # type: ignore[arg-type]
+    pool.current, pool.since = guide, 0
+    search = SimpleNamespace(state=SimpleNamespace(samples=None))  # never touched on a shared turn
+    assert pool.turn(search, asked=2) is False  # type: ignore[arg-type]
+    assert pool.turn(search, asked=4) is False  # type: ignore[arg-type]
 
 
 @pytest.mark.slow

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
-from pathlib import Path
+from dataclasses import fields, replace
 
 import pytest
 import torch
+from spear_helpers import layer_problem  # tests/ is on the path
 
-from leakbench.attacks import create_attack
-from leakbench.attacks.spear import SpearConfig
-from leakbench.attacks.spear.attack import ROUTE_ONLY, ROUTES
-from leakbench.attacks.spear.select import select_independent
+from leakbench.attacks import attack_class, create_attack
+from leakbench.attacks.spear import SpearPaperConfig
+from leakbench.attacks.spear.candidates import zero_tolerance
+from leakbench.attacks.spear.search import search_columns
+from leakbench.attacks.spear.select import improve_by_swaps, select_independent, sparsity_matching
 from leakbench.attacks.spear.state import SearchSettings
+from leakbench.attacks.spear.tolerances import TOLERANCES, Tolerances
 from leakbench.errors import ConfigError
 from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
@@ -28,70 +30,105 @@ def test_selection_takes_sparsest_first_and_skips_dependent_directions() -> None
     assert select_independent(directions, zeros, 3, rtol=1e-9, pool=3).tolist() == [1, 2]
 
 
-@pytest.mark.parametrize("knob, route", sorted(ROUTE_ONLY.items()))
-def test_a_knob_of_one_route_raises_on_the_other_naming_knob_and_route(knob: str, route: str) -> None:
-    other = next(r for r in ROUTES if r != route)
-    value = {"residual_tol": 1e-3, "sampler": "zeros", "row_weight_power": 1.0, "unique_gap": 1e-3,
-             "last_column": False}[knob]
-    assert value != SpearConfig.__dataclass_fields__[knob].default
-    with pytest.raises(ConfigError, match=rf"route={other} ignores {knob} \(read only by route={route}"):
-        create_attack("spear", route=other, **{knob: value})
-    create_attack("spear", route=route, **{knob: value})  # its own route takes it
+@pytest.mark.parametrize("attack, knob, value", [
+    ("spear", "lp_check", True), ("spear", "last_column", True), ("spear", "second_stage", False),
+    ("spear-paper", "sampler", "zeros"), ("spear-paper", "row_weight_power", 1.0),
+    ("spear-guided", "lp_check", True), ("spear-dl", "last_column", True),
+    ("spear", "zero_tol", 1e-3), ("spear-guided", "pool_start", 2.0), ("spear-dl", "min_remaining", 5)])
+def test_a_knob_the_attack_never_reads_is_unknown(attack: str, knob: str, value: object) -> None:
+    """spear-paper and the deflated search have separate Configs; the fixed tolerances are no knobs at all."""
+    with pytest.raises(ConfigError, match=rf"unknown hyperparameter.*{knob}"):
+        create_attack(attack, **{knob: value})
 
 
-def test_route_only_table_names_real_knobs_and_routes() -> None:
-    assert set(ROUTE_ONLY) <= set(SpearConfig.__dataclass_fields__)
-    assert set(ROUTE_ONLY.values()) <= set(ROUTES)
+def test_tolerances_have_one_home() -> None:
+    """No Config field shadows a tolerance, and every SearchSettings field is a budget knob, a
+    spear-paper knob or the tolerances object."""
+    tolerance_names = {f.name for f in fields(Tolerances)}
+    for name in ("spear", "spear-paper", "spear-guided", "spear-dl"):
+        assert not tolerance_names & {f.name for f in fields(attack_class(name).Config)}, name
+    known = {f.name for f in fields(SpearPaperConfig)} | {"tolerances", "label"}
+    assert {f.name for f in fields(SearchSettings)} <= known
 
 
-def test_defaults_never_raise_on_either_route_and_variants() -> None:
-    for route in ROUTES:
-        create_attack("spear", route=route)
-    create_attack("spear-guided")
-    create_attack("spear-dl")
+def test_defaults_never_raise() -> None:
+    for name in ("spear", "spear-paper", "spear-guided", "spear-dl"):
+        create_attack(name)
 
 
-def test_next_layer_check_is_gone_route_paper_is_its_one_home() -> None:
+def test_next_layer_check_is_gone() -> None:
     with pytest.raises(ConfigError, match=r"unknown hyperparameter.*next_layer_check"):
         create_attack("spear", next_layer_check=False)
 
 
-def test_search_settings_are_spear_config_fields() -> None:
-    """SearchSettings is the run's view of SpearConfig, not a second home for knobs."""
-    assert {f.name for f in fields(SearchSettings)} - {"label"} <= set(SpearConfig.__dataclass_fields__)
+def test_second_stage_swaps_a_mixture_for_the_true_column() -> None:
+    """Columns of Q from the ground truth (tests may read it): a selection holding q1 + q2 instead of q1
+    scores below 1 in sparsity matching, and the second greedy stage swaps q1 back in."""
+    problem, X = layer_problem(b=6, width=200)
+    C = X @ problem.R.T
+    Q = torch.linalg.inv(C)
+    Q = Q / Q.norm(dim=0, keepdim=True)
+    mix = (Q[:, 0] + Q[:, 1]) / (Q[:, 0] + Q[:, 1]).norm()
+    columns = torch.cat([Q.T, mix[None]])
+    tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
+    assert sparsity_matching(problem, Q, tol) == pytest.approx(1.0)
+    wrong = torch.tensor([6, 1, 2, 3, 4, 5])
+    assert sparsity_matching(problem, columns[wrong].T, tol) < 0.99
+    zeros = torch.tensor([10, 10, 10, 10, 10, 10, 50])  # the mixture looks sparsest: the first stage takes it
+    picked = improve_by_swaps(problem, columns, wrong, zeros, tol, pool=7)
+    assert sorted(picked.tolist()) == [0, 1, 2, 3, 4, 5]
 
 
-@pytest.mark.slow
-def test_cli_refuses_a_knob_the_route_ignores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from leakbench.cli import main
+def test_scheduler_asks_sources_in_order_and_counts_turns() -> None:
+    """The first source that takes the turn runs; the ones after it are not asked; `shares_turn` is the rule."""
+    from leakbench.attacks.spear.scheduler import Scheduler, shares_turn
 
-    rc = main(["attack", "--attack", "spear", "--batch-size", "2", "--param", "route=paper", "--param",
-               "sampler=zeros", "--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "route=paper ignores sampler" in err[0], err
+    class Source:
+        def __init__(self, name: str, takes: object) -> None:
+            self.name, self.takes, self.seen = name, takes, []
+
+        def turn(self, search: object, asked: int) -> bool:
+            self.seen.append(asked)
+            return bool(self.takes(asked))  # type: ignore[operator]
+
+        def stats(self) -> dict:
+            return {f"{self.name}_seen": len(self.seen)}
+
+    first = Source("first", lambda asked: not shares_turn(asked, stalled=True))  # odd turns
+    last = Source("last", lambda asked: True)
+    scheduler = Scheduler([first, last])
+    taken = [scheduler.turn(None) for _ in range(4)]  # type: ignore[arg-type]
+    assert taken == ["first", "last", "first", "last"]
+    assert first.seen == [1, 2, 3, 4] and last.seen == [1, 2]
+    assert scheduler.stats() == {"turns_first": 2, "turns_last": 2, "first_seen": 4, "last_seen": 2}
 
 
 def _paper_run(**params: object) -> dict:
-    """Route=paper on embedded b = 6, batch seed 0, attack seed 0 (the same draws whatever the knobs)."""
-    _, _, update = prepare(CellSpec(attack="spear", dataset="embedded", batch_size=6, seed=0, width=200))
-    recon = create_attack("spear", route="paper", max_seconds=60.0, **params).reconstruct(update, seed=0)
+    """spear-paper on embedded b = 6, batch seed 0, attack seed 0 (the same draws whatever the knobs)."""
+    _, _, update = prepare(CellSpec(attack="spear-paper", dataset="embedded", batch_size=6, seed=0, width=200))
+    recon = create_attack("spear-paper", max_seconds=60.0, **params).reconstruct(update, seed=0)
     return {"status": recon.status, **recon.stats}
 
 
 @pytest.mark.slow
-def test_unique_gap_is_read_by_the_paper_route() -> None:
-    """σ_{b−1} > 1·σ_1 never holds: no candidate passes the filter, so the run fails at its draw budget."""
-    stats = _paper_run(unique_gap=1.0, max_draws=20_000)
-    assert stats["status"] == "failed" and stats["samples_found"] == 0
+def test_unique_gap_is_read_by_the_column_search() -> None:
+    """σ_{b−1} > 1·σ_1 never holds: no candidate passes the filter, so the search ends at its draw budget."""
+    problem, _ = layer_problem(b=6, width=200)
+    tight = SearchSettings(max_draws=20_000, max_seconds=60.0, chunk=4096,
+                           tolerances=replace(TOLERANCES, unique_gap=1.0))
+    tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
+    state, solution = search_columns(problem, tol, tight, torch.Generator().manual_seed(0))
+    assert solution is None and state.found == 0 and state.draws >= 20_000
 
 
 @pytest.mark.slow
-def test_last_column_is_read_by_the_paper_route() -> None:
-    """Measured: the 6th column comes in closed form with last_column (45 k draws), else from 2× the draws."""
-    on, off = _paper_run(), _paper_run(last_column=False)
-    assert on["status"] == off["status"] == "ok"
-    assert on["last_sample_closed_form"] is True and off["last_sample_closed_form"] is False
-    assert off["draws"] > on["draws"]
+def test_spear_paper_is_exact_and_last_column_is_read() -> None:
+    """As published (no LP check, no closed-form last column) it is exact at b = 6; the closed-form last
+    column (a leakbench addition, off by default) finds the 6th column without drawing it."""
+    plain, closed = _paper_run(), _paper_run(last_column=True, lp_check=True)
+    assert plain["status"] == closed["status"] == "ok"
+    assert plain["mode"] == "sampling" and closed["mode"] == "sampling+lp"
+    assert closed["last_sample_closed_form"] is True and plain["last_sample_closed_form"] is False
 
 
 def test_every_function_in_the_step_table_exists() -> None:

@@ -1,11 +1,12 @@
-"""Row-norm weighted zero draws (deflation.row_weights): small gradient rows are more often inactive."""
+"""Row-norm weighted zero draws (scheduler.ZeroDraws.weights): small gradient rows are more often inactive."""
 
 from __future__ import annotations
 
 import torch
 
-from leakbench.attacks.spear.deflation import SampleState, null_basis, row_weights
+from leakbench.attacks.spear.deflation import null_basis
 from leakbench.attacks.spear.factors import factorize
+from leakbench.attacks.spear.scheduler import ZeroDraws
 from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
 
@@ -23,21 +24,17 @@ def _problem_and_zeros(layer: int, b: int = 8):
     return problem, (C @ problem.A.T + problem.bias) <= 0
 
 
-def _state(b: int) -> SampleState:
-    return SampleState(samples=torch.empty(0, b, dtype=torch.float64))
-
-
 def test_row_weights_alternate_with_uniform_and_favour_small_rows() -> None:
     problem, _ = _problem_and_zeros(2)
     N = null_basis(problem.L[:0], problem.b)
     live = torch.ones(problem.m, dtype=torch.bool)
-    state = _state(problem.b)
-    w = row_weights(problem, N, live, 2.0, state)
+    zeros = ZeroDraws(power=2.0)
+    w = zeros.weights(problem, N, live)
     assert w is not None and w.shape == (problem.m,)
     norms = problem.L.norm(dim=1)
     assert torch.equal(torch.argsort(w), torch.argsort(norms, descending=True))
-    assert row_weights(problem, N, live, 2.0, state) is None  # the next chunk is uniform
-    assert row_weights(problem, N, live, 0.0, state) is None
+    assert zeros.weights(problem, N, live) is None  # the next chunk is uniform
+    assert ZeroDraws(power=0.0).weights(problem, N, live) is None
 
 
 def test_weighted_draws_land_in_one_samples_zero_set_more_often() -> None:

@@ -15,6 +15,7 @@ import hashlib
 from collections.abc import Iterable
 
 SHIPPED: dict[str, str] = {
+    "spear-paper": "#08306b",
     "spear": "#1f77b4",
     "spear-guided": "#17becf",
     "spear-dl": "#6a3d9a",

@@ -1,78 +1,57 @@
-"""SPEAR (Dimitrov et al., NeurIPS 2024): exact batch reconstruction from a linear+ReLU layer's gradient."""
+"""SPEAR (Dimitrov et al., NeurIPS 2024): exact batch reconstruction from a linear+ReLU layer's gradient.
+
+Two attacks. `spear`: leakbench's deflated search (scheduler.py) with SPEAR's own proposal sources;
+spear-guided and spear-dl subclass it with more sources. `spear-paper`: SPEAR as published, the baseline
+the other variants are ranked against — the attacked layer's gradient only: sample (b−1)-row submatrices
+of L, filter the kernels by their zero sets, select b columns greedily in two stages, scale them from
+dL/db, verify the ReLU pattern; a failed verification means "keep sampling" until the budget runs out
+(search.search_columns). No next-layer fit, no deflation. leakbench's two additions to this route are
+off by default and named: the per-candidate LP check (`lp_check`, candidates.pattern_margin) and the
+closed-form last column (`last_column`, last_column.last_column_candidates).
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
+from leakbench.attacks.spear.active import find_batch_span
 from leakbench.attacks.spear.candidates import zero_tolerance
-from leakbench.attacks.spear.deflation import SampleState, search_samples
+from leakbench.attacks.spear.deflation import SampleState
 from leakbench.attacks.spear.factors import LayerProblem, factorize
+from leakbench.attacks.spear.scheduler import ProposalSource, Scheduler, default_sources, search_samples
 from leakbench.attacks.spear.search import search_columns
+from leakbench.attacks.spear.solve import Solution
 from leakbench.attacks.spear.state import SearchSettings, SearchState, stop_reason
 from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
-from leakbench.harness.limits import MAX_DEPTH, MAX_WIDTH
-from leakbench.ranges import MAX_SECONDS, MAX_WEIGHT, Ranged, chosen, ranged
+from leakbench.harness.limits import MAX_DEPTH
+from leakbench.ranges import MAX_SECONDS, Ranged, chosen, ranged
 
 MAX_DRAWS = 10**12
 """Draws a search may be given (about a week at a million draws per second)."""
 MAX_CHUNK = 10**6
 """Draws per vectorised step, and new patterns refined per step (auto_chunk picks at most 65,536)."""
 
-ChunkSource = Callable[[SampleState], bool]
-StatsFn = Callable[[], dict[str, Any]]
-
-
-ROUTES = ("default", "paper")
-"""SpearConfig.route: leakbench's deflated search, or SPEAR as published."""
 SAMPLERS = ("auto", "zeros", "actives", "both")
-"""SpearConfig.sampler: how the default route draws."""
+"""SpearConfig.sampler: how SPEAR's own draws are made (scheduler.py)."""
 
 
 @dataclass(frozen=True)
-class SpearConfig(Ranged):
-    """SPEAR's hyperparameters (each number's range: `leakbench show attack spear`).
+class SearchBudget(Ranged):
+    """What every SPEAR-family attack is given: the layer, the budget and the device (each number's
+    range: `leakbench show attack spear`). The search's fixed tolerances are not hyperparameters:
+    tolerances.py.
 
     layer: which linear layer (1-based) of the victim to attack; it must be followed by a ReLU.
-    max_draws / max_seconds: budget of the sampling search; past it the attack reports failure.
+    max_draws / max_seconds: budget of the search; past it the attack reports failure (or, on the
+        deflated search, the samples it verified: `Reconstruction` says the batch is incomplete).
     chunk: submatrices drawn per vectorised step (0 = choose from the layer size and b: `auto_chunk`).
-    min_extra_zeros / min_zero_fraction: a candidate needs b−1 zeros plus the larger of these
-        (a count, and a fraction of the live neurons) before it is examined.
-    zero_tol: relative floor under which |Ln_r·q| counts as zero (rounding of the gradient).
-    noise_factor: multiple of the estimated gradient noise added to the zero tolerance.
-    sample_tol_factor: looser tolerance for raw sampled directions, before refinement.
-    unique_gap: route=paper only: a column's zero set must have a 1-D kernel, σ_{b−1} > unique_gap·σ_1
-        there (candidates.refine; the deflated search lets the next-layer fit decide instead).
-    max_new_per_chunk: at most this many new zero patterns are refined per chunk.
-    last_column: route=paper only: look for the last column in closed form along the null line of the
-        b−1 selected ones (last_column.last_column_candidates; notes, pitfall 7). The deflated search
-        always completes its last sample in closed form (last_column.complete_last_sample): in the
-        1-D space left, a sample's zero rows are exactly the rows that are no longer live, so no
-        draw can isolate it.
-    residual_tol: default route only: largest relative residual of a candidate's next-layer fit
-        (fit.py) for its pattern to count as a sample.
-    sampler: default route only: how draws are made: "zeros" (SPEAR's b−1 neurons
-        inactive for a sample), "actives" (two-sided draws, active.py: b−1 neurons with a guessed
-        side each, for deep layers where samples have fewer than b−1 zeros; needs enough neurons
-        active for the whole batch), "both" (alternating, favouring the route that found a sample
-        more recently) or "auto" (two-sided when the batch span is found, else zeros; measured
-        best: at layers 4–5 of FC-6 zero draws misread near-zero rows, see docs/notebook/spear.md).
-    row_weight_power: default route only: zero draws pick rows with probability ∝ |row|^−power on
-        every other chunk (deflation.row_weights; 0 = SPEAR's uniform draws).
-    route: "default" (leakbench's deflated search, deflation.py: next-layer fit, deflation,
-        closed-form last sample, joint refinement; when the next layer's gradient has rank < b it
-        runs the paper route's search instead, recorded as mode "sampling+lp") or "paper" (SPEAR as
-        published, search.py: the attacked layer's gradient only — sample, filter, greedy
-        selection, scale from dL/db, ReLU verification — plus leakbench's per-candidate LP check;
-        last_column=false drops the closed-form last column too). A knob that the chosen route
-        never reads (`ROUTE_ONLY`) raises when set away from its default.
     device: torch device for the linear algebra ("cpu" or "cuda").
     """
 
@@ -80,54 +59,33 @@ class SpearConfig(Ranged):
     max_draws: int = ranged(200_000_000, 1, MAX_DRAWS)
     max_seconds: float = ranged(900.0, 0, MAX_SECONDS, low_open=True)
     chunk: int = ranged(0, 0, MAX_CHUNK)
-    min_extra_zeros: int = ranged(3, 1, MAX_WIDTH)
-    min_zero_fraction: float = ranged(0.0, 0, 1)
-    zero_tol: float = ranged(1e-5, 0, 1, low_open=True)
-    noise_factor: float = ranged(10.0, 0, MAX_WEIGHT)
-    sample_tol_factor: float = ranged(10.0, 0, MAX_WEIGHT, low_open=True)
-    unique_gap: float = ranged(1e-5, 0, 1, low_open=True)
-    max_new_per_chunk: int = ranged(256, 1, MAX_CHUNK)
-    last_column: bool = True
-    residual_tol: float = ranged(1e-4, 0, 1, low_open=True)
-    sampler: str = chosen("auto", *SAMPLERS)
-    row_weight_power: float = ranged(2.0, 0, 100)
-    route: str = chosen("default", *ROUTES)
     device: str = "cpu"
-    attack_name: ClassVar[str] = "spear"
-    """The attack this Config belongs to, for error messages (check_route_knobs)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()  # declared ranges and choices (leakbench.ranges)
         if self.device.split(":")[0] not in ("cpu", "cuda"):
-            raise ConfigError(f"spear: device must be cpu or cuda, got {self.device!r}")
-        check_route_knobs(self, self.attack_name)
+            raise ConfigError(f"{self.attack_name}: device must be cpu or cuda, got {self.device!r}")
+
+    attack_name: ClassVar[str] = "spear"
+    """The attack this Config belongs to, for error messages."""
 
 
-ROUTE_ONLY = {"residual_tol": "default", "sampler": "default", "row_weight_power": "default",
-              "unique_gap": "paper", "last_column": "paper"}
-"""Knobs that one route alone reads (every other SpearConfig field is read by both): the next-layer
-fit and the draws of the deflated search (deflation.py, fit.py, active.py) on the default route;
-the unique-kernel filter (search.consider) and the closed-form last column (search.search_columns)
-of the column search on the paper route."""
+@dataclass(frozen=True)
+class SpearConfig(SearchBudget):
+    """SPEAR's hyperparameters: `SearchBudget`'s, and how its own draws are made (scheduler.py).
 
-ROUTE_READS = {"default": "the deflated search (deflation.py) and its next-layer fit",
-               "paper": "the paper's column search (search.py)"}
+    sampler: "zeros" (SPEAR's b−1 neurons inactive for a sample), "actives" (two-sided draws,
+        active.py: b−1 neurons with a guessed side each, for deep layers where samples have fewer
+        than b−1 zeros; needs enough neurons active for the whole batch), "both" (alternating,
+        favouring the route that found a sample more recently) or "auto" (two-sided when the batch
+        span is found, else zeros; measured best: at layers 4–5 of FC-6 zero draws misread
+        near-zero rows, see docs/notebook/spear.md).
+    row_weight_power: zero draws pick rows with probability ∝ |row|^−power on every other chunk
+        (scheduler.ZeroDraws.weights; 0 = SPEAR's uniform draws).
+    """
 
-
-def check_route_knobs(cfg: SpearConfig, name: str) -> None:
-    """Refuse a knob set away from its default on a route that never reads it (it would silently do
-    nothing). Variants that lead the default route's deflated search (`name` ≠ "spear") have no
-    paper route. The one place these rules live; `SpearConfig.__post_init__` calls it for every
-    subclass, with the subclass's `attack_name`."""
-    if cfg.route == "paper" and name != "spear":
-        raise ConfigError(f"{name}: route=paper is plain SPEAR's; {name} leads the default route's deflated search")
-    changed = [knob for knob, route in ROUTE_ONLY.items()
-               if route != cfg.route and getattr(cfg, knob) != SpearConfig.__dataclass_fields__[knob].default]
-    if changed:
-        other = ROUTE_ONLY[changed[0]]
-        raise ConfigError(f"{name}: route={cfg.route} ignores {', '.join(changed)} (read only by route={other}: "
-                          f"{ROUTE_READS[other]}); leave {'them' if len(changed) > 1 else 'it'} at the default"
-                          + (f" or set route={other}" if name == "spear" else ""))
+    sampler: str = chosen("auto", *SAMPLERS)
+    row_weight_power: float = ranged(2.0, 0, 100)
 
 
 def auto_chunk(m: int, b: int) -> int:
@@ -140,7 +98,7 @@ class SpearAttack(Attack):
     name = "spear"
     paper = Citation("Dimitrov et al., NeurIPS 2024", "https://arxiv.org/abs/2403.03945")
     description = "SPEAR: exact reconstruction from a linear+ReLU layer's gradient (low rank, ReLU zeros, sampling)"
-    Config = SpearConfig
+    Config: ClassVar[type[SearchBudget]] = SpearConfig
     requires = Requirements(linear_relu_layer=True, batch_size=True)
 
     def check_update(self, update: ClientUpdate) -> None:
@@ -169,6 +127,9 @@ class SpearAttack(Attack):
         images = update.model.denormalize(X).clamp(0, 1) if layer == 1 else None
         return Reconstruction(status="ok", space=space, images=images, features=X, layer=layer, stats=stats)
 
+    uses_next_layer: ClassVar[bool] = True
+    """The deflated search fits every candidate through the next layer's gradient; spear-paper never reads it."""
+
     def _run(self, update: ClientUpdate, seed: int) -> tuple[str, torch.Tensor | None, dict[str, Any]]:
         cfg = self.config
         model = update.model
@@ -181,40 +142,40 @@ class SpearAttack(Attack):
         b = int(update.batch_size)
         if b == 1:
             x = (g.double() @ G.double()) / (g.double() @ g.double())
-            return "", x[None], {"route": cfg.route, "draws": 0, "method": "closed form (b=1)"}
+            return "", x[None], {"draws": 0, "method": "closed form (b=1)"}
         next_weight, _ = model.layer_param_names(cfg.layer + 1)
-        G_next = update.gradients[next_weight].to(device) if cfg.route == "default" else None
+        G_next = update.gradients[next_weight].to(device) if self.uses_next_layer else None
         problem = factorize(G, g, W, bias, b, G_next=G_next)
         return self._search(problem, seed, update)
 
-    def _chunk_source(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
-                      settings: SearchSettings, gen: torch.Generator) -> tuple[ChunkSource | None, StatsFn]:
-        """Extra draws for the deflation search and a function giving their stats (none in SPEAR)."""
-        return None, dict
+    def _sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
+                 settings: SearchSettings) -> tuple[list[ProposalSource], dict[str, Any]]:
+        """The proposal sources asked before SPEAR's own (scheduler.py), and stats known before the
+        search (none in SPEAR; a guide's name and seconds in spear-guided)."""
+        return [], {}
+
+    def _settings(self, problem: LayerProblem) -> SearchSettings:
+        """The run's budget and tolerances; the deflated search's fallback (next-layer gradient of rank
+        below b) runs the column search with leakbench's LP check and closed-form last column."""
+        cfg = self.config
+        return SearchSettings(max_draws=cfg.max_draws, max_seconds=cfg.max_seconds,
+                              chunk=cfg.chunk or auto_chunk(problem.m, problem.b), last_column=True, lp_check=True,
+                              label=self.name)
 
     def _search(self, problem: LayerProblem, seed: int, update: ClientUpdate
                 ) -> tuple[str, torch.Tensor | None, dict[str, Any]]:
-        cfg = self.config
-        tol = zero_tolerance(problem, cfg.zero_tol, cfg.noise_factor)
-        chunk = cfg.chunk or auto_chunk(problem.m, problem.b)
-        settings = SearchSettings(max_draws=cfg.max_draws, max_seconds=cfg.max_seconds, chunk=chunk,
-                                  min_extra_zeros=cfg.min_extra_zeros,
-                                  min_zero_fraction=cfg.min_zero_fraction,
-                                  sample_tol_factor=cfg.sample_tol_factor, unique_gap=cfg.unique_gap,
-                                  max_new_per_chunk=cfg.max_new_per_chunk, last_column=cfg.last_column,
-                                  sampler=cfg.sampler, row_weight_power=cfg.row_weight_power, label=self.name)
+        settings = self._settings(problem)
+        tol = zero_tolerance(problem, settings.tolerances.zero_tol, settings.tolerances.noise_factor)
         gen = torch.Generator(device=problem.Ln.device).manual_seed(seed)
-        extra_stats: StatsFn = dict
         state: SearchState
         if problem.P_next is not None:
-            source, extra_stats = self._chunk_source(problem, update, seed, tol, settings, gen)
-            state, solution = search_samples(problem, tol, settings, gen, cfg.residual_tol, chunk_source=source)
+            state, solution, extra_stats = self._deflated(problem, seed, update, tol, settings, gen)
             mode = "deflation+next-layer"
         else:
             state, solution = search_columns(problem, tol, settings, gen)
-            mode = "sampling+lp"
-        stats = {"route": cfg.route, "mode": mode, **state.stats(), "neurons_used": problem.m,
-                 "noise_estimate": problem.noise, "search_seconds": state.seconds, **extra_stats()}
+            extra_stats, mode = {}, "sampling+lp" if settings.lp_check else "sampling"
+        stats = {"mode": mode, **state.stats(), "neurons_used": problem.m, "noise_estimate": problem.noise,
+                 "search_seconds": state.seconds, **extra_stats}
         if solution is None:
             return stop_reason(state, settings, problem.b), None, stats
         stats["relu_violations"] = solution.violations
@@ -222,3 +183,46 @@ class SpearAttack(Attack):
             return (f"verification failed ({solution.violations} ReLU violations, bias-gradient scale "
                     f"{'ok' if solution.scale_ok else 'wrong'}) when the budget ran out"), None, stats
         return "", solution.X, stats
+
+    def _deflated(self, problem: LayerProblem, seed: int, update: ClientUpdate, tol: torch.Tensor,
+                  settings: SearchSettings, gen: torch.Generator
+                  ) -> tuple[SampleState, Solution | None, dict[str, Any]]:
+        """The deflated search with this attack's sources before SPEAR's own; its state, solution and stats."""
+        cfg = self.config
+        leading, stats = self._sources(problem, update, seed, tol, settings)
+        span = find_batch_span(problem) if cfg.sampler != "zeros" else None
+        scheduler = Scheduler([*leading, *default_sources(cfg.row_weight_power, span, cfg.sampler)])
+        state, solution = search_samples(problem, tol, settings, gen, settings.tolerances.residual_tol, scheduler)
+        return state, solution, {"two_sided_draws": 0, "two_sided_route": span is not None, **stats,
+                                 **scheduler.stats()}
+
+
+@dataclass(frozen=True)
+class SpearPaperConfig(SearchBudget):
+    """`SearchBudget`'s hyperparameters plus the published selection's and leakbench's two additions.
+
+    second_stage: the paper's second greedy stage (select.improve_by_swaps) after the first.
+    lp_check: leakbench addition: accept a candidate only if an LP finds a sample with its ReLU pattern
+        (then the first complete selection is final).
+    last_column: leakbench addition: look for the last column in closed form along the null line of
+        the b−1 selected ones (notes, pitfall 7).
+    """
+
+    second_stage: bool = True
+    lp_check: bool = False
+    last_column: bool = False
+    attack_name: ClassVar[str] = "spear-paper"
+
+
+class SpearPaperAttack(SpearAttack):
+    name = "spear-paper"
+    description = ("SPEAR as published: sampling, sparsity filter, two-stage greedy selection, scale from dL/db "
+                   "and ReLU verification, on the attacked layer's gradient only")
+    Config = SpearPaperConfig
+    uses_next_layer = False
+
+    def _settings(self, problem: LayerProblem) -> SearchSettings:
+        cfg = self.config
+        return SearchSettings(max_draws=cfg.max_draws, max_seconds=cfg.max_seconds,
+                              chunk=cfg.chunk or auto_chunk(problem.m, problem.b), last_column=cfg.last_column,
+                              lp_check=cfg.lp_check, second_stage=cfg.second_stage, label=self.name)

@@ -5,6 +5,11 @@ them, so q_j = N y_j for an orthonormal basis N of their null space (b × (b−k
 needs (b−k−1)-row submatrices of L N, and a draw hits sample j with probability
 C(z_j, b−k−1)/C(m, b−k−1): the hardest samples are searched last, in the smallest space.
 Candidate patterns are turned into samples and tested with the next layer's gradient (fit.py).
+
+This module is the search's acceptance and completion: draws in the deflated space (`draw_patterns`),
+refinement and fit of proposed patterns (`accept_patterns`, `accept_fits`), the closed-form completion
+and its verification (`complete_batch`) and the remembered directions (`try_directions`). Which
+proposals are made when is the scheduler's (scheduler.py); the proposals themselves are the sources'.
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ from typing import Any
 
 import torch
 
-from leakbench.attacks.spear.active import BatchSpan, draw_active, find_batch_span
 from leakbench.attacks.spear.candidates import (
     canonical,
     extra_zeros,
@@ -27,21 +31,13 @@ from leakbench.attacks.spear.candidates import (
     zero_masks,
 )
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.fastfit import FitCache
-from leakbench.attacks.spear.fit import FitSolver, SampleFit, fit_samples, same_samples
+from leakbench.attacks.spear.fit import FitCache, SampleFit, fit_samples, same_samples
 from leakbench.attacks.spear.joint import JOINT_MAX_B, next_layer_residuals, refine_batch
 from leakbench.attacks.spear.last_column import complete_last_sample, complete_samples, samples_from_directions
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
 from leakbench.attacks.spear.select import select_independent
 from leakbench.attacks.spear.solve import Solution, solve_from_samples
-from leakbench.attacks.spear.state import (
-    SearchSettings,
-    SearchState,
-    charge_undrawable,
-    out_of_budget,
-    search_bar,
-    show_progress,
-)
+from leakbench.attacks.spear.state import SearchSettings, SearchState, charge_undrawable
 
 _UNSET = torch.empty(0)
 """SampleState's default for a tensor field not given (compared by identity, never used)."""
@@ -56,8 +52,8 @@ class SampleState(SearchState):
     directions: unit columns of Q whose pattern was sound but whose fit was not (`try_directions`);
     directions_tried: the last completion tried from them, with the search state (never tried twice);
     from_directions: samples completed from directions in the verified batch;
-    fits: next-layer fits run; retries: verifications failed. The rest steers the two-sided route
-    (active.py, `use_active`) and the row-norm weights (`row_weights`).
+    fits: next-layer fits run; retries: verifications failed; fit_cache: the (pattern, free rows)
+    pairs fitted so far (fit.FitCache; scheduler.search_samples gives every search one).
     """
 
     samples: torch.Tensor
@@ -69,14 +65,6 @@ class SampleState(SearchState):
     from_directions: int = 0
     fits: int = 0
     retries: int = 0
-    active_draws: int = 0
-    two_sided: bool = False
-    tail: bool = False
-    active_misses: int = 0
-    zero_misses: int = 0
-    chunks: int = 0
-    zero_chunks: int = 0
-    fit_solver: FitSolver | None = None  # leakbench addition (fastfit.py): replaces fit._fit_once when set
     fit_cache: FitCache | None = None  # skip refits of patterns already fitted
 
     def __post_init__(self) -> None:
@@ -92,9 +80,9 @@ class SampleState(SearchState):
         return int(self.samples.shape[0])
 
     def stats(self) -> dict[str, Any]:
-        return {**super().stats(), "two_sided_draws": self.active_draws, "two_sided_route": self.two_sided,
-                "fits_or_lp_checks": self.fits, "retries": self.retries,
-                "samples_from_directions": self.from_directions}
+        return {**super().stats(), "fits_or_lp_checks": self.fits, "retries": self.retries,
+                "samples_from_directions": self.from_directions,
+                "fits_skipped": self.fit_cache.skipped if self.fit_cache is not None else 0}
 
 
 def null_basis(C: torch.Tensor, b: int) -> torch.Tensor:
@@ -121,26 +109,30 @@ def reduced_rows(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor
     return LN / norms.clamp_min(1e-300)[:, None], tol * scale, live
 
 
+RowWeights = Callable[[LayerProblem, torch.Tensor, torch.Tensor], "torch.Tensor | None"]
+"""(problem, N, live rows) → row weights for a chunk's draws: (live,) shared by all draws of the chunk,
+(draws, live) one row per draw (its count is the chunk's size), or None for uniform draws."""
+
+
 def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, state: SampleState,
-                  settings: SearchSettings, gen: torch.Generator,
-                  weights: torch.Tensor | None = None) -> torch.Tensor:
+                  settings: SearchSettings, gen: torch.Generator, weights: RowWeights) -> torch.Tensor:
     """One chunk of draws in the reduced space; the new loose zero masks (k, m), sparsest first.
 
-    `weights` (draws, m), if given, sets the chunk size and each draw's row weights (guided.py).
+    `weights` is asked once the chunk can be drawn (enough live rows); weights of shape (draws, live)
+    set the chunk's size (guided.py), otherwise the chunk is `settings.chunk` draws within the budget.
     """
     bp = N.shape[1]
     LNn, tol_r, live = reduced_rows(problem, N, tol)
     loose = tol_r * settings.sample_tol_factor
-    count = min(settings.chunk, settings.max_draws - state.draws) if weights is None else weights.shape[0]
+    count = min(settings.chunk, settings.max_draws - state.draws)
     if int(live.sum()) < bp - 1:
         charge_undrawable(state, count, int(live.sum()), problem.m, bp - 1)
         return torch.zeros(0, problem.m, dtype=torch.bool, device=problem.L.device)
     state.undrawable = ""
-    if weights is None:
-        weights = row_weights(problem, N, live, settings.row_weight_power, state)
-    else:
-        weights = weights[:, live]
-    y = draw_directions(LNn[live], bp, count, gen, weights=weights)
+    w = weights(problem, N, live)
+    if w is not None and w.dim() == 2:
+        count = w.shape[0]
+    y = draw_directions(LNn[live], bp, count, gen, weights=w)
     state.draws += count
     y = y[torch.isfinite(y).all(dim=1)]
     need = bp - 1 + extra_zeros(int(live.sum()), settings)
@@ -150,25 +142,6 @@ def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, sta
     state.candidates += int(hits.shape[0])
     masks = zero_masks(LNn, hits, loose)
     return masks[new_patterns(masks, state, settings.max_new_per_chunk)]
-
-
-def row_weights(problem: LayerProblem, N: torch.Tensor, live: torch.Tensor, power: float,
-                state: SampleState) -> torch.Tensor | None:
-    """Draw weights |L_r N|^−power for the live rows, on every other chunk (None: uniform).
-
-    Row r of the gradient is L_r = Σ_i D_ir c_i over the samples for which neuron r passed a
-    gradient, so rows with a small norm tend to be inactive for more of the remaining samples, and
-    b−1 of them lie in one sample's zero set far more often (measured with ground truth on
-    TinyImageNet FC-6, b = 20, power 2: 8× more hits at layer 1, 40× at layer 2, > 1000× at
-    layer 3). Uniform chunks alternate with weighted ones so that a sample whose zeros sit on large
-    rows is never found more than 2× slower than by SPEAR's uniform draws.
-    """
-    state.zero_chunks += 1
-    if power <= 0 or state.zero_chunks % 2 == 0:
-        return None
-    norms = (problem.L @ N)[live].norm(dim=1)
-    weights: torch.Tensor = (norms / norms.max()).clamp_min(1e-6).pow(-power)
-    return weights
 
 
 def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor, tol: torch.Tensor,
@@ -208,7 +181,7 @@ def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SampleState, r
     `rounds`: refits with the fitted sample's own pattern (fit.fit_samples).
     """
     cache, state.fit_cache = state.fit_cache, None
-    if cache is not None:  # fastfit.FitCache: fit each (pattern, free rows) once per search
+    if cache is not None:  # fit.FitCache: fit each (pattern, free rows) once per search
         try:
             fresh = cache.fresh(zero, free, state.retries)
             part = (accept_fits(problem, zero[fresh], state, residual_tol, free, rounds) if bool(fresh.any()) else
@@ -219,7 +192,7 @@ def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SampleState, r
         consistent = torch.ones(zero.shape[0], dtype=torch.bool, device=zero.device)
         consistent[fresh] = part.consistent  # a pattern fitted before: its outcome is already recorded
         return SampleFit(c=part.c, residual=part.residual, consistent=consistent)
-    fit = fit_samples(problem, zero, residual_tol=residual_tol, free=free, rounds=rounds, solver=state.fit_solver)
+    fit = fit_samples(problem, zero, residual_tol=residual_tol, free=free, rounds=rounds)
     state.fits += int(zero.shape[0])
     keep_samples(state, fit.c, fit.residual, fit.consistent)
     return fit
@@ -251,103 +224,6 @@ def nearest_known(c: torch.Tensor, known: torch.Tensor) -> int | None:
     dist = (known - c).norm(dim=1)
     i = int(dist.argmin())
     return i if float(dist[i]) <= SAME * float(c.norm()) else None
-
-
-def active_chunk(problem: LayerProblem, span: BatchSpan, state: SampleState, settings: SearchSettings,
-                 gen: torch.Generator, residual_tol: float) -> None:
-    """One chunk of two-sided draws (active.py); records whether it found a new sample."""
-    count = min(settings.chunk, settings.max_draws - state.draws)
-    masks = draw_active(problem, span, count, gen)
-    state.draws += count
-    state.active_draws += count
-    state.candidates += int(masks.shape[0])
-    masks = masks[new_patterns(masks, state, settings.max_new_per_chunk)]
-    state.patterns += int(masks.shape[0])
-    before = state.samples.shape[0]
-    if masks.shape[0]:
-        accept_fits(problem, masks, state, residual_tol)
-    state.active_misses = 0 if state.samples.shape[0] > before else state.active_misses + 1
-
-
-def use_active(problem: LayerProblem, span: BatchSpan | None, state: SampleState,
-               settings: SearchSettings) -> bool:
-    """Whether this chunk is a two-sided draw.
-
-    "zeros" (or no batch span): never. "actives": always. "both": 7 of 8 chunks to the route that
-    found a sample more recently (1:1 on a tie). "auto": always while more than `ZERO_ROUTE_TAIL`
-    samples are missing, then alternating 1:1 with zero draws, which need only a few rows there
-    and complete samples whose next-layer fit is ill-conditioned from remembered directions
-    (measured: two samples of TinyImageNet b=20, layer 5, seed 1 that two-sided draws
-    essentially never isolate). Patterns are re-examined once on that switch.
-    """
-    if span is None or settings.sampler == "zeros":
-        return False
-    if settings.sampler == "actives":
-        return True
-    state.chunks += 1
-    if settings.sampler == "auto":
-        if problem.b - state.samples.shape[0] > ZERO_ROUTE_TAIL:
-            return True
-        if not state.tail:
-            state.tail = True
-            state.seen.clear()
-        return state.chunks % 2 == 0
-    if state.active_misses == state.zero_misses:
-        return state.chunks % 2 == 0
-    return (state.chunks % 8 != 0) == (state.active_misses < state.zero_misses)
-
-
-ZERO_ROUTE_TAIL = 4
-
-
-def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSettings,
-                   gen: torch.Generator, residual_tol: float,
-                   chunk_source: Callable[[SampleState], bool] | None = None
-                   ) -> tuple[SampleState, Solution | None]:
-    """Find all b samples (rows of C) by deflated sampling, or stop at the budget.
-
-    The last sample needs no search: it follows from the other b−1 (`complete_last_sample`). When
-    the search itself found all b (common under noise, where the closed form is less accurate than
-    the fits), those are verified first.
-    When the completed batch fails verification, the found sample with the most ReLU
-    violations is dropped (and never accepted again) and the search goes on.
-    `chunk_source`, if given, runs a chunk of its own draws (guided.py) and returns False once it
-    has nothing left to try; the usual routes take over then.
-    """
-    b = problem.b
-    state = SampleState(samples=torch.empty(0, b, dtype=problem.L.dtype, device=problem.L.device))
-    span = find_batch_span(problem) if settings.sampler != "zeros" else None
-    state.two_sided = span is not None
-    solution = None
-    with search_bar(problem, settings) as bar:
-        while True:
-            show_progress(bar, state, settings)
-            if state.samples.shape[0] >= b - 1:  # verified even when the budget ran out with this chunk
-                solution = complete_batch(problem, state, tol, residual_tol)
-                if solution.ok:
-                    return state, solution
-            if out_of_budget(state, settings):
-                break
-            if chunk_source is not None and chunk_source(state):
-                pass
-            elif span is not None and use_active(problem, span, state, settings):
-                active_chunk(problem, span, state, settings, gen, residual_tol)
-            else:
-                zero_chunk(problem, tol, state, settings, gen, residual_tol)
-            if state.samples.shape[0] < b - 1:
-                solution = try_directions(problem, state, tol, residual_tol)
-                if solution is not None:
-                    return state, solution
-    return state, solution
-
-
-def zero_chunk(problem: LayerProblem, tol: torch.Tensor, state: SampleState, settings: SearchSettings,
-               gen: torch.Generator, residual_tol: float) -> None:
-    """One chunk of SPEAR's zero draws in the deflated space; records whether it found a sample."""
-    before = state.samples.shape[0]
-    N = null_basis(state.samples, problem.b)
-    accept_patterns(problem, N, draw_patterns(problem, N, tol, state, settings, gen), tol, state, residual_tol)
-    state.zero_misses = 0 if state.samples.shape[0] > before else state.zero_misses + 1
 
 
 def complete_batch(problem: LayerProblem, state: SampleState, tol: torch.Tensor,

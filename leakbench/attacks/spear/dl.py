@@ -24,15 +24,15 @@ proposal costs time, never correctness.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from leakbench.attacks.spear.candidates import extra_zeros, new_patterns, zero_masks
-from leakbench.attacks.spear.deflation import SampleState, accept_patterns, null_basis, reduced_rows
-from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.deflation import accept_patterns, null_basis, reduced_rows
 from leakbench.attacks.spear.sampling import count_zeros
-from leakbench.attacks.spear.state import SearchSettings
+from leakbench.attacks.spear.scheduler import Search, shares_turn
 
 
 def msp_directions(Ln: torch.Tensor, gen: torch.Generator, *, iterations: int = 100) -> torch.Tensor:
@@ -85,7 +85,7 @@ def expected_zero_fraction(remaining: int) -> float:
 
 @dataclass(frozen=True)
 class Proposal:
-    """How `dl_chunk` proposes directions; see `SpearDLConfig` for each knob."""
+    """How `DLTrims` proposes directions; see `SpearDLConfig` for each knob (and tolerances.py)."""
 
     init: str
     starts: int
@@ -121,47 +121,51 @@ DOUBT = 0.1
 """Zero rows above this fraction of the zero tolerance are free in the first fit (deflation.accept_patterns)."""
 
 
-@dataclass
-class DLCounters:
-    """What the dictionary-learning chunks did, for the attack's stats."""
+class DLTrims:
+    """Dictionary-learning proposals as a source (scheduler.py): one round of `propose` in the space left
+    by the samples found so far, rounded to loose zero patterns and handed to SPEAR's `accept_patterns`
+    (refinement to the exact zero set, next-layer fit, acceptance).
 
-    calls: int = 0
-    starts: int = 0
-    found: int = 0
-    misses: int = 0
-
-
-def dl_chunk(problem: LayerProblem, tol: torch.Tensor, state: SampleState, settings: SearchSettings,
-             gen: torch.Generator, residual_tol: float, proposal: Proposal, counters: DLCounters) -> bool:
-    """One round of proposals in the space left by the samples found so far (deflation.py).
-
-    Proposed directions with enough zeros are rounded to their loose zero patterns and handed to
-    SPEAR's `accept_patterns` (refinement to the exact zero set, next-layer fit, acceptance).
-    Returns False, leaving the chunk to SPEAR's own draws, once fewer than `min_remaining` samples
-    are missing, and on every other call after a round that found nothing while at most
-    `SHARE_BELOW` are missing (measured: b = 50, width 2000 stalled with 6 missing without it).
-    With more missing, SPEAR's draws are not tried: they need ≈ 2^(b'−1) draws per sample, and one
-    chunk of them cost ~20 s of refinement at b' = 100 (width 2000) against 3.4 s for a round of
-    proposals.
+    Passes the turn once fewer than `min_remaining` samples are missing, and shares its turns
+    (`shares_turn`) after a round that found nothing while at most `SHARE_BELOW` are missing (measured:
+    b = 50, width 2000 stalled with 6 missing without it). With more missing, SPEAR's draws are not
+    tried: they need ≈ 2^(b'−1) draws per sample, and one chunk of them cost ~20 s of refinement at
+    b' = 100 (width 2000) against 3.4 s for a round of proposals.
     """
-    N = null_basis(state.samples, problem.b)
-    bp = N.shape[1]
-    counters.calls += 1
-    if bp < proposal.min_remaining or (bp <= SHARE_BELOW and counters.misses and counters.calls % 2 == 0):
-        return False
-    LNn, tol_r, live = reduced_rows(problem, N, tol)
-    y = propose(LNn[live], gen, proposal)
-    state.draws += y.shape[0]
-    counters.starts += y.shape[0]
-    loose = tol_r * settings.sample_tol_factor
-    need = bp - 1 + extra_zeros(int(live.sum()), settings)
-    y = y[count_zeros(LNn[live], y, loose[live]) >= need]
-    state.candidates += y.shape[0]
-    masks = zero_masks(LNn, y, loose)
-    before = state.samples.shape[0]
-    accept_patterns(problem, N, masks[new_patterns(masks, state, settings.max_new_per_chunk)], tol, state,
-                    residual_tol, doubt=DOUBT)
-    found = state.samples.shape[0] - before
-    counters.found += max(found, 0)
-    counters.misses = 0 if found > 0 else counters.misses + 1
-    return True
+
+    name = "dl_trims"
+
+    def __init__(self, proposal: Proposal) -> None:
+        self.proposal = proposal
+        self.rounds = 0
+        self.starts = 0
+        self.found = 0
+        self.misses = 0
+
+    def turn(self, search: Search, asked: int) -> bool:
+        problem, state, tol, settings = search.problem, search.state, search.tol, search.settings
+        N = null_basis(state.samples, problem.b)
+        bp = N.shape[1]
+        self.rounds = asked
+        if bp < self.proposal.min_remaining or shares_turn(asked, bp <= SHARE_BELOW and self.misses > 0):
+            return False
+        LNn, tol_r, live = reduced_rows(problem, N, tol)
+        y = propose(LNn[live], search.gen, self.proposal)
+        state.draws += y.shape[0]
+        self.starts += y.shape[0]
+        loose = tol_r * settings.sample_tol_factor
+        need = bp - 1 + extra_zeros(int(live.sum()), settings)
+        y = y[count_zeros(LNn[live], y, loose[live]) >= need]
+        state.candidates += y.shape[0]
+        masks = zero_masks(LNn, y, loose)
+        before = state.found
+        accept_patterns(problem, N, masks[new_patterns(masks, state, settings.max_new_per_chunk)], tol, state,
+                        search.residual_tol, doubt=DOUBT)
+        found = state.found - before
+        self.found += max(found, 0)
+        self.misses = 0 if found > 0 else self.misses + 1
+        return True
+
+    def stats(self) -> dict[str, Any]:
+        return {"dl_init": self.proposal.init, "dl_rounds": self.rounds, "dl_starts": self.starts,
+                "dl_found": self.found}

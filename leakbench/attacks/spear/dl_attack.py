@@ -7,14 +7,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from leakbench.attacks.spear.attack import ChunkSource, SpearAttack, SpearConfig, StatsFn
-from leakbench.attacks.spear.deflation import SampleState
-from leakbench.attacks.spear.dl import DLCounters, Proposal, dl_chunk
+from leakbench.attacks.spear.attack import SpearAttack, SpearConfig
+from leakbench.attacks.spear.dl import DLTrims, Proposal
 from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.scheduler import ProposalSource
 from leakbench.attacks.spear.state import SearchSettings
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
-from leakbench.harness.limits import MAX_WIDTH
 from leakbench.ranges import chosen, ranged
 
 INITS = ("subsets", "msp", "msp-only")
@@ -32,9 +31,9 @@ class SpearDLConfig(SpearConfig):
     starts: directions proposed per round with init "subsets" (MSP always gives one per missing sample).
     keep: the trim, as a fraction of a typical sample's zero rows (the expected zero fraction of
         the live rows, dl.expected_zero_fraction); between ½ (a mixture of two samples) and 1.
-    start_keep: the shrinking trim starts from this fraction of the live rows.
     steps / hold: trim iterations while shrinking, then at the final trim.
-    min_remaining: below this many missing samples, SPEAR's own draws finish the batch.
+    (The trim's start and the number of missing samples below which SPEAR's own draws finish the
+    batch are fixed: tolerances.py, dl_start_keep and dl_min_remaining.)
     The first-layer gradient alone is not used: proposals are fitted through the next layer's
     gradient (deflation), so the attacked layer must not be the last hidden one with fewer classes than b.
     """
@@ -42,10 +41,8 @@ class SpearDLConfig(SpearConfig):
     init: str = chosen("subsets", *INITS)
     starts: int = ranged(32, 1, MAX_PROPOSALS)
     keep: float = ranged(0.7, 0.5, 1, low_open=True)
-    start_keep: float = ranged(0.9, 0, 1, low_open=True)
     steps: int = ranged(30, 1, MAX_PROPOSALS)
     hold: int = ranged(15, 0, MAX_PROPOSALS)
-    min_remaining: int = ranged(10, 1, MAX_WIDTH)
     attack_name: ClassVar[str] = "spear-dl"
 
     def __post_init__(self) -> None:
@@ -56,8 +53,8 @@ class SpearDLConfig(SpearConfig):
             raise ConfigError(f"spear-dl: init={self.init} ignores {', '.join(changed)}; leave them at their defaults")
 
 
-IGNORED_BY_INIT = {"msp": ("starts", "start_keep", "steps"),
-                   "msp-only": ("starts", "start_keep", "steps", "keep", "hold")}
+IGNORED_BY_INIT = {"msp": ("starts", "steps"),
+                   "msp-only": ("starts", "steps", "keep", "hold")}
 """Proposal knobs that an init never reads (setting them raises rather than doing nothing)."""
 
 
@@ -67,18 +64,13 @@ class SpearDLAttack(SpearAttack):
                    "ℓ4-MSP) instead of random draws; exact or reported failed")
     Config = SpearDLConfig
 
-    def _chunk_source(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
-                      settings: SearchSettings, gen: torch.Generator) -> tuple[ChunkSource | None, StatsFn]:
+    def _sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
+                 settings: SearchSettings) -> tuple[list[ProposalSource], dict[str, Any]]:
         cfg = self.config
-        proposal = Proposal(init=cfg.init, starts=cfg.starts, keep=cfg.keep, start_keep=cfg.start_keep,
-                            steps=cfg.steps, hold=cfg.hold, min_remaining=cfg.min_remaining)
-        counters = DLCounters()
-
-        def source(state: SampleState) -> bool:
-            return dl_chunk(problem, tol, state, settings, gen, cfg.residual_tol, proposal, counters)
-
-        return source, lambda: {"dl_init": cfg.init, "dl_rounds": counters.calls, "dl_starts": counters.starts,
-                                "dl_found": counters.found}
+        t = settings.tolerances
+        proposal = Proposal(init=cfg.init, starts=cfg.starts, keep=cfg.keep, start_keep=t.dl_start_keep,
+                            steps=cfg.steps, hold=cfg.hold, min_remaining=t.dl_min_remaining)
+        return [DLTrims(proposal)], {}
 
     def _search(self, problem: LayerProblem, seed: int, update: ClientUpdate
                 ) -> tuple[str, torch.Tensor | None, dict[str, Any]]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
@@ -88,12 +89,19 @@ class ResidualGuides:
 
     def __init__(self, problem: LayerProblem, first: Guide, tol: torch.Tensor, seed: int, pool_start: float,
                  after: int, max_missing: int) -> None:
-        self.problem, self.current, self.tol, self.seed = problem, first, tol, seed
+        self.problem, self.first, self.current, self.tol, self.seed = problem, first, first, tol, seed
         self.pool_start, self.after, self.max_missing = pool_start, after, max_missing
         self.built_at = -1
         self.made = 0
         self.draws = 0
         self.seconds = 0.0
+
+    def stats(self) -> dict[str, Any]:
+        """The guides' counters for the attack's stats (the first guide's, and the residual guides')."""
+        first = self.first
+        return {"guided_draws": first.draws, "guides_matched": first.matched, "residual_guides": self.made,
+                "residual_guide_seconds": self.seconds,
+                "residual_guided_draws": self.draws + (self.current.draws if self.made else 0)}
 
     def guide(self, C: torch.Tensor) -> Guide:
         """The guide for the next guided chunk, given the samples found so far (rows of C)."""

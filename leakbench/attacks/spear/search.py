@@ -23,7 +23,7 @@ from leakbench.attacks.spear.candidates import (
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.last_column import last_column_candidates
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
-from leakbench.attacks.spear.select import select_independent
+from leakbench.attacks.spear.select import improve_by_swaps, select_independent
 from leakbench.attacks.spear.solve import Solution, solve_batch
 from leakbench.attacks.spear.state import SearchSettings, SearchState, out_of_budget, search_bar, show_progress
 
@@ -46,7 +46,8 @@ class ColumnState(SearchState):
 
 def consider(problem: LayerProblem, masks: torch.Tensor, tol: torch.Tensor, state: ColumnState,
              settings: SearchSettings) -> None:
-    """Refine candidate zero sets; accept unique-kernel, feasible, new columns."""
+    """Refine candidate zero sets; accept unique-kernel, sparse, new columns (and, with `settings.lp_check`,
+    only those whose pattern is a feasible ReLU pattern: leakbench's LP check)."""
     if masks.shape[0] == 0:
         return
     state.patterns += int(masks.shape[0])
@@ -57,10 +58,12 @@ def consider(problem: LayerProblem, masks: torch.Tensor, tol: torch.Tensor, stat
     for direction, zero in zip(q, exact, strict=True):
         if not bool(is_new(direction[None], state.columns)[0]):
             continue
-        active = (problem.Ln @ direction).abs() > 100 * tol
-        state.lp_checks += 1
-        if pattern_margin(problem, zero.cpu().numpy(), active.cpu().numpy()) > 0:
-            state.columns = torch.cat([state.columns, direction[None]])
+        if settings.lp_check:
+            active = (problem.Ln @ direction).abs() > 100 * tol
+            state.lp_checks += 1
+            if pattern_margin(problem, zero.cpu().numpy(), active.cpu().numpy()) <= 0:
+                continue
+        state.columns = torch.cat([state.columns, direction[None]])
 
 
 def sample_chunk(problem: LayerProblem, tol: torch.Tensor, state: ColumnState, settings: SearchSettings,
@@ -82,40 +85,55 @@ INDEPENDENT_RTOL = 1e-9
 ill-conditioned (Q = C⁻¹, and the images of a batch are correlated)."""
 
 
-def select_columns(problem: LayerProblem, state: ColumnState, tol: torch.Tensor) -> torch.Tensor:
+SWAP_POOL = 4
+"""The second greedy stage swaps in candidates among the SWAP_POOL·b sparsest (the paper leaves the pool open)."""
+
+
+def select_columns(problem: LayerProblem, state: ColumnState, tol: torch.Tensor,
+                   settings: SearchSettings) -> torch.Tensor:
     """Select step: indices of up to b accepted columns, sparsest first and linearly independent
-    (`select.select_independent`), returned in the order the columns were found."""
+    (`select.select_independent`), then with `settings.second_stage` improved by swaps
+    (`select.improve_by_swaps`, among the `SWAP_POOL`·b sparsest); returned in the order the columns were found."""
     zeros = zero_masks(problem.Ln, state.columns, tol).sum(1)
-    return select_independent(state.columns, zeros, problem.b, rtol=INDEPENDENT_RTOL).sort().values
+    chosen = select_independent(state.columns, zeros, problem.b, rtol=INDEPENDENT_RTOL)
+    if settings.second_stage and chosen.numel() == problem.b:
+        chosen = improve_by_swaps(problem, state.columns, chosen, zeros, tol, pool=SWAP_POOL * problem.b)
+    return chosen.sort().values
 
 
 def search_columns(problem: LayerProblem, tol: torch.Tensor, settings: SearchSettings,
                    gen: torch.Generator) -> tuple[ColumnState, Solution | None]:
-    """The paper's route: sample, filter, select b columns of Q, scale and verify, within the budget.
+    """The column search: sample, filter, select b columns of Q, scale and verify, within the budget.
 
     Each chunk of draws (`sample_chunk`) is filtered (`consider`: exact zero set, unique kernel, zero
-    count, new, LP-feasible pattern); `select_columns` picks b independent columns, `solve.solve_batch`
-    scales them from dL/db and verifies the ReLU pattern. With `last_column`, the b-th column is
+    count, new; with `settings.lp_check`, an LP-feasible pattern); `select_columns` picks b independent
+    columns (with `settings.second_stage`, then improved by the second greedy stage) and `solve.solve_batch`
+    scales them from dL/db and verifies the ReLU pattern. A selection that fails verification means
+    "keep sampling" (each selection verified once) until the budget runs out; with the LP check the first
+    complete selection is final (its candidates are all sound). With `last_column`, the b-th column is
     looked for in closed form as soon as b−1 are selected (last_column.py). Returns the state and the
-    solution (None when the budget ran out before b columns were selected).
+    last solution (None when the budget ran out before b columns were selected).
     """
     b = problem.b
     state = ColumnState(columns=torch.empty(0, b, dtype=problem.Ln.dtype, device=problem.Ln.device))
-    chosen = torch.empty(0, dtype=torch.long)
     tried_last = False
+    solution: Solution | None = None
+    verified: set[tuple[int, ...]] = set()
     with search_bar(problem, settings) as bar:
-        while chosen.numel() < b:
-            if out_of_budget(state, settings):
-                break
+        while not out_of_budget(state, settings):
             consider(problem, sample_chunk(problem, tol, state, settings, gen), tol, state, settings)
-            chosen = select_columns(problem, state, tol)
+            chosen = select_columns(problem, state, tol, settings)
             if settings.last_column and chosen.numel() == b - 1 and not tried_last:
                 tried_last = True
                 q = last_column_candidates(problem, state.columns[chosen].T)
                 consider(problem, zero_masks(problem.Ln, q, tol * settings.sample_tol_factor), tol, state, settings)
-                chosen = select_columns(problem, state, tol)
+                chosen = select_columns(problem, state, tol, settings)
                 state.last_column_used = chosen.numel() == b
             show_progress(bar, state, settings)
-    if chosen.numel() < b:
-        return state, None
-    return state, solve_batch(problem, state.columns[chosen].T, tol)
+            key = tuple(chosen.tolist())
+            if chosen.numel() == b and key not in verified:
+                verified.add(key)
+                solution = solve_batch(problem, state.columns[chosen].T, tol)
+                if solution.ok or settings.lp_check:
+                    break
+    return state, solution

@@ -8,26 +8,44 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.tolerances import TOLERANCES, Tolerances
 from leakbench.progress import Tally, tally
 
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """The search knobs of one run: `SpearConfig`'s fields of the same names (see there for their
-    meaning), with `chunk` resolved (`attack.auto_chunk`) and the progress bar's `label`."""
+    """One run's budget (`attack.SearchBudget`'s fields, `chunk` resolved by `attack.auto_chunk`), the
+    fixed tolerances (tolerances.py), the column search's options (`paper.SpearPaperConfig`; the
+    deflated search never reads them) and the progress bar's `label`."""
 
     max_draws: int
     max_seconds: float
     chunk: int
-    min_extra_zeros: int
-    min_zero_fraction: float
-    sample_tol_factor: float
-    unique_gap: float
-    max_new_per_chunk: int
-    last_column: bool
-    sampler: str = "auto"
-    row_weight_power: float = 0.0
+    tolerances: Tolerances = TOLERANCES
+    last_column: bool = False
+    lp_check: bool = False
+    second_stage: bool = False
     label: str = "spear"
+
+    @property
+    def min_extra_zeros(self) -> int:
+        return self.tolerances.min_extra_zeros
+
+    @property
+    def min_zero_fraction(self) -> float:
+        return self.tolerances.min_zero_fraction
+
+    @property
+    def sample_tol_factor(self) -> float:
+        return self.tolerances.sample_tol_factor
+
+    @property
+    def unique_gap(self) -> float:
+        return self.tolerances.unique_gap
+
+    @property
+    def max_new_per_chunk(self) -> int:
+        return self.tolerances.max_new_per_chunk
 
 
 @dataclass(kw_only=True)

@@ -1,0 +1,65 @@
+"""The SPEAR family's fixed numbers: tolerances and schedule constants that are not hyperparameters.
+
+Each of these was a user-facing knob until issue 26, and none had ever been run away from its default in
+any suite, test, benchmark or quoted measurement (the knobs users do vary stay in each attack's Config:
+`leakbench show attack spear`). They live here, in one documented object, so that a reader finds every
+number the search depends on in one place, and a benchmark can still try another value
+(`dataclasses.replace(TOLERANCES, ...)` passed where a function takes `tolerances`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """Zero tests, acceptance and schedules of the SPEAR family (all routes and variants).
+
+    Zero tests and candidate filter (candidates.py, sampling.py):
+        zero_tol: relative floor under which |Ln_r·q| counts as zero (rounding of the gradient).
+        noise_factor: multiple of the estimated gradient noise added to the zero tolerance.
+        sample_tol_factor: looser tolerance for raw sampled directions, before refinement.
+        min_extra_zeros / min_zero_fraction: a candidate needs b−1 zeros plus the larger of these (a
+            count, and a fraction of the live neurons) before it is examined.
+        max_new_per_chunk: at most this many new zero patterns are refined per chunk.
+        unique_gap: column search (spear-paper) only: a column's zero set must have a 1-D kernel,
+            σ_{b−1} > unique_gap·σ_1 there (candidates.refine).
+    Acceptance (fit.py, deflation.py):
+        residual_tol: largest relative residual of a candidate's next-layer fit for it to count as a sample.
+    Guides (spear-guided: guided.py, residual.py, guided.py):
+        pool_start: each guide draws its rows among its pool_start·(rows needed) most confidently
+            inactive neurons at first; pool_growth: the pool grows by this factor after every turn in
+            which the guide is not matched to a found sample.
+        residual_after / residual_max_missing / residual_from_b: once the guide in use went
+            residual_after guided turns without a new sample, and at most residual_max_missing samples
+            are missing, follow a residual guide (FastICA on the deflated factor); only for b ≥
+            residual_from_b (below it the draws measured before are kept).
+        pattern_fit_rounds / pattern_fit_from_b: for b ≥ pattern_fit_from_b, the search's first turn fits
+            a sample to each guide's whole predicted pattern, refitting pattern_fit_rounds times.
+    Dictionary learning (spear-dl: dl.py):
+        dl_start_keep: the shrinking trim starts from this fraction of the live rows.
+        dl_min_remaining: below this many missing samples, SPEAR's own draws finish the batch.
+    """
+
+    zero_tol: float = 1e-5
+    noise_factor: float = 10.0
+    sample_tol_factor: float = 10.0
+    min_extra_zeros: int = 3
+    min_zero_fraction: float = 0.0
+    max_new_per_chunk: int = 256
+    unique_gap: float = 1e-5
+    residual_tol: float = 1e-4
+    pool_start: float = 1.5
+    pool_growth: float = 1.25
+    residual_after: int = 2
+    residual_max_missing: int = 48
+    residual_from_b: int = 128
+    pattern_fit_rounds: int = 10
+    pattern_fit_from_b: int = 128
+    dl_start_keep: float = 0.9
+    dl_min_remaining: int = 10
+
+
+TOLERANCES = Tolerances()
+"""The values every SPEAR-family attack runs with."""
