@@ -67,8 +67,20 @@ ENTRIES = (
      "(TinyImageNet; needs --data-root)"),
     ("spear-frontier-w400", Paper("paper/spear-frontier-w400", ("spear-speed",)),
      "guided SPEAR at b = 150, FC-6 width 400, 900 s per batch, seeds 0–2 (TinyImageNet; needs --data-root)"),
+    ("spear-frontier-04m-w400", Paper("paper/spear-frontier-04m-w400", ("baselines", "spear-speed")),
+     "guided SPEAR at b = 0.4·m: b = 160, FC-6 width 400, 900 s per batch, seeds 0–2 "
+     "(TinyImageNet; needs --data-root)"),
+    ("spear-frontier-04m-w1000", Paper("paper/spear-frontier-04m-w1000", ("baselines", "spear-speed")),
+     "guided SPEAR at b = 0.4·m: b = 400, FC-6 width 1000, 900 s per batch, seeds 0–2 "
+     "(TinyImageNet; needs --data-root)"),
+    ("spear-frontier-04m-w2000", Paper("paper/spear-frontier-04m-w2000", ("baselines", "spear-speed")),
+     "guided SPEAR at b = 0.4·m: b = 800, FC-6 width 2000, 900 s per batch, seeds 0–2 "
+     "(TinyImageNet; needs --data-root)"),
     ("spear-dl", Paper("paper/spear-dl"), "spear-dl (dictionary-learning proposals) vs guided SPEAR, b = 25…200, "
                                     "FC-6 width 2000 (TinyImageNet; needs --data-root)"),
+    ("spear-dl-seeds", Paper("paper/spear-dl-seeds", ("baselines",)),
+     "spear-dl vs guided SPEAR, FC-6 width 2000, seeds 1–2 at b = 100 and 200, 600 s per run "
+     "(TinyImageNet; needs --data-root)"),
     ("spear-dl-w400", Paper("paper/spear-dl-w400", ("baselines",)),
      "spear-dl vs guided SPEAR, b = 25…200, FC-6 width 400, seeds 0–2 (TinyImageNet; needs --data-root)"),
     ("spear-dl-noise", Paper("paper/spear-dl-noise", ("noise",)),

@@ -106,6 +106,29 @@ def test_frontier_suite_parses() -> None:
     assert sorted({c.seed for c in cells}) == [0, 1, 2]
 
 
+
+def test_frontier_04m_suites_hold_b_at_four_tenths_of_the_width() -> None:
+    from leakbench.harness.suite import load_suite, shipped_suite
+
+    for width, b in ((400, 160), (1000, 400), (2000, 800)):
+        cells = load_suite(shipped_suite(f"paper/spear-frontier-04m-w{width}")).cells
+        settings = {(c.attack, c.width, c.depth, c.layer, c.batch_size) for c in cells}
+        assert settings == {("spear-guided", width, 6, 1, b)}
+        assert sorted(c.seed for c in cells) == [0, 1, 2]
+        assert {c.hyperparameters["max_seconds"] for c in cells} == {900.0}
+
+
+def test_spear_dl_seeds_are_the_cells_spear_dl_would_hold_on_seeds_1_2() -> None:
+    """paper/spear-dl-seeds finishes paper/spear-dl: its cells have the ids spear-dl's would have on seeds 1–2."""
+    from dataclasses import replace
+
+    from leakbench.harness.spec import cell_id
+    from leakbench.harness.suite import load_suite, shipped_suite
+
+    dl = load_suite(shipped_suite("paper/spear-dl")).cells
+    wanted = {cell_id(replace(c, seed=s)) for c in dl if c.batch_size in (100, 200) for s in (1, 2)}
+    assert {cell_id(c) for c in load_suite(shipped_suite("paper/spear-dl-seeds")).cells} == wanted
+
 def test_guide_pattern_fits_find_samples_from_a_noisy_guide() -> None:
     """Fits started from the guide's predicted patterns land on true samples; a bad guide finds none wrong."""
     from leakbench.attacks.spear.deflation import SampleState
