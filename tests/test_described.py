@@ -33,8 +33,8 @@ def test_a_described_attack_refuses_what_the_real_one_refuses_and_never_runs() -
     stand_in = described_attack(json.loads(json.dumps(describe(attack_class("spear")))))
     with pytest.raises(ConfigError, match="max_draws"):
         build_config(stand_in.Config, {"max_draws": 10**13})
-    with pytest.raises(ConfigError, match="route must be one of 'default', 'paper'"):
-        build_config(stand_in.Config, {"route": "road"})
+    with pytest.raises(ConfigError, match="sampler must be one of 'auto', 'zeros'"):
+        build_config(stand_in.Config, {"sampler": "road"})
     with pytest.raises(LeakbenchError, match="only in the sandboxed attack worker"):
         stand_in(stand_in.Config()).reconstruct(None, seed=0)
 

@@ -84,8 +84,8 @@ def test_show_attack(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", "attack", "spear-guided"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("spear-guided: ")
-    assert "  pool_growth (float in (1, 1000], default 1.25): the pool grows by this factor" in out
-    assert "  max_seconds (float in (0, 604800], default 900.0): budget of the sampling search" in out  # inherited
+    assert "  refine_first (bool, default False): try each guide's whole pool as a zero set" in out
+    assert "  max_seconds (float in (0, 604800], default 900.0): budget of the search" in out  # inherited
     assert "  guide (str, default 'cpa'): " in out  # no range for a string
 
 

@@ -71,9 +71,9 @@ def test_second_stage_swaps_a_mixture_for_the_true_column() -> None:
     mix = (Q[:, 0] + Q[:, 1]) / (Q[:, 0] + Q[:, 1]).norm()
     columns = torch.cat([Q.T, mix[None]])
     tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
-    assert sparsity_matching(problem, Q, tol) == pytest.approx(1.0)
+    assert float(sparsity_matching(problem, Q[None], tol)[0]) == pytest.approx(1.0)
     wrong = torch.tensor([6, 1, 2, 3, 4, 5])
-    assert sparsity_matching(problem, columns[wrong].T, tol) < 0.99
+    assert float(sparsity_matching(problem, columns[wrong].T[None], tol)[0]) < 0.99
     zeros = torch.tensor([10, 10, 10, 10, 10, 10, 50])  # the mixture looks sparsest: the first stage takes it
     picked = improve_by_swaps(problem, columns, wrong, zeros, tol, pool=7)
     assert sorted(picked.tolist()) == [0, 1, 2, 3, 4, 5]

@@ -61,7 +61,8 @@ IGNORED_BY_INIT = {"msp": ("starts", "steps"),
 class SpearDLAttack(SpearAttack):
     name = "spear-dl"
     description = ("SPEAR with candidate columns from sparse dictionary learning (trimmed least squares or "
-                   "ℓ4-MSP) instead of random draws; exact or reported failed")
+                   "ℓ4-MSP) instead of random draws; exact, partial (the samples verified one by one) "
+                   "or reported failed")
     Config = SpearDLConfig
 
     def _sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,

@@ -46,7 +46,7 @@ class GuidedSpearConfig(SpearConfig):
 class GuidedSpearAttack(SpearAttack):
     name = "spear-guided"
     description = ("SPEAR with draws led by another attack's approximate reconstruction (default CPA); "
-                   "exact or reported failed, for batches past b ≈ 25")
+                   "exact, partial (the samples verified one by one) or reported failed, for batches past b ≈ 25")
     Config = GuidedSpearConfig
 
     def _sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,

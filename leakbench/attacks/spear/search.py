@@ -85,19 +85,15 @@ INDEPENDENT_RTOL = 1e-9
 ill-conditioned (Q = C⁻¹, and the images of a batch are correlated)."""
 
 
-SWAP_POOL = 4
-"""The second greedy stage swaps in candidates among the SWAP_POOL·b sparsest (the paper leaves the pool open)."""
-
-
 def select_columns(problem: LayerProblem, state: ColumnState, tol: torch.Tensor,
                    settings: SearchSettings) -> torch.Tensor:
     """Select step: indices of up to b accepted columns, sparsest first and linearly independent
     (`select.select_independent`), then with `settings.second_stage` improved by swaps
-    (`select.improve_by_swaps`, among the `SWAP_POOL`·b sparsest); returned in the order the columns were found."""
+    (`select.improve_by_swaps`, among every accepted candidate); returned in the order the columns were found."""
     zeros = zero_masks(problem.Ln, state.columns, tol).sum(1)
     chosen = select_independent(state.columns, zeros, problem.b, rtol=INDEPENDENT_RTOL)
     if settings.second_stage and chosen.numel() == problem.b:
-        chosen = improve_by_swaps(problem, state.columns, chosen, zeros, tol, pool=SWAP_POOL * problem.b)
+        chosen = improve_by_swaps(problem, state.columns, chosen, zeros, tol)
     return chosen.sort().values
 
 
@@ -119,15 +115,17 @@ def search_columns(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
     tried_last = False
     solution: Solution | None = None
     verified: set[tuple[int, ...]] = set()
+    selected_from, chosen = -1, torch.empty(0, dtype=torch.long)
     with search_bar(problem, settings) as bar:
         while not out_of_budget(state, settings):
             consider(problem, sample_chunk(problem, tol, state, settings, gen), tol, state, settings)
-            chosen = select_columns(problem, state, tol, settings)
+            if state.columns.shape[0] != selected_from:  # the selection depends on the candidates only
+                selected_from, chosen = state.columns.shape[0], select_columns(problem, state, tol, settings)
             if settings.last_column and chosen.numel() == b - 1 and not tried_last:
                 tried_last = True
                 q = last_column_candidates(problem, state.columns[chosen].T)
                 consider(problem, zero_masks(problem.Ln, q, tol * settings.sample_tol_factor), tol, state, settings)
-                chosen = select_columns(problem, state, tol, settings)
+                selected_from, chosen = state.columns.shape[0], select_columns(problem, state, tol, settings)
                 state.last_column_used = chosen.numel() == b
             show_progress(bar, state, settings)
             key = tuple(chosen.tolist())

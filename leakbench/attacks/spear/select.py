@@ -14,7 +14,9 @@ from __future__ import annotations
 import torch
 
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.solve import column_scales
+
+SWAP_BATCH = 512
+"""Trial selections scored at once by the second greedy stage (bounds its memory: SWAP_BATCH·m·b floats)."""
 
 
 def select_independent(directions: torch.Tensor, zero_counts: torch.Tensor, k: int, *, rtol: float,
@@ -36,38 +38,40 @@ def select_independent(directions: torch.Tensor, zero_counts: torch.Tensor, k: i
     return torch.as_tensor(chosen, dtype=torch.long, device=directions.device)
 
 
-def sparsity_matching(problem: LayerProblem, Q_hat: torch.Tensor, zero_tol: torch.Tensor) -> float:
-    """Fraction of (sample, neuron) pairs where the batch recovered from columns Q̂ (b × b) is consistent:
-    pre-activation > 0 exactly where Dᵀ = L Q̂ is non-zero (1.0 for the true columns). −1 if Q̂ is singular."""
-    s, _ = column_scales(problem, Q_hat)
-    try:
-        Z = torch.linalg.solve(Q_hat * s[None, :], problem.A.T) + problem.bias[None, :]
-    except RuntimeError:  # torch.linalg.LinAlgError: singular selection
-        return -1.0
-    active = ((problem.Ln @ Q_hat).abs() > zero_tol[:, None]).T
-    return float(((Z > 0) == active).to(torch.float64).mean())
+def sparsity_matching(problem: LayerProblem, Q_hats: torch.Tensor, zero_tol: torch.Tensor) -> torch.Tensor:
+    """Per selection Q̂ (Q_hats: (n, b, b), its columns the candidates), the fraction of (sample, neuron) pairs
+    where the batch recovered from Q̂ is consistent: pre-activation > 0 exactly where Dᵀ = L Q̂ is non-zero
+    (1.0 for the true columns); −1 for a singular selection. Batched: one call scores every trial swap."""
+    n, b = Q_hats.shape[0], problem.b
+    LQ = problem.L @ Q_hats
+    s = torch.linalg.lstsq(LQ, problem.g[None, :, None].expand(n, -1, 1)).solution[..., 0]  # solve.column_scales
+    Zt, info = torch.linalg.solve_ex(Q_hats * s[:, None, :], problem.A.T.expand(n, b, -1))
+    active = ((problem.Ln @ Q_hats).abs() > zero_tol[:, None]).transpose(1, 2)
+    score = ((Zt + problem.bias > 0) == active).to(torch.float64).mean((1, 2))
+    return torch.where(info == 0, score, torch.full_like(score, -1.0))
 
 
 def improve_by_swaps(problem: LayerProblem, columns: torch.Tensor, chosen: torch.Tensor, zero_counts: torch.Tensor,
-                     zero_tol: torch.Tensor, *, pool: int, rounds: int = 4) -> torch.Tensor:
+                     zero_tol: torch.Tensor, *, pool: int | None = None, rounds: int = 4) -> torch.Tensor:
     """The second greedy stage: indices of `chosen` (b,) into `columns` (j, b) after swaps.
 
-    Each round tries every unselected candidate among the `pool` sparsest in every position and makes
-    the single swap that raises `sparsity_matching` most; it stops when no swap helps, or after `rounds`.
+    Each round scores every unselected candidate (among the `pool` sparsest if given) in every position
+    and makes the single swap that raises `sparsity_matching` most (the first such, candidates sparsest
+    first); it stops when no swap helps, or after `rounds`.
     """
     chosen = chosen.clone()
-    best = sparsity_matching(problem, columns[chosen].T, zero_tol)
-    order = torch.argsort(zero_counts, descending=True)[:pool].tolist()
+    best = float(sparsity_matching(problem, columns[chosen].T[None], zero_tol)[0])
+    order = torch.argsort(zero_counts, descending=True)[:pool]
     for _ in range(rounds):
-        swap: tuple[int, int] | None = None
-        for cand in (i for i in order if i not in set(chosen.tolist())):
-            for pos in range(chosen.numel()):
-                trial = chosen.clone()
-                trial[pos] = cand
-                score = sparsity_matching(problem, columns[trial].T, zero_tol)
-                if score > best + 1e-12:
-                    best, swap = score, (pos, cand)
-        if swap is None:
+        cands = order[~torch.isin(order, chosen)]
+        if cands.numel() == 0:
             break
-        chosen[swap[0]] = swap[1]
+        trials = chosen.repeat(cands.numel(), chosen.numel(), 1)  # (candidate, position, b)
+        trials[:, range(chosen.numel()), range(chosen.numel())] = cands[:, None]
+        scores = torch.cat([sparsity_matching(problem, columns[part].transpose(1, 2), zero_tol)
+                            for part in trials.flatten(0, 1).split(SWAP_BATCH)])
+        top = int(scores.argmax())
+        if float(scores[top]) <= best + 1e-12:
+            break
+        best, chosen = float(scores[top]), trials.flatten(0, 1)[top].clone()
     return chosen
