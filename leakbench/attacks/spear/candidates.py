@@ -109,7 +109,7 @@ def zero_tolerance(problem: LayerProblem, rel_tol: float, noise_factor: float) -
 
 def extra_zeros(m: int, settings: SearchSettings) -> int:
     """Zeros a candidate needs beyond the b−1 that every draw forces, among m live rows."""
-    return max(settings.min_extra_zeros, int(np.ceil(settings.min_zero_fraction * m)))
+    return max(settings.tolerances.min_extra_zeros, int(np.ceil(settings.tolerances.min_zero_fraction * m)))
 
 
 def min_zeros(problem: LayerProblem, settings: SearchSettings) -> int:

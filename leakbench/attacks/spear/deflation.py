@@ -139,7 +139,7 @@ def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, sta
     """
     bp = N.shape[1]
     LNn, tol_r, live = reduced_rows(problem, N, tol)
-    loose = tol_r * settings.sample_tol_factor
+    loose = tol_r * settings.tolerances.sample_tol_factor
     count = min(settings.chunk, settings.max_draws - state.draws)
     if int(live.sum()) < bp - 1:
         charge_undrawable(state, count, int(live.sum()), problem.m, bp - 1)
@@ -157,7 +157,7 @@ def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, sta
     hits = y[order[counts[order] >= need]]
     state.candidates += int(hits.shape[0])
     masks = zero_masks(LNn, hits, loose)
-    return masks[new_patterns(masks, state, settings.max_new_per_chunk)]
+    return masks[new_patterns(masks, state, settings.tolerances.max_new_per_chunk)]
 
 
 def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor, tol: torch.Tensor,

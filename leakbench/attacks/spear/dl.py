@@ -153,14 +153,14 @@ class DLTrims:
         y = propose(LNn[live], search.gen, self.proposal)
         state.draws += y.shape[0]
         self.starts += y.shape[0]
-        loose = tol_r * settings.sample_tol_factor
+        loose = tol_r * settings.tolerances.sample_tol_factor
         need = bp - 1 + extra_zeros(int(live.sum()), settings)
         y = y[count_zeros(LNn[live], y, loose[live]) >= need]
         state.candidates += y.shape[0]
         masks = zero_masks(LNn, y, loose)
         before = state.found
-        accept_patterns(problem, N, masks[new_patterns(masks, state, settings.max_new_per_chunk)], tol, state,
-                        search.residual_tol, doubt=DOUBT)
+        fresh = masks[new_patterns(masks, state, settings.tolerances.max_new_per_chunk)]
+        accept_patterns(problem, N, fresh, tol, state, search.residual_tol, doubt=DOUBT)
         found = state.found - before
         self.found += max(found, 0)
         self.misses = 0 if found > 0 else self.misses + 1

@@ -206,7 +206,7 @@ class TwoSided:
         state.draws += count
         self.draws += count
         state.candidates += int(masks.shape[0])
-        masks = masks[new_patterns(masks, state, settings.max_new_per_chunk)]
+        masks = masks[new_patterns(masks, state, settings.tolerances.max_new_per_chunk)]
         state.patterns += int(masks.shape[0])
         before = state.found
         if masks.shape[0]:

@@ -51,7 +51,7 @@ def consider(problem: LayerProblem, masks: torch.Tensor, tol: torch.Tensor, stat
     if masks.shape[0] == 0:
         return
     state.patterns += int(masks.shape[0])
-    q, exact, unique = refine(problem.Ln, masks, tol, settings.unique_gap)
+    q, exact, unique = refine(problem.Ln, masks, tol, settings.tolerances.unique_gap)
     enough = exact.sum(1) >= min_zeros(problem, settings)
     keep = unique & enough
     q, exact = canonical(q[keep]), exact[keep]
@@ -73,11 +73,11 @@ def sample_chunk(problem: LayerProblem, tol: torch.Tensor, state: ColumnState, s
     q = draw_directions(problem.Ln, problem.b, count, gen)
     state.draws += count
     q = q[torch.isfinite(q).all(dim=1)]
-    loose = tol * settings.sample_tol_factor
+    loose = tol * settings.tolerances.sample_tol_factor
     hits = q[count_zeros(problem.Ln, q, loose) >= min_zeros(problem, settings)]
     state.candidates += int(hits.shape[0])
     masks = zero_masks(problem.Ln, hits, loose)
-    return masks[new_patterns(masks, state, settings.max_new_per_chunk)]
+    return masks[new_patterns(masks, state, settings.tolerances.max_new_per_chunk)]
 
 
 INDEPENDENT_RTOL = 1e-9
@@ -124,7 +124,8 @@ def search_columns(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
             if settings.last_column and chosen.numel() == b - 1 and not tried_last:
                 tried_last = True
                 q = last_column_candidates(problem, state.columns[chosen].T)
-                consider(problem, zero_masks(problem.Ln, q, tol * settings.sample_tol_factor), tol, state, settings)
+                loose = tol * settings.tolerances.sample_tol_factor
+                consider(problem, zero_masks(problem.Ln, q, loose), tol, state, settings)
                 selected_from, chosen = state.columns.shape[0], select_columns(problem, state, tol, settings)
                 state.last_column_used = chosen.numel() == b
             show_progress(bar, state, settings)

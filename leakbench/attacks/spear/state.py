@@ -27,26 +27,6 @@ class SearchSettings:
     second_stage: bool = False
     label: str = "spear"
 
-    @property
-    def min_extra_zeros(self) -> int:
-        return self.tolerances.min_extra_zeros
-
-    @property
-    def min_zero_fraction(self) -> float:
-        return self.tolerances.min_zero_fraction
-
-    @property
-    def sample_tol_factor(self) -> float:
-        return self.tolerances.sample_tol_factor
-
-    @property
-    def unique_gap(self) -> float:
-        return self.tolerances.unique_gap
-
-    @property
-    def max_new_per_chunk(self) -> int:
-        return self.tolerances.max_new_per_chunk
-
 
 @dataclass(kw_only=True)
 class SearchState:
