@@ -20,7 +20,9 @@ B, WIDTH, DEPTH, SEED = 4, 64, 3, 0
 # Caps applied to an attack's Config when it has such a field, so every attack runs a small case.
 # No time budgets: a run cut short by the clock would not be reproducible.
 SMALL_BUDGET = {"iterations": 10, "inner_iterations": 5, "max_iterations": 10, "steps": 10, "max_steps": 10,
-                "restarts": 1, "trials": 1, "max_iter": 100}
+                "restarts": 1, "trials": 1, "max_iter": 100, "max_draws": 2_000_000}
+"""Small budgets for every attack; a draw budget (not seconds: the four calls must agree) bounds a SPEAR
+search that stalls to seconds (spear-paper once spent its 900 s default four times here)."""
 
 
 def _case(*, labels_known: bool = False, seed: int = SEED) -> tuple[Batch, FCNet, ClientUpdate]:
