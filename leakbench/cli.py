@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     board.add_argument("--reports", type=Path, default=Path("reports"), help="where to write (default reports/)")
     view = sub.add_parser("view", help="a named table of a stored run (`leakbench list views`)")
     view.add_argument("name", help="see `leakbench list views`")
-    view.add_argument("run_dir", type=Path, help="a run folder, e.g. results/paper-spear-noise")
+    view.add_argument("run_dir", type=Path, nargs="+", help="a run folder, e.g. results/paper-spear-noise "
+                      "(several: their cells in one table, e.g. the frontier suites' widths)")
     view.add_argument("--out", type=Path, help="also write the table as CSV to this file")
     repro = sub.add_parser("reproduce", help="reproduce a paper table or figure into reports/ (suite, then its views)")
     repro.add_argument("name", help="see `leakbench list papers`")
@@ -533,7 +534,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    """`view NAME RUN_DIR [--out FILE.csv]`: the named table of a stored run; bad input writes nothing."""
+    """`view NAME RUN_DIR [RUN_DIR ...] [--out FILE.csv]`: the named table of stored runs (their cells tables
+    joined); bad input writes nothing."""
+    import pandas as pd
+
     from leakbench.errors import ConfigError
     from leakbench.harness.limits import check_writable_dir
     from leakbench.records.atomic import write_text_atomic
@@ -545,7 +549,8 @@ def cmd_view(args: argparse.Namespace) -> int:
         if args.out.is_dir():
             raise ConfigError(f"--out {args.out} is a folder; name the CSV file to write")
         check_writable_dir(args.out.parent, "--out")
-    view = apply_view(args.name, read_table(args.run_dir, "cells.parquet"))
+    cells = pd.concat([read_table(run, "cells.parquet") for run in args.run_dir], ignore_index=True)
+    view = apply_view(args.name, cells)
     print(view.markdown(), end="")
     if args.out is not None:
         write_text_atomic(args.out, view.csv())

@@ -67,13 +67,13 @@ ENTRIES = (
      "(TinyImageNet; needs --data-root)"),
     ("spear-frontier-w400", Paper("paper/spear-frontier-w400", ("spear-speed",)),
      "guided SPEAR at b = 150, FC-6 width 400, 900 s per batch, seeds 0–2 (TinyImageNet; needs --data-root)"),
-    ("spear-frontier-04m-w400", Paper("paper/spear-frontier-04m-w400", ("baselines", "spear-speed")),
+    ("spear-frontier-04m-w400", Paper("paper/spear-frontier-04m-w400", ("frontier", "baselines", "spear-speed")),
      "guided SPEAR at b = 0.4·m: b = 160, FC-6 width 400, 900 s per batch, seeds 0–2 "
      "(TinyImageNet; needs --data-root)"),
-    ("spear-frontier-04m-w1000", Paper("paper/spear-frontier-04m-w1000", ("baselines", "spear-speed")),
+    ("spear-frontier-04m-w1000", Paper("paper/spear-frontier-04m-w1000", ("frontier", "baselines", "spear-speed")),
      "guided SPEAR at b = 0.4·m: b = 400, FC-6 width 1000, 900 s per batch, seeds 0–2 "
      "(TinyImageNet; needs --data-root)"),
-    ("spear-frontier-04m-w2000", Paper("paper/spear-frontier-04m-w2000", ("baselines", "spear-speed")),
+    ("spear-frontier-04m-w2000", Paper("paper/spear-frontier-04m-w2000", ("frontier", "baselines", "spear-speed")),
      "guided SPEAR at b = 0.4·m: b = 800, FC-6 width 2000, 900 s per batch, seeds 0–2 "
      "(TinyImageNet; needs --data-root)"),
     ("spear-dl", Paper("paper/spear-dl"), "spear-dl (dictionary-learning proposals) vs guided SPEAR, b = 25…200, "

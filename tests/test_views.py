@@ -73,6 +73,19 @@ def test_spear_speed_view_reads_draws_from_the_attack_stats() -> None:
     assert table.loc[20, "seconds_max"] == 900.0
 
 
+def test_frontier_view_one_row_per_width_b_seed_with_samples_found() -> None:
+    stats = [json.dumps({"samples_found": k}) for k in (160, 49, 3)]
+    cells = _cells(attack=["spear-guided"] * 3, width=[400, 400, 1000], batch_size=[160, 160, 400], seed=[2, 0, 0],
+                   status=["ok", "partial", "failed"], exact_fraction=[1.0, 49 / 160, 0.0], attack_stats=stats,
+                   seconds=[24.0, 916.0, 1112.0])
+    table = apply_view("frontier", cells).table
+    assert list(table.columns) == ["width", "batch_size", "b_over_m", "seed", "found", "exact_pct", "seconds",
+                                   "status"]
+    assert list(zip(table["width"], table["seed"], table["found"], strict=True)) == [
+        (400, 0, 49.0), (400, 2, 160.0), (1000, 0, 3.0)]
+    assert list(table["b_over_m"]) == [0.4, 0.4, 0.4] and table["exact_pct"].iloc[0] == pytest.approx(30.625)
+
+
 def test_views_keep_varying_settings_apart() -> None:
     cells = _cells(attack=["spear", "spear", "cpa", "cpa"], width=[200, 400, 200, 400], batch_size=[4] * 4)
     speed = apply_view("spear-speed", cells).table
@@ -205,6 +218,9 @@ def test_view_command_prints_and_writes_csv(reproduced: Path, capsys: pytest.Cap
     assert "| attack | model | noise\\_sigma | batch\\_size |" in printed
     cells = pd.read_parquet(reproduced / "res" / "tiny-views" / "cells.parquet")
     assert out.read_text() == apply_view("spear-speed", cells).csv()
+    run = str(reproduced / "res" / "tiny-views")
+    assert main(["view", "frontier", run, run]) == 0  # several runs: their cells in one table
+    assert capsys.readouterr().out.count("| spear |") == 2 * int((cells["attack"] == "spear").sum())
 
 
 @pytest.mark.slow

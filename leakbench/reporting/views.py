@@ -155,6 +155,22 @@ def spear_speed_view(cells: pd.DataFrame) -> View:
     return View("spear-speed", "Speed per batch size: exact %, seconds and draws", table)
 
 
+def frontier_view(cells: pd.DataFrame) -> View:
+    """One row per cell by width, b and seed: b/m, samples found (the attack's `samples_found`; an exact
+    batch found all b), exact %, seconds, status (`leakbench view frontier RUN [RUN ...]` joins the runs of
+    the paper/spear-frontier-04m-w* suites, one width each, into the width × b × seed table)."""
+    _require(cells, "frontier", (*BASE, "batch_size", "attack_stats"))
+    frame = _with_model(cells)
+    found = frame["attack_stats"].map(lambda text: attack_stats(text).get("samples_found", math.nan))
+    frame = frame.assign(b_over_m=frame["batch_size"] / frame["width"], found=found.astype(float),
+                         exact_pct=100.0 * frame["exact_fraction"])
+    settings = [c for c in _key(frame, []) if c not in ("model",)]
+    columns = [*settings, "width", "batch_size", "b_over_m", "seed", "found", "exact_pct", "seconds", "status"]
+    table = frame.sort_values([*settings, "width", "batch_size", "seed"], kind="stable")[columns]
+    return View("frontier", "Frontier: samples found, exact % and seconds per width × b × seed",
+                table.reset_index(drop=True))
+
+
 BASELINE_COLUMNS = ["exact_pct", "psnr_mean", "psnr_median", "ssim_mean", "seconds", "status", "note"]
 
 
@@ -226,6 +242,9 @@ VIEWS.register("noise", noise_view,
 VIEWS.register("spear-speed", spear_speed_view,
                "per batch size: n, failed, incomplete, exact %, median/max seconds, median/max draws "
                "(SPEAR's attack stats)")
+VIEWS.register("frontier", frontier_view,
+               "one row per cell by width × b × seed: b/m, samples found, exact %, seconds, status "
+               "(several runs: `leakbench view frontier RUN RUN …`)")
 VIEWS.register("baselines", baselines_view,
                "one row per cell by attack × model × b × seed: exact %, PSNR mean/median, SSIM, seconds, status, note")
 VIEWS.register("victims", victims_view,
