@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.solve import column_scales
 
 SWAP_BATCH = 512
 """Trial selections scored at once by the second greedy stage (bounds its memory: SWAP_BATCH·m·b floats)."""
@@ -43,8 +44,7 @@ def sparsity_matching(problem: LayerProblem, Q_hats: torch.Tensor, zero_tol: tor
     where the batch recovered from Q̂ is consistent: pre-activation > 0 exactly where Dᵀ = L Q̂ is non-zero
     (1.0 for the true columns); −1 for a singular selection. Batched: one call scores every trial swap."""
     n, b = Q_hats.shape[0], problem.b
-    LQ = problem.L @ Q_hats
-    s = torch.linalg.lstsq(LQ, problem.g[None, :, None].expand(n, -1, 1)).solution[..., 0]  # solve.column_scales
+    s, _ = column_scales(problem, Q_hats)
     Zt, info = torch.linalg.solve_ex(Q_hats * s[:, None, :], problem.A.T.expand(n, b, -1))
     active = ((problem.Ln @ Q_hats).abs() > zero_tol[:, None]).transpose(1, 2)
     score = ((Zt + problem.bias > 0) == active).to(torch.float64).mean((1, 2))

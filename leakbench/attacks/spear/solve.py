@@ -30,9 +30,10 @@ class Solution:
 
 def column_scales(problem: LayerProblem, Q_hat: torch.Tensor) -> tuple[torch.Tensor, bool]:
     """SPEAR's scale step: s (b,) from g = L·Q̂·s (least squares; dL/db = Dᵀ1 and Dᵀ = L Q̂ diag s),
-    and whether every scale is clearly non-zero."""
-    s = torch.linalg.lstsq(problem.L @ Q_hat, problem.g[:, None]).solution[:, 0]
-    return s, bool((s.abs() > 1e-12 * s.abs().max()).all())
+    and whether every scale is clearly non-zero. Batched too: Q̂ (n, b, b) gives s (n, b)."""
+    LQ = problem.L @ Q_hat
+    s = torch.linalg.lstsq(LQ, problem.g[:, None].expand(*LQ.shape[:-2], -1, 1)).solution[..., 0]
+    return s, bool((s.abs() > 1e-12 * s.abs().amax(-1, keepdim=True)).all())
 
 
 def solve_batch(problem: LayerProblem, Q_hat: torch.Tensor, zero_tol: torch.Tensor) -> Solution:
