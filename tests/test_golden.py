@@ -89,8 +89,8 @@ def test_records_are_those_made_before_the_refactor(name: str, tmp_path: Path) -
         ids = list(new["cell_id"].unique())
         assert len(ids) >= 8 and set(ids) <= set(old["cell_id"])  # same cell ids as before
         if "status" in new:  # an ill-conditioned cell still ends as it did
-            before = dict(zip(old["cell_id"], old["status"], strict=True))
-            assert all(before[i] == s for i, s in zip(new["cell_id"], new["status"], strict=True)
+            stored_status = dict(zip(old["cell_id"], old["status"], strict=True))
+            assert all(stored_status[i] == s for i, s in zip(new["cell_id"], new["status"], strict=True)
                        if i in ill_conditioned)
         ids = [i for i in ids if i not in skipped]
         a, b = _comparable(new, ids, new), _comparable(old, ids, new)

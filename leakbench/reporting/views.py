@@ -116,9 +116,14 @@ def attack_stats(text: object) -> dict[str, Any]:
     return stats
 
 
+def stat_column(cells: pd.DataFrame, key: str) -> pd.Series:
+    """One number from every cell's attack stats (NaN for attacks that report none)."""
+    return cells["attack_stats"].map(lambda text: float(attack_stats(text).get(key, math.nan)))
+
+
 def draws(cells: pd.DataFrame) -> pd.Series:
     """The draws SPEAR-family attacks report in their attack stats (NaN for attacks that report none)."""
-    return cells["attack_stats"].map(lambda text: float(attack_stats(text).get("draws", math.nan)))
+    return stat_column(cells, "draws")
 
 
 BASE = ("attack", "arch", "width", "depth", "layer", "seed", "status", "exact_fraction", "seconds")
@@ -161,8 +166,7 @@ def frontier_view(cells: pd.DataFrame) -> View:
     the paper/spear-frontier-04m-w* suites, one width each, into the width × b × seed table)."""
     _require(cells, "frontier", (*BASE, "batch_size", "attack_stats"))
     frame = _with_model(cells)
-    found = frame["attack_stats"].map(lambda text: attack_stats(text).get("samples_found", math.nan))
-    frame = frame.assign(b_over_m=frame["batch_size"] / frame["width"], found=found.astype(float),
+    frame = frame.assign(b_over_m=frame["batch_size"] / frame["width"], found=stat_column(frame, "samples_found"),
                          exact_pct=100.0 * frame["exact_fraction"])
     settings = [c for c in _key(frame, []) if c not in ("model",)]
     columns = [*settings, "width", "batch_size", "b_over_m", "seed", "found", "exact_pct", "seconds", "status"]
