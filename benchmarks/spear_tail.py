@@ -76,11 +76,12 @@ def trace_bans(model, batch) -> None:
 
     def keep_traced(state, c, residual, consistent):
         before = state.samples.clone()
-        keep(state, c, residual, consistent)
+        sound = keep(state, c, residual, consistent)
         new = state.samples[~is_true(before, state.samples)] if before.shape[0] else state.samples
         if new.shape[0] and not bool(is_true(C_true(), new).all()):
             print(f"  a false sample kept: found {state.samples.shape[0]} after it; draws {state.draws}; "
                   f"residuals of the new ones {[f'{float(r):.1e}' for r in residual[consistent]]}", flush=True)
+        return sound
 
     truth: dict[str, torch.Tensor] = {}
 
