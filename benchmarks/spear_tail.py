@@ -74,13 +74,13 @@ def trace_bans(model, batch) -> None:
     deflation.complete_batch = scheduler.complete_batch = complete
     keep = deflation.keep_samples
 
-    def keep_traced(state, c, residual, consistent):
+    def keep_traced(state, c, residual, consistent, cond=None):
         before = state.samples.clone()
-        sound = keep(state, c, residual, consistent)
+        sound = keep(state, c, residual, consistent, cond)
         new = state.samples[~is_true(before, state.samples)] if before.shape[0] else state.samples
         if new.shape[0] and not bool(is_true(C_true(), new).all()):
             print(f"  a false sample kept: found {state.samples.shape[0]} after it; draws {state.draws}; "
-                  f"residuals of the new ones {[f'{float(r):.1e}' for r in residual[consistent]]}", flush=True)
+                  f"residuals of the new ones {[f'{float(r):.1e}' for r in residual[sound]]}", flush=True)
         return sound
 
     truth: dict[str, torch.Tensor] = {}
@@ -180,12 +180,11 @@ def main() -> None:
     parser.add_argument("--trace-bans", action="store_true",
                         help="print every failed completion with the ground truth (true/false samples, the ban)")
     parser.add_argument("--cond-floor", type=float, default=None,
-                        help="what-if probe: the next-layer fit's conditioning floor "
-                             "(fit.fit_once_normal; default its own)")
+                        help="what-if probe: the next-layer fit's conditioning floor, for every fit "
+                             "(fit.COND_FLOOR and LOW_COND_FLOOR as the search reads them)")
     args = parser.parse_args()
     if args.cond_floor is not None:
-        from leakbench.attacks.spear import fit
-        fit.fit_once_normal.__defaults__ = (None, args.cond_floor)
+        deflation.COND_FLOOR = deflation.LOW_COND_FLOOR = args.cond_floor
     spec = CellSpec(attack="spear-guided", dataset=args.dataset, batch_size=args.b, seed=args.seed,
                     width=args.width, depth=6, layer=1, data_root=args.data_root, train_epochs=args.train_epochs)
     batch, model, update = prepare(spec)

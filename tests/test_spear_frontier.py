@@ -31,7 +31,7 @@ def test_normal_equation_fit_matches_the_full_fit() -> None:
     zero = _patterns(problem, C)
     for free in (None, torch.rand(problem.m, generator=torch.Generator().manual_seed(1)) < 0.1):
         c0, r0, _ = fit_once_lstsq(problem, zero, free)
-        c1, r1, _ = fit_once_normal(problem, zero, free)
+        c1, r1, _, _ = fit_once_normal(problem, zero, free)
         ok0, ok1 = r0 <= 1e-4, r1 <= 1e-4
         assert torch.equal(ok0, ok1)
         assert ok0[: C.shape[0]].all() and not ok0[-6:].any()

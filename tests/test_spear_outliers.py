@@ -44,3 +44,19 @@ def test_the_first_samples_are_not_judged() -> None:
     state, rows = _state(OUTLIER_MIN_FOUND - 1)
     assert _offer(state, rows[20], 4.6e-5)
     assert state.found == OUTLIER_MIN_FOUND
+
+
+def test_an_ill_conditioned_fit_needs_a_reference() -> None:
+    """A fit between LOW_COND_FLOOR and COND_FLOOR (conditioning 9.5e-3 in the measured case, 1.6e-6 off) is
+    kept once the found samples give a reference and its residual is in line with theirs; before that, or
+    with an outlying residual, it is refused like any fit under the floor."""
+    cond = torch.tensor([9.5e-3], dtype=torch.float64)
+    early, rows = _state(OUTLIER_MIN_FOUND - 1)
+    assert not bool(keep_samples(early, rows[20][None], torch.tensor([3e-7], dtype=torch.float64),
+                                 torch.tensor([True]), cond)[0])
+    late, rows = _state(OUTLIER_MIN_FOUND + 2)
+    assert not bool(keep_samples(late, rows[20][None], torch.tensor([4.6e-5], dtype=torch.float64),
+                                 torch.tensor([True]), cond)[0])
+    assert bool(keep_samples(late, rows[21][None], torch.tensor([3e-7], dtype=torch.float64),
+                             torch.tensor([True]), cond)[0])
+    assert late.found == OUTLIER_MIN_FOUND + 3

@@ -38,15 +38,25 @@ from leakbench.attacks.spear.factors import LayerProblem
 
 @dataclass(frozen=True)
 class SampleFit:
-    """Per candidate pattern: the fitted c (k, b), the relative residual, and pattern agreement."""
+    """Per candidate pattern: the fitted c (k, b), the relative residual, pattern agreement, and the
+    conditioning σ_min/σ_max of the last round's system."""
 
     c: torch.Tensor
     residual: torch.Tensor
     consistent: torch.Tensor
+    cond: torch.Tensor
+
+
+COND_FLOOR = 1e-2
+"""Fits with σ_min/σ_max under this are refused (residual inf), where rounding noise would be amplified
+past 8-bit precision; deflation.keep_samples lowers it to `LOW_COND_FLOOR` for fits in line with the samples found."""
+
+LOW_COND_FLOOR = 5e-3
+"""The floor for a fit whose residual is in line with those of the samples already found (deflation.keep_samples)."""
 
 
 def fit_samples(problem: LayerProblem, zero: torch.Tensor, *, residual_tol: float,
-                free: torch.Tensor | None = None, rounds: int = 3) -> SampleFit:
+                free: torch.Tensor | None = None, rounds: int = 3, cond_floor: float = COND_FLOOR) -> SampleFit:
     """Fit one sample per zero pattern (k, m) and test it; requires `problem.P_next`.
 
     Rows in `free` (m,) are uncertain (their gradient entry is at the noise level): in the
@@ -54,16 +64,17 @@ def fit_samples(problem: LayerProblem, zero: torch.Tensor, *, residual_tol: floa
     sample's own pre-activations then give its exact ReLU pattern, so the fit is repeated with
     that pattern (`rounds` times) and the final pattern must reproduce itself. Under gradient
     noise (`problem.slack`) the residual tolerance grows with it and neurons whose pre-activation
-    is within the slack of zero may flip. Each round is one normal-equation fit (`fit_once_normal`).
+    is within the slack of zero may flip. Each round is one normal-equation fit (`fit_once_normal`,
+    with `cond_floor`).
     """
     residual_tol = max(residual_tol, problem.slack)
     for i in range(rounds):
-        c, residual, z = fit_once_normal(problem, zero, free if i == 0 else None)
+        c, residual, z, cond = fit_once_normal(problem, zero, free if i == 0 else None, cond_floor)
         new_zero = z <= 0
         clear = z.abs() > problem.slack * z.abs().amax(dim=1, keepdim=True)
         stable = ((new_zero == zero) | ~clear).all(dim=1)
         zero = new_zero
-    return SampleFit(c=c, residual=residual, consistent=stable & (residual <= residual_tol))
+    return SampleFit(c=c, residual=residual, consistent=stable & (residual <= residual_tol), cond=cond)
 
 
 def project_out_next(problem: LayerProblem, X: torch.Tensor) -> torch.Tensor:
@@ -93,10 +104,11 @@ BLOCK_BYTES = 256e6
 
 
 def fit_once_normal(problem: LayerProblem, zero: torch.Tensor, free: torch.Tensor | None = None,
-                    cond_floor: float = 1e-2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    cond_floor: float = COND_FLOOR
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Least-squares c per zero pattern (k, m) with `free` rows' activations as extra unknowns, the
-    relative residual, and z = A c + bias; residual inf where the system is ill-conditioned
-    (σ_min < cond_floor·σ_max, where rounding noise would be amplified past 8-bit precision).
+    relative residual, z = A c + bias, and the conditioning σ_min/σ_max; residual inf where the system
+    is ill-conditioned (σ_min < cond_floor·σ_max).
 
     The system: besides "h in the next layer's row space", every sample satisfies c·u = 1 with
     u = L⁺g (from dL/db = Dᵀ1 and Dᵀ = L C⁻¹); that row pins down patterns whose activations alone
@@ -121,6 +133,7 @@ def fit_once_normal(problem: LayerProblem, zero: torch.Tensor, free: torch.Tenso
     block = max(1, int(BLOCK_BYTES // (8 * m_ * b)))
     c = torch.empty(k, b, dtype=A.dtype, device=A.device)
     bad = torch.zeros(k, dtype=torch.bool, device=A.device)
+    cond = torch.zeros(k, dtype=A.dtype, device=A.device)
     Vt = V_.T.contiguous()
     for s in range(0, k, block):
         a = active[s:s + block]
@@ -133,6 +146,7 @@ def fit_once_normal(problem: LayerProblem, zero: torch.Tensor, free: torch.Tenso
         lam, Q = torch.linalg.eigh(MtM)
         lam_max = lam[:, -1:].clamp_min(1e-300)
         bad[s:s + block] = lam[:, 0] <= (cond_floor ** 2) * lam_max[:, 0]
+        cond[s:s + block] = (lam[:, 0].clamp_min(0) / lam_max[:, 0]).sqrt()
         inv = torch.where(lam > 1e-300 * lam_max, 1.0 / lam.clamp_min(1e-300), torch.zeros_like(lam))
         c[s:s + block] = (Q @ (inv * (Q.mT @ Mtr.unsqueeze(-1))[..., 0]).unsqueeze(-1))[..., 0]
     z = c @ A.T + bias
@@ -141,7 +155,7 @@ def fit_once_normal(problem: LayerProblem, zero: torch.Tensor, free: torch.Tenso
     bias_row = weight * (c @ u - 1)
     residual = (e.square().sum(1) + bias_row.square()).sqrt() / (active_full * z).norm(dim=1).clamp_min(1e-300)
     residual[bad] = float("inf")
-    return c, residual, z
+    return c, residual, z, cond
 
 
 class FitCache:
