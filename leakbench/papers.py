@@ -89,10 +89,10 @@ ENTRIES = (
     ("spear-dl-density", Paper("paper/spear-dl-density", ("baselines",)),
      "spear-dl vs guided SPEAR on FC-6 width 400 victims trained 0, 1, 5 epochs (ReLU density), b = 25, 64 "
      "(TinyImageNet; needs --data-root)"),
-    ("spear-trained", Paper("paper/spear-trained", ("spear-speed", "victims")),
+    ("spear-trained", Paper("paper/spear-trained", ("frontier", "spear-speed", "victims")),
      "guided SPEAR on FC-6 width 400 victims trained 5, 20 epochs, b = 64, 100, 900 s per batch "
      "(TinyImageNet; needs --data-root)"),
-    ("spear-trained-cifar10", Paper("paper/spear-trained-cifar10", ("spear-speed", "victims")),
+    ("spear-trained-cifar10", Paper("paper/spear-trained-cifar10", ("frontier", "spear-speed", "victims")),
      "guided SPEAR on FC-6 width 400 victims trained 5, 20 epochs, b = 64, 100, 900 s per batch "
      "(CIFAR-10; needs --data-root DIR/cifar10)"),
     ("spear-noise", Paper("paper/spear-noise", ("noise",)),

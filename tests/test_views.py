@@ -285,3 +285,17 @@ def test_reproduce_refuses_an_unknown_view_before_running(tmp_path: Path, capsys
     lines = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and "unknown report view 'nope'" in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.toml"]
+
+
+def test_frontier_view_of_trained_victims_has_their_epochs() -> None:
+    """paper/spear-trained*: the epochs × b × seed table (samples found, exact %, seconds) of the trained victims."""
+    stats = [json.dumps({"samples_found": k}) for k in (0, 64, 62, 64)]
+    cells = _cells(attack=["spear-guided"] * 4, width=[400] * 4, batch_size=[100, 64, 64, 64],
+                   train_epochs=[5, 20, 5, 5], dataset=["tinyimagenet", "tinyimagenet", "cifar10", "tinyimagenet"],
+                   status=["failed", "ok", "partial", "ok"], exact_fraction=[0.0, 1.0, 62 / 64, 1.0],
+                   attack_stats=stats)
+    table = apply_view("frontier", cells).table
+    assert list(table.columns[:4]) == ["dataset", "train_epochs", "width", "batch_size"]
+    assert list(zip(table["dataset"], table["train_epochs"], table["batch_size"], table["found"], strict=True)) == [
+        ("cifar10", 5, 64, 62.0), ("tinyimagenet", 5, 64, 64.0), ("tinyimagenet", 5, 100, 0.0),
+        ("tinyimagenet", 20, 64, 64.0)]

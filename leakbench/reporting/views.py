@@ -163,14 +163,17 @@ def spear_speed_view(cells: pd.DataFrame) -> View:
 def frontier_view(cells: pd.DataFrame) -> View:
     """One row per cell by width, b and seed: b/m, samples found (the attack's `samples_found`; an exact
     batch found all b), exact %, seconds, status (`leakbench view frontier RUN [RUN ...]` joins the runs of
-    the paper/spear-frontier-04m-w* suites, one width each, into the width × b × seed table)."""
+    the paper/spear-frontier-04m-w* suites, one width each, into the width × b × seed table). Runs of
+    trained victims (paper/spear-trained*) get a `train_epochs` column: the epochs × b × seed table."""
     _require(cells, "frontier", (*BASE, "batch_size", "attack_stats"))
     frame = _with_model(cells)
     frame = frame.assign(b_over_m=frame["batch_size"] / frame["width"], found=stat_column(frame, "samples_found"),
                          exact_pct=100.0 * frame["exact_fraction"])
     settings = [c for c in _key(frame, []) if c not in ("model",)]
-    columns = [*settings, "width", "batch_size", "b_over_m", "seed", "found", "exact_pct", "seconds", "status"]
-    table = frame.sort_values([*settings, "width", "batch_size", "seed"], kind="stable")[columns]
+    trained = ["train_epochs"] if "train_epochs" in frame and bool((frame["train_epochs"] > 0).any()) else []
+    rows = [*settings, *trained, "width", "batch_size"]
+    columns = [*rows, "b_over_m", "seed", "found", "exact_pct", "seconds", "status"]
+    table = frame.sort_values([*rows, "seed"], kind="stable")[columns]
     return View("frontier", "Frontier: samples found, exact % and seconds per width × b × seed",
                 table.reset_index(drop=True))
 
