@@ -415,14 +415,18 @@ def test_stop_signals_end_the_pool_like_ctrl_c(tmp_path: Path, sig: int) -> None
 
     tasks = [Task(spec=8.0, out=tmp_path / str(i), selection=(), grid_seed=0) for i in range(4)]
     before = {child.pid for child in multiprocessing.active_children()}  # another test's, ended or not
-    timer = threading.Timer(3.0, os.kill, (os.getpid(), sig))
-    timer.start()
-    with pytest.raises(interrupts.Terminated) as stopped, interrupts.stop_signals_as_interrupt():
-        executors._pool(tasks, lambda summary: None, 2, work=slow_task)
-    assert stopped.value.signum == sig
-    assert [child for child in multiprocessing.active_children() if child.pid not in before] == []
-    assert not list(tmp_path.glob("*/finished"))
-    assert signal.getsignal(sig) is signal.SIG_DFL
+    inherited = signal.signal(sig, signal.SIG_DFL)  # under `nohup` SIGHUP is ignored, and stays so by design
+    try:
+        timer = threading.Timer(3.0, os.kill, (os.getpid(), sig))
+        timer.start()
+        with pytest.raises(interrupts.Terminated) as stopped, interrupts.stop_signals_as_interrupt():
+            executors._pool(tasks, lambda summary: None, 2, work=slow_task)
+        assert stopped.value.signum == sig
+        assert [child for child in multiprocessing.active_children() if child.pid not in before] == []
+        assert not list(tmp_path.glob("*/finished"))
+        assert signal.getsignal(sig) is signal.SIG_DFL
+    finally:
+        signal.signal(sig, inherited)
 
 
 @pytest.mark.slow
