@@ -422,6 +422,9 @@ def test_stop_signals_end_the_pool_like_ctrl_c(tmp_path: Path, sig: int) -> None
         with pytest.raises(interrupts.Terminated) as stopped, interrupts.stop_signals_as_interrupt():
             executors._pool(tasks, lambda summary: None, 2, work=slow_task)
         assert stopped.value.signum == sig
+        deadline = time.monotonic() + 5.0  # a worker killed while it was still starting is reaped a moment later
+        while [c for c in multiprocessing.active_children() if c.pid not in before] and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert [child for child in multiprocessing.active_children() if child.pid not in before] == []
         assert not list(tmp_path.glob("*/finished"))
         assert signal.getsignal(sig) is signal.SIG_DFL
