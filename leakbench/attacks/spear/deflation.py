@@ -178,27 +178,27 @@ def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor,
     exact = zero_masks(LNn, y, tol_r) & live
     y, S = kernel_on(LNn, exact & live)
     exact = zero_masks(LNn, y, tol_r) | ~live
+    doubtful = exact & live & ~zero_masks(LNn, y, (doubt or DOUBT) * tol_r)
     if doubt > 0:
-        doubtful = exact & live & ~zero_masks(LNn, y, doubt * tol_r)
         consistent = fits_with_free_rows(problem, exact, ~live | doubtful, state, residual_tol)
     else:
         consistent = accept_fits(problem, exact, state, residual_tol, free=~live).consistent
     unique = S[:, -2] > TOLERANCES.unique_gap * S[:, 0] if N.shape[1] > 1 else torch.ones_like(consistent)
     if doubt == 0:  # a second chance for the failed unique patterns, with their doubtful zero rows free
-        doubtful = exact & live & ~zero_masks(LNn, y, SECOND_CHANCE_DOUBT * tol_r)
         again = torch.nonzero(unique & ~consistent & doubtful.any(dim=1)).flatten()
         if again.numel():
             consistent[again] = fits_with_free_rows(problem, exact[again], ~live | doubtful[again], state, residual_tol)
     remember_directions(state, canonical(y[unique & ~consistent] @ N.T))
 
 
-SECOND_CHANCE_DOUBT = 0.1
-"""Zero rows above this fraction of their tolerance are free when a unique pattern's fit failed (accept_patterns).
+DOUBT = 0.1
+"""Zero rows above this fraction of their tolerance are doubtful: free in the first fit round of spear-dl's
+patterns (dl.py passes it as `doubt`), and in the second-chance refit of a failed unique pattern (accept_patterns).
 
 Measured (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 64, seed 0, with the ground truth): two missing samples whose
 exact zero sets held one active neuron each (a tiny gradient entry read as zero) fitted 97 % and 100 % off with
 every zero row held, and 7.9e-7 and 1.8e-6 off (residuals at the found samples' level) with the rows above 0.1× their
-tolerance free. spear-dl frees them on every fit (dl.DOUBT, the same 0.1)."""
+tolerance free."""
 
 
 def fits_with_free_rows(problem: LayerProblem, exact: torch.Tensor, free: torch.Tensor, state: SampleState,

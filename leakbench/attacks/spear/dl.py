@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from leakbench.attacks.spear.candidates import extra_zeros, new_patterns, zero_masks
-from leakbench.attacks.spear.deflation import accept_patterns, null_basis, reduced_rows
+from leakbench.attacks.spear.deflation import DOUBT, accept_patterns, null_basis, reduced_rows
 from leakbench.attacks.spear.sampling import count_zeros
 from leakbench.attacks.spear.scheduler import Search, shares_turn
 
@@ -116,9 +116,6 @@ def propose(LNn: torch.Tensor, gen: torch.Generator, proposal: Proposal) -> torc
 
 SHARE_BELOW = 16
 """At most this many samples missing, a round that found nothing lets SPEAR's draws have every other turn."""
-
-DOUBT = 0.1
-"""Zero rows above this fraction of the zero tolerance are free in the first fit (deflation.accept_patterns)."""
 
 
 class DLTrims:
