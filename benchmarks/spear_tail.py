@@ -35,6 +35,7 @@ from leakbench.attacks.spear import deflation, scheduler
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows
 from leakbench.attacks.spear.fit import fit_samples
+from leakbench.attacks.spear.joint import next_layer_residuals
 from leakbench.attacks.spear.last_column import complete_last_sample
 from leakbench.attacks.spear.tolerances import TOLERANCES
 from leakbench.harness.spec import CellSpec
@@ -74,9 +75,9 @@ def trace_bans(model, batch) -> None:
     deflation.complete_batch = scheduler.complete_batch = complete
     keep = deflation.keep_samples
 
-    def keep_traced(state, c, residual, consistent, cond=None):
+    def keep_traced(state, c, residual, consistent, cond=None, **kwargs):
         before = state.samples.clone()
-        sound = keep(state, c, residual, consistent, cond)
+        sound = keep(state, c, residual, consistent, cond, **kwargs)
         new = state.samples[~is_true(before, state.samples)] if before.shape[0] else state.samples
         if new.shape[0] and not bool(is_true(C_true(), new).all()):
             print(f"  a false sample kept: found {state.samples.shape[0]} after it; draws {state.draws}; "
@@ -98,6 +99,17 @@ def trace_bans(model, batch) -> None:
     spear_attack.search_samples = search
 
 
+def override_tolerances(values: dict) -> None:
+    """Run every SPEAR search of this process with these `tolerances.Tolerances` fields replaced."""
+    original = spear_attack.SpearAttack._settings
+
+    def settings(self, problem):
+        base = original(self, problem)
+        return dataclasses.replace(base, tolerances=dataclasses.replace(base.tolerances, **values))
+
+    spear_attack.SpearAttack._settings = settings
+
+
 def run_keeping_state(update, seed: int, params: dict):
     """Run spear-guided and return (reconstruction, final SampleState, LayerProblem)."""
     kept = {}
@@ -113,6 +125,8 @@ def run_keeping_state(update, seed: int, params: dict):
         rec = create_attack("spear-guided", **params).reconstruct(update, seed=seed)
     finally:
         spear_attack.search_samples = original
+    if "state" not in kept:
+        raise SystemExit(f"the search did not run: {rec.status}: {rec.reason}")
     return rec, kept["state"], kept["problem"]
 
 
@@ -144,9 +158,19 @@ def report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, residual_tol
     false = (rel.amin(dim=0) >= 1e-4).sum() if found.shape[0] else 0
     print(f"found {found.shape[0]} of {b}; true among them {int(hit.sum())}; not true {int(false)}; "
           f"missing {len(missing)}; remembered directions {state.directions.shape[0]}; retries {state.retries}")
+    if found.shape[0]:
+        err = rel.amin(dim=0).sort().values
+        print(f"found samples off the nearest true one (relative): median {float(err.median()):.1e}, "
+              f"largest five {[f'{float(e):.1e}' for e in err[-5:]]}")
+        if problem.P_next is not None:
+            res = next_layer_residuals(problem, found)
+            print(f"their next-layer residuals: median {float(res.median()):.1e}, largest five "
+                  f"{[f'{float(r):.1e}' for r in res.sort().values[-5:]]} (of the true rows: "
+                  f"largest {float(next_layer_residuals(problem, C_true).max()):.1e})")
     for i in torch.nonzero(rel.amin(dim=0) >= 1e-4).flatten().tolist() if found.shape[0] else []:
         near = int(rel[:, i].argmin())
-        print(f"  not true: found row {i} (in the order kept), residual {float(state.residuals[i]):.2e}, "
+        residual = f"{float(state.residuals[i]):.2e}" if i < state.residuals.shape[0] else "none (completed)"
+        print(f"  not true: found row {i} (in the order kept), residual {residual}, "
               f"{float(rel[near, i]):.1e} off true sample {near} (relative), which is "
               f"{'found too' if bool(hit[near]) else 'missing'}")
     N = null_basis(C_true[hit], b)
@@ -176,15 +200,19 @@ def main() -> None:
                         help="victim trained this many epochs (paper/victims' recipe)")
     parser.add_argument("--param", action="append", default=[],
                         help="KEY=VALUE hyperparameter of spear-guided (JSON value)")
+    parser.add_argument("--tolerance", action="append", default=[],
+                        help="KEY=VALUE what-if probe: a field of tolerances.Tolerances (JSON value)")
     parser.add_argument("--max-seconds", type=float, default=600.0)
     parser.add_argument("--trace-bans", action="store_true",
                         help="print every failed completion with the ground truth (true/false samples, the ban)")
     parser.add_argument("--cond-floor", type=float, default=None,
                         help="what-if probe: the next-layer fit's conditioning floor, for every fit "
-                             "(fit.COND_FLOOR and LOW_COND_FLOOR as the search reads them)")
+                             "(fit.COND_FLOOR, LOW_COND_FLOOR and NOISE_COND_FLOOR as the search reads them)")
     args = parser.parse_args()
     if args.cond_floor is not None:
-        deflation.COND_FLOOR = deflation.LOW_COND_FLOOR = args.cond_floor
+        deflation.COND_FLOOR = deflation.LOW_COND_FLOOR = deflation.NOISE_COND_FLOOR = args.cond_floor
+    if args.tolerance:
+        override_tolerances({k: json.loads(v) for k, _, v in (p.partition("=") for p in args.tolerance)})
     spec = CellSpec(attack="spear-guided", dataset=args.dataset, batch_size=args.b, seed=args.seed,
                     width=args.width, depth=6, layer=1, data_root=args.data_root, train_epochs=args.train_epochs)
     batch, model, update = prepare(spec)

@@ -36,9 +36,14 @@ class Tolerances:
         residual_after / residual_max_missing / residual_from_b: once the guide in use went
             residual_after guided turns without a new sample, and at most residual_max_missing samples
             are missing, follow a residual guide (FastICA on the deflated factor); only for b ≥
-            residual_from_b (below it the draws measured before are kept).
+            residual_from_b.
         pattern_fit_rounds / pattern_fit_from_b: for b ≥ pattern_fit_from_b, the search's first turn fits
             a sample to each guide's whole predicted pattern, refitting pattern_fit_rounds times.
+        Both were 128 until the trained victims (FC-6 width 400 trained 5 epochs, seed 0, 120 s,
+        `benchmarks/spear_tail.py --tolerance`): TinyImageNet b = 100 finds 32 of 100 with neither, 89 with
+        pattern fits, 31 with residual guides, and all 100 in 46 s with both; CIFAR-10 b = 64 finds 61 of 64
+        with neither or pattern fits alone, and 52 with residual guides (their FastICA guides replace CPA's
+        too early there), hence the two thresholds.
     Dictionary learning (spear-dl: dl.py):
         dl_start_keep: the shrinking trim starts from this fraction of the live rows.
         dl_min_remaining: below this many missing samples, SPEAR's own draws finish the batch.
@@ -56,9 +61,9 @@ class Tolerances:
     pool_growth: float = 1.25
     residual_after: int = 2
     residual_max_missing: int = 48
-    residual_from_b: int = 128
+    residual_from_b: int = 96
     pattern_fit_rounds: int = 10
-    pattern_fit_from_b: int = 128
+    pattern_fit_from_b: int = 64
     dl_start_keep: float = 0.9
     dl_min_remaining: int = 10
 
