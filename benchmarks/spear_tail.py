@@ -75,13 +75,15 @@ def trace_bans(model, batch) -> None:
     deflation.complete_batch = scheduler.complete_batch = complete
     keep = deflation.keep_samples
 
-    def keep_traced(state, c, residual, consistent, cond=None, **kwargs):
+    def keep_traced(state, c, residual, consistent, cond=None, *args, **kwargs):
         before = state.samples.clone()
-        sound = keep(state, c, residual, consistent, cond, **kwargs)
+        sound = keep(state, c, residual, consistent, cond, *args, **kwargs)
         new = state.samples[~is_true(before, state.samples)] if before.shape[0] else state.samples
         if new.shape[0] and not bool(is_true(C_true(), new).all()):
+            false = sound & ~is_true(C_true(), c)
             print(f"  a false sample kept: found {state.samples.shape[0]} after it; draws {state.draws}; "
-                  f"residuals of the new ones {[f'{float(r):.1e}' for r in residual[sound]]}", flush=True)
+                  f"residuals of the false fits {[f'{float(r):.1e}' for r in residual[false]]}, conditioning "
+                  f"{[f'{float(x):.1e}' for x in cond[false]] if cond is not None else 'not given'}", flush=True)
         return sound
 
     truth: dict[str, torch.Tensor] = {}
@@ -131,10 +133,15 @@ def run_keeping_state(update, seed: int, params: dict):
 
 
 def true_rows(problem, model, batch) -> torch.Tensor:
-    """The true rows c_i of C (b × b): x_i = Rᵀ c_i for the batch's layer-1 inputs."""
+    """The true rows c_i of C (b × b): x_i = Rᵀ c_i for the batch's layer-1 inputs (the b best represented
+    when the factor leaves samples at the gradient's noise level out)."""
     with torch.no_grad():
         X = model.layer_inputs(batch.images, 1).flatten(1).double()
-    return X @ problem.R.T
+    C = X @ problem.R.T
+    if C.shape[0] > problem.b:  # samples at the gradient's noise level (factors.visible_rank): not in R's span
+        off = (X - C @ problem.R).norm(dim=1) / X.norm(dim=1)
+        C = C[off.argsort()[: problem.b].sort().values]
+    return C
 
 
 def fit_condition(problem, zero: torch.Tensor) -> float:

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from leakbench.attacks.spear.deflation import OUTLIER_MIN_FOUND, OUTLIER_RATIO, SampleState, keep_samples, outlying_fits
+from leakbench.attacks.spear.deflation import (
+    OUTLIER_MIN_FOUND,
+    OUTLIER_RATIO,
+    SampleState,
+    keep_samples,
+    noise_level_fits,
+    outlying_fits,
+)
+from leakbench.attacks.spear.fit import SampleFit
+from spear_helpers import layer_problem  # tests/ is on the path
 
 
 def _state(k: int, b: int = 16) -> tuple[SampleState, torch.Tensor]:
@@ -73,13 +84,25 @@ def test_an_ill_conditioned_fit_at_the_noise_level_needs_no_reference() -> None:
     """Measured (TinyImageNet FC-6 width 400 trained 5 epochs, b = 100): the true patterns fit at conditioning
     5.9e-4 … 1e-2 with residuals 4.8e-8 … 5.5e-7, under the gradient's noise level (slack 9.3e-7), and 1.2e-6 …
     8.3e-5 off, while no false pattern among 7,663 fitted under a residual of 0.48. Such a fit is kept before any
-    sample is found; one above the noise level is not, nor any when the noise level is zero."""
+    sample is found when `noise_level_fits` finds it at the noise level (below), not otherwise."""
     cond = torch.tensor([6e-4], dtype=torch.float64)
     state, rows = _state(0)
     assert bool(keep_samples(state, rows[20][None], torch.tensor([5.5e-7], dtype=torch.float64),
-                             torch.tensor([True]), cond, slack=9.3e-7)[0])
-    assert not bool(keep_samples(state, rows[21][None], torch.tensor([2e-6], dtype=torch.float64),
-                                 torch.tensor([True]), cond, slack=9.3e-7)[0])
+                             torch.tensor([True]), cond, torch.tensor([True]))[0])
+    assert not bool(keep_samples(state, rows[21][None], torch.tensor([5.5e-7], dtype=torch.float64),
+                                 torch.tensor([True]), cond, torch.tensor([False]))[0])
     assert not bool(keep_samples(state, rows[22][None], torch.tensor([5.5e-7], dtype=torch.float64),
-                                 torch.tensor([True]), cond, slack=0.0)[0])
+                                 torch.tensor([True]), cond)[0])
     assert state.found == 1
+
+
+def test_a_fit_at_the_noise_level_needs_a_column_in_its_zero_set() -> None:
+    """`noise_level_fits`: a true sample's zero set holds its column of Q; a mixture of two samples fitted with the
+    same small residual does not (measured: a guide-pattern fit at conditioning 1e-3, residual 1.6e-7, 17 % off)."""
+    problem, X = layer_problem(b=8, width=200)
+    C = X @ problem.R.T
+    mixture = 0.5 * (C[0] + C[1])
+    fit = SampleFit(c=torch.stack([C[0], mixture, C[2]]), residual=torch.tensor([0.0, 0.0, 1.0], dtype=C.dtype),
+                    consistent=torch.tensor([True, True, True]), cond=torch.full((3,), 1e-3, dtype=C.dtype))
+    assert noise_level_fits(problem, fit).tolist() == [True, False, False]
+    assert not bool(noise_level_fits(problem, dataclasses.replace(fit, cond=torch.full((3,), 0.5, dtype=C.dtype))).any())
