@@ -152,7 +152,14 @@ class SpearAttack(Attack):
         next_weight, _ = model.layer_param_names(cfg.layer + 1)
         G_next = update.gradients[next_weight].to(device) if self.uses_next_layer else None
         problem = factorize(G, g, W, bias, b, G_next=G_next)
-        return self._search(problem, seed, update)
+        reason, X, stats = self._search(problem, seed, update)
+        hidden = b - problem.b
+        if hidden:
+            stats["samples_at_noise_level"] = hidden
+            noise = (f"{hidden} of {b} samples are not visible in the gradient (their share is at its rounding "
+                     f"level, or they repeat other samples)")
+            reason = f"{reason} ({noise})" if reason else f"batch incomplete: {noise}; the other {problem.b} verified"
+        return reason, X, stats
 
     def _sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
                  settings: SearchSettings) -> tuple[list[ProposalSource], dict[str, Any]]:
