@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+from spear_helpers import layer_problem  # tests/ is on the path
 
 from leakbench.attacks.spear.deflation import (
     OUTLIER_MIN_FOUND,
@@ -15,7 +16,6 @@ from leakbench.attacks.spear.deflation import (
     outlying_fits,
 )
 from leakbench.attacks.spear.fit import SampleFit
-from spear_helpers import layer_problem  # tests/ is on the path
 
 
 def _state(k: int, b: int = 16) -> tuple[SampleState, torch.Tensor]:
@@ -105,4 +105,5 @@ def test_a_fit_at_the_noise_level_needs_a_column_in_its_zero_set() -> None:
     fit = SampleFit(c=torch.stack([C[0], mixture, C[2]]), residual=torch.tensor([0.0, 0.0, 1.0], dtype=C.dtype),
                     consistent=torch.tensor([True, True, True]), cond=torch.full((3,), 1e-3, dtype=C.dtype))
     assert noise_level_fits(problem, fit).tolist() == [True, False, False]
-    assert not bool(noise_level_fits(problem, dataclasses.replace(fit, cond=torch.full((3,), 0.5, dtype=C.dtype))).any())
+    well_conditioned = dataclasses.replace(fit, cond=torch.full((3,), 0.5, dtype=C.dtype))
+    assert not bool(noise_level_fits(problem, well_conditioned).any())

@@ -32,7 +32,15 @@ from leakbench.attacks.spear.candidates import (
     zero_tolerance,
 )
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.fit import COND_FLOOR, LOW_COND_FLOOR, NOISE_COND_FLOOR, FitCache, SampleFit, fit_samples, same_samples
+from leakbench.attacks.spear.fit import (
+    COND_FLOOR,
+    LOW_COND_FLOOR,
+    NOISE_COND_FLOOR,
+    FitCache,
+    SampleFit,
+    fit_samples,
+    same_samples,
+)
 from leakbench.attacks.spear.joint import JOINT_MAX_B, next_layer_residuals, refine_batch
 from leakbench.attacks.spear.last_column import complete_last_sample, complete_samples, samples_from_directions
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
