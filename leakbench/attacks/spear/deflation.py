@@ -305,9 +305,10 @@ def keep_samples(state: SampleState, c: torch.Tensor, residual: torch.Tensor, co
       every fit with a larger error had an outlying residual; or
     * it is in `noise_level`: residual at the noise level and a column in its zero set (fitted down to
       fit.NOISE_COND_FLOOR). Measured (TinyImageNet
-      FC-6 width 400 trained 5 epochs, b = 100, ground truth): 75 of the 100 true patterns fit with residuals
-      4.8e-8 … 5.5e-7 under slack 9.3e-7, at conditioning 5.9e-4 … 3.1e-2 (median 5.5e-3), 1.2e-6 … 8.3e-5 off;
-      7,663 false patterns from zero draws all fit above 0.48. Before this rule the search found none of the 100.
+      FC-6 width 400 trained 5 epochs, b = 100, ground truth, `benchmarks/spear_true_fits.py`): 75 of the 100 true
+      patterns fit (the other 25 are singular), with residuals 4.8e-8 … 1.4e-6 (90 % under 8.0e-7; slack 9.3e-7),
+      at conditioning 5.9e-4 … 1.3e-2 (median 4.6e-3), 1.2e-6 … 8.3e-5 off; 7,663 false patterns from zero draws
+      all fit above 0.48. Before this rule the search found none of the 100.
     """
     consistent = consistent & ~outlying_fits(state, residual)
     if cond is not None:

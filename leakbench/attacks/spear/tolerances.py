@@ -40,7 +40,8 @@ class Tolerances:
         pattern_fit_rounds / pattern_fit_from_b: for b ≥ pattern_fit_from_b, the search's first turn fits
             a sample to each guide's whole predicted pattern, refitting pattern_fit_rounds times.
         Both were 128 until the trained victims (FC-6 width 400 trained 5 epochs, seed 0, 120 s,
-        `benchmarks/spear_tail.py --tolerance`): TinyImageNet b = 100 finds 32 of 100 with neither, 89 with
+        `benchmarks/spear_tail.py --tolerance`, before deflation.noise_level_fits had its column test):
+        TinyImageNet b = 100 finds 32 of 100 with neither, 89 with
         pattern fits, 31 with residual guides, and all 100 in 46 s with both; CIFAR-10 b = 64 finds 61 of 64
         with neither or pattern fits alone, and 52 with residual guides (their FastICA guides replace CPA's
         too early there), hence the two thresholds.

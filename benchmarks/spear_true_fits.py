@@ -1,0 +1,103 @@
+"""How the next-layer fits of a cell's true ReLU patterns compare with those of false patterns, at every conditioning.
+
+    PYTHONPATH=. python benchmarks/spear_true_fits.py --data-root ../shared/data --b 100 --train-epochs 5
+
+Builds the cell (TinyImageNet or CIFAR-10, FC-6, layer 1, seed 0; trained with paper/victims' recipe when
+--train-epochs > 0) and, with the ground truth (read here, never by the attack):
+
+* fits every true sample's pattern with no conditioning floor (`fit.fit_samples`, cond_floor 0) and prints the
+  quantiles of conditioning, residual and distance to the true sample, and the least-conditioned fits;
+* draws --chunks × 2,000 uniform zero draws in the full space, refines them to exact zero sets as the search does,
+  fits those patterns the same way and prints, per conditioning band, the residuals of the true and false fits.
+
+The figures behind `deflation.noise_level_fits` and `fit.NOISE_COND_FLOOR` (docs/notebook/spear.md, "Trained
+victims at b = 100").
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from leakbench.attacks.spear.candidates import kernel_on, zero_masks, zero_tolerance
+from leakbench.attacks.spear.factors import LayerProblem, factorize
+from leakbench.attacks.spear.fit import fit_samples
+from leakbench.attacks.spear.sampling import count_zeros, draw_directions
+from leakbench.attacks.spear.tolerances import TOLERANCES
+from leakbench.harness.spec import CellSpec
+from leakbench.harness.victim import prepare
+
+QUANTILES = (0.0, 0.1, 0.5, 0.9, 1.0)
+
+
+def quantiles(x: torch.Tensor) -> str:
+    q = x.quantile(torch.tensor(QUANTILES, dtype=x.dtype))
+    return " ".join(f"{float(v):.1e}" for v in q)
+
+
+def drawn_patterns(problem: LayerProblem, chunks: int, seed: int) -> torch.Tensor:
+    """Distinct exact zero sets (k, m) of uniform zero draws with enough zeros, refined as the search does."""
+    tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
+    loose = tol * TOLERANCES.sample_tol_factor
+    gen = torch.Generator().manual_seed(seed)
+    found = []
+    for _ in range(chunks):
+        y = draw_directions(problem.Ln, problem.b, 2000, gen)
+        y = y[torch.isfinite(y).all(dim=1)]
+        y = y[count_zeros(problem.Ln, y, loose) >= problem.b - 1 + TOLERANCES.min_extra_zeros]
+        if y.shape[0]:
+            q, _ = kernel_on(problem.Ln, zero_masks(problem.Ln, y, loose))
+            found.append(zero_masks(problem.Ln, q, tol))
+    if not found:
+        return torch.zeros(0, problem.m, dtype=torch.bool)
+    return torch.unique(torch.cat(found), dim=0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-root", default=None)
+    parser.add_argument("--dataset", default="tinyimagenet", help="tinyimagenet or cifar10 (--data-root DIR/cifar10)")
+    parser.add_argument("--width", type=int, default=400)
+    parser.add_argument("--b", type=int, default=100)
+    parser.add_argument("--train-epochs", type=int, default=5)
+    parser.add_argument("--chunks", type=int, default=20, help="chunks of 2,000 zero draws for the false patterns")
+    args = parser.parse_args()
+    spec = CellSpec(attack="spear-guided", dataset=args.dataset, batch_size=args.b, seed=0, width=args.width,
+                    depth=6, layer=1, data_root=args.data_root, train_epochs=args.train_epochs)
+    batch, model, update = prepare(spec)
+    w, bn = model.layer_param_names(1)
+    w2, _ = model.layer_param_names(2)
+    params = dict(model.named_parameters())
+    problem = factorize(update.gradients[w], update.gradients[bn], params[w].detach(), params[bn].detach(), args.b,
+                        G_next=update.gradients[w2])
+    if problem.P_next is None:
+        raise SystemExit("the next layer's gradient has rank below b: no next-layer fits to compare")
+    with torch.no_grad():
+        C = model.layer_inputs(batch.images, 1).flatten(1).double() @ problem.R.T
+    print(f"b {problem.b} (visible) of {args.b}; noise σ_(b+1)/σ_1 {problem.noise:.1e}; slack {problem.slack:.1e}")
+    true = fit_samples(problem, (C @ problem.A.T + problem.bias) <= 0, residual_tol=TOLERANCES.residual_tol,
+                       cond_floor=0.0)
+    off = (true.c - C).norm(dim=1) / C.norm(dim=1)
+    fitted = true.residual < 0.1
+    print(f"true patterns: {int(fitted.sum())} of {C.shape[0]} fit (residual < 0.1), the others are singular or off")
+    print(f"  quantiles {QUANTILES}: conditioning {quantiles(true.cond[fitted])}")
+    print(f"  residual {quantiles(true.residual[fitted])}; off {quantiles(off[fitted])}")
+    for i in torch.argsort(torch.where(fitted, true.cond, torch.inf))[:5].tolist():
+        print(f"  least conditioned: sample {i} cond {float(true.cond[i]):.1e} residual {float(true.residual[i]):.1e} "
+              f"off {float(off[i]):.1e}")
+    patterns = drawn_patterns(problem, args.chunks, seed=0)
+    drawn = fit_samples(problem, patterns, residual_tol=TOLERANCES.residual_tol, cond_floor=0.0)
+    is_true = (torch.cdist(drawn.c, C) / C.norm(dim=1)[None]).amin(dim=1) < 1e-4
+    print(f"drawn patterns: {patterns.shape[0]} distinct, {int(is_true.sum())} of them true samples")
+    for lo, hi in ((1e-2, 1.0), (5e-3, 1e-2), (2e-3, 5e-3), (5e-4, 2e-3), (0.0, 5e-4)):
+        band = (drawn.cond >= lo) & (drawn.cond < hi)
+        for name, mask in (("true", band & is_true), ("false", band & ~is_true)):
+            if bool(mask.any()):
+                r = drawn.residual[mask]
+                print(f"  conditioning [{lo:.0e}, {hi:.0e}) {name}: {int(mask.sum())} fits, residual "
+                      f"min {float(r.min()):.1e} median {float(r.median()):.1e}")
+
+
+if __name__ == "__main__":
+    main()
