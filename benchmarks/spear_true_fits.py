@@ -20,7 +20,7 @@ import argparse
 
 import torch
 
-from leakbench.attacks.spear.candidates import kernel_on, zero_masks, zero_tolerance
+from leakbench.attacks.spear.candidates import refine, zero_masks, zero_tolerance
 from leakbench.attacks.spear.factors import LayerProblem, factorize
 from leakbench.attacks.spear.fit import fit_samples
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
@@ -37,7 +37,7 @@ def quantiles(x: torch.Tensor) -> str:
 
 
 def drawn_patterns(problem: LayerProblem, chunks: int, seed: int) -> torch.Tensor:
-    """Distinct exact zero sets (k, m) of uniform zero draws with enough zeros, refined as the search does."""
+    """Distinct exact zero sets (k, m) of uniform zero draws with enough zeros (`candidates.refine`)."""
     tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
     loose = tol * TOLERANCES.sample_tol_factor
     gen = torch.Generator().manual_seed(seed)
@@ -47,8 +47,8 @@ def drawn_patterns(problem: LayerProblem, chunks: int, seed: int) -> torch.Tenso
         y = y[torch.isfinite(y).all(dim=1)]
         y = y[count_zeros(problem.Ln, y, loose) >= problem.b - 1 + TOLERANCES.min_extra_zeros]
         if y.shape[0]:
-            q, _ = kernel_on(problem.Ln, zero_masks(problem.Ln, y, loose))
-            found.append(zero_masks(problem.Ln, q, tol))
+            _, exact, _ = refine(problem.Ln, zero_masks(problem.Ln, y, loose), tol, TOLERANCES.unique_gap)
+            found.append(exact)
     if not found:
         return torch.zeros(0, problem.m, dtype=torch.bool)
     return torch.unique(torch.cat(found), dim=0)
