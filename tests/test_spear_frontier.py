@@ -189,7 +189,7 @@ def test_samples_from_directions_while_others_are_missing() -> None:
     """6 of 7 missing directions known: each of those 6 samples comes out of the subspace fit exactly;
     a mixture of two directions does not pass."""
     from leakbench.attacks.spear.candidates import zero_tolerance
-    from leakbench.attacks.spear.last_column import samples_from_directions
+    from leakbench.attacks.spear.last_column import missing_row_space, samples_from_directions
 
     problem, X = _problem(b=12, width=96)
     C = X @ problem.R.T
@@ -197,9 +197,10 @@ def test_samples_from_directions_while_others_are_missing() -> None:
     Q = torch.linalg.inv(C)
     cols = (Q / Q.norm(dim=0)).T[-7:]
     N = null_basis(C[:-7], 12)
-    c, residual, stable = samples_from_directions(problem, C[:-7], N, cols[1:], tol)
+    B = missing_row_space(problem, C[:-7], N)
+    c, residual, stable = samples_from_directions(problem, B, cols[1:], tol)
     assert stable.all() and float(residual.max()) < 1e-6
     assert float(((c - C[-6:]).norm(dim=1) / C[-6:].norm(dim=1)).max()) < 1e-5  # float32 gradients
     mix = torch.nn.functional.normalize(cols[1:2] + cols[2:3], dim=1)
-    _, residual, stable = samples_from_directions(problem, C[:-7], N, mix, tol)
+    _, residual, stable = samples_from_directions(problem, B, mix, tol)
     assert not (bool(stable[0]) and float(residual[0]) <= 1e-4)

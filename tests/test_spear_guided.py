@@ -108,20 +108,25 @@ def test_guided_exact_on_tinyimagenet_b50(tinyimagenet_root: Path) -> None:
 
 
 def test_stalled_guides_share_turns_with_spear() -> None:
-    """After SHARE_AFTER fruitless guided turns, every other turn goes to SPEAR's own sources; a new
-    guide counts its turns afresh."""
+    """After SHARE_AFTER fruitless guided turns, every other turn goes to SPEAR's own sources, even when
+    every turn brings a new guide (residual guides replace stalled ones): the stall is the pool's."""
     from types import SimpleNamespace
 
     from leakbench.attacks.spear.guided import SHARE_AFTER, GuidePool
 
     problem, X = _problem()
-    guide = make_guide(problem, X, pool_start=1.5)
-    guide.misses = SHARE_AFTER
-    pool = GuidePool(SimpleNamespace(guide=lambda C: guide), growth=1.25)  # type: ignore[arg-type]
-    pool.current, pool.since = guide, 0
-    search = SimpleNamespace(state=SimpleNamespace(samples=None))  # never touched on a shared turn
+    made: list[object] = []
+
+    def fresh_guide(C: object) -> object:  # a new guide, with no misses of its own, at every call
+        made.append(make_guide(problem, X, pool_start=1.5))
+        return made[-1]
+
+    pool = GuidePool(SimpleNamespace(guide=fresh_guide), growth=1.25)  # type: ignore[arg-type]
+    pool.misses = SHARE_AFTER
+    search = SimpleNamespace(state=SimpleNamespace(samples=None, found=0))  # never touched on a shared turn
     assert pool.turn(search, asked=2) is False  # type: ignore[arg-type]
     assert pool.turn(search, asked=4) is False  # type: ignore[arg-type]
+    assert not made  # a shared turn builds no guide (a residual guide costs a FastICA run)
 
 
 @pytest.mark.slow

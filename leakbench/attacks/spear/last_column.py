@@ -118,31 +118,32 @@ def known_columns(problem: LayerProblem, C_known: torch.Tensor, span: torch.Tens
     return a + span @ t.T
 
 
-def samples_from_directions(problem: LayerProblem, C_known: torch.Tensor, N: torch.Tensor, q: torch.Tensor,
-                            tol: torch.Tensor, cond_floor: float = 1e-2
-                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Missing samples from their column directions `q` (j, b) while others are still missing: c (j, b),
-    the relative next-layer residual (inf where ill-conditioned) and whether each pattern reproduces itself.
-
-    A missing sample's row c is orthogonal to every known sample's column (`known_columns`, with the
-    null space N (b×k) of C_known as the span), so c = B w for a basis B (b×k) of their orthogonal
-    complement: k unknowns instead of b. Its ReLU pattern is that of L q (active where |Ln q| > tol);
-    its activation lies in the next layer's row space and c·u = 1: one least squares per direction.
-    Measured (TinyImageNet FC-6 width 400 trained 1 epoch, b = 64): the fit over all b unknowns is
-    ill-conditioned for the sparse samples (σ_min/σ_max median 8.8e-3 at ≈ 140 active rows), while 24
-    of the 39 missing directions were known.
-    """
-    assert problem.P_next is not None
+def missing_row_space(problem: LayerProblem, C_known: torch.Tensor, N: torch.Tensor) -> torch.Tensor:
+    """Orthonormal basis B (b×k) of the rows the k missing samples can have, given the known ones (C_known)
+    and the null space N (b×k) of C_known: a missing sample's row is orthogonal to every known sample's
+    column (`known_columns`, with N as the span), so it lies in their k-dimensional orthogonal complement."""
     b, k = problem.b, N.shape[1]
     U, _, _ = torch.linalg.svd(known_columns(problem, C_known, N), full_matrices=True)
-    B = U[:, b - k:]
-    active = ((problem.Ln @ q.T).abs() > tol[:, None]).T.to(problem.A.dtype)  # (j, m)
+    B: torch.Tensor = U[:, b - k:]
+    return B
+
+
+def fit_in_row_space(problem: LayerProblem, active: torch.Tensor, B: torch.Tensor, cond_floor: float = 1e-2
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Next-layer fits of samples c = B w (B: b×k) with ReLU patterns `active` (j, m, 1 = active): c (j, b), the
+    relative residual (inf where σ_min < cond_floor·σ_max) and whether each pattern reproduces itself.
+
+    The sample's activation lies in the next layer's row space and c·u = 1: one least squares per pattern over
+    k unknowns instead of b (`fit.fit_once_normal` solves the same system over all b).
+    """
+    assert problem.P_next is not None
+    k = B.shape[1]
     X = project_out_next(problem, active.unsqueeze(-1) * (problem.A @ B).unsqueeze(0))
     pb = project_out_next(problem, (active * problem.bias).unsqueeze(-1))[..., 0]
     u = bias_direction(problem)
     weight = problem.A.norm(dim=1).mean() / u.norm()
-    M = torch.cat([X, (weight * (u @ B)).expand(q.shape[0], 1, k)], dim=1)
-    rhs = torch.cat([-pb, weight.expand(q.shape[0], 1)], dim=1)
+    M = torch.cat([X, (weight * (u @ B)).expand(active.shape[0], 1, k)], dim=1)
+    rhs = torch.cat([-pb, weight.expand(active.shape[0], 1)], dim=1)
     w = torch.linalg.lstsq(M, rhs.unsqueeze(-1)).solution[..., 0]
     c = w @ B.T
     z = c @ problem.A.T + problem.bias
@@ -152,3 +153,18 @@ def samples_from_directions(problem: LayerProblem, C_known: torch.Tensor, N: tor
     clear = z.abs() > problem.slack * z.abs().amax(dim=1, keepdim=True)
     stable = (((z > 0) == (active > 0)) | ~clear).all(dim=1)
     return c, residual, stable
+
+
+def samples_from_directions(problem: LayerProblem, B: torch.Tensor, q: torch.Tensor, tol: torch.Tensor,
+                            cond_floor: float = 1e-2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Missing samples from their column directions `q` (j, b) while others are still missing: c (j, b),
+    the relative next-layer residual (inf where ill-conditioned) and whether each pattern reproduces itself.
+
+    Each is fitted in the missing samples' row space B (`missing_row_space`, `fit_in_row_space`: k unknowns
+    instead of b), with the ReLU pattern of L q (active where |Ln q| > tol).
+    Measured (TinyImageNet FC-6 width 400 trained 1 epoch, b = 64): the fit over all b unknowns is
+    ill-conditioned for the sparse samples (σ_min/σ_max median 8.8e-3 at ≈ 140 active rows), while 24
+    of the 39 missing directions were known.
+    """
+    active = ((problem.Ln @ q.T).abs() > tol[:, None]).T.to(problem.A.dtype)  # (j, m)
+    return fit_in_row_space(problem, active, B, cond_floor)

@@ -45,6 +45,11 @@ class Tolerances:
         pattern fits, 31 with residual guides, and all 100 in 46 s with both; CIFAR-10 b = 64 finds 61 of 64
         with neither or pattern fits alone, and 52 with residual guides (their FastICA guides replace CPA's
         too early there), hence the two thresholds.
+    Row-space fits (deflation.fits_in_row_space):
+        row_space_from: once this fraction of the batch is found, a drawn pattern whose fit over all b unknowns
+            failed is fitted again in the missing samples' row space (b − found unknowns); measured with the
+            ground truth on a trained victim, that fits most true patterns from half the batch found on, and
+            fewer than the full fit with 30 % found (deflation.fits_in_row_space).
     Dictionary learning (spear-dl: dl.py):
         dl_start_keep: the shrinking trim starts from this fraction of the live rows.
         dl_min_remaining: below this many missing samples, SPEAR's own draws finish the batch.
@@ -65,6 +70,7 @@ class Tolerances:
     residual_from_b: int = 96
     pattern_fit_rounds: int = 10
     pattern_fit_from_b: int = 64
+    row_space_from: float = 0.5
     dl_start_keep: float = 0.9
     dl_min_remaining: int = 10
 
