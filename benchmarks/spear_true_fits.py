@@ -12,6 +12,15 @@ Builds the cell (TinyImageNet or CIFAR-10, FC-6, layer 1, seed 0; trained with p
 
 The figures behind `deflation.noise_level_fits` and `fit.NOISE_COND_FLOOR` (docs/notebook/spear.md, "Trained
 victims at b = 100").
+
+--row-space: with a random part of the true samples taken as found (30, 50, 70, 90 %), how many of the missing
+samples' true patterns fit (σ_min/σ_max ≥ 1e-2, residual ≤ residual_tol) over all b unknowns and in the missing
+samples' row space (`last_column.missing_row_space`, `fit_in_row_space`): the figures behind
+`deflation.fits_in_row_space` and `Tolerances.row_space_from`.
+
+--tail-draws K: with K random true samples missing (the others found), 20 draws of b'−1 rows among each missing
+sample's live zero rows (b' = K): how many draws leave a kernel of dimension ≥ 2 (`sampling.kernel_directions`),
+and how many of those `sampling.split_kernels` turns into that sample's column or another missing one's.
 """
 
 from __future__ import annotations
@@ -21,9 +30,11 @@ import argparse
 import torch
 
 from leakbench.attacks.spear.candidates import refine, zero_masks, zero_tolerance
+from leakbench.attacks.spear.deflation import null_basis, reduced_rows
 from leakbench.attacks.spear.factors import LayerProblem, factorize
 from leakbench.attacks.spear.fit import fit_samples
-from leakbench.attacks.spear.sampling import count_zeros, draw_directions
+from leakbench.attacks.spear.last_column import fit_in_row_space, missing_row_space
+from leakbench.attacks.spear.sampling import count_zeros, draw_directions, kernel_directions, split_kernels
 from leakbench.attacks.spear.tolerances import TOLERANCES
 from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
@@ -54,6 +65,50 @@ def drawn_patterns(problem: LayerProblem, chunks: int, seed: int) -> torch.Tenso
     return torch.unique(torch.cat(found), dim=0)
 
 
+def row_space_fits(problem: LayerProblem, C: torch.Tensor, gen: torch.Generator) -> None:
+    """Missing true patterns that fit over all b and in the row space, for found fractions 30 … 90 % (--row-space)."""
+    b = problem.b
+    zero = (C @ problem.A.T + problem.bias) <= 0
+    full = fit_samples(problem, zero, residual_tol=TOLERANCES.residual_tol)
+    full_ok = full.residual <= TOLERANCES.residual_tol  # inf under fit.COND_FLOOR
+    for frac in (0.3, 0.5, 0.7, 0.9):
+        perm = torch.randperm(b, generator=gen)
+        known, missing = perm[: int(frac * b)], perm[int(frac * b):]
+        B = missing_row_space(problem, C[known], null_basis(C[known], b))
+        c, residual, stable = fit_in_row_space(problem, (~zero[missing]).to(C.dtype), B)
+        ok = stable & (residual <= TOLERANCES.residual_tol)
+        off = (c - C[missing]).norm(dim=1) / C[missing].norm(dim=1)
+        worst = f"{float(off[ok].max()):.1e}" if bool(ok.any()) else "-"
+        print(f"  {known.numel()} found, {missing.numel()} missing: {int(full_ok[missing].sum())} fit over all b, "
+              f"{int(ok.sum())} in the row space (largest error of those {worst})")
+
+
+def tail_draws(problem: LayerProblem, C: torch.Tensor, k: int, gen: torch.Generator) -> None:
+    """Kernels of dimension ≥ 2 among draws from each missing sample's zero rows, and what splitting finds."""
+    b = problem.b
+    missing = torch.randperm(b, generator=gen)[:k]
+    known = torch.tensor([i for i in range(b) if i not in set(missing.tolist())], dtype=torch.long)
+    N = null_basis(C[known], b)
+    tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
+    LNn, tol_r, live = reduced_rows(problem, N, tol)
+    columns = torch.linalg.inv(C)[:, missing].T @ N  # the missing columns in the reduced space (k, k)
+    columns = columns / columns.norm(dim=1, keepdim=True)
+    draws = deficient_count = split_hits = 0
+    for j in missing.tolist():
+        rows = torch.nonzero(((C[j] @ problem.A.T + problem.bias) <= 0) & live).flatten()
+        if rows.numel() < k - 1:
+            continue
+        idx = torch.stack([rows[torch.randperm(rows.numel(), generator=gen)[: k - 1]] for _ in range(20)])
+        _, deficient = kernel_directions(LNn, idx)
+        draws += 20
+        deficient_count += int(deficient.sum())
+        for row in idx[deficient]:
+            split = split_kernels(LNn, row[None], tol_r, gen, tries=8)
+            split_hits += int(bool(((split @ columns.T).abs() > 1 - 1e-6).any())) if split.shape[0] else 0
+    print(f"  {k} missing: {deficient_count} of {draws} draws among a missing sample's zero rows leave a kernel of "
+          f"dimension ≥ 2; splitting turns {split_hits} of those into a missing sample's column")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", default=None)
@@ -62,6 +117,9 @@ def main() -> None:
     parser.add_argument("--b", type=int, default=100)
     parser.add_argument("--train-epochs", type=int, default=5)
     parser.add_argument("--chunks", type=int, default=20, help="chunks of 2,000 zero draws for the false patterns")
+    parser.add_argument("--row-space", action="store_true", help="fits over all b vs in the missing samples' row space")
+    parser.add_argument("--tail-draws", type=int, default=0, metavar="K",
+                        help="kernel dimensions of draws with K samples missing, and what splitting finds")
     args = parser.parse_args()
     spec = CellSpec(attack="spear-guided", dataset=args.dataset, batch_size=args.b, seed=0, width=args.width,
                     depth=6, layer=1, data_root=args.data_root, train_epochs=args.train_epochs)
@@ -76,6 +134,12 @@ def main() -> None:
     with torch.no_grad():
         C = model.layer_inputs(batch.images, 1).flatten(1).double() @ problem.R.T
     print(f"b {problem.b} (visible) of {args.b}; noise σ_(b+1)/σ_1 {problem.noise:.1e}; slack {problem.slack:.1e}")
+    if args.row_space or args.tail_draws:
+        if args.row_space:
+            row_space_fits(problem, C, torch.Generator().manual_seed(0))
+        if args.tail_draws:
+            tail_draws(problem, C, args.tail_draws, torch.Generator().manual_seed(0))
+        return
     true = fit_samples(problem, (C @ problem.A.T + problem.bias) <= 0, residual_tol=TOLERANCES.residual_tol,
                        cond_floor=0.0)
     off = (true.c - C).norm(dim=1) / C.norm(dim=1)
