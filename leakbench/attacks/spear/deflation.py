@@ -214,16 +214,19 @@ def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor,
     exact = zero_masks(LNn, y, tol_r) | ~live
     doubtful = exact & live & ~zero_masks(LNn, y, (doubt or DOUBT) * tol_r)
     if doubt > 0:
-        consistent = fits_with_free_rows(problem, exact, ~live | doubtful, state, residual_tol)
+        consistent, cond = fits_with_free_rows(problem, exact, ~live | doubtful, state, residual_tol)
     else:
-        consistent = accept_fits(problem, exact, state, residual_tol, free=~live).consistent
+        fit = accept_fits(problem, exact, state, residual_tol, free=~live)
+        consistent, cond = fit.consistent, fit.cond
     unique = S[:, -2] > TOLERANCES.unique_gap * S[:, 0] if N.shape[1] > 1 else torch.ones_like(consistent)
     if doubt == 0:  # a second chance for the failed unique patterns, with their doubtful zero rows free
         again = torch.nonzero(unique & ~consistent & doubtful.any(dim=1)).flatten()
         if again.numel():
-            consistent[again] = fits_with_free_rows(problem, exact[again], ~live | doubtful[again], state, residual_tol)
+            consistent[again], _ = fits_with_free_rows(problem, exact[again], ~live | doubtful[again], state,
+                                                       residual_tol)
     q = canonical(y @ N.T)
-    failed = torch.nonzero(unique & ~consistent).flatten()
+    failed = torch.nonzero(unique & ~consistent & (cond < COND_FLOOR)).flatten()  # a row-space fit of a well-
+    # conditioned failure fails too: it is the same least squares restricted to a subspace holding the true row
     if failed.numel() and state.found >= TOLERANCES.row_space_from * problem.b:
         consistent[failed] = fits_in_row_space(problem, N, q[failed], tol, state, residual_tol)
     remember_directions(state, q[unique & ~consistent])
@@ -273,10 +276,11 @@ tolerance free."""
 
 
 def fits_with_free_rows(problem: LayerProblem, exact: torch.Tensor, free: torch.Tensor, state: SampleState,
-                        residual_tol: float) -> torch.Tensor:
-    """`accept_fits` of each zero pattern (k, m) with its own free rows (k, m); whether each was sound."""
-    return torch.cat([accept_fits(problem, exact[i:i + 1], state, residual_tol, free=free[i]).consistent
-                      for i in range(exact.shape[0])])
+                        residual_tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """`accept_fits` of each zero pattern (k, m) with its own free rows (k, m); whether each was sound, and its
+    fit's conditioning (NaN for a pattern fitted before)."""
+    fits = [accept_fits(problem, exact[i:i + 1], state, residual_tol, free=free[i]) for i in range(exact.shape[0])]
+    return torch.cat([fit.consistent for fit in fits]), torch.cat([fit.cond for fit in fits])
 
 
 def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SampleState, residual_tol: float,
@@ -300,7 +304,9 @@ def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SampleState, r
             state.fit_cache = cache
         consistent = torch.ones(zero.shape[0], dtype=torch.bool, device=zero.device)
         consistent[fresh] = part.consistent  # a pattern fitted before: its outcome is already recorded
-        return SampleFit(c=part.c, residual=part.residual, consistent=consistent, cond=part.cond)
+        cond = torch.full((zero.shape[0],), float("nan"), dtype=problem.A.dtype, device=zero.device)
+        cond[fresh] = part.cond  # NaN for a pattern fitted before
+        return SampleFit(c=part.c, residual=part.residual, consistent=consistent, cond=cond)
     fit = fit_samples(problem, zero, residual_tol=residual_tol, free=free, rounds=rounds, cond_floor=NOISE_COND_FLOOR)
     state.fits += int(zero.shape[0])
     sound = keep_samples(state, fit.c, fit.residual, fit.consistent, fit.cond, noise_level_fits(problem, fit))
