@@ -152,6 +152,11 @@ SPLIT_MAX_B = 32
 """Rank-deficient draws are split (`sampling.split_kernels`) only when at most this many samples are missing:
 the tail, where sparse samples leave kernels of dimension ≥ 2 (each split is one SVD of a draw)."""
 
+SPLIT_FROM_B = 64
+"""Batches below this size never split: plain SPEAR at b = 20 found its batches with the same draws and paid 9 % more
+search time (median over seeds 0–9, `benchmarks/spear_regression.py`); b = 25 seed 3 needed 680 k draws instead of
+720 k."""
+
 SPLIT_MAX_DRAWS = 64
 """At most this many rank-deficient draws of a chunk are split."""
 
@@ -180,7 +185,7 @@ def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, sta
     idx = draw_rows(int(live.sum()), bp, count, gen, weights=w)
     y, deficient = kernel_directions(LNn[live], idx)
     state.draws += count
-    if bp <= SPLIT_MAX_B and bool(deficient.any()):  # kernels of dimension ≥ 2: draw again inside them
+    if problem.b >= SPLIT_FROM_B and bp <= SPLIT_MAX_B and bool(deficient.any()):  # kernels of dimension ≥ 2
         split_gen = torch.Generator(device=gen.device).manual_seed(state.draws)  # gen's stream stays as it was
         split = idx[deficient][:SPLIT_MAX_DRAWS]
         state.kernels_split += int(split.shape[0])
