@@ -42,7 +42,7 @@ Leakbench addition → function:
                                                             (deflation.try_directions)
     fits in the missing samples' row space (past b/2 found) last_column.missing_row_space, fit_in_row_space
                                                             (deflation.fits_in_row_space, row_space)
-    rank-deficient draws split inside their kernel (tail)   sampling.kernel_directions, split_kernels
+    rank-deficient draws split in their kernel (b ≥ 64)     sampling.kernel_directions, split_kernels
                                                             (deflation.draw_patterns)
     joint refinement of a failed batch                      joint.refine_batch (deflation.verify_batch)
     verification without ground truth, set aside and retry  solve.solve_from_samples, deflation.complete_batch
