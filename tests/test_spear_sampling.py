@@ -49,3 +49,11 @@ def test_rank_deficient_draw_is_split_into_a_sample_column() -> None:
     full_rank = torch.tensor([[0, 1, 30]])  # rows active for {3,4}, {3,4} and {1}: the kernel is column 2 alone
     q, deficient = kernel_directions(L, full_rank)
     assert not bool(deficient[0]) and abs(float(q[0] @ Q[:, 1])) > 1 - 1e-9
+
+
+def test_one_sample_left_draws_no_row() -> None:
+    """b' = 1 (one sample left in the deflated space): a draw has no row, its direction is ±1 and nothing is
+    split (the pivot test must not reduce over an empty axis)."""
+    L = torch.ones(5, 1, dtype=torch.float64)
+    q, deficient = kernel_directions(L, torch.zeros(3, 0, dtype=torch.long))
+    assert q.shape == (3, 1) and bool((q.abs() == 1).all()) and not bool(deficient.any())

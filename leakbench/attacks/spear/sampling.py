@@ -47,6 +47,8 @@ def kernel_directions(Ln: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor
     q = q / q.norm(dim=1, keepdim=True)
     q[info != 0] = float("nan")
     pivot = LU.diagonal(dim1=-2, dim2=-1).abs()
+    if pivot.shape[1] == 0:  # b = 1: no row to draw, nothing to split
+        return q, info != 0
     deficient = (pivot.amin(dim=1) <= DEFICIENT * pivot.amax(dim=1)) | (info != 0)
     return q, deficient
 
