@@ -148,22 +148,6 @@ RowWeights = Callable[[LayerProblem, torch.Tensor, torch.Tensor], "torch.Tensor 
 (draws, live) one row per draw (its count is the chunk's size), or None for uniform draws."""
 
 
-SPLIT_MAX_B = 32
-"""Rank-deficient draws are split (`sampling.split_kernels`) only when at most this many samples are missing:
-the tail, where sparse samples leave kernels of dimension ≥ 2 (each split is one SVD of a draw)."""
-
-SPLIT_FROM_B = 64
-"""Batches below this size never split: plain SPEAR at b = 20 found its batches with the same draws and paid 9 % more
-search time (median over seeds 0–9, `benchmarks/spear_regression.py`); b = 25 seed 3 needed 680 k draws instead of
-720 k."""
-
-SPLIT_MAX_DRAWS = 64
-"""At most this many rank-deficient draws of a chunk are split."""
-
-SPLIT_TRIES = 8
-"""Draws inside each split kernel."""
-
-
 def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, state: SampleState,
                   settings: SearchSettings, gen: torch.Generator, weights: RowWeights) -> torch.Tensor:
     """One chunk of draws in the reduced space; the new loose zero masks (k, m), sparsest first.
@@ -185,11 +169,12 @@ def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, sta
     idx = draw_rows(int(live.sum()), bp, count, gen, weights=w)
     y, deficient = kernel_directions(LNn[live], idx)
     state.draws += count
-    if problem.b >= SPLIT_FROM_B and bp <= SPLIT_MAX_B and bool(deficient.any()):  # kernels of dimension ≥ 2
+    t = settings.tolerances
+    if problem.b >= t.split_from_b and bp <= t.split_max_missing and bool(deficient.any()):  # kernels of dim ≥ 2
         split_gen = torch.Generator(device=gen.device).manual_seed(state.draws)  # gen's stream stays as it was
-        split = idx[deficient][:SPLIT_MAX_DRAWS]
+        split = idx[deficient][:t.split_max_draws]
         state.kernels_split += int(split.shape[0])
-        y = torch.cat([y, split_kernels(LNn[live], split, tol_r[live], split_gen, SPLIT_TRIES)])
+        y = torch.cat([y, split_kernels(LNn[live], split, tol_r[live], split_gen, t.split_tries)])
     y = y[torch.isfinite(y).all(dim=1)]
     need = bp - 1 + extra_zeros(int(live.sum()), settings)
     counts = count_zeros(LNn[live], y, loose[live])

@@ -54,6 +54,11 @@ class Tolerances:
             time (median over seeds 0–9, `benchmarks/spear_regression.py`), hence the size threshold. The fits it
             rescued on TinyImageNet 5 epochs, b = 100 had all failed over all b at conditioning 1.2e-2 … 3.1e-2,
             not under the floor.
+    Split kernels (deflation.draw_patterns, sampling.split_kernels):
+        split_from_b / split_max_missing: for b ≥ split_from_b, with at most split_max_missing samples missing,
+            rank-deficient draws are drawn again inside their kernel: split_tries draws each, at most
+            split_max_draws per chunk. Below b = 64 plain SPEAR at b = 20 found its batches with the same draws and
+            paid 9 % more search time (median over seeds 0–9, `benchmarks/spear_regression.py`).
     Dictionary learning (spear-dl: dl.py):
         dl_start_keep: the shrinking trim starts from this fraction of the live rows.
         dl_min_remaining: below this many missing samples, SPEAR's own draws finish the batch.
@@ -76,6 +81,10 @@ class Tolerances:
     pattern_fit_from_b: int = 64
     row_space_from: float = 0.5
     row_space_from_b: int = 64
+    split_from_b: int = 64
+    split_max_missing: int = 32
+    split_max_draws: int = 64
+    split_tries: int = 8
     dl_start_keep: float = 0.9
     dl_min_remaining: int = 10
 
