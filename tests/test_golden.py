@@ -78,12 +78,28 @@ def _ill_conditioned(cells: pd.DataFrame) -> set[str]:
     return set(cells.loc[few, "cell_id"])
 
 
+def _one_visible_sample(stored: pd.DataFrame, rerun: pd.DataFrame) -> set[str]:
+    """SPEAR cells whose gradient shows one of its two samples (b' = 1: the other's share is at the rounding level, or
+    layer 2 of the trained axes-client victim has one live neuron): the closed form answers them now (issue 26,
+    sixth session), where they searched in vain or ended in an IndexError (`S[:, -2]`). They change on purpose: each
+    was stored failed and is partial now, and every stored IndexError is one of them."""
+    one = rerun["reason"].fillna("").str.contains("1 of 2 samples are not visible", regex=False)
+    ids = set(rerun.loc[one & (rerun["attack"] == "spear"), "cell_id"])
+    status = dict(zip(stored["cell_id"], stored["status"], strict=True))
+    assert all(status[i] == "failed" for i in ids)
+    assert set(rerun.loc[rerun["cell_id"].isin(ids), "status"]) <= {"partial"}
+    crashed = stored["reason"].fillna("").str.contains("IndexError", regex=False)
+    assert set(stored.loc[crashed & (stored["attack"] == "spear"), "cell_id"]) <= ids
+    return ids
+
+
 @pytest.mark.parametrize("name", ["axes-dp", "axes-client"])
 def test_records_are_those_made_before_the_refactor(name: str, tmp_path: Path) -> None:
     run = _rerun(name, ["spear", "cpa"], tmp_path)
     stored = pd.read_parquet(GOLDEN / name / "cells.parquet")
     ill_conditioned = _ill_conditioned(stored)
-    skipped = _retrained(stored) | _refitted(stored) | ill_conditioned
+    one_visible = _one_visible_sample(stored, pd.read_parquet(run / "cells.parquet"))
+    skipped = _retrained(stored) | _refitted(stored) | ill_conditioned | one_visible
     for table in ("records.parquet", "cells.parquet"):
         new, old = pd.read_parquet(run / table), pd.read_parquet(GOLDEN / name / table)
         ids = list(new["cell_id"].unique())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pandas as pd
@@ -92,6 +93,21 @@ def test_spear_b1_closed_form_recovers_layer_input() -> None:
     expected = model.normalize(batch.images)
     torch.testing.assert_close(recon.features, expected, rtol=1e-4, atol=1e-4)
     assert torch.equal((recon.images * 255).round(), (batch.images * 255).round())
+
+
+@pytest.mark.parametrize("attack", ["spear", "spear-guided", "spear-dl", "spear-paper"])
+def test_one_visible_sample_of_two_is_the_closed_form(attack: str) -> None:
+    """The same image twice: the gradient has rank 1 (factors.visible_rank), so Q is 1×1 and dL/db fixes it, as at
+    b = 1. It crashed at b' = 1 (IndexError, `S[:, -2]` in the kernel-uniqueness test) or searched in vain."""
+    ds = load_dataset("embedded")
+    one = sample_batch(ds, 1, seed=5)
+    batch = dataclasses.replace(one, images=one.images.repeat(2, 1, 1, 1), labels=one.labels.repeat(2))
+    model = build_fc(ds.image_shape, ds.num_classes, width=64, depth=3, seed=5)
+    recon = create_attack(attack, max_draws=1).reconstruct(fedsgd_update(model, batch), seed=0)
+    assert recon.status == "partial" and "1 of 2 samples are not visible" in recon.reason, recon.reason
+    assert recon.stats["method"] == "closed form (one visible sample)" and recon.stats["draws"] == 0
+    assert recon.images is not None and recon.images.shape[0] == 1
+    assert torch.equal((recon.images * 255).round(), (one.images * 255).round())
 
 
 # --------------------------------------------------------------------------- budget

@@ -147,18 +147,20 @@ class SpearAttack(Attack):
         assert update.batch_size is not None  # checked by check_update
         b = int(update.batch_size)
         if b == 1:
-            x = (g.double() @ G.double()) / (g.double() @ g.double())
-            return "", x[None], {"draws": 0, "method": "closed form (b=1)"}
+            return "", one_sample(G, g), {"draws": 0, "method": "closed form (b=1)"}
         next_weight, _ = model.layer_param_names(cfg.layer + 1)
         G_next = update.gradients[next_weight].to(device) if self.uses_next_layer else None
         problem = factorize(G, g, W, bias, b, G_next=G_next)
-        reason, X, stats = self._search(problem, seed, update)
+        if problem.b == 1:  # one sample visible: Q is 1×1, fixed by dL/db, as for b = 1
+            reason, X, stats = "", one_sample(G, g), {"draws": 0, "method": "closed form (one visible sample)"}
+        else:
+            reason, X, stats = self._search(problem, seed, update)
         hidden = b - problem.b
         if hidden:
             stats["samples_at_noise_level"] = hidden
             noise = (f"{hidden} of {b} samples are not visible in the gradient (their share is at its rounding "
                      f"level, or they repeat other samples)")
-            reason = f"{reason} ({noise})" if reason else f"batch incomplete: {noise}; the other {problem.b} verified"
+            reason = f"{reason} ({noise})" if reason else f"{noise}; the other {problem.b} verified"
         return reason, X, stats
 
     def _sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
@@ -243,6 +245,13 @@ class SpearPaperAttack(SpearAttack):
         return SearchSettings(max_draws=cfg.max_draws, max_seconds=cfg.max_seconds,
                               chunk=cfg.chunk or auto_chunk(problem.m, problem.b), last_column=cfg.last_column,
                               lp_check=cfg.lp_check, second_stage=cfg.second_stage, label=self.name)
+
+
+def one_sample(G: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """The input of the one sample a rank-1 gradient holds: x = (g·G)/(g·g), G = dL/dW and g = dL/db (each row of
+    G is g_r x); (1, n)."""
+    x = (g.double() @ G.double()) / (g.double() @ g.double())
+    return x[None]
 
 
 def verified_samples(problem: LayerProblem, state: SampleState, residual_tol: float) -> torch.Tensor | None:

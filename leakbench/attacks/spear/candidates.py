@@ -42,6 +42,14 @@ def kernel_on(Ln: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor, torc
     return Vh[:, -1, :], S
 
 
+def unique_kernel(S: torch.Tensor, unique_gap: float) -> torch.Tensor:
+    """Whether each zero set's kernel is one-dimensional, from its singular values S (k, b'): σ_{b'−1} >
+    unique_gap·σ_1. With b' = 1 (one sample visible: `factors.visible_rank`) every direction is that one."""
+    if S.shape[1] < 2:
+        return torch.ones(S.shape[0], dtype=torch.bool, device=S.device)
+    return S[:, -2] > unique_gap * S[:, 0]
+
+
 def refine(Ln: torch.Tensor, masks: torch.Tensor, tol: torch.Tensor, unique_gap: float
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Re-solve each candidate on its whole zero set, then once more on the exact zero set.
@@ -56,7 +64,7 @@ def refine(Ln: torch.Tensor, masks: torch.Tensor, tol: torch.Tensor, unique_gap:
     exact = zero_masks(Ln, q, tol)
     q, S = kernel_on(Ln, exact)
     exact = zero_masks(Ln, q, tol)
-    unique = S[:, -2] > unique_gap * S[:, 0]
+    unique = unique_kernel(S, unique_gap)
     return q, exact, unique
 
 

@@ -28,6 +28,7 @@ from leakbench.attacks.spear.candidates import (
     kernel_on,
     new_patterns,
     pattern_keys,
+    unique_kernel,
     zero_masks,
     zero_tolerance,
 )
@@ -207,7 +208,7 @@ def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor,
         consistent = fits_with_free_rows(problem, exact, ~live | doubtful, state, residual_tol)
     else:
         consistent = accept_fits(problem, exact, state, residual_tol, free=~live).consistent
-    unique = S[:, -2] > TOLERANCES.unique_gap * S[:, 0] if N.shape[1] > 1 else torch.ones_like(consistent)
+    unique = unique_kernel(S, TOLERANCES.unique_gap)
     if doubt == 0:  # a second chance for the failed unique patterns, with their doubtful zero rows free
         again = torch.nonzero(unique & ~consistent & doubtful.any(dim=1)).flatten()
         if again.numel():
@@ -316,7 +317,7 @@ def noise_level_fits(problem: LayerProblem, fit: SampleFit) -> torch.Tensor:
     zero = (fit.c[low] @ problem.A.T + problem.bias) <= 0
     q, S = kernel_on(problem.Ln, zero)
     tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
-    column = (S[:, -2] > TOLERANCES.unique_gap * S[:, 0]) & (zero_masks(problem.Ln, q, tol) == zero).all(dim=1)
+    column = unique_kernel(S, TOLERANCES.unique_gap) & (zero_masks(problem.Ln, q, tol) == zero).all(dim=1)
     low[low.clone()] = column
     return low
 
