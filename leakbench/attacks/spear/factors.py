@@ -82,8 +82,9 @@ ROUNDING_NOISE = 1e-6
 
 def visible_rank(S: torch.Tensor, b: int) -> int:
     """How many of the b samples stand out of the gradient's rounding: the top singular values σ_1 … σ_r
-    above VISIBLE_GAP·σ_{b+1}, at least 1 (one visible sample is the closed form of b = 1). b when there is no σ_{b+1}, or when σ_{b+1}/σ_1 is above
-    ROUNDING_NOISE: under added noise (a defence) every sample is noisy, and the search's noise slack handles it.
+    above VISIBLE_GAP·σ_{b+1}, at least 1 (one visible sample is the closed form of b = 1: `attack.one_sample`).
+    b when there is no σ_{b+1}, or when σ_{b+1}/σ_1 is above ROUNDING_NOISE: under added noise (a defence) every
+    sample is noisy, and the search's noise slack handles it.
 
     Measured (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 100, seed 0): one training image is predicted at
     p = 1 − 6.5e-7, so its loss gradient is 1e-6 of the median one; σ_100/σ_1 = 6.2e-8 with the noise at
