@@ -101,6 +101,25 @@ def trace_bans(model, batch) -> None:
     spear_attack.search_samples = search
 
 
+def trace_turns() -> None:
+    """Print, after every turn that found samples (or every 50th), the seconds, the source, samples found and draws."""
+    original = scheduler.Scheduler.turn
+    start = time.perf_counter()
+    seen = {"found": 0, "turns": 0}
+
+    def turn(self, search):
+        name = original(self, search)
+        seen["turns"] += 1
+        found = search.state.found
+        if found != seen["found"] or seen["turns"] % 50 == 0:
+            print(f"  {time.perf_counter() - start:7.1f} s  turn {seen['turns']:5d}  {name:<14} found {found:4d}  "
+                  f"draws {search.state.draws}", flush=True)
+            seen["found"] = found
+        return name
+
+    scheduler.Scheduler.turn = turn
+
+
 def override_tolerances(values: dict) -> None:
     """Run every SPEAR search of this process with these `tolerances.Tolerances` fields replaced."""
     original = spear_attack.SpearAttack._settings
@@ -212,6 +231,8 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=600.0)
     parser.add_argument("--trace-bans", action="store_true",
                         help="print every failed completion with the ground truth (true/false samples, the ban)")
+    parser.add_argument("--turns", action="store_true",
+                        help="print the samples found after each turn that found some (and every 50th turn)")
     parser.add_argument("--cond-floor", type=float, default=None,
                         help="what-if probe: the next-layer fit's conditioning floor, for every fit "
                              "(fit.COND_FLOOR, LOW_COND_FLOOR and NOISE_COND_FLOOR as the search reads them)")
@@ -225,6 +246,8 @@ def main() -> None:
     batch, model, update = prepare(spec)
     if args.trace_bans:
         trace_bans(model, batch)
+    if args.turns:
+        trace_turns()
     params = {"max_seconds": args.max_seconds,
               **{k: json.loads(v) for k, _, v in (p.partition("=") for p in args.param)}}
     spec = dataclasses.replace(spec, hyperparameters=params)  # the id (and so the attack seed) a suite cell would have

@@ -29,11 +29,12 @@ import argparse
 
 import torch
 
+from benchmarks.spear_tail import true_rows
 from leakbench.attacks.spear.candidates import refine, zero_masks, zero_tolerance
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows
 from leakbench.attacks.spear.factors import LayerProblem, factorize
 from leakbench.attacks.spear.fit import fit_samples
-from leakbench.attacks.spear.last_column import fit_in_row_space, missing_row_space
+from leakbench.attacks.spear.last_column import fit_in_row_space, known_columns, missing_row_space
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions, kernel_directions, split_kernels
 from leakbench.attacks.spear.tolerances import TOLERANCES
 from leakbench.harness.spec import CellSpec
@@ -71,16 +72,28 @@ def row_space_fits(problem: LayerProblem, C: torch.Tensor, gen: torch.Generator)
     zero = (C @ problem.A.T + problem.bias) <= 0
     full = fit_samples(problem, zero, residual_tol=TOLERANCES.residual_tol)
     full_ok = full.residual <= TOLERANCES.residual_tol  # inf under fit.COND_FLOOR
-    for frac in (0.3, 0.5, 0.7, 0.9):
+    for frac in (0.1, 0.2, 0.3, 0.5, 0.7, 0.9):
         perm = torch.randperm(b, generator=gen)
         known, missing = perm[: int(frac * b)], perm[int(frac * b):]
-        B = missing_row_space(problem, C[known], null_basis(C[known], b))
-        c, residual, stable = fit_in_row_space(problem, (~zero[missing]).to(C.dtype), B)
-        ok = stable & (residual <= TOLERANCES.residual_tol)
-        off = (c - C[missing]).norm(dim=1) / C[missing].norm(dim=1)
-        worst = f"{float(off[ok].max()):.1e}" if bool(ok.any()) else "-"
-        print(f"  {known.numel()} found, {missing.numel()} missing: {int(full_ok[missing].sum())} fit over all b, "
-              f"{int(ok.sum())} in the row space (largest error of those {worst})")
+        N = null_basis(C[known], b)
+        estimated = known_columns(problem, C[known], N)
+        true = torch.linalg.inv(C)[:, known]
+        angle = 1 - ((estimated * true).sum(0) / (estimated.norm(dim=0) * true.norm(dim=0))).abs()
+        fits = []
+        for B in (missing_row_space(problem, C[known], N), complement(true)):
+            c, residual, stable = fit_in_row_space(problem, (~zero[missing]).to(C.dtype), B)
+            ok = stable & (residual <= TOLERANCES.residual_tol)
+            off = (c - C[missing]).norm(dim=1) / C[missing].norm(dim=1)
+            fits.append(f"{int(ok.sum())} (largest error {float(off[ok].max()) if bool(ok.any()) else 0:.1e})")
+        print(f"  {known.numel()} found, {missing.numel()} missing: {int(full_ok[missing].sum())} fit over all b; "
+              f"in the row space {fits[0]}, from the true columns {fits[1]}; known columns' 1 − |cos| "
+              f"{quantiles(angle)}")
+
+
+def complement(columns: torch.Tensor) -> torch.Tensor:
+    """Orthonormal basis of the orthogonal complement of `columns` (b × j): b × (b − j)."""
+    U, _, _ = torch.linalg.svd(columns, full_matrices=True)
+    return U[:, columns.shape[1]:]
 
 
 def tail_draws(problem: LayerProblem, C: torch.Tensor, k: int, gen: torch.Generator) -> None:
@@ -131,8 +144,7 @@ def main() -> None:
                         G_next=update.gradients[w2])
     if problem.P_next is None:
         raise SystemExit("the next layer's gradient has rank below b: no next-layer fits to compare")
-    with torch.no_grad():
-        C = model.layer_inputs(batch.images, 1).flatten(1).double() @ problem.R.T
+    C = true_rows(problem, model, batch)  # the samples the gradient shows (factors.visible_rank)
     print(f"b {problem.b} (visible) of {args.b}; noise σ_(b+1)/σ_1 {problem.noise:.1e}; slack {problem.slack:.1e}")
     if args.row_space or args.tail_draws:
         if args.row_space:

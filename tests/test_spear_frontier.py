@@ -204,3 +204,25 @@ def test_samples_from_directions_while_others_are_missing() -> None:
     mix = torch.nn.functional.normalize(cols[1:2] + cols[2:3], dim=1)
     _, residual, stable = samples_from_directions(problem, B, mix, tol)
     assert not (bool(stable[0]) and float(residual[0]) <= 1e-4)
+
+
+def test_row_space_leaves_out_the_columns_their_zero_rows_do_not_fix() -> None:
+    """A found sample with fewer zero rows (6) than missing samples (8) does not fix its column, and one with 10
+    fixes it only at conditioning 7.7e-9 (1.7 % off): kept, their least-squares columns bend the row space away
+    from the missing rows. Left out, the missing rows lie in the row space, which has two dimensions more."""
+    from leakbench.attacks.spear.last_column import determined_columns, known_columns, missing_row_space
+
+    problem, X = _problem(b=12, width=24, seed=3)
+    C = X @ problem.R.T
+    known, missing = C[:4], C[4:]
+    N = null_basis(known, 12)
+    assert ((known @ problem.A.T + problem.bias) <= 0).sum(1).tolist() == [15, 15, 10, 6]
+    assert determined_columns(problem, known, N).tolist() == [True, True, False, False]
+
+    def outside(B: torch.Tensor) -> float:
+        return float(((missing - missing @ B @ B.T).norm(dim=1) / missing.norm(dim=1)).max())
+
+    B = missing_row_space(problem, known, N)
+    assert B.shape == (12, 10) and outside(B) < 1e-8
+    U, _, _ = torch.linalg.svd(known_columns(problem, known, N), full_matrices=True)
+    assert outside(U[:, 4:]) > 1e-3  # every column kept: the missing rows are not in their complement

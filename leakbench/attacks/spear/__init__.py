@@ -40,7 +40,7 @@ Leakbench addition → function:
                                                             (deflation.complete_batch, try_directions)
     samples from remembered directions, others missing      last_column.samples_from_directions, known_columns
                                                             (deflation.try_directions)
-    fits in the missing samples' row space (past b/2 found) last_column.missing_row_space, fit_in_row_space
+    fits in the missing row space (past b/10 found)         last_column.missing_row_space, fit_in_row_space
                                                             (deflation.fits_in_row_space, row_space)
     rank-deficient draws split in their kernel (b ≥ 64)     sampling.kernel_directions, split_kernels
                                                             (deflation.draw_patterns)

@@ -49,11 +49,15 @@ class Tolerances:
         row_space_from / row_space_from_b: for b ≥ row_space_from_b, once this fraction of the batch is found, a
             drawn pattern with a unique kernel whose fit over all b unknowns failed is fitted again in the missing
             samples' row space (b − found unknowns); measured with the ground truth on a trained victim, that fits
-            most true patterns from half the batch found on, and fewer than the full fit with 30 % found
+            1.6–8× as many true patterns as the fit over all b from 10 % of the batch found on
             (deflation.fits_in_row_space). Plain SPEAR at b = 20 gains nothing from it and paid 7.6 % more search
             time (median over seeds 0–9, `benchmarks/spear_regression.py`), hence the size threshold. The fits it
             rescued on TinyImageNet 5 epochs, b = 100 had all failed over all b at conditioning 1.2e-2 … 3.1e-2,
             not under the floor.
+        column_cond: a found sample's column (last_column.known_columns) bounds the row space only when its zero
+            rows fix it, σ_min/σ_max of their system above this (last_column.determined_columns). Measured: on a
+            trained victim the undetermined ones sit at 1e-20 and the others at ≥ 6e-6, exact to 1e-10; at 7.7e-9
+            a column was 1.7 % off (tests/test_spear_frontier.py).
     Split kernels (deflation.draw_patterns, sampling.split_kernels):
         split_from_b / split_max_missing: for b ≥ split_from_b, with at most split_max_missing samples missing,
             rank-deficient draws are drawn again inside their kernel: split_tries draws each, at most
@@ -79,8 +83,9 @@ class Tolerances:
     residual_from_b: int = 96
     pattern_fit_rounds: int = 10
     pattern_fit_from_b: int = 64
-    row_space_from: float = 0.5
+    row_space_from: float = 0.1
     row_space_from_b: int = 64
+    column_cond: float = 1e-6
     split_from_b: int = 64
     split_max_missing: int = 32
     split_max_draws: int = 64
