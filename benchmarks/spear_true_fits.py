@@ -28,8 +28,8 @@ from __future__ import annotations
 import argparse
 
 import torch
+from spear_tail import true_rows  # the script's folder is on sys.path
 
-from benchmarks.spear_tail import true_rows
 from leakbench.attacks.spear.candidates import refine, zero_masks, zero_tolerance
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows
 from leakbench.attacks.spear.factors import LayerProblem, factorize

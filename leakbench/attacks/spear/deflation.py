@@ -181,6 +181,8 @@ def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, sta
     counts = count_zeros(LNn[live], y, loose[live])
     order = torch.argsort(counts, descending=True)
     hits = y[order[counts[order] >= need]]
+    if problem.b >= t.skip_known_from_b and state.directions.shape[0]:
+        hits = hits[is_new(canonical(hits @ N.T), state.directions, cos_tol=t.known_cos)]
     state.candidates += int(hits.shape[0])
     masks = zero_masks(LNn, hits, loose)
     return masks[new_patterns(masks, state, settings.tolerances.max_new_per_chunk)]
