@@ -228,28 +228,13 @@ def test_row_space_leaves_out_the_columns_their_zero_rows_do_not_fix() -> None:
     assert outside(U[:, 4:]) > 1e-3  # every column kept: the missing rows are not in their complement
 
 
-def test_draws_skip_a_column_already_examined() -> None:
-    """From b = 64, a drawn direction within `known_cos` of a remembered one (a column whose pattern was refined and
-    whose sample fit failed) is not proposed again: on a trained victim one weak sample (predicted at p = 0.998, its
-    gradient column 5e-4 of the median) took 99 % of the draws and every one of the 256 patterns a chunk examines."""
-    from leakbench.attacks.spear.candidates import canonical, kernel_on, zero_tolerance
-    from leakbench.attacks.spear.deflation import draw_patterns
-    from leakbench.attacks.spear.state import SearchSettings
+def test_one_pattern_per_direction_the_sparsest() -> None:
+    """Of drawn directions within 1e-2 of one another (signs aside) only the first — the sparsest, as draws are
+    ordered — is kept: a weak sample near the kernel of every row no longer fills a chunk's patterns."""
+    from leakbench.attacks.spear.deflation import one_per_direction
 
-    problem, X = _problem(b=64, width=160)
-    C = X @ problem.R.T
-    tol = zero_tolerance(problem, 1e-5, 10.0)
-    N = null_basis(C[:-4], 64)
-    Q = torch.linalg.inv(C)
-    column = canonical((Q[:, -1] / Q[:, -1].norm())[None])
-    settings = SearchSettings(max_draws=10**6, max_seconds=60.0, chunk=2000)
-    LNn, _, live = reduced_rows(problem, N, tol)
-
-    def drawn(directions: torch.Tensor) -> int:
-        state = _state_missing(problem, C, 4, directions)
-        masks = draw_patterns(problem, N, tol, state, settings, torch.Generator().manual_seed(0), lambda *_: None)
-        y, _ = kernel_on(LNn, masks & live)
-        return int(((y @ N.T @ column.T).abs() > 1 - 1e-6).sum())
-
-    assert drawn(torch.zeros(0, 64, dtype=C.dtype)) > 0
-    assert drawn(column) == 0
+    a, b, c = torch.eye(3, dtype=torch.float64)
+    y = torch.stack([a, a + 1e-3 * b, 2 * b, -a, c, b + 1e-3 * c, a + b])
+    assert one_per_direction(y, 1e-2, 10).tolist() == [0, 2, 4, 6]
+    assert one_per_direction(y, 1e-2, 2).tolist() == [0, 2]
+    assert one_per_direction(y, 1e-9, 10).tolist() == [0, 1, 2, 4, 5, 6]

@@ -181,11 +181,24 @@ def draw_patterns(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor, sta
     counts = count_zeros(LNn[live], y, loose[live])
     order = torch.argsort(counts, descending=True)
     hits = y[order[counts[order] >= need]]
-    if problem.b >= t.skip_known_from_b and state.directions.shape[0]:
-        hits = hits[is_new(canonical(hits @ N.T), state.directions, cos_tol=t.known_cos)]
+    if problem.b >= t.one_per_direction_from_b:  # the sparsest pattern of each direction (hits are sparsest first)
+        hits = hits[one_per_direction(hits, t.direction_cos, 4 * t.max_new_per_chunk)]
     state.candidates += int(hits.shape[0])
     masks = zero_masks(LNn, hits, loose)
     return masks[new_patterns(masks, state, settings.tolerances.max_new_per_chunk)]
+
+
+def one_per_direction(y: torch.Tensor, cos_tol: float, limit: int) -> torch.Tensor:
+    """Indices (ascending, at most `limit`) of the first row of each group of rows of y within cos_tol (1 − |cos|)
+    of it (`Tolerances.one_per_direction_from_b`)."""
+    u = y / y.norm(dim=1, keepdim=True)
+    left = torch.ones(u.shape[0], dtype=torch.bool, device=u.device)
+    keep: list[int] = []
+    while bool(left.any()) and len(keep) < limit:
+        i = int(torch.nonzero(left)[0])
+        keep.append(i)
+        left &= (u @ u[i]).abs() < 1 - cos_tol
+    return torch.as_tensor(keep, dtype=torch.long, device=u.device)
 
 
 def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor, tol: torch.Tensor,

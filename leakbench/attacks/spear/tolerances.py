@@ -58,15 +58,17 @@ class Tolerances:
             rows fix it, σ_min/σ_max of their system above this (last_column.determined_columns). Measured: on a
             trained victim the undetermined ones sit at 1e-20 and the others at ≥ 6e-6, exact to 1e-10; at 7.7e-9
             a column was 1.7 % off (tests/test_spear_frontier.py).
-    Columns already examined (deflation.draw_patterns):
-        skip_known_from_b / known_cos: for b ≥ skip_known_from_b, a drawn direction within known_cos (1 − |cos|)
-            of a remembered direction (a column whose pattern was refined and whose sample fit failed) is dropped
-            before the chunk's 256 sparsest new patterns are chosen. Measured (TinyImageNet FC-6 width 400 trained
-            20 epochs, b = 100, `benchmarks/spear_tail.py --turns`): one weak sample (predicted at p = 0.998, its
-            gradient column 5e-4 of the median one) lies near the kernel of every row, so 99 % of the draws returned
-            a direction within 1e-2 of its column, each with another loose pattern of 300–390 zeros — sparser than
-            the true samples' ≈ 200 — and they filled every chunk's patterns: the search stopped at 84 of 100; with
-            them dropped it found 98 in 25 s.
+    One pattern per direction (deflation.draw_patterns, one_per_direction):
+        one_per_direction_from_b / direction_cos: for b ≥ one_per_direction_from_b, of a chunk's drawn directions
+            within direction_cos (1 − |cos|) of one another only the sparsest is kept, before the chunk's 256
+            sparsest new patterns are chosen. Measured (TinyImageNet FC-6 width 400 trained 20 epochs, b = 100,
+            `benchmarks/spear_tail.py --turns`): one weak sample (predicted at p = 0.998, its gradient column 5e-4 of
+            the median one) lies near the kernel of every row, so 99 % of the draws returned a direction within 1e-2
+            of its column, each with another loose pattern of 300–390 zeros — sparser than the true samples' ≈ 200 —
+            and they filled every chunk's patterns: the search stopped at 84 of 100; with one per direction it found
+            98 in 26 s. Dropping every draw near a remembered direction instead (a column whose fit had failed)
+            found 98 too, but stalled the frontier at width 400, b = 160, seed 2 at 158 of 160, where the last
+            columns' draws were those directions.
     Split kernels (deflation.draw_patterns, sampling.split_kernels):
         split_from_b / split_max_missing: for b ≥ split_from_b, with at most split_max_missing samples missing,
             rank-deficient draws are drawn again inside their kernel: split_tries draws each, at most
@@ -95,8 +97,8 @@ class Tolerances:
     row_space_from: float = 0.1
     row_space_from_b: int = 64
     column_cond: float = 1e-6
-    skip_known_from_b: int = 64
-    known_cos: float = 1e-2
+    one_per_direction_from_b: int = 64
+    direction_cos: float = 1e-2
     split_from_b: int = 64
     split_max_missing: int = 32
     split_max_draws: int = 64
