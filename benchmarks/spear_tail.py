@@ -15,9 +15,11 @@ ground truth (read here, never by the attack), for every true sample that is not
 * direction: whether the sample's column direction (null vector of the other b−1 true rows) is
   among the directions the search remembered (`try_directions` completes the batch from them).
 
-It also prints the found samples that are not true samples (near-copies, mixtures), if any, and
-(--trace-bans) every failed completion as it happens: true and false samples in the found set, the
-closed-form last sample's distance to the missing true one, and whether the banned sample was a true one.
+It also prints the found samples that are not true samples (near-copies, mixtures), if any; with ≥ 2 missing,
+the remembered directions against the missing columns and what completing or fitting from them gives
+(`directions_report`); (--trace-bans) every failed completion as it happens: true and false samples in the found
+set, the closed-form last sample's distance to the missing true one, and whether the banned sample was a true one;
+and (--turns) the samples found after each turn, with the source that took it.
 """
 
 from __future__ import annotations
@@ -32,11 +34,12 @@ import torch
 from leakbench.attacks import create_attack
 from leakbench.attacks.spear import attack as spear_attack
 from leakbench.attacks.spear import deflation, scheduler
-from leakbench.attacks.spear.candidates import zero_tolerance
-from leakbench.attacks.spear.deflation import null_basis, reduced_rows
+from leakbench.attacks.spear.candidates import first_of_each_pattern, zero_masks, zero_tolerance
+from leakbench.attacks.spear.deflation import null_basis, reduced_rows, verify_batch
 from leakbench.attacks.spear.fit import fit_samples
 from leakbench.attacks.spear.joint import next_layer_residuals
-from leakbench.attacks.spear.last_column import complete_last_sample
+from leakbench.attacks.spear.last_column import complete_last_sample, complete_samples, samples_from_directions
+from leakbench.attacks.spear.select import select_independent
 from leakbench.attacks.spear.tolerances import TOLERANCES
 from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
@@ -215,6 +218,42 @@ def report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, residual_tol
               f"direction remembered {known_dir}; min |z|/max {float(z.abs().min() / z.abs().max()):.1e}")
 
 
+def directions_report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, residual_tol: float) -> None:
+    """With ≥ 2 samples missing: the remembered directions inside the null space against the missing true columns,
+    the ones `try_directions` would pick, and what completing the batch from them, from the nearest ones and from
+    the true columns gives (verification, distance of each completed sample to the nearest missing one), and the
+    row-space fits of each direction (`last_column.samples_from_directions`)."""
+    found = is_true(state.samples, C_true)
+    missing = torch.nonzero(~found).flatten()
+    b, k = problem.b, problem.b - state.samples.shape[0]
+    N = null_basis(state.samples, b)
+    inside = state.directions[(state.directions @ N).norm(dim=1) > 1 - 1e-6]
+    if k < 2 or missing.numel() != k or inside.shape[0] == 0:
+        return
+    masks = zero_masks(problem.Ln, inside, tol)
+    index = first_of_each_pattern(masks)
+    inside, masks = inside[index], masks[index]
+    Q = torch.linalg.inv(C_true)[:, missing]
+    columns = (Q / Q.norm(dim=0)).T
+    cos = (inside @ columns.T).abs()
+    picked = select_independent(inside, masks.sum(1), k, rtol=1e-3, pool=4 * k)
+    print(f"directions: {inside.shape[0]} remembered inside the null space; nearest to each missing column |cos| "
+          f"{[f'{float(c):.7f}' for c in cos.max(dim=0).values]}; try_directions picks {picked.tolist()}, their "
+          f"nearest missing column {cos[picked].argmax(dim=1).tolist()} at |cos| "
+          f"{[f'{float(c):.7f}' for c in cos[picked].max(dim=1).values]}")
+    for name, chosen in (("picked", inside[picked]), ("nearest", inside[cos.argmax(dim=0)]), ("true", columns)):
+        if chosen.shape[0] == k:
+            completed = complete_samples(problem, state.samples, chosen.T)
+            _, solution = verify_batch(problem, completed, tol, residual_tol)
+            off = torch.cdist(completed[-k:], C_true[missing]).amin(dim=1) / C_true[missing].norm(dim=1).min()
+            print(f"  completion from the {name} directions: verifies {solution.ok} ({solution.violations} ReLU "
+                  f"violations); completed samples off the nearest missing one {[f'{float(o):.1e}' for o in off]}")
+        c, residual, stable = samples_from_directions(problem, deflation.row_space(problem, state, N), chosen, tol)
+        off = torch.cdist(c, C_true[missing]).amin(dim=1) / C_true[missing].norm(dim=1).min()
+        print(f"  row-space fits of the {name} directions: residual {[f'{float(r):.1e}' for r in residual]}, "
+              f"stable {stable.tolist()}, off {[f'{float(o):.1e}' for o in off]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", default=None)
@@ -259,6 +298,7 @@ def main() -> None:
     print({k: v for k, v in rec.stats.items() if isinstance(v, (int, float, str, bool))})
     tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
     report(problem, state, true_rows(problem, model, batch), tol, TOLERANCES.residual_tol)
+    directions_report(problem, state, true_rows(problem, model, batch), tol, TOLERANCES.residual_tol)
 
 
 if __name__ == "__main__":

@@ -238,3 +238,16 @@ def test_one_pattern_per_direction_the_sparsest() -> None:
     assert one_per_direction(y, 1e-2, 10).tolist() == [0, 2, 4, 6]
     assert one_per_direction(y, 1e-2, 2).tolist() == [0, 2]
     assert one_per_direction(y, 1e-9, 10).tolist() == [0, 1, 2, 4, 5, 6]
+
+
+def test_a_completed_sample_must_explain_the_next_layer() -> None:
+    """`try_directions` keeps a completed batch only if each completed sample's next-layer residual is that of an
+    accepted fit: true rows pass, a row 1 % off does not (a weak sample's completion verified 40 % off)."""
+    from leakbench.attacks.spear.deflation import explained
+
+    problem, X = _problem(b=12, width=96)
+    C = X @ problem.R.T
+    assert explained(problem, C[-3:], 1e-4)
+    off = C[-3:].clone()
+    off[1] += 0.01 * off[1].norm() * torch.nn.functional.normalize(torch.ones_like(off[1]), dim=0)
+    assert not explained(problem, off, 1e-4)
