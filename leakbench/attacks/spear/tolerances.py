@@ -1,8 +1,9 @@
 """The SPEAR family's fixed numbers: tolerances and schedule constants that are not hyperparameters.
 
-Each of these was a user-facing knob until issue 26, and none had ever been run away from its default in
+Seventeen of these were user-facing knobs until issue 26, and none had ever been run away from its default in
 any suite, test, benchmark or quoted measurement (the knobs users do vary stay in each attack's Config:
-`leakbench show attack spear`). They live here, in one documented object, so that a reader finds every
+`leakbench show attack spear`); the others are thresholds issue 26's later sessions added, each with the
+measurement behind it. They live here, in one documented object, so that a reader finds every
 number the search depends on in one place, and a benchmark can still try another value
 (`dataclasses.replace(TOLERANCES, ...)` passed where a function takes `tolerances`).
 """
