@@ -34,12 +34,11 @@ import torch
 from leakbench.attacks import create_attack
 from leakbench.attacks.spear import attack as spear_attack
 from leakbench.attacks.spear import deflation, scheduler
-from leakbench.attacks.spear.candidates import first_of_each_pattern, zero_masks, zero_tolerance
+from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows, verify_batch
 from leakbench.attacks.spear.fit import fit_samples
 from leakbench.attacks.spear.joint import next_layer_residuals
 from leakbench.attacks.spear.last_column import complete_last_sample, complete_samples, samples_from_directions
-from leakbench.attacks.spear.select import select_independent
 from leakbench.attacks.spear.tolerances import TOLERANCES
 from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
@@ -225,18 +224,14 @@ def directions_report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, r
     row-space fits of each direction (`last_column.samples_from_directions`)."""
     found = is_true(state.samples, C_true)
     missing = torch.nonzero(~found).flatten()
-    b, k = problem.b, problem.b - state.samples.shape[0]
-    N = null_basis(state.samples, b)
-    inside = state.directions[(state.directions @ N).norm(dim=1) > 1 - 1e-6]
+    k = problem.b - state.samples.shape[0]
+    N = null_basis(state.samples, problem.b)
+    inside, _, picked = deflation.direction_pool(problem, state, N, tol)
     if k < 2 or missing.numel() != k or inside.shape[0] == 0:
         return
-    masks = zero_masks(problem.Ln, inside, tol)
-    index = first_of_each_pattern(masks)
-    inside, masks = inside[index], masks[index]
     Q = torch.linalg.inv(C_true)[:, missing]
     columns = (Q / Q.norm(dim=0)).T
     cos = (inside @ columns.T).abs()
-    picked = select_independent(inside, masks.sum(1), k, rtol=1e-3, pool=4 * k)
     print(f"directions: {inside.shape[0]} remembered inside the null space; nearest to each missing column |cos| "
           f"{[f'{float(c):.7f}' for c in cos.max(dim=0).values]}; try_directions picks {picked.tolist()}, their "
           f"nearest missing column {cos[picked].argmax(dim=1).tolist()} at |cos| "
@@ -297,8 +292,9 @@ def main() -> None:
     print(f"status {rec.status} in {time.perf_counter() - start:.0f} s: {rec.reason or 'exact?'}")
     print({k: v for k, v in rec.stats.items() if isinstance(v, (int, float, str, bool))})
     tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
-    report(problem, state, true_rows(problem, model, batch), tol, TOLERANCES.residual_tol)
-    directions_report(problem, state, true_rows(problem, model, batch), tol, TOLERANCES.residual_tol)
+    C_true = true_rows(problem, model, batch)
+    report(problem, state, C_true, tol, TOLERANCES.residual_tol)
+    directions_report(problem, state, C_true, tol, TOLERANCES.residual_tol)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from leakbench.attacks.spear.candidates import refine, zero_masks, zero_toleranc
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows
 from leakbench.attacks.spear.factors import LayerProblem, factorize
 from leakbench.attacks.spear.fit import fit_samples
-from leakbench.attacks.spear.last_column import fit_in_row_space, known_columns, missing_row_space
+from leakbench.attacks.spear.last_column import complement, fit_in_row_space, known_columns, missing_row_space
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions, kernel_directions, split_kernels
 from leakbench.attacks.spear.tolerances import TOLERANCES
 from leakbench.harness.spec import CellSpec
@@ -88,12 +88,6 @@ def row_space_fits(problem: LayerProblem, C: torch.Tensor, gen: torch.Generator)
         print(f"  {known.numel()} found, {missing.numel()} missing: {int(full_ok[missing].sum())} fit over all b; "
               f"in the row space {fits[0]}, from the true columns {fits[1]}; known columns' 1 − |cos| "
               f"{quantiles(angle)}")
-
-
-def complement(columns: torch.Tensor) -> torch.Tensor:
-    """Orthonormal basis of the orthogonal complement of `columns` (b × j): b × (b − j)."""
-    U, _, _ = torch.linalg.svd(columns, full_matrices=True)
-    return U[:, columns.shape[1]:]
 
 
 def tail_draws(problem: LayerProblem, C: torch.Tensor, k: int, gen: torch.Generator) -> None:

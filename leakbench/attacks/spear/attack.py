@@ -151,8 +151,11 @@ class SpearAttack(Attack):
         next_weight, _ = model.layer_param_names(cfg.layer + 1)
         G_next = update.gradients[next_weight].to(device) if self.uses_next_layer else None
         problem = factorize(G, g, W, bias, b, G_next=G_next)
-        one = {"draws": 0, "method": "closed form (one visible sample)"}  # b' = 1: Q is 1×1, fixed by dL/db
-        reason, X, stats = ("", one_sample(G, g), one) if problem.b == 1 else self._search(problem, seed, update)
+        X: torch.Tensor | None
+        if problem.b == 1:  # one visible sample (b' = 1): Q is 1×1, fixed by dL/db, as for b = 1
+            reason, X, stats = "", one_sample(G, g), {"draws": 0, "method": "closed form (one visible sample)"}
+        else:
+            reason, X, stats = self._search(problem, seed, update)
         hidden = b - problem.b
         if hidden:
             stats["samples_at_noise_level"] = hidden

@@ -537,6 +537,19 @@ def remember_directions(state: SampleState, q: torch.Tensor) -> None:
     state.directions = torch.cat([state.directions, q[fresh]])
 
 
+def direction_pool(problem: LayerProblem, state: SampleState, N: torch.Tensor, tol: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The remembered directions inside the null space N of the found samples, one per zero pattern (copies of a
+    column differ in rounding), their zero masks, and the indices of the k = b − found sparsest independent ones
+    (`try_directions` completes or fits from those)."""
+    k = problem.b - state.samples.shape[0]
+    inside = state.directions[(state.directions @ N).norm(dim=1) > 1 - 1e-6]
+    masks = zero_masks(problem.Ln, inside, tol)
+    index = first_of_each_pattern(masks).to(inside.device)
+    inside, masks = inside[index], masks[index]
+    return inside, masks, select_independent(inside, masks.sum(1), k, rtol=1e-3, pool=4 * k)
+
+
 def try_directions(problem: LayerProblem, state: SampleState, tol: torch.Tensor,
                    residual_tol: float) -> Solution | None:
     """If remembered directions cover all k ≥ 2 missing columns, complete the batch and verify it;
@@ -557,11 +570,7 @@ def try_directions(problem: LayerProblem, state: SampleState, tol: torch.Tensor,
     if k < 2 or state.directions.shape[0] == 0:
         return None
     N = null_basis(state.samples, b)
-    inside = state.directions[(state.directions @ N).norm(dim=1) > 1 - 1e-6]
-    masks = zero_masks(problem.Ln, inside, tol)
-    index = first_of_each_pattern(masks).to(inside.device)
-    inside, masks = inside[index], masks[index]  # one per zero pattern (copies of a column differ in rounding)
-    picked = select_independent(inside, masks.sum(1), k, rtol=1e-3, pool=4 * k)
+    inside, masks, picked = direction_pool(problem, state, N, tol)
     attempt = (*found_key(state), b"".join(pattern_keys(masks[picked])))
     if attempt == state.directions_tried or picked.shape[0] == 0:
         return None

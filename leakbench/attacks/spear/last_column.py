@@ -108,11 +108,7 @@ def known_columns(problem: LayerProblem, C_known: torch.Tensor, span: torch.Tens
     Each is q_i = a_i + span·t_i with C_known a = I; t_i ∈ R^k is fixed by the zeros of sample i's own
     ReLU pattern (L q_i vanishes there) when it has k independent ones (`determined_columns`).
     """
-    a: torch.Tensor = torch.linalg.pinv(C_known)
-    L_span, Mz = zero_row_systems(problem, C_known, span)
-    rhs = -(Mz.transpose(1, 2) @ (problem.L @ a).T.unsqueeze(-1))
-    t: torch.Tensor = torch.linalg.lstsq(Mz.transpose(1, 2) @ L_span.unsqueeze(0), rhs).solution[..., 0]
-    return a + span @ t.T
+    return solve_columns(problem, C_known, span, *zero_row_systems(problem, C_known, span))
 
 
 def zero_row_systems(problem: LayerProblem, C_known: torch.Tensor, span: torch.Tensor
@@ -121,6 +117,15 @@ def zero_row_systems(problem: LayerProblem, C_known: torch.Tensor, span: torch.T
     L_span = problem.L @ span
     zero = ((C_known @ problem.A.T + problem.bias) <= 0).to(L_span.dtype)
     return L_span, L_span.unsqueeze(0) * zero.unsqueeze(-1)
+
+
+def solve_columns(problem: LayerProblem, C_known: torch.Tensor, span: torch.Tensor, L_span: torch.Tensor,
+                  Mz: torch.Tensor) -> torch.Tensor:
+    """`known_columns` from its zero-row systems (`zero_row_systems`): t_i by least squares on each."""
+    a: torch.Tensor = torch.linalg.pinv(C_known)
+    rhs = -(Mz.transpose(1, 2) @ (problem.L @ a).T.unsqueeze(-1))
+    t: torch.Tensor = torch.linalg.lstsq(Mz.transpose(1, 2) @ L_span.unsqueeze(0), rhs).solution[..., 0]
+    return a + span @ t.T
 
 
 def determined_columns(problem: LayerProblem, C_known: torch.Tensor, span: torch.Tensor) -> torch.Tensor:
@@ -132,7 +137,11 @@ def determined_columns(problem: LayerProblem, C_known: torch.Tensor, span: torch
     least-squares column is 5 % off (1 − |cos|), which bent the whole row space; every other column has
     conditioning ≥ 6e-6 and is exact to 1e-10.
     """
-    _, Mz = zero_row_systems(problem, C_known, span)
+    return fixed_by(zero_row_systems(problem, C_known, span)[1])
+
+
+def fixed_by(Mz: torch.Tensor) -> torch.Tensor:
+    """`determined_columns` from the zero-row systems Mz (j, m, k)."""
     S = torch.linalg.svdvals(Mz)
     determined: torch.Tensor = S[:, -1] > TOLERANCES.column_cond * S[:, 0]
     return determined
@@ -143,7 +152,12 @@ def missing_row_space(problem: LayerProblem, C_known: torch.Tensor, N: torch.Ten
     and the null space N (b×k) of C_known: a missing sample's row is orthogonal to every known sample's
     column (`known_columns`, with N as the span), so it lies in their orthogonal complement — k-dimensional,
     plus one dimension per known column its zero rows do not fix (`determined_columns`: left out)."""
-    columns = known_columns(problem, C_known, N)[:, determined_columns(problem, C_known, N)]
+    L_span, Mz = zero_row_systems(problem, C_known, N)
+    return complement(solve_columns(problem, C_known, N, L_span, Mz)[:, fixed_by(Mz)])
+
+
+def complement(columns: torch.Tensor) -> torch.Tensor:
+    """Orthonormal basis (b × (b − j)) of the orthogonal complement of `columns` (b × j, independent)."""
     U, _, _ = torch.linalg.svd(columns, full_matrices=True)
     B: torch.Tensor = U[:, columns.shape[1]:]
     return B
