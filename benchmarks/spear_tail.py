@@ -115,7 +115,7 @@ def trace_turns() -> None:
         found = search.state.found
         if found != seen["found"] or seen["turns"] % 50 == 0:
             print(f"  {time.perf_counter() - start:7.1f} s  turn {seen['turns']:5d}  {name:<14} found {found:4d}  "
-                  f"draws {search.state.draws}", flush=True)
+                  f"draws {search.state.draws}  set aside {search.state.outliers.shape[0]}", flush=True)
             seen["found"] = found
         return name
 
@@ -195,6 +195,11 @@ def report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, residual_tol
             print(f"their next-layer residuals: median {float(res.median()):.1e}, largest five "
                   f"{[f'{float(r):.1e}' for r in res.sort().values[-5:]]} (of the true rows: "
                   f"largest {float(next_layer_residuals(problem, C_true).max()):.1e})")
+    if state.outliers.shape[0]:
+        off = (torch.cdist(state.outliers, C_true) / C_true.norm(dim=1)).min(dim=1)
+        print(f"set aside as outliers (deflation.set_aside): {state.outliers.shape[0]}; off the nearest true sample "
+              f"{[f'{float(e):.1e}' for e in off.values]} (samples {off.indices.tolist()}), residuals "
+              f"{[f'{float(r):.1e}' for r in state.outlier_residuals]}")
     for i in torch.nonzero(rel.amin(dim=0) >= 1e-4).flatten().tolist() if found.shape[0] else []:
         near = int(rel[:, i].argmin())
         residual = f"{float(state.residuals[i]):.2e}" if i < state.residuals.shape[0] else "none (completed)"
@@ -215,6 +220,26 @@ def report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, residual_tol
               f"all zeros {int(zero.sum())}; fit residual {float(fit.residual[0]):.2e} "
               f"accepted {bool(fit.consistent[0])}; fit_cond {fit_condition(problem, zero):.2e}; "
               f"direction remembered {known_dir}; min |z|/max {float(z.abs().min() / z.abs().max()):.1e}")
+        column_pattern(problem, q, zero, tol, residual_tol)
+
+
+def column_pattern(problem, q: torch.Tensor, zero: torch.Tensor, tol: torch.Tensor, residual_tol: float) -> None:
+    """What the search reads from a missing sample's true column q: the zero rows |Ln q| ≤ tol against the true
+    inactive ones (`zero`), and the next-layer fit of that pattern, with its doubtful rows free and without."""
+    ratio = (problem.Ln @ q).abs() / tol
+    read = ratio <= 1
+    false, missed = read & ~zero, zero & ~read
+    worst = f"{float(ratio[false].max()):.1e}" if bool(false.any()) else "-"
+    fits = [fit_samples(problem, read[None], residual_tol=residual_tol, free=free, rounds=3)
+            for free in (None, read & (ratio > deflation.DOUBT))]
+    print(f"      its column's zero rows: {int(read.sum())}, of them active {int(false.sum())} (largest |Ln q|/tol "
+          f"{worst}), inactive rows not read as zero {int(missed.sum())}; fit of that pattern: residual "
+          f"{float(fits[0].residual[0]):.1e} accepted {bool(fits[0].consistent[0])}, with rows above "
+          f"{deflation.DOUBT}× tol free: residual {float(fits[1].residual[0]):.1e} "
+          f"accepted {bool(fits[1].consistent[0])}")
+    if bool(false.any()):
+        print(f"      |Ln q|/tol: inactive rows up to {float(ratio[zero].max()):.1e}, active rows read as zero from "
+              f"{float(ratio[false].min()):.1e}")
 
 
 def directions_report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, residual_tol: float) -> None:
@@ -263,6 +288,12 @@ def main() -> None:
     parser.add_argument("--tolerance", action="append", default=[],
                         help="KEY=VALUE what-if probe: a field of tolerances.Tolerances (JSON value)")
     parser.add_argument("--max-seconds", type=float, default=600.0)
+    parser.add_argument("--cell-seconds", type=float, default=None,
+                        help="max_seconds in the cell id, and so the attack seed (default: --max-seconds): a suite "
+                             "cell's search, stopped after --max-seconds")
+    parser.add_argument("--dump", default=None,
+                        help="torch.save the final search state, the problem, the true rows and the zero tolerance "
+                             "to this file (for what-if probes on the tail)")
     parser.add_argument("--trace-bans", action="store_true",
                         help="print every failed completion with the ground truth (true/false samples, the ban)")
     parser.add_argument("--turns", action="store_true",
@@ -284,7 +315,8 @@ def main() -> None:
         trace_turns()
     params = {"max_seconds": args.max_seconds,
               **{k: json.loads(v) for k, _, v in (p.partition("=") for p in args.param)}}
-    spec = dataclasses.replace(spec, hyperparameters=params)  # the id (and so the attack seed) a suite cell would have
+    # the id (and so the attack seed) a suite cell would have
+    spec = dataclasses.replace(spec, hyperparameters={**params, "max_seconds": args.cell_seconds or args.max_seconds})
     start = time.perf_counter()
     from leakbench.harness.job import attack_seed
     from leakbench.harness.spec import cell_id
@@ -293,6 +325,8 @@ def main() -> None:
     print({k: v for k, v in rec.stats.items() if isinstance(v, (int, float, str, bool))})
     tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
     C_true = true_rows(problem, model, batch)
+    if args.dump:
+        torch.save({"problem": problem, "state": state, "C_true": C_true, "tol": tol}, args.dump)
     report(problem, state, C_true, tol, TOLERANCES.residual_tol)
     directions_report(problem, state, C_true, tol, TOLERANCES.residual_tol)
 

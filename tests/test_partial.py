@@ -46,6 +46,17 @@ def test_verified_samples_are_the_rows_that_pass_their_own_next_layer_check() ->
     torch.testing.assert_close(got, X[:3], rtol=0, atol=1e-6)
 
 
+def test_verified_samples_include_the_outliers_set_aside() -> None:
+    """A fit set aside as an outlier among the found samples (`deflation.set_aside`) passed the same per-sample
+    check: it comes back too, unless it is a near-copy of a found sample or fails the check."""
+    problem, X = layer_problem(6, 64)
+    C = X @ problem.R.T
+    state = SampleState(samples=C[:2].clone(), outliers=torch.stack([C[3], 1.001 * C[0], -C[4]]))
+    got = verified_samples(problem, state, residual_tol=1e-4)
+    assert got is not None and got.shape == (3, X.shape[1])
+    torch.testing.assert_close(got, X[[0, 1, 3]], rtol=0, atol=1e-6)
+
+
 def test_verified_samples_never_make_a_whole_batch_and_need_the_next_layer() -> None:
     """At most b − 1 rows (a partial answer is never a batch); none without samples or on the paper route
     (no next-layer fit, P_next None: columns of Q, scaled by the whole batch only)."""

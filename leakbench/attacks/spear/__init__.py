@@ -44,6 +44,7 @@ Leakbench addition → function:
                                                             (deflation.fits_in_row_space, row_space)
     rank-deficient draws split in their kernel (b ≥ 64)     sampling.kernel_directions, split_kernels
                                                             (deflation.draw_patterns)
+    outlying fits set aside, the batch completed from them  deflation.outlying_fits, set_aside, try_outliers
     joint refinement of a failed batch                      joint.refine_batch (deflation.verify_batch)
     verification without ground truth, set aside and retry  solve.solve_from_samples, deflation.complete_batch
     guides (another attack's reconstruction)                guided.make_guide, guided.GuidePool

@@ -21,7 +21,7 @@ import torch
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
 from leakbench.attacks.spear.active import find_batch_span
 from leakbench.attacks.spear.candidates import zero_tolerance
-from leakbench.attacks.spear.deflation import SampleState
+from leakbench.attacks.spear.deflation import SampleState, nearest_known
 from leakbench.attacks.spear.factors import LayerProblem, factorize
 from leakbench.attacks.spear.joint import next_layer_residuals
 from leakbench.attacks.spear.scheduler import ProposalSource, Scheduler, default_sources, search_samples
@@ -264,9 +264,12 @@ def verified_samples(problem: LayerProblem, state: SampleState, residual_tol: fl
     samples and the closed-form last one are never there (`deflation.complete_batch` drops both on a failed
     verification). The checks of a whole batch (ReLU violations through Q = C⁻¹, the bias-gradient scale)
     need every sample; the per-sample check is done again here (`joint.next_layer_residuals`), and a row
-    that fails it is left out. The paper route (columns of Q, scaled by the whole batch) has no such samples.
+    that fails it is left out. The fits set aside as outliers among the found samples (`deflation.set_aside`)
+    passed the same fit and come too, unless they are near-copies of a found sample. The paper route (columns of
+    Q, scaled by the whole batch) has no such samples.
     """
-    C = state.samples[: problem.b - 1]
+    apart = [c for c in state.outliers if nearest_known(c, state.samples) is None]
+    C = torch.cat([state.samples, *(c[None] for c in apart)])[: problem.b - 1]
     if problem.P_next is None or C.shape[0] == 0:
         return None
     C = C[next_layer_residuals(problem, C) <= max(residual_tol, problem.slack)]

@@ -37,6 +37,7 @@ from leakbench.attacks.spear.deflation import (
     draw_patterns,
     null_basis,
     try_directions,
+    try_outliers,
 )
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import FitCache
@@ -128,7 +129,9 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
                 break
             scheduler.turn(search)
             if state.found < b - 1:
-                solution = try_directions(problem, state, tol, residual_tol)
+                solution = try_outliers(problem, state, tol, residual_tol)
+                if solution is None:
+                    solution = try_directions(problem, state, tol, residual_tol)
                 if solution is not None:
                     return state, solution
     return state, solution
