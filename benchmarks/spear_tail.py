@@ -33,7 +33,7 @@ import torch
 
 from leakbench.attacks import create_attack
 from leakbench.attacks.spear import attack as spear_attack
-from leakbench.attacks.spear import deflation, scheduler
+from leakbench.attacks.spear import deflation, guided_attack, scheduler
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows, verify_batch
 from leakbench.attacks.spear.fit import fit_samples
@@ -101,6 +101,20 @@ def trace_bans(model, batch) -> None:
         return original_search(problem, *args, **kwargs)
 
     spear_attack.search_samples = search
+
+
+kept_guide: dict = {}
+
+
+def keep_guide() -> None:
+    """Keep the guide spear-guided makes (for --dump)."""
+    original = guided_attack.make_guide
+
+    def make(*args, **kwargs):
+        kept_guide["guide"] = original(*args, **kwargs)
+        return kept_guide["guide"]
+
+    guided_attack.make_guide = make
 
 
 def trace_turns() -> None:
@@ -313,6 +327,8 @@ def main() -> None:
         trace_bans(model, batch)
     if args.turns:
         trace_turns()
+    if args.dump:
+        keep_guide()
     params = {"max_seconds": args.max_seconds,
               **{k: json.loads(v) for k, _, v in (p.partition("=") for p in args.param)}}
     # the id (and so the attack seed) a suite cell would have
@@ -326,7 +342,8 @@ def main() -> None:
     tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
     C_true = true_rows(problem, model, batch)
     if args.dump:
-        torch.save({"problem": problem, "state": state, "C_true": C_true, "tol": tol}, args.dump)
+        torch.save({"problem": problem, "state": state, "C_true": C_true, "tol": tol, "guide": kept_guide.get("guide")},
+                   args.dump)
     report(problem, state, C_true, tol, TOLERANCES.residual_tol)
     directions_report(problem, state, C_true, tol, TOLERANCES.residual_tol)
 
