@@ -251,3 +251,71 @@ def test_a_completed_sample_must_explain_the_next_layer() -> None:
     off = C[-3:].clone()
     off[1] += 0.01 * off[1].norm() * torch.nn.functional.normalize(torch.ones_like(off[1]), dim=0)
     assert not explained(problem, off, 1e-4)
+
+
+def test_row_space_fits_refine_their_pattern() -> None:
+    """A pattern read a little wrong (the two neurons nearest the boundary flipped, as a remembered direction a hair
+    off the true column reads them) fits in the row space only once refitted with its own pattern
+    (`Tolerances.row_space_rounds`); an empty row space (every sample found) fits nothing."""
+    from leakbench.attacks.spear.last_column import fit_in_row_space, missing_row_space
+
+    problem, X = _problem(b=12, width=96)
+    C = X @ problem.R.T
+    B = missing_row_space(problem, C[:6], null_basis(C[:6], 12))
+    z = C[6:] @ problem.A.T + problem.bias
+    active = (z > 0).to(C.dtype)
+    near = z.abs().argsort(dim=1)[:, :2]
+    active.scatter_(1, near, 1 - active.gather(1, near))
+
+    def sound(rounds: int) -> torch.Tensor:
+        c, residual, stable = fit_in_row_space(problem, active, B, rounds=rounds)
+        off = (c - C[6:]).norm(dim=1) / C[6:].norm(dim=1)
+        return stable & (residual <= 1e-4) & (off < 1e-5)
+
+    assert not bool(sound(1).any())
+    assert bool(sound(5).all())
+    _, residual, stable = fit_in_row_space(problem, active, B[:, :0], rounds=5)
+    assert bool(torch.isinf(residual).all()) and not bool(stable.any())
+
+
+def test_weak_last_sample_is_the_share_of_its_gradient_column() -> None:
+    """The last sample's share is the norm of its column of Dᵀ = L C⁻¹ over the others' median: none is weak at
+    init; a last row 100× too large shrinks its column 100× under the threshold."""
+    from leakbench.attacks.spear.deflation import WEAK_SHARE, weak_last_sample
+
+    problem, X = _problem(b=12, width=96)
+    C = X @ problem.R.T
+    assert weak_last_sample(problem, C) is None
+    norms = (problem.L @ torch.linalg.inv(C)).norm(dim=0)
+    scaled = C.clone()
+    scaled[-1] *= 100
+    share = weak_last_sample(problem, scaled)
+    assert share is not None and share < WEAK_SHARE
+    assert abs(share - float(norms[-1] / norms[:-1].median()) / 100) < 1e-9
+
+
+def test_a_weak_closed_form_bans_no_one(monkeypatch) -> None:
+    """With b − 1 true samples found, a closed-form last sample that fails verification bans the found sample with
+    the most ReLU violations — unless it is too weak to verify: then no one is banned and the search says why it
+    stops (`state.unverifiable`, in the cell's reason)."""
+    from leakbench.attacks.spear import deflation
+    from leakbench.attacks.spear.candidates import zero_tolerance
+    from leakbench.attacks.spear.state import SearchSettings, stop_reason
+
+    problem, X = _problem(b=12, width=96)
+    C = X @ problem.R.T
+    tol = zero_tolerance(problem, 1e-5, 10.0)
+    wrong = C[-1] + 0.3 * C[0]
+
+    def state_with_last(row: torch.Tensor) -> deflation.SampleState:
+        monkeypatch.setattr(deflation, "complete_last_sample", lambda p, known, t: torch.cat([known, row[None]]))
+        state = deflation.SampleState(samples=C[:-1].clone(), residuals=torch.zeros(11, dtype=C.dtype))
+        assert not deflation.complete_batch(problem, state, tol, 1e-4).ok
+        return state
+
+    blamed = state_with_last(wrong)
+    assert blamed.found == 10 and blamed.banned.shape[0] == 1 and not blamed.unverifiable
+    weak = state_with_last(100 * wrong)
+    assert weak.found == 11 and weak.banned.shape[0] == 0 and "too weak" in weak.unverifiable
+    settings = SearchSettings(max_draws=10, max_seconds=60.0, chunk=1)
+    assert "too weak" in stop_reason(weak, settings, 12)

@@ -163,14 +163,29 @@ def complement(columns: torch.Tensor) -> torch.Tensor:
     return B
 
 
-def fit_in_row_space(problem: LayerProblem, active: torch.Tensor, B: torch.Tensor, cond_floor: float = 1e-2
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def fit_in_row_space(problem: LayerProblem, active: torch.Tensor, B: torch.Tensor, cond_floor: float = 1e-2,
+                     rounds: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Next-layer fits of samples c = B w (B: b×k) with ReLU patterns `active` (j, m, 1 = active): c (j, b), the
     relative residual (inf where σ_min < cond_floor·σ_max) and whether each pattern reproduces itself.
 
     The sample's activation lies in the next layer's row space and c·u = 1: one least squares per pattern over
-    k unknowns instead of b (`fit.fit_once_normal` solves the same system over all b).
+    k unknowns instead of b (`fit.fit_once_normal` solves the same system over all b). With `rounds` > 1 each fit
+    is repeated with the fitted sample's own pattern, as `fit.fit_samples` does over all b
+    (`Tolerances.row_space_rounds`). An empty row space (every sample found) fits nothing: residual inf.
     """
+    if B.shape[1] == 0:
+        j = active.shape[0]
+        return (B.new_zeros(j, B.shape[0]), B.new_full((j,), float("inf")),
+                torch.zeros(j, dtype=torch.bool, device=B.device))
+    for _ in range(rounds - 1):
+        c, _, _ = fit_once_in_row_space(problem, active, B, cond_floor)
+        active = (c @ problem.A.T + problem.bias > 0).to(active.dtype)
+    return fit_once_in_row_space(problem, active, B, cond_floor)
+
+
+def fit_once_in_row_space(problem: LayerProblem, active: torch.Tensor, B: torch.Tensor, cond_floor: float
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One round of `fit_in_row_space`."""
     assert problem.P_next is not None
     k = B.shape[1]
     X = project_out_next(problem, active.unsqueeze(-1) * (problem.A @ B).unsqueeze(0))
@@ -202,4 +217,4 @@ def samples_from_directions(problem: LayerProblem, B: torch.Tensor, q: torch.Ten
     of the 39 missing directions were known.
     """
     active = ((problem.Ln @ q.T).abs() > tol[:, None]).T.to(problem.A.dtype)  # (j, m)
-    return fit_in_row_space(problem, active, B, cond_floor)
+    return fit_in_row_space(problem, active, B, cond_floor, TOLERANCES.row_space_rounds)

@@ -125,6 +125,8 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
                 solution = complete_batch(problem, state, tol, residual_tol)
                 if solution.ok:
                     return state, solution
+                if state.unverifiable:
+                    return state, None
             if out_of_budget(state, settings):
                 break
             scheduler.turn(search)

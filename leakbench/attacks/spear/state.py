@@ -49,6 +49,9 @@ class SearchState:
     (`charge_undrawable`). Such a chunk is charged to the draw budget all the same."""
     undrawn: int = 0
     """Draws charged to the budget without being drawn (counted in `draws`)."""
+    unverifiable: str = ""
+    """Why the search stopped before its budget with b − 1 samples ('' otherwise): the last one is too weak in the
+    gradient to verify (deflation.weak_last_sample)."""
 
     @property
     def seconds(self) -> float:
@@ -78,6 +81,8 @@ def stop_reason(state: SearchState, settings: SearchSettings, b: int) -> str:
     """Why a search stopped without a batch, as the failed cell's reason: nothing could be drawn any
     more (the rest of the draw budget was charged without drawing), the time budget, or the draw budget."""
     found = f"with {state.found} of {b} samples found"
+    if state.unverifiable:
+        return f"stopped after {state.draws} draws {found}: {state.unverifiable}"
     if state.undrawable:
         return (f"nothing left to draw after {state.draws - state.undrawn} draws {found}: {state.undrawable} "
                 f"(the other {state.undrawn} draws of the budget were charged without drawing)")
