@@ -47,6 +47,7 @@ Leakbench addition → function:
     outlying fits set aside, the batch completed from them  deflation.outlying_fits, set_aside, try_outliers
     joint refinement of a failed batch                      joint.refine_batch (deflation.verify_batch)
     verification without ground truth, set aside and retry  solve.solve_from_samples, deflation.complete_batch
+    a weak closed-form last sample: no ban, the search stops  deflation.weak_last_sample (state.stop_reason)
     guides (another attack's reconstruction)                guided.make_guide, guided.GuidePool
     fit cache (each pattern fitted once)                    fit.FitCache
     residual guides (FastICA on the deflated factor)        residual.ResidualGuides
