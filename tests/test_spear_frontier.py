@@ -281,7 +281,8 @@ def test_row_space_fits_refine_their_pattern() -> None:
 def test_weak_last_sample_is_the_share_of_its_gradient_column() -> None:
     """The last sample's share is the norm of its column of Dᵀ = L C⁻¹ over the others' median: none is weak at
     init; a last row 100× too large shrinks its column 100× under the threshold."""
-    from leakbench.attacks.spear.deflation import WEAK_SHARE, weak_last_sample
+    from leakbench.attacks.spear.deflation import weak_last_sample
+    from leakbench.attacks.spear.tolerances import TOLERANCES
 
     problem, X = _problem(b=12, width=96)
     C = X @ problem.R.T
@@ -290,7 +291,7 @@ def test_weak_last_sample_is_the_share_of_its_gradient_column() -> None:
     scaled = C.clone()
     scaled[-1] *= 100
     share = weak_last_sample(problem, scaled)
-    assert share is not None and share < WEAK_SHARE
+    assert share is not None and share < TOLERANCES.weak_share
     assert abs(share - float(norms[-1] / norms[:-1].median()) / 100) < 1e-9
 
 

@@ -541,13 +541,9 @@ def complete_batch(problem: LayerProblem, state: SampleState, tol: torch.Tensor,
     return solution
 
 
-WEAK_SHARE = 0.05
-"""A closed-form last sample whose gradient column is below this fraction of the median one is too weak to verify
-(`weak_last_sample`; measured there: 1.5e-2 for the weak one, ≥ 0.19 for every other sample of the batch)."""
-
-
 def weak_last_sample(problem: LayerProblem, C: torch.Tensor) -> float | None:
-    """The last sample's share of the gradient, ‖column of Dᵀ = L C⁻¹‖ over the others' median, if under WEAK_SHARE.
+    """The last sample's share of the gradient, ‖column of Dᵀ = L C⁻¹‖ over the others' median, if under
+    `Tolerances.weak_share`.
 
     A sample the victim predicts confidently barely moves the gradient: measured (TinyImageNet FC-6 width 400
     trained 20 epochs, b = 100, the suite's seed, `benchmarks/spear_tail.py`), sample 80, predicted at p = 0.998, has
@@ -557,7 +553,7 @@ def weak_last_sample(problem: LayerProblem, C: torch.Tensor) -> float | None:
     rounding, not a wrong one, decides such a sample, so none is banned."""
     norms = (problem.L @ torch.linalg.inv(C)).norm(dim=0)
     share = float(norms[-1] / norms[:-1].median())
-    return share if share < WEAK_SHARE else None
+    return share if share < TOLERANCES.weak_share else None
 
 
 def verify_batch(problem: LayerProblem, C: torch.Tensor, tol: torch.Tensor,
