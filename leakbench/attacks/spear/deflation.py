@@ -434,27 +434,28 @@ def set_aside(state: SampleState, c: torch.Tensor, residual: torch.Tensor) -> No
     directions instead left them 2e-3 off even from the true directions.
     """
     for ci, ri in zip(c, residual, strict=True):
-        if nearest_known(ci, state.samples) is not None:
-            continue
-        near = nearest_known(ci, state.outliers)
-        if near is None:
-            state.outliers = torch.cat([state.outliers, ci[None]])
-            state.outlier_residuals = torch.cat([state.outlier_residuals, ri[None]])
-        elif float(ri) < float(state.outlier_residuals[near]):
-            state.outliers[near], state.outlier_residuals[near] = ci, ri
+        if nearest_known(ci, state.samples) is None:
+            state.outliers, state.outlier_residuals, _ = merge_row(state.outliers, state.outlier_residuals, ci,
+                                                                   ri[None])
 
 
 def add_sample(state: SampleState, c: torch.Tensor, residual: torch.Tensor) -> bool:
     """Add sample c (b,) with its residual (1,) to the found ones, or let it replace a near-copy with a
     larger residual; whether it was new."""
-    near = nearest_known(c, state.samples)
+    state.samples, state.residuals, new = merge_row(state.samples, state.residuals, c, residual)
+    return new
+
+
+def merge_row(rows: torch.Tensor, residuals: torch.Tensor, c: torch.Tensor, residual: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """rows (j, b) and their residuals (j,) with c (b,) and its residual (1,) added, or with c in place of its
+    near-copy (`nearest_known`) when its residual is smaller; whether c was new."""
+    near = nearest_known(c, rows)
     if near is None:
-        state.samples = torch.cat([state.samples, c[None]])
-        state.residuals = torch.cat([state.residuals, residual])
-        return True
-    if float(residual) < float(state.residuals[near]):
-        state.samples[near], state.residuals[near] = c, residual[0]
-    return False
+        return torch.cat([rows, c[None]]), torch.cat([residuals, residual]), True
+    if float(residual) < float(residuals[near]):
+        rows[near], residuals[near] = c, residual[0]
+    return rows, residuals, False
 
 
 BAN_LIFETIME = 2
@@ -609,12 +610,21 @@ def try_outliers(problem: LayerProblem, state: SampleState, tol: torch.Tensor, r
     C = torch.cat([state.samples, state.outliers[picked]])
     if picked.shape[0] < k:
         C = complete_last_sample(problem, C, tol)
+    solution = take_completion(problem, state, C, tol, residual_tol)
+    if solution is not None:
+        state.from_outliers = int(picked.shape[0])
+        state.last_column_used = picked.shape[0] < k
+    return solution
+
+
+def take_completion(problem: LayerProblem, state: SampleState, C: torch.Tensor, tol: torch.Tensor,
+                    residual_tol: float) -> Solution | None:
+    """Verify a batch C completed from the found samples (`verify_batch`); keep it as `state.samples` and return its
+    solution if it verifies and every completed sample explains the next layer (`explained`), else None."""
     C, solution = verify_batch(problem, C, tol, residual_tol)
-    if not (solution.ok and explained(problem, C[known:], residual_tol)):
+    if not (solution.ok and explained(problem, C[state.found:], residual_tol)):
         return None
     state.samples = C
-    state.from_outliers = int(picked.shape[0])
-    state.last_column_used = picked.shape[0] < k
     return solution
 
 
@@ -664,9 +674,9 @@ def try_directions(problem: LayerProblem, state: SampleState, tol: torch.Tensor,
     state.directions_tried = attempt
     chosen = inside[picked]
     if picked.shape[0] == k:
-        C, solution = verify_batch(problem, complete_samples(problem, state.samples, chosen.T), tol, residual_tol)
-        if solution.ok and explained(problem, C[known:], residual_tol):
-            state.samples = C
+        solution = take_completion(problem, state, complete_samples(problem, state.samples, chosen.T), tol,
+                                   residual_tol)
+        if solution is not None:
             state.last_column_used = True
             state.from_directions = k
             return solution
