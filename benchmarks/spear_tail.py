@@ -282,10 +282,11 @@ def directions_report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, r
             off = torch.cdist(completed[-k:], C_true[missing]).amin(dim=1) / C_true[missing].norm(dim=1).min()
             print(f"  completion from the {name} directions: verifies {solution.ok} ({solution.violations} ReLU "
                   f"violations); completed samples off the nearest missing one {[f'{float(o):.1e}' for o in off]}")
-        c, residual, stable = samples_from_directions(problem, deflation.row_space(problem, state, N), chosen, tol)
-        off = torch.cdist(c, C_true[missing]).amin(dim=1) / C_true[missing].norm(dim=1).min()
-        print(f"  row-space fits of the {name} directions: residual {[f'{float(r):.1e}' for r in residual]}, "
-              f"stable {stable.tolist()}, off {[f'{float(o):.1e}' for o in off]}")
+        fit = samples_from_directions(problem, deflation.row_space(problem, state, N, tol), chosen, tol)
+        off = torch.cdist(fit.c, C_true[missing]).amin(dim=1) / C_true[missing].norm(dim=1).min()
+        print(f"  row-space fits of the {name} directions: residual {[f'{float(r):.1e}' for r in fit.residual]}, "
+              f"conditioning {[f'{float(r):.1e}' for r in fit.cond]}, stable {fit.consistent.tolist()}, "
+              f"off {[f'{float(o):.1e}' for o in off]}")
 
 
 def main() -> None:

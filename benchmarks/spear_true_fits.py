@@ -80,10 +80,10 @@ def row_space_fits(problem: LayerProblem, C: torch.Tensor, gen: torch.Generator)
         true = torch.linalg.inv(C)[:, known]
         angle = 1 - ((estimated * true).sum(0) / (estimated.norm(dim=0) * true.norm(dim=0))).abs()
         fits = []
-        for B in (missing_row_space(problem, C[known], N), complement(true)):
-            c, residual, stable = fit_in_row_space(problem, (~zero[missing]).to(C.dtype), B)
-            ok = stable & (residual <= TOLERANCES.residual_tol)
-            off = (c - C[missing]).norm(dim=1) / C[missing].norm(dim=1)
+        for B in (missing_row_space(problem, C[known], N).basis, complement(true)):
+            fit = fit_in_row_space(problem, (~zero[missing]).to(C.dtype), B)
+            ok = fit.consistent & (fit.residual <= TOLERANCES.residual_tol)
+            off = (fit.c - C[missing]).norm(dim=1) / C[missing].norm(dim=1)
             fits.append(f"{int(ok.sum())} (largest error {float(off[ok].max()) if bool(ok.any()) else 0:.1e})")
         print(f"  {known.numel()} found, {missing.numel()} missing: {int(full_ok[missing].sum())} fit over all b; "
               f"in the row space {fits[0]}, from the true columns {fits[1]}; known columns' 1 − |cos| "

@@ -198,12 +198,12 @@ def test_samples_from_directions_while_others_are_missing() -> None:
     cols = (Q / Q.norm(dim=0)).T[-7:]
     N = null_basis(C[:-7], 12)
     B = missing_row_space(problem, C[:-7], N)
-    c, residual, stable = samples_from_directions(problem, B, cols[1:], tol)
-    assert stable.all() and float(residual.max()) < 1e-6
-    assert float(((c - C[-6:]).norm(dim=1) / C[-6:].norm(dim=1)).max()) < 1e-5  # float32 gradients
+    fit = samples_from_directions(problem, B, cols[1:], tol)
+    assert fit.consistent.all() and float(fit.residual.max()) < 1e-6
+    assert float(((fit.c - C[-6:]).norm(dim=1) / C[-6:].norm(dim=1)).max()) < 1e-5  # float32 gradients
     mix = torch.nn.functional.normalize(cols[1:2] + cols[2:3], dim=1)
-    _, residual, stable = samples_from_directions(problem, B, mix, tol)
-    assert not (bool(stable[0]) and float(residual[0]) <= 1e-4)
+    fit = samples_from_directions(problem, B, mix, tol)
+    assert not (bool(fit.consistent[0]) and float(fit.residual[0]) <= 1e-4)
 
 
 def test_row_space_leaves_out_the_columns_their_zero_rows_do_not_fix() -> None:
@@ -222,7 +222,7 @@ def test_row_space_leaves_out_the_columns_their_zero_rows_do_not_fix() -> None:
     def outside(B: torch.Tensor) -> float:
         return float(((missing - missing @ B @ B.T).norm(dim=1) / missing.norm(dim=1)).max())
 
-    B = missing_row_space(problem, known, N)
+    B = missing_row_space(problem, known, N).basis
     assert B.shape == (12, 10) and outside(B) < 1e-8
     U, _, _ = torch.linalg.svd(known_columns(problem, known, N), full_matrices=True)
     assert outside(U[:, 4:]) > 1e-3  # every column kept: the missing rows are not in their complement
@@ -231,7 +231,7 @@ def test_row_space_leaves_out_the_columns_their_zero_rows_do_not_fix() -> None:
 def test_one_pattern_per_direction_the_sparsest() -> None:
     """Of drawn directions within 1e-2 of one another (signs aside) only the first — the sparsest, as draws are
     ordered — is kept: a weak sample near the kernel of every row no longer fills a chunk's patterns."""
-    from leakbench.attacks.spear.deflation import one_per_direction
+    from leakbench.attacks.spear.candidates import one_per_direction
 
     a, b, c = torch.eye(3, dtype=torch.float64)
     y = torch.stack([a, a + 1e-3 * b, 2 * b, -a, c, b + 1e-3 * c, a + b])
@@ -261,21 +261,21 @@ def test_row_space_fits_refine_their_pattern() -> None:
 
     problem, X = _problem(b=12, width=96)
     C = X @ problem.R.T
-    B = missing_row_space(problem, C[:6], null_basis(C[:6], 12))
+    B = missing_row_space(problem, C[:6], null_basis(C[:6], 12)).basis
     z = C[6:] @ problem.A.T + problem.bias
     active = (z > 0).to(C.dtype)
     near = z.abs().argsort(dim=1)[:, :2]
     active.scatter_(1, near, 1 - active.gather(1, near))
 
     def sound(rounds: int) -> torch.Tensor:
-        c, residual, stable = fit_in_row_space(problem, active, B, rounds=rounds)
-        off = (c - C[6:]).norm(dim=1) / C[6:].norm(dim=1)
-        return stable & (residual <= 1e-4) & (off < 1e-5)
+        fit = fit_in_row_space(problem, active, B, rounds=rounds)
+        off = (fit.c - C[6:]).norm(dim=1) / C[6:].norm(dim=1)
+        return fit.consistent & (fit.residual <= 1e-4) & (off < 1e-5)
 
     assert not bool(sound(1).any())
     assert bool(sound(5).all())
-    _, residual, stable = fit_in_row_space(problem, active, B[:, :0], rounds=5)
-    assert bool(torch.isinf(residual).all()) and not bool(stable.any())
+    fit = fit_in_row_space(problem, active, B[:, :0], rounds=5)
+    assert bool(torch.isinf(fit.residual).all()) and not bool(fit.consistent.any())
 
 
 def test_weak_last_sample_is_the_share_of_its_gradient_column() -> None:
@@ -320,3 +320,49 @@ def test_a_weak_closed_form_bans_no_one(monkeypatch) -> None:
     assert weak.found == 11 and weak.banned.shape[0] == 0 and "too weak" in weak.unverifiable
     settings = SearchSettings(max_draws=10, max_seconds=60.0, chunk=1)
     assert "too weak" in stop_reason(weak, settings, 12)
+
+
+def test_sure_directions_take_a_dimension_from_the_other_fits() -> None:
+    """4 of 12 samples found, the columns of 4 of the 8 missing known for sure: every other sample's row is
+    orthogonal to them, so its row-space fit has 4 unknowns fewer. A sample whose fit failed with the found columns
+    alone (6 active neurons of 24) fits exactly, and so does a sure direction's own sample, whose one dimension the
+    dual vector gives back."""
+    from leakbench.attacks.spear.candidates import zero_tolerance
+    from leakbench.attacks.spear.last_column import missing_row_space, samples_from_directions
+
+    problem, X = _problem(b=12, width=24)
+    C = X @ problem.R.T
+    tol = zero_tolerance(problem, 1e-5, 10.0)
+    Q = torch.linalg.inv(C)
+    columns = (Q / Q.norm(dim=0)).T
+    N = null_basis(C[:4], 12)
+
+    def exact(sure: torch.Tensor, samples: list[int]) -> list[bool]:
+        fit = samples_from_directions(problem, missing_row_space(problem, C[:4], N, sure), columns[samples], tol,
+                                      cond_floor=1e-2)
+        off = (fit.c - C[samples]).norm(dim=1) / C[samples].norm(dim=1)
+        return (fit.consistent & (fit.residual <= 1e-4) & (off < 1e-5)).tolist()
+
+    assert exact(columns[:0], [4, 5, 6, 7]) == [False, True, True, True]
+    assert exact(columns[:0], [8, 9, 10, 11]) == [True, False, True, True]
+    assert exact(columns[4:8], [4, 5, 6, 7]) == [True] * 4  # their own samples
+    assert exact(columns[4:8], [8, 9, 10, 11]) == [True] * 4
+
+
+def test_sure_directions_leave_out_mixtures_and_copies() -> None:
+    """A mixture of two columns vanishes only where both do: its zero set lies inside a column's larger one
+    (dominated, `Tolerances.column_inside`), even when its kernel passed as clean; a second copy of a column adds no
+    independent direction."""
+    from leakbench.attacks.spear.candidates import zero_tolerance
+    from leakbench.attacks.spear.last_column import sure_directions
+
+    problem, X = _problem(b=12, width=96)
+    C = X @ problem.R.T
+    tol = zero_tolerance(problem, 1e-5, 10.0)
+    Q = torch.linalg.inv(C)
+    columns = (Q / Q.norm(dim=0)).T
+    mix = torch.nn.functional.normalize(columns[4] + columns[9], dim=0)  # independent of the four columns
+    q = torch.cat([columns[4:8], mix[None], columns[6:7]])
+    kept = sure_directions(problem, q, torch.ones(q.shape[0], dtype=torch.bool), tol)
+    assert sorted(kept.tolist()) == [0, 1, 2, 3]
+    assert sure_directions(problem, q, torch.tensor([True, False, True, True, True, True]), tol).numel() == 3

@@ -68,6 +68,19 @@ def refine(Ln: torch.Tensor, masks: torch.Tensor, tol: torch.Tensor, unique_gap:
     return q, exact, unique
 
 
+def one_per_direction(y: torch.Tensor, cos_tol: float, limit: int) -> torch.Tensor:
+    """Indices (ascending, at most `limit`) of the first row of each group of rows of y within cos_tol (1 − |cos|)
+    of it (`Tolerances.one_per_direction_from_b`)."""
+    u = y / y.norm(dim=1, keepdim=True)
+    left = torch.ones(u.shape[0], dtype=torch.bool, device=u.device)
+    keep: list[int] = []
+    while bool(left.any()) and len(keep) < limit:
+        i = int(torch.nonzero(left)[0])
+        keep.append(i)
+        left &= (u @ u[i]).abs() < 1 - cos_tol
+    return torch.as_tensor(keep, dtype=torch.long, device=u.device)
+
+
 def canonical(q: torch.Tensor) -> torch.Tensor:
     """Unit directions with the sign fixed (largest-magnitude entry positive)."""
     q = q / q.norm(dim=1, keepdim=True)

@@ -63,10 +63,26 @@ class Tolerances:
             sample 62 % off, 3 rounds 1e-5 off, 5 rounds 9.3e-6 off at residual 2.5e-6 (stable). On CIFAR-10 trained 5
             epochs, b = 100 with 15 found, the true patterns of 29 of the 84 missing samples fit in the row space; with
             1 % or 3 % of the neurons nearest the boundary flipped none fit in one round and 29 in five.
+        row_space_spare: a row-space fit under fit.COND_FLOOR counts only with at least this many active rows beyond its
+            unknowns (last_column.fit_in_row_space): with none left over any pattern fits and its residual says nothing.
+            Measured (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 64, seed 0, the suite cell): a true pattern with 59
+            active rows for 59 unknowns fitted at residual 9.9e-8 (the found samples' median 2.6e-7) and conditioning
+            1.5e-3, 1.1e-3 off; deflating with it stalled the search at 47 of 64. Of 60 true patterns fitted in the row
+            space under the floor (CIFAR-10 b = 100, `benchmarks/spear_tail.py --dump`), the two with no row left over
+            were 7.9e-5 and 1.1e-3 off, those with 2 … 7 rows left over 3e-6 … 1.4e-5 off.
         column_cond: a found sample's column (last_column.known_columns) bounds the row space only when its zero
             rows fix it, σ_min/σ_max of their system above this (last_column.determined_columns). Measured: on a
             trained victim the undetermined ones sit at 1e-20 and the others at ≥ 6e-6, exact to 1e-10; at 7.7e-9
             a column was 1.7 % off (tests/test_spear_frontier.py).
+        column_kernel / column_inside: a remembered direction is a missing column for sure (last_column.sure_directions)
+            when its exact zero set has a clean kernel, σ_b ≤ column_kernel·σ_{b−1}, and no more than column_inside of
+            its zeros lie inside another remembered direction's larger zero set; every other sample's row-space fit is
+            then orthogonal to it. Measured (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 100, seed 0, 15 found, 53
+            remembered directions): the 20 true columns among them measure σ_b/σ_{b−1} ≤ 1e-4 and ≤ 93 % of their zeros
+            inside another's; 25 mixtures 1e-2 … 0.4 off a true column have 99.2–99.7 % inside it; 8 near-copies of one
+            column (2e-4 … 5e-2 off) measure σ_b/σ_{b−1} ≥ 1e-2. With the 20 as sure directions, their own samples fit
+            at residuals 7e-8 … 1.3e-6 (conditioning 2.3e-3 … 1.6e-2) and 47 of the 84 missing true patterns fit in the
+            row space, where 29 did without them.
     One pattern per direction (deflation.draw_patterns, one_per_direction):
         one_per_direction_from_b / direction_cos: for b ≥ one_per_direction_from_b, of a chunk's drawn directions
             within direction_cos (1 − |cos|) of one another only the sparsest is kept, before the chunk's 256
@@ -111,7 +127,10 @@ class Tolerances:
     row_space_from: float = 0.1
     row_space_from_b: int = 64
     row_space_rounds: int = 5
+    row_space_spare: int = 3
     column_cond: float = 1e-6
+    column_kernel: float = 1e-3
+    column_inside: float = 0.98
     one_per_direction_from_b: int = 64
     direction_cos: float = 1e-2
     weak_share: float = 0.05
