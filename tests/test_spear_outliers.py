@@ -142,3 +142,20 @@ def test_outliers_are_set_aside_and_complete_the_batch() -> None:
     assert solution is not None and solution.ok and one_short.from_outliers == 2 and one_short.last_column_used
     assert float(torch.cdist(solution.X, X).amin(dim=0).max()) < 1e-6 * float(X.norm(dim=1).min())
     assert try_outliers(problem, offered(C[9:10]), tol, 1e-4) is None  # two short
+
+
+def test_an_ill_conditioned_fit_is_an_outlier_by_its_residual_over_its_conditioning() -> None:
+    """The measured case (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 100): a row-space fit at 17× the found samples'
+    median residual and conditioning 6.4e-3 was 5.5e-4 off. Its error grows as 1 / conditioning, so under
+    fit.COND_FLOOR its residual counts scaled by COND_FLOOR / conditioning: set aside; at conditioning 2e-2 kept."""
+    problem, X = layer_problem(b=12, width=96)
+    C = X @ problem.R.T
+
+    def kept(cond: float) -> SampleState:
+        state = SampleState(samples=C[:9].clone(), residuals=torch.full((9,), 2.5e-7, dtype=C.dtype))
+        keep_samples(state, C[9:10], torch.full((1,), 17 * 2.5e-7, dtype=C.dtype), torch.ones(1, dtype=torch.bool),
+                     torch.full((1,), cond, dtype=C.dtype))
+        return state
+
+    assert kept(2e-2).found == 10 and kept(2e-2).outliers.shape[0] == 0
+    assert kept(6.4e-3).found == 9 and kept(6.4e-3).outliers.shape[0] == 1

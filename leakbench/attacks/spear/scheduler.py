@@ -136,8 +136,6 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
                     solution = try_directions(problem, state, tol, residual_tol)
                 if solution is not None:
                     return state, solution
-                if state.unverifiable:
-                    return state, None
     return state, solution
 
 
