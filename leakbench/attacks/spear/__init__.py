@@ -42,6 +42,8 @@ Leakbench addition → function:
                                                             (deflation.try_directions)
     fits in the missing row space (past b/10 found)         last_column.missing_row_space, fit_in_row_space
                                                             (deflation.fits_in_row_space, row_space)
+    missing columns known for sure shrink it (b ≥ 64)       last_column.sure_directions, clean_kernels
+                                                            (deflation.sure_remembered)
     rank-deficient draws split in their kernel (b ≥ 64)     sampling.kernel_directions, split_kernels
                                                             (deflation.draw_patterns)
     outlying fits set aside, the batch completed from them  deflation.outlying_fits, set_aside, try_outliers

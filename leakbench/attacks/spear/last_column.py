@@ -206,12 +206,15 @@ def sure_directions(problem: LayerProblem, q: torch.Tensor, clean: torch.Tensor,
     return kept[select_independent(q[kept], count[kept], q.shape[0], rtol=1e-3)]
 
 
-def clean_kernels(problem: LayerProblem, q: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
+def clean_kernels(problem: LayerProblem, q: torch.Tensor, tol: torch.Tensor, block: int = 64) -> torch.Tensor:
     """Whether each unit direction q (j, b) has a clean one-dimensional kernel on its exact zero set in L: σ_{b−1} >
     unique_gap·σ_1 (candidates.unique_kernel) and σ_b ≤ Tolerances.column_kernel·σ_{b−1} (measured in
     `sure_directions`)."""
-    _, S = kernel_on(problem.Ln, zero_masks(problem.Ln, q, tol))
-    clean: torch.Tensor = unique_kernel(S, TOLERANCES.unique_gap) & (S[:, -1] <= TOLERANCES.column_kernel * S[:, -2])
+    clean = torch.zeros(q.shape[0], dtype=torch.bool, device=q.device)
+    for start in range(0, q.shape[0], block):  # (block, m, b) at a time
+        _, S = kernel_on(problem.Ln, zero_masks(problem.Ln, q[start:start + block], tol))
+        clean[start:start + block] = unique_kernel(S, TOLERANCES.unique_gap) & (S[:, -1] <= TOLERANCES.column_kernel
+                                                                                 * S[:, -2])
     return clean
 
 
@@ -285,11 +288,15 @@ def samples_from_directions(problem: LayerProblem, space: RowSpace, q: torch.Ten
     mine = own.any(dim=1)
     c, residual, cond = q.new_zeros(q.shape), q.new_full((q.shape[0],), float("inf")), q.new_zeros(q.shape[0])
     stable = torch.zeros(q.shape[0], dtype=torch.bool, device=q.device)
-    for part in (~mine, mine):
+    for part, B in ((~mine, space.basis), (mine, own_bases(space, own[mine]))):
         if bool(part.any()):
-            B = space.basis if part is not mine else torch.cat(
-                [space.basis.expand(int(mine.sum()), *space.basis.shape),
-                 space.dual[own[mine].to(torch.long).argmax(dim=1)].unsqueeze(-1)], dim=-1)
             fit = fit_in_row_space(problem, active[part], B, cond_floor, TOLERANCES.row_space_rounds)
             c[part], residual[part], stable[part], cond[part] = fit.c, fit.residual, fit.consistent, fit.cond
     return SampleFit(c=c, residual=residual, consistent=stable, cond=cond)
+
+
+def own_bases(space: RowSpace, own: torch.Tensor) -> torch.Tensor:
+    """Per direction that is a sure one (`own`: (j, s), one True per row), the row space with that direction's dual
+    vector added (j, b, k + 1)."""
+    dual = space.dual[own.to(torch.long).argmax(dim=1)] if own.shape[0] else space.dual[:0]
+    return torch.cat([space.basis.expand(own.shape[0], *space.basis.shape), dual.unsqueeze(-1)], dim=-1)
