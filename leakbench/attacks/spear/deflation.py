@@ -15,7 +15,7 @@ proposals are made when is the scheduler's (scheduler.py); the proposals themsel
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -272,8 +272,7 @@ def fits_in_row_space(problem: LayerProblem, N: torch.Tensor, q: torch.Tensor, t
     fit = samples_from_directions(problem, row_space(problem, state, N, tol, sure=wide), q, tol,
                                   cond_floor=NOISE_COND_FLOOR if wide else COND_FLOOR)
     state.fits += int(q.shape[0])
-    fit = SampleFit(c=fit.c, residual=fit.residual, consistent=fit.consistent & (fit.residual <= max(residual_tol,
-                    problem.slack)), cond=fit.cond)
+    fit = replace(fit, consistent=fit.consistent & (fit.residual <= max(residual_tol, problem.slack)))
     return keep_samples(state, fit.c, fit.residual, fit.consistent, fit.cond, noise_level_fits(problem, fit))
 
 

@@ -225,7 +225,7 @@ def complement(columns: torch.Tensor) -> torch.Tensor:
     return B
 
 
-def fit_in_row_space(problem: LayerProblem, active: torch.Tensor, B: torch.Tensor, cond_floor: float = 1e-2,
+def fit_in_row_space(problem: LayerProblem, active: torch.Tensor, B: torch.Tensor, cond_floor: float = COND_FLOOR,
                      rounds: int = 1) -> SampleFit:
     """Next-layer fits of samples c = B w with ReLU patterns `active` (j, m, 1 = active), B (b × k) for all or
     (j, b, k) one per fit: c (j, b), the relative residual (inf where σ_min < cond_floor·σ_max, or where σ_min <
