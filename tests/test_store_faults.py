@@ -158,8 +158,9 @@ def test_run_refuses_foreign_files_in_a_cell_folder(tmp_path: Path, reference: P
 
 @pytest.mark.slow
 def test_only_leakbench_temporary_folders_are_removed(tmp_path: Path, reference: Path) -> None:
-    """A marked temporary folder is removed; a user's folder named like one (with or without files, also
-    through a linked cells/) is not."""
+    """A marked temporary folder is removed, and so is an empty one named exactly as `temp_folder` names it
+    (a command killed before it wrote the marker); a user's folder named like one (with or without files,
+    also through a linked cells/) is not."""
     run_dir = _copy_run(reference, tmp_path)
     cells = run_dir / "cells"
     elsewhere = Path(shutil.move(cells, tmp_path / "elsewhere"))
@@ -168,16 +169,19 @@ def test_only_leakbench_temporary_folders_are_removed(tmp_path: Path, reference:
     mine, empty = cells / ".backup", cells / f".{name}.tmp-mine"
     named_like = cells / f".{name}.tmp-x"
     partial, moved = cells / f".{name}.tmp-ab12_x", cells / f".{name}.old-123"
-    for folder in (mine, empty, named_like, partial, moved):
+    unmarked, unmarked_full = cells / f".{name}.tmp-ab12_x9z", cells / f".{name}.tmp-cd34_y0w"
+    for folder in (mine, empty, named_like, partial, moved, unmarked, unmarked_full):
         folder.mkdir()
     (mine / "keep.txt").write_text("mine\n")
     (named_like / "records.parquet").write_text("mine\n")
+    (unmarked_full / "notes.txt").write_text("mine\n")
     for folder in (partial, moved):
         (folder / "records.parquet").write_bytes(b"half")
         (folder / folders.TEMP_MARKER).write_text("")
     assert run_sweep(str(tmp_path / "suite.toml"), out=tmp_path / "res").ran == 0
     assert (mine / "keep.txt").read_text() == "mine\n" and (named_like / "records.parquet").read_text() == "mine\n"
-    assert empty.is_dir() and not partial.exists() and not moved.exists()
+    assert empty.is_dir() and not partial.exists() and not moved.exists() and not unmarked.exists()
+    assert (unmarked_full / "notes.txt").read_text() == "mine\n"
 
 
 @pytest.mark.slow

@@ -8,8 +8,9 @@ never deletes a file it did not write.
 A folder is written in a temporary folder beside it (`temp_folder`) and renamed into place
 (`replace_folder`). Temporary and moved-aside folders carry a marker file (`TEMP_MARKER`) from the
 moment they are made until the rename; an interrupted command can leave them behind, and a later one
-removes them (`remove_leftovers`) — only folders holding the marker, never a user's folder that is
-merely named like one, and never through a link.
+removes them (`remove_leftovers`) — only folders holding the marker, or empty ones named exactly as
+`temp_folder` names them (a command killed between making the folder and marking it leaves that);
+never a user's folder that holds anything, and never through a link.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ TEMP_MARKER = ".leakbench-temporary"
 """The file that marks a temporary or moved-aside folder as leakbench's (left out of seals and report markers)."""
 LEFTOVER = re.compile(r"\.(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\.(tmp-[A-Za-z0-9_]+|old-[0-9]+)")
 """The names of temporary (`.NAME.tmp-XXXX`) and moved-aside (`.NAME.old-PID`) folders."""
+UNMARKED = re.compile(r"\.[A-Za-z0-9][A-Za-z0-9._-]*\.tmp-[a-z0-9_]{8}")
+"""The exact names `tempfile.mkdtemp` gives `temp_folder`'s folders, before the marker is written."""
 
 
 def temp_folder(out: Path) -> Path:
@@ -111,10 +114,12 @@ def _mark(folder: Path) -> None:
 
 def is_leftover(path: Path, name: str | None = None) -> bool:
     """Whether `path` is a temporary or moved-aside folder leakbench made (of folder `name`, when given):
-    named like one, a folder and not a link, holding leakbench's marker."""
+    named like one, a folder and not a link, holding leakbench's marker — or empty and named exactly as
+    `temp_folder` names it, as a command killed before the marker is written leaves it."""
     match = LEFTOVER.fullmatch(path.name)
-    return (match is not None and (name is None or match["name"] == name) and path.is_dir()
-            and not path.is_symlink() and is_plain_file(path / TEMP_MARKER))
+    if match is None or (name is not None and match["name"] != name) or not path.is_dir() or path.is_symlink():
+        return False
+    return is_plain_file(path / TEMP_MARKER) or (UNMARKED.fullmatch(path.name) is not None and not any(path.iterdir()))
 
 
 def remove_leftovers(folder: Path, name: str | None = None) -> int:
