@@ -366,3 +366,23 @@ def test_sure_directions_leave_out_mixtures_and_copies() -> None:
     kept = sure_directions(problem, q, torch.ones(q.shape[0], dtype=torch.bool), tol)
     assert sorted(kept.tolist()) == [0, 1, 2, 3]
     assert sure_directions(problem, q, torch.tensor([True, False, True, True, True, True]), tol).numel() == 3
+
+
+def test_a_kernel_on_only_b_minus_one_rows_is_not_clean() -> None:
+    """Any b − 1 rows have a one-dimensional kernel, so its σ_b tests nothing: a direction that vanishes on only
+    those rows is not a column known for sure, however clean its σ's (a near-copy of a column read on 98 of b = 99
+    rows bent the row space of the trained CIFAR-10 search); a true column, zero on many more rows, is."""
+    from leakbench.attacks.spear.candidates import zero_masks, zero_tolerance
+    from leakbench.attacks.spear.last_column import clean_kernels
+
+    problem, X = _problem(b=12, width=96)
+    C = X @ problem.R.T
+    tol = zero_tolerance(problem, 1e-5, 10.0)
+    Q = torch.linalg.inv(C)
+    column = Q[:, 4] / Q[:, 4].norm()
+    rows = torch.randperm(problem.m, generator=torch.Generator().manual_seed(4))[:11]  # 11 rows no column shares
+    copy = torch.linalg.svd(problem.Ln[rows])[2][-1]  # the kernel of 11 rows: vanishes there only
+    q = torch.stack([column, copy])
+    assert zero_masks(problem.Ln, q, tol).sum(dim=1).tolist()[1] == 11
+    assert zero_masks(problem.Ln, q, tol).sum(dim=1).tolist()[0] > 14
+    assert clean_kernels(problem, q, tol).tolist() == [True, False]

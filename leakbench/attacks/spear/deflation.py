@@ -49,6 +49,7 @@ from leakbench.attacks.spear.last_column import (
     clean_kernels,
     complete_last_sample,
     complete_samples,
+    fit_in_row_space,
     missing_row_space,
     samples_from_directions,
     sure_directions,
@@ -271,7 +272,24 @@ def fits_in_row_space(problem: LayerProblem, N: torch.Tensor, q: torch.Tensor, t
     wide = problem.b >= TOLERANCES.row_space_from_b  # below: the found columns alone, and the usual floor
     fit = samples_from_directions(problem, row_space(problem, state, N, tol, sure=wide), q, tol,
                                   cond_floor=NOISE_COND_FLOOR if wide else COND_FLOOR)
-    state.fits += int(q.shape[0])
+    return keep_row_space_fits(problem, state, fit, residual_tol)
+
+
+def patterns_in_row_space(problem: LayerProblem, N: torch.Tensor, active: torch.Tensor, tol: torch.Tensor,
+                          state: SampleState, residual_tol: float) -> torch.Tensor:
+    """Fit ReLU patterns `active` (j, m; 1 = active) in the missing samples' row space (`row_space`), each refitted
+    with its own pattern (`Tolerances.row_space_rounds`), and keep the sound ones (`keep_row_space_fits`: judged as
+    `fits_in_row_space` judges a direction's pattern); whether each was sound."""
+    fit = fit_in_row_space(problem, active, row_space(problem, state, N, tol).basis, NOISE_COND_FLOOR,
+                           TOLERANCES.row_space_rounds)
+    return keep_row_space_fits(problem, state, fit, residual_tol)
+
+
+def keep_row_space_fits(problem: LayerProblem, state: SampleState, fit: SampleFit, residual_tol: float
+                        ) -> torch.Tensor:
+    """`keep_samples` for row-space fits: sound when consistent, with residual ≤ max(residual_tol, slack), and judged
+    with their conditioning (down to fit.NOISE_COND_FLOOR: `noise_level_fits`); each counts as a fit."""
+    state.fits += int(fit.c.shape[0])
     fit = replace(fit, consistent=fit.consistent & (fit.residual <= max(residual_tol, problem.slack)))
     return keep_samples(state, fit.c, fit.residual, fit.consistent, fit.cond, noise_level_fits(problem, fit))
 

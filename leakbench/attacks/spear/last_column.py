@@ -207,14 +207,21 @@ def sure_directions(problem: LayerProblem, q: torch.Tensor, clean: torch.Tensor,
 
 
 def clean_kernels(problem: LayerProblem, q: torch.Tensor, tol: torch.Tensor, block: int = 64) -> torch.Tensor:
-    """Whether each unit direction q (j, b) has a clean one-dimensional kernel on its exact zero set in L: σ_{b−1} >
-    unique_gap·σ_1 (candidates.unique_kernel) and σ_b ≤ Tolerances.column_kernel·σ_{b−1} (measured in
-    `sure_directions`)."""
+    """Whether each unit direction q (j, b) has a clean one-dimensional kernel on its exact zero set in L: at least
+    b − 1 + Tolerances.min_extra_zeros zero rows, σ_{b−1} > unique_gap·σ_1 (candidates.unique_kernel) and
+    σ_b ≤ Tolerances.column_kernel·σ_{b−1} (measured in `sure_directions`).
+
+    The row count comes first: on b − 1 rows every direction has a kernel, and its σ_b is no test at all. Measured
+    (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 100, seed 0, the search at 45 found): 14 near-copies of one column,
+    2.5e-4 … 7.3e-3 off, had 98 or 99 zero rows (the column has 262) and passed the σ tests; two of them taken as sure
+    bent the row space so far that 2 of the 54 missing true patterns fitted to 1e-4, against 49 without them."""
     clean = torch.zeros(q.shape[0], dtype=torch.bool, device=q.device)
     for start in range(0, q.shape[0], block):  # (block, m, b) at a time
-        _, S = kernel_on(problem.Ln, zero_masks(problem.Ln, q[start:start + block], tol))
-        clean[start:start + block] = unique_kernel(S, TOLERANCES.unique_gap) & (S[:, -1] <= TOLERANCES.column_kernel
-                                                                                 * S[:, -2])
+        zero = zero_masks(problem.Ln, q[start:start + block], tol)
+        _, S = kernel_on(problem.Ln, zero)
+        enough = zero.sum(dim=1) >= problem.b - 1 + TOLERANCES.min_extra_zeros
+        clean[start:start + block] = enough & unique_kernel(S, TOLERANCES.unique_gap) & (
+            S[:, -1] <= TOLERANCES.column_kernel * S[:, -2])
     return clean
 
 

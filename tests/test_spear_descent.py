@@ -1,0 +1,54 @@
+"""Row-space descent (attacks/spear/descent.py): L-BFGS on the next-layer misfit ends on missing samples, their
+patterns are kept through the row-space fit, and the source keeps out of small batches."""
+
+from __future__ import annotations
+
+import torch
+from spear_helpers import layer_problem  # tests/ is on the path
+
+from leakbench.attacks.spear.candidates import zero_tolerance
+from leakbench.attacks.spear.deflation import SampleState, null_basis, patterns_in_row_space
+from leakbench.attacks.spear.descent import RowSpaceDescent, descend, random_starts
+from leakbench.attacks.spear.last_column import missing_row_space
+from leakbench.attacks.spear.scheduler import Search
+
+
+def test_descent_ends_on_missing_samples() -> None:
+    """4 of 12 samples known: from 16 random starts in the missing samples' row space the descent ends exactly on
+    missing samples (to 1e-6), several distinct ones, and never on a known one."""
+    problem, X = layer_problem(12, 48, 0)
+    C = X @ problem.R.T
+    B = missing_row_space(problem, C[:4], null_basis(C[:4], 12)).basis
+    c = descend(problem, B, random_starts(problem, C[:4], B, 16, torch.Generator().manual_seed(0)), 300)
+    off = (torch.cdist(c, C) / C.norm(dim=1)[None]).min(dim=1)
+    hit = off.values < 1e-6
+    assert int(hit.sum()) >= 8
+    assert len(set(off.indices[hit].tolist())) >= 4 and min(off.indices[hit].tolist()) >= 4
+
+
+def test_patterns_in_row_space_keep_true_samples_only() -> None:
+    """The patterns the descent ends on go through the row-space fit's acceptance: the missing samples' true patterns
+    are kept (to 1e-5: the layer's gradient carries noise), random patterns are not."""
+    problem, X = layer_problem(12, 48, 0)
+    C = X @ problem.R.T
+    state = SampleState(samples=C[:4].clone(), residuals=torch.full((4,), 1e-9, dtype=C.dtype))
+    tol = zero_tolerance(problem, 1e-5, 10.0)
+    true = (C[4:] @ problem.A.T + problem.bias > 0).to(C.dtype)
+    noise = (torch.rand(8, problem.m, generator=torch.Generator().manual_seed(0)) < 0.5).to(C.dtype)
+    kept = patterns_in_row_space(problem, null_basis(C[:4], 12), torch.cat([true, noise]), tol, state, 1e-4)
+    assert kept[8:].sum() == 0 and int(kept[:8].sum()) >= 6
+    off = (torch.cdist(state.samples[4:], C[4:]) / C[4:].norm(dim=1)[None]).min(dim=1).values
+    assert state.found == 4 + int(kept.sum()) and bool((off < 1e-5).all())
+
+
+def test_the_descent_passes_below_its_batch_size_and_before_a_tenth_is_found() -> None:
+    """Below b = Tolerances.row_space_from_b, or with under Tolerances.row_space_from of the batch found, the source
+    passes its turn without touching the state."""
+    source = RowSpaceDescent()
+    for b, found in ((12, 6), (64, 3)):
+        problem, X = layer_problem(b, 4 * b, 0)
+        C = X @ problem.R.T
+        state = SampleState(samples=C[:found].clone())
+        search = Search(problem, zero_tolerance(problem, 1e-5, 10.0), None, torch.Generator(), 1e-4,  # type: ignore[arg-type]
+                        state)
+        assert not source.turn(search, 1) and state.draws == 0 and state.found == found
