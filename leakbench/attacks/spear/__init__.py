@@ -54,6 +54,8 @@ Leakbench addition → function:
     fit cache (each pattern fitted once)                    fit.FitCache
     residual guides (FastICA on the deflated factor)        residual.ResidualGuides
     guide-pattern fits (fit each guide's whole pattern)     guided.fit_guide_patterns, guided.PatternFits
+    row-space descent (L-BFGS on the next-layer misfit)     descent.descend, descent.RowSpaceDescent
+                                                            (deflation.patterns_in_row_space)
     dictionary-learning proposals (spear-dl)                dl.propose, dl.DLTrims
     budget and progress bar (both searches)                 state.out_of_budget, state.search_bar
     theory: expected draws, failure bound                   theory.expected_draws, theory.failure_bound

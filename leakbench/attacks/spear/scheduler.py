@@ -9,10 +9,11 @@ draws), always takes the turn, so the search never idles (the attack builds ever
 `default_sources` at its end). Source lists (each attack's `_sources`):
 
     spear          [TwoSided?, ZeroDraws]                              here (SPEAR's own sources)
-    spear-guided   [PatternFits?, GuidePool, TwoSided?, ZeroDraws]     guided.py
+    spear-guided   [PatternFits?, GuidePool, RowSpaceDescent, TwoSided?, ZeroDraws]   guided.py, descent.py
     spear-dl       [DLTrims, TwoSided?, ZeroDraws]                     dl.py
 
-(TwoSided where the batch span exists, active.py; PatternFits for b ≥ its threshold, guided.py.)
+(TwoSided where the batch span exists, active.py; PatternFits for b ≥ its threshold, guided.py; RowSpaceDescent
+passes below b = 64 and until a tenth of the batch is found.)
 Between turns the loop tries to finish the batch: the closed-form completion once b−1 samples are known
 (deflation.complete_batch) and the remembered directions (deflation.try_directions). The budget is the
 search's (draws and seconds, state.out_of_budget); a source with a budget of its own (guide pools that
