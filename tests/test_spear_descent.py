@@ -41,14 +41,40 @@ def test_patterns_in_row_space_keep_true_samples_only() -> None:
     assert state.found == 4 + int(kept.sum()) and bool((off < 1e-5).all())
 
 
-def test_the_descent_passes_below_its_batch_size_and_before_a_tenth_is_found() -> None:
-    """Below b = Tolerances.row_space_from_b, or with under Tolerances.row_space_from of the batch found, the source
-    passes its turn without touching the state."""
+def test_the_descent_passes_below_its_batch_size_and_before_a_sample_is_found() -> None:
+    """Below b = Tolerances.row_space_from_b, or before a sample is found (its starts take the found samples' scale),
+    the source passes its turn without touching the state."""
     source = RowSpaceDescent()
-    for b, found in ((12, 6), (64, 3)):
+    for b, found in ((12, 6), (64, 0)):
         problem, X = layer_problem(b, 4 * b, 0)
         C = X @ problem.R.T
         state = SampleState(samples=C[:found].clone())
         search = Search(problem, zero_tolerance(problem, 1e-5, 10.0), None, torch.Generator(), 1e-4,  # type: ignore[arg-type]
                         state)
         assert not source.turn(search, 1) and state.draws == 0 and state.found == found
+
+
+def _gradient(strengths: list[float], n: int, seed: int) -> torch.Tensor:
+    """A (len(strengths) + 4) × n matrix with those singular values and rounding-level (1e-9) others."""
+    gen = torch.Generator().manual_seed(seed)
+    k = len(strengths) + 4
+    U = torch.linalg.qr(torch.randn(k, k, generator=gen, dtype=torch.float64))[0]
+    V = torch.linalg.qr(torch.randn(n, k, generator=gen, dtype=torch.float64))[0]
+    return U @ torch.diag(torch.tensor(strengths + [1e-9] * 4, dtype=torch.float64)) @ V.T
+
+
+def test_samples_the_next_layer_does_not_show_count_as_noise_only_when_weak() -> None:
+    """8 samples, the next layer shows 6 (its σ_7, σ_8 under 1e-6·σ_1): the batch is the 6 when samples 7 and 8 are
+    weak in this layer too (σ ≤ WEAK_SAMPLE·σ_1); all 8 when they are strong here, when the next layer is narrower
+    than the batch, or under added noise."""
+    from leakbench.attacks.spear.factors import next_visible_rank
+
+    rows = torch.arange(12)
+    G_next = _gradient([1.0] * 6 + [1e-8] * 2, 12, 1)
+    weak = torch.linalg.svdvals(_gradient([1.0] * 6 + [3e-6] * 2, 20, 0))
+    strong = torch.linalg.svdvals(_gradient([1.0] * 6 + [0.5] * 2, 20, 0))
+    assert next_visible_rank(weak, G_next, rows, 8, 1e-9, 1e-6) == 6
+    assert next_visible_rank(strong, G_next, rows, 8, 1e-9, 1e-6) == 8
+    assert next_visible_rank(weak, G_next[:5], rows, 8, 1e-9, 1e-6) == 8  # 5 next-layer neurons: narrower
+    assert next_visible_rank(weak, G_next, rows, 8, 1e-3, 1e-6) == 8  # added noise
+    assert next_visible_rank(weak, None, rows, 8, 1e-9, 1e-6) == 8

@@ -86,7 +86,7 @@ class Tolerances:
         The clean kernel needs at least b − 1 + min_extra_zeros zero rows (last_column.clean_kernels): on b − 1 rows
             every direction has a kernel; at 45 found on that CIFAR-10 cell, 14 near-copies of one column with 98–99
             zero rows passed the σ test, and the two taken as sure left 2 of the 54 missing true patterns fitting.
-    Row-space descent (descent.py, a source of spear-guided's from row_space_from_b and row_space_from found):
+    Row-space descent (descent.py, a source of spear-guided's from row_space_from_b, once a sample is found):
         descent_starts / descent_iterations: random starts a turn, and L-BFGS iterations per start. Measured (CIFAR-10
             FC-6 width 400 trained 5 epochs, b = 100, seed 0, the suite cell stopped at 45 found): 16 starts a turn
             took it to 89 found in 11 turns (35 s), all true; one start costs 0.1–0.5 s there.
