@@ -42,7 +42,7 @@ def test_patterns_in_row_space_keep_true_samples_only() -> None:
 
 
 def test_the_descent_passes_below_its_batch_size_and_before_a_sample_is_found() -> None:
-    """Below b = Tolerances.row_space_from_b, or before a sample is found (its starts take the found samples' scale),
+    """Below b = Tolerances.descent_from_b, or before a sample is found (its starts take the found samples' scale),
     the source passes its turn without touching the state."""
     source = RowSpaceDescent()
     for b, found in ((12, 6), (64, 0)):

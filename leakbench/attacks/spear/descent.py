@@ -6,8 +6,8 @@ A missing sample's row c lies in the missing samples' row space (`deflation.row_
 this source solves it for c itself — L-BFGS on the relative misfit ‖P_next a‖² / ‖a‖² from random starts in the row
 space — and hands the pattern each start ends on to the row-space fit and its acceptance
 (`deflation.patterns_in_row_space`), as any other proposal. A leakbench addition (issue 26), for trained victims:
-it takes turns only from b = `Tolerances.row_space_from_b`, once a sample is found (the starts' scale is the found
-samples').
+it takes turns only from b = `Tolerances.descent_from_b` visible samples, once a sample is found (the starts' scale
+is the found samples').
 
 Measured (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 100, seed 0, the suite cell stopped at 45 found; `benchmarks/
 spear_tail.py --dump`, then this descent by hand): the guide's patterns agree with the missing samples' on 72 % of
@@ -101,7 +101,7 @@ class RowSpaceDescent:
     def turn(self, search: Search, asked: int) -> bool:
         problem, state, t = search.problem, search.state, TOLERANCES
         stalled = self.misses > 0
-        if problem.b < t.row_space_from_b or state.found == 0 or search.missing < 2 or shares_turn(asked, stalled):
+        if problem.b < t.descent_from_b or state.found == 0 or search.missing < 2 or shares_turn(asked, stalled):
             return False
         begin, before = time.perf_counter(), state.found
         N = null_basis(state.samples, problem.b)

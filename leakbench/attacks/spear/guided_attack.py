@@ -53,7 +53,7 @@ class GuidedSpearAttack(SpearAttack):
     def _sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
                  settings: SearchSettings) -> tuple[list[ProposalSource], dict[str, Any]]:
         """Guide-pattern fits, then the guide pools (the first guide, then residual guides), then row-space descent
-        (descent.py: from b = 64, once a sample is found)."""
+        (descent.py: from 48 visible samples, once a sample is found)."""
         cfg = self.config
         start = time.perf_counter()
         features, reason = self.guide_features(update, seed)

@@ -13,7 +13,7 @@ draws), always takes the turn, so the search never idles (the attack builds ever
     spear-dl       [DLTrims, TwoSided?, ZeroDraws]                     dl.py
 
 (TwoSided where the batch span exists, active.py; PatternFits for b ≥ its threshold, guided.py; RowSpaceDescent
-passes below b = 64 and until a sample is found.)
+passes below 48 visible samples and until a sample is found.)
 Between turns the loop tries to finish the batch: the closed-form completion once b−1 samples are known
 (deflation.complete_batch) and the remembered directions (deflation.try_directions). The budget is the
 search's (draws and seconds, state.out_of_budget); a source with a budget of its own (guide pools that

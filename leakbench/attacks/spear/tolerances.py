@@ -86,10 +86,12 @@ class Tolerances:
         The clean kernel needs at least b − 1 + min_extra_zeros zero rows (last_column.clean_kernels): on b − 1 rows
             every direction has a kernel; at 45 found on that CIFAR-10 cell, 14 near-copies of one column with 98–99
             zero rows passed the σ test, and the two taken as sure left 2 of the 54 missing true patterns fitting.
-    Row-space descent (descent.py, a source of spear-guided's from row_space_from_b, once a sample is found):
+    Row-space descent (descent.py, a source of spear-guided's, once a sample is found):
         descent_starts / descent_iterations: random starts a turn, and L-BFGS iterations per start. Measured (CIFAR-10
             FC-6 width 400 trained 5 epochs, b = 100, seed 0, the suite cell stopped at 45 found): 16 starts a turn
             took it to 89 found in 11 turns (35 s), all true; one start costs 0.1–0.5 s there.
+        descent_from_b: the fewest visible samples (factors.visible_rank, next_visible_rank) it takes turns for: the
+            trained CIFAR-10 20-epoch batch of 64 shows 58.
     One pattern per direction (deflation.draw_patterns, one_per_direction):
         one_per_direction_from_b / direction_cos: for b ≥ one_per_direction_from_b, of a chunk's drawn directions
             within direction_cos (1 − |cos|) of one another only the sparsest is kept, before the chunk's 256
@@ -147,6 +149,7 @@ class Tolerances:
     split_tries: int = 8
     descent_starts: int = 16
     descent_iterations: int = 300
+    descent_from_b: int = 48
     dl_start_keep: float = 0.9
     dl_min_remaining: int = 10
 
