@@ -8,7 +8,7 @@ from spear_helpers import layer_problem  # tests/ is on the path
 
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import SampleState, null_basis, patterns_in_row_space
-from leakbench.attacks.spear.descent import RowSpaceDescent, descend, random_starts
+from leakbench.attacks.spear.descent import RowSpaceDescent, affine_row_space, descend, random_starts
 from leakbench.attacks.spear.last_column import missing_row_space
 from leakbench.attacks.spear.scheduler import Search
 
@@ -18,8 +18,8 @@ def test_descent_ends_on_missing_samples() -> None:
     missing samples (to 1e-6), several distinct ones, and never on a known one."""
     problem, X = layer_problem(12, 48, 0)
     C = X @ problem.R.T
-    B = missing_row_space(problem, C[:4], null_basis(C[:4], 12)).basis
-    c = descend(problem, B, random_starts(problem, C[:4], B, 16, torch.Generator().manual_seed(0)), 300)
+    space = affine_row_space(problem, missing_row_space(problem, C[:4], null_basis(C[:4], 12)).basis)
+    c = descend(problem, space, random_starts(space, C[:4], 16, torch.Generator().manual_seed(0)), 300)
     off = (torch.cdist(c, C) / C.norm(dim=1)[None]).min(dim=1)
     hit = off.values < 1e-6
     assert int(hit.sum()) >= 8
@@ -67,14 +67,16 @@ def test_samples_the_next_layer_does_not_show_count_as_noise_only_when_weak() ->
     """8 samples, the next layer shows 6 (its σ_7, σ_8 under 1e-6·σ_1): the batch is the 6 when samples 7 and 8 are
     weak in this layer too (σ ≤ WEAK_SAMPLE·σ_1); all 8 when they are strong here, when the next layer is narrower
     than the batch, or under added noise."""
-    from leakbench.attacks.spear.factors import next_visible_rank
+    from leakbench.attacks.spear.factors import next_visible_rank, top_svd
 
-    rows = torch.arange(12)
+    def spectrum(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return top_svd(G, 8)[1:]
+
     G_next = _gradient([1.0] * 6 + [1e-8] * 2, 12, 1)
     weak = torch.linalg.svdvals(_gradient([1.0] * 6 + [3e-6] * 2, 20, 0))
     strong = torch.linalg.svdvals(_gradient([1.0] * 6 + [0.5] * 2, 20, 0))
-    assert next_visible_rank(weak, G_next, rows, 8, 1e-9, 1e-6) == 6
-    assert next_visible_rank(strong, G_next, rows, 8, 1e-9, 1e-6) == 8
-    assert next_visible_rank(weak, G_next[:5], rows, 8, 1e-9, 1e-6) == 8  # 5 next-layer neurons: narrower
-    assert next_visible_rank(weak, G_next, rows, 8, 1e-3, 1e-6) == 8  # added noise
-    assert next_visible_rank(weak, None, rows, 8, 1e-9, 1e-6) == 8
+    assert next_visible_rank(weak, spectrum(G_next), 8, 1e-9, 1e-6) == 6
+    assert next_visible_rank(strong, spectrum(G_next), 8, 1e-9, 1e-6) == 8
+    assert next_visible_rank(weak, spectrum(G_next[:5]), 8, 1e-9, 1e-6) == 8  # 5 next-layer neurons: narrower
+    assert next_visible_rank(weak, spectrum(G_next), 8, 1e-3, 1e-6) == 8  # added noise
+    assert next_visible_rank(weak, None, 8, 1e-9, 1e-6) == 8

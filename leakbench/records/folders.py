@@ -96,8 +96,9 @@ TEMP_MARKER = ".leakbench-temporary"
 """The file that marks a temporary or moved-aside folder as leakbench's (left out of seals and report markers)."""
 LEFTOVER = re.compile(r"\.(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\.(tmp-[A-Za-z0-9_]+|old-[0-9]+)")
 """The names of temporary (`.NAME.tmp-XXXX`) and moved-aside (`.NAME.old-PID`) folders."""
-UNMARKED = re.compile(r"\.[A-Za-z0-9][A-Za-z0-9._-]*\.tmp-[a-z0-9_]{8}")
-"""The exact names `tempfile.mkdtemp` gives `temp_folder`'s folders, before the marker is written."""
+UNMARKED = re.compile(r"tmp-[a-z0-9_]{8}")
+"""The exact suffix `tempfile.mkdtemp` gives `temp_folder`'s folders (`LEFTOVER`'s second group), before the marker
+is written."""
 
 
 def temp_folder(out: Path) -> Path:
@@ -119,7 +120,7 @@ def is_leftover(path: Path, name: str | None = None) -> bool:
     match = LEFTOVER.fullmatch(path.name)
     if match is None or (name is not None and match["name"] != name) or not path.is_dir() or path.is_symlink():
         return False
-    return is_plain_file(path / TEMP_MARKER) or (UNMARKED.fullmatch(path.name) is not None and not any(path.iterdir()))
+    return is_plain_file(path / TEMP_MARKER) or (UNMARKED.fullmatch(match[2]) is not None and not any(path.iterdir()))
 
 
 def remove_leftovers(folder: Path, name: str | None = None) -> int:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -41,18 +41,27 @@ def misfit(problem: LayerProblem, AB: torch.Tensor, offset: torch.Tensor, Z: tor
     return total
 
 
-def affine_row_space(problem: LayerProblem, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rows c = B w with c·u = 1, as w = offset + Z v: offset (k,) and an orthonormal Z (k × (k − 1))."""
+class AffineRowSpace(NamedTuple):
+    """The rows c = B w with c·u = 1 (u = fit.bias_direction), as w = offset + Z v: B (b × k), offset (k,) and an
+    orthonormal Z (k × (k − 1))."""
+
+    B: torch.Tensor
+    offset: torch.Tensor
+    Z: torch.Tensor
+
+
+def affine_row_space(problem: LayerProblem, B: torch.Tensor) -> AffineRowSpace:
+    """`AffineRowSpace` of the row space B (b × k)."""
     uB = bias_direction(problem) @ B
     Z = torch.linalg.svd(uB[None], full_matrices=True)[2][1:].T
-    return uB / (uB @ uB), Z
+    return AffineRowSpace(B, uB / (uB @ uB), Z)
 
 
-def descend(problem: LayerProblem, B: torch.Tensor, starts: torch.Tensor, iterations: int) -> torch.Tensor:
+def descend(problem: LayerProblem, space: AffineRowSpace, starts: torch.Tensor, iterations: int) -> torch.Tensor:
     """The rows c (j, b) where L-BFGS on `misfit` ends from each start v (j, k − 1), one start at a time (a shared
     line search stalls the batch: 3 of 200 random starts ended on a missing sample, against 184 one at a time)."""
+    B, offset, Z = space
     AB = problem.A @ B
-    offset, Z = affine_row_space(problem, B)
     ends = [offset + descend_once(lambda v: misfit(problem, AB, offset, Z, v), v0, iterations) @ Z.T for v0 in starts]
     return torch.stack(ends) @ B.T
 
@@ -74,11 +83,10 @@ def descend_once(objective: Callable[[torch.Tensor], torch.Tensor], v0: torch.Te
     return v.detach()[0]
 
 
-def random_starts(problem: LayerProblem, found: torch.Tensor, B: torch.Tensor, count: int,
-                  gen: torch.Generator) -> torch.Tensor:
+def random_starts(space: AffineRowSpace, found: torch.Tensor, count: int, gen: torch.Generator) -> torch.Tensor:
     """`count` random starts v (count, k − 1), as far from the row space's offset as the found samples' projections
     are (their median)."""
-    offset, Z = affine_row_space(problem, B)
+    B, offset, Z = space
     scale = ((found @ B - offset) @ Z).norm(dim=1).median()
     v = torch.randn(count, Z.shape[1], generator=gen, dtype=B.dtype, device=B.device)
     starts: torch.Tensor = v / v.norm(dim=1, keepdim=True).clamp_min(1e-300) * scale
@@ -109,7 +117,8 @@ class RowSpaceDescent:
         if B.shape[1] < 2:
             return False
         gen = torch.Generator(device=B.device).manual_seed(state.draws)
-        c = descend(problem, B, random_starts(problem, state.samples, B, t.descent_starts, gen), t.descent_iterations)
+        space = affine_row_space(problem, B)
+        c = descend(problem, space, random_starts(space, state.samples, t.descent_starts, gen), t.descent_iterations)
         active = (c @ problem.A.T + problem.bias > 0).to(c.dtype)
         patterns_in_row_space(problem, N, active, search.tol, state, search.residual_tol)
         state.patterns += t.descent_starts

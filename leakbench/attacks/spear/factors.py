@@ -64,13 +64,14 @@ def factorize(G: torch.Tensor, g: torch.Tensor, W: torch.Tensor, bias: torch.Ten
     U, S, Vh = top_svd(G[rows], b + 1)
     noise = float(S[b] / S[0]) if S.numel() > b else 0.0
     b = visible_rank(S, b)
-    seen = next_visible_rank(S, G_next, rows, b, noise, next_rank_tol)
+    spectrum = None if G_next is None else top_svd(G_next.to(torch.float64)[:, rows], b)[1:]
+    seen = next_visible_rank(S, spectrum, b, noise, next_rank_tol)
     if seen < b:  # the samples the next layer does not show count as the noise
         b, noise = seen, float(S[seen] / S[0])
     L = U[:, :b] * S[:b]
     R = Vh[:b]
     Ln = L / L.norm(dim=1, keepdim=True).clamp_min(torch.finfo(L.dtype).tiny)
-    V = next_layer_basis(G_next, rows, b, next_rank_tol)
+    V = next_layer_basis(spectrum, b, next_rank_tol)
     P = None if V is None else torch.eye(V.shape[0], dtype=V.dtype, device=V.device) - V @ V.T
     return LayerProblem(L=L, Ln=Ln, R=R, g=g[rows], A=W[rows] @ R.T, bias=bias[rows], rows=rows,
                         noise=noise, P_next=P, V_next=V)
@@ -103,13 +104,16 @@ def visible_rank(S: torch.Tensor, b: int) -> int:
     return r
 
 
-def next_visible_rank(S: torch.Tensor, G_next: torch.Tensor | None, rows: torch.Tensor, b: int, noise: float,
-                      rank_tol: float) -> int:
+NextSpectrum = tuple[torch.Tensor, torch.Tensor]
+"""The next layer's gradient (its live columns) as `top_svd` gives it for the batch: singular values S and Vh."""
+
+
+def next_visible_rank(S: torch.Tensor, spectrum: NextSpectrum | None, b: int, noise: float, rank_tol: float) -> int:
     """How many of the b visible samples (`visible_rank`; S this layer's singular values) the next layer's gradient
-    shows too: its singular values above rank_tol·σ_1 — when the ones it does not show are weak here as well
-    (σ_{r+1}/σ_1 ≤ WEAK_SAMPLE). b otherwise, and b when there is no next layer, when it has fewer than b singular
-    values (a narrower layer), or under added noise (`noise`, σ_{b+1}/σ_1 of the batch, above ROUNDING_NOISE, as in
-    `visible_rank`): there the column search runs as before.
+    (`spectrum`) shows too: its singular values above rank_tol·σ_1 — when the ones it does not show are weak here
+    as well (σ_{r+1}/σ_1 ≤ WEAK_SAMPLE). b otherwise, and b when there is no next layer, when it has fewer than b
+    singular values (a narrower layer), or under added noise (`noise`, σ_{b+1}/σ_1 of the batch, above
+    ROUNDING_NOISE, as in `visible_rank`): there the column search runs as before.
 
     Measured (CIFAR-10 FC-6 width 400 trained 20 epochs, b = 64, seed 0): the victim predicts its training images at
     1 − p down to 1.8e-14; this layer's σ_57/σ_1 = 4.4e-6 falls to 1.3e-7 at σ_61 (60 visible), the next layer's
@@ -117,9 +121,9 @@ def next_visible_rank(S: torch.Tensor, G_next: torch.Tensor | None, rows: torch.
     the next layer shows as the batch (the other 6 as noise, σ_59/σ_1 = 8.4e-7), guided SPEAR finds 3 and row-space
     descent (descent.py) takes it to 27 in 12 turns, all true (`benchmarks/spear_tail.py --dump`, then by hand).
     """
-    if G_next is None or noise > ROUNDING_NOISE:
+    if spectrum is None or noise > ROUNDING_NOISE:
         return b
-    _, S_next, _ = top_svd(G_next.to(torch.float64)[:, rows], b)
+    S_next = spectrum[0]
     if S_next.numel() < b:
         return b
     seen = max(1, int((S_next[:b] > rank_tol * S_next[0]).sum()))
@@ -131,12 +135,11 @@ WEAK_SAMPLE = 1e-5
 (`next_visible_rank`; the trained CIFAR-10 victim's measure 8.4e-7)."""
 
 
-def next_layer_basis(G_next: torch.Tensor | None, rows: torch.Tensor, b: int,
-                     rank_tol: float) -> torch.Tensor | None:
-    """The top-b right singular vectors V (m'×b) of G_next[:, rows]; None if its rank is < b."""
-    if G_next is None:
+def next_layer_basis(spectrum: NextSpectrum | None, b: int, rank_tol: float) -> torch.Tensor | None:
+    """The top-b right singular vectors V (m'×b) of the next layer's gradient (`spectrum`); None if its rank is < b."""
+    if spectrum is None:
         return None
-    _, S, Vh = top_svd(G_next.to(torch.float64)[:, rows], b)
+    S, Vh = spectrum
     if S.numel() < b or S[b - 1] <= rank_tol * S[0]:
         return None
     return Vh[:b].T
