@@ -15,6 +15,9 @@ ground truth (read here, never by the attack), for every true sample that is not
 * direction: whether the sample's column direction (null vector of the other b−1 true rows) is
   among the directions the search remembered (`try_directions` completes the batch from them).
 
+Before those, how far the batch's inputs lie from the factor's span: one 1e-4 off it or more cannot be found exactly
+(a weak sample that the factorisation's rank leaves partly outside).
+
 It also prints the found samples that are not true samples (near-copies, mixtures), if any; with ≥ 2 missing,
 the remembered directions against the missing columns and what completing or fitting from them gives
 (`directions_report`); (--trace-bans) every failed completion as it happens: true and false samples in the found
@@ -179,6 +182,16 @@ def true_rows(problem, model, batch) -> torch.Tensor:
     return C
 
 
+def span_report(problem, model, batch) -> None:
+    """How far each input of the batch lies from the factor's span (R's rows): a sample 1e-4 off it cannot be found
+    exactly by any route (measured: the trained CIFAR-10 victim's weak samples, 2e-4 … 0.7 off, were the missing ones)."""
+    with torch.no_grad():
+        X = model.layer_inputs(batch.images, 1).flatten(1).double()
+    off = ((X - X @ problem.R.T @ problem.R).norm(dim=1) / X.norm(dim=1)).sort().values
+    print(f"inputs off the factor's span (relative): {int((off < 1e-4).sum())} of {off.numel()} within 1e-4; "
+          f"the largest {min(16, off.numel())}: {[f'{float(o):.0e}' for o in off[-16:]]}")
+
+
 def fit_condition(problem, zero: torch.Tensor) -> float:
     """σ_min/σ_max of the next-layer fit's system for one pattern (fit.fit_once_normal's test)."""
     from leakbench.attacks.spear.fit import bias_direction, project_out_next
@@ -256,6 +269,22 @@ def column_pattern(problem, q: torch.Tensor, zero: torch.Tensor, tol: torch.Tens
               f"{float(ratio[false].min()):.1e}")
 
 
+def completion_report(problem, state, C_true: torch.Tensor, missing: torch.Tensor, chosen: torch.Tensor, name: str,
+                      tol: torch.Tensor, residual_tol: float) -> None:
+    """Completing the batch from the directions `chosen` (one per missing sample): whether it verifies and how far
+    each completed sample is from the nearest missing one."""
+    try:
+        completed = complete_samples(problem, state.samples, chosen.T)
+    except torch.linalg.LinAlgError:
+        print(f"  completion from the {name} directions: singular (the directions are not independent)")
+        return
+    k = chosen.shape[0]
+    _, solution = verify_batch(problem, completed, tol, residual_tol)
+    off = torch.cdist(completed[-k:], C_true[missing]).amin(dim=1) / C_true[missing].norm(dim=1).min()
+    print(f"  completion from the {name} directions: verifies {solution.ok} ({solution.violations} ReLU "
+          f"violations); completed samples off the nearest missing one {[f'{float(o):.1e}' for o in off]}")
+
+
 def directions_report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, residual_tol: float) -> None:
     """With ≥ 2 samples missing: the remembered directions inside the null space against the missing true columns,
     the ones `try_directions` would pick, and what completing the batch from them, from the nearest ones and from
@@ -277,11 +306,7 @@ def directions_report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, r
           f"{[f'{float(c):.7f}' for c in cos[picked].max(dim=1).values]}")
     for name, chosen in (("picked", inside[picked]), ("nearest", inside[cos.argmax(dim=0)]), ("true", columns)):
         if chosen.shape[0] == k:
-            completed = complete_samples(problem, state.samples, chosen.T)
-            _, solution = verify_batch(problem, completed, tol, residual_tol)
-            off = torch.cdist(completed[-k:], C_true[missing]).amin(dim=1) / C_true[missing].norm(dim=1).min()
-            print(f"  completion from the {name} directions: verifies {solution.ok} ({solution.violations} ReLU "
-                  f"violations); completed samples off the nearest missing one {[f'{float(o):.1e}' for o in off]}")
+            completion_report(problem, state, C_true, missing, chosen, name, tol, residual_tol)
         fit = samples_from_directions(problem, deflation.row_space(problem, state, N, tol), chosen, tol)
         off = torch.cdist(fit.c, C_true[missing]).amin(dim=1) / C_true[missing].norm(dim=1).min()
         print(f"  row-space fits of the {name} directions: residual {[f'{float(r):.1e}' for r in fit.residual]}, "
@@ -345,6 +370,7 @@ def main() -> None:
     if args.dump:
         torch.save({"problem": problem, "state": state, "C_true": C_true, "tol": tol, "guide": kept_guide.get("guide")},
                    args.dump)
+    span_report(problem, model, batch)
     report(problem, state, C_true, tol, TOLERANCES.residual_tol)
     directions_report(problem, state, C_true, tol, TOLERANCES.residual_tol)
 

@@ -64,19 +64,22 @@ def _gradient(strengths: list[float], n: int, seed: int) -> torch.Tensor:
 
 
 def test_samples_the_next_layer_does_not_show_count_as_noise_only_when_weak() -> None:
-    """8 samples, the next layer shows 6 (its σ_7, σ_8 under 1e-6·σ_1): the batch is the 6 when samples 7 and 8 are
-    weak in this layer too (σ ≤ WEAK_SAMPLE·σ_1); all 8 when they are strong here, when the next layer is narrower
-    than the batch, or under added noise."""
-    from leakbench.attacks.spear.factors import next_visible_rank, top_svd
+    """8 samples, the next layer shows 6 (its σ_7, σ_8 under 10× its rounding 1e-9): the batch is the 6 when samples 7
+    and 8 are weak in this layer too (σ ≤ WEAK_SAMPLE·σ_1); all 8 when they are strong here, when the next layer is
+    narrower than the batch, or under added noise. Next-layer samples at 3e-7·σ_1 — under 1e-6·σ_1 but 300× its
+    rounding — are shown (`next_floor`)."""
+    from leakbench.attacks.spear.factors import next_floor, next_visible_rank, top_svd
 
-    def spectrum(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return top_svd(G, 8)[1:]
+    def visible(S: torch.Tensor, G_next: torch.Tensor | None, noise: float = 1e-9) -> int:
+        spectrum = None if G_next is None else top_svd(G_next, 8)[1:]
+        return next_visible_rank(S, spectrum, 8, noise, None if spectrum is None else next_floor(spectrum[0], 8, 1e-6))
 
-    G_next = _gradient([1.0] * 6 + [1e-8] * 2, 12, 1)
+    G_next = _gradient([1.0] * 6 + [5e-9] * 2, 12, 1)
     weak = torch.linalg.svdvals(_gradient([1.0] * 6 + [3e-6] * 2, 20, 0))
     strong = torch.linalg.svdvals(_gradient([1.0] * 6 + [0.5] * 2, 20, 0))
-    assert next_visible_rank(weak, spectrum(G_next), 8, 1e-9, 1e-6) == 6
-    assert next_visible_rank(strong, spectrum(G_next), 8, 1e-9, 1e-6) == 8
-    assert next_visible_rank(weak, spectrum(G_next[:5]), 8, 1e-9, 1e-6) == 8  # 5 next-layer neurons: narrower
-    assert next_visible_rank(weak, spectrum(G_next), 8, 1e-3, 1e-6) == 8  # added noise
-    assert next_visible_rank(weak, None, 8, 1e-9, 1e-6) == 8
+    assert visible(weak, G_next) == 6
+    assert visible(weak, _gradient([1.0] * 6 + [3e-7] * 2, 12, 1)) == 8  # over the rounding, under 1e-6·σ_1
+    assert visible(strong, G_next) == 8
+    assert visible(weak, G_next[:5]) == 8  # 5 next-layer neurons: narrower
+    assert visible(weak, G_next, noise=1e-3) == 8  # added noise
+    assert visible(weak, None) == 8
