@@ -184,7 +184,8 @@ def true_rows(problem, model, batch) -> torch.Tensor:
 
 def span_report(problem, model, batch) -> None:
     """How far each input of the batch lies from the factor's span (R's rows): a sample 1e-4 off it cannot be found
-    exactly by any route (measured: the trained CIFAR-10 victim's weak samples, 2e-4 … 0.7 off, were the missing ones)."""
+    exactly by any route (measured: the trained CIFAR-10 victim's weak samples, 2e-4 … 0.7 off, were the missing
+    ones)."""
     with torch.no_grad():
         X = model.layer_inputs(batch.images, 1).flatten(1).double()
     off = ((X - X @ problem.R.T @ problem.R).norm(dim=1) / X.norm(dim=1)).sort().values

@@ -15,15 +15,16 @@ from leakbench.attacks.spear.scheduler import Search
 
 def test_descent_ends_on_missing_samples() -> None:
     """4 of 12 samples known: from 16 random starts in the missing samples' row space the descent ends exactly on
-    missing samples (to 1e-6), several distinct ones, and never on a known one."""
+    missing samples (to 1e-6), several distinct ones. (A known sample whose column its zeros do not fix stays in that
+    row space — sample 2 here — and a start may end on it: the acceptance drops it as known.)"""
     problem, X = layer_problem(12, 48, 0)
     C = X @ problem.R.T
     space = affine_row_space(problem, missing_row_space(problem, C[:4], null_basis(C[:4], 12)).basis)
     c = descend(problem, space, random_starts(space, C[:4], 16, torch.Generator().manual_seed(0)), 300)
     off = (torch.cdist(c, C) / C.norm(dim=1)[None]).min(dim=1)
-    hit = off.values < 1e-6
+    hit = (off.values < 1e-6) & (off.indices >= 4)
     assert int(hit.sum()) >= 8
-    assert len(set(off.indices[hit].tolist())) >= 4 and min(off.indices[hit].tolist()) >= 4
+    assert len(set(off.indices[hit].tolist())) >= 4
 
 
 def test_patterns_in_row_space_keep_true_samples_only() -> None:
