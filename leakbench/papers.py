@@ -67,6 +67,9 @@ ENTRIES = (
      "(TinyImageNet; needs --data-root)"),
     ("spear-frontier-w400", Paper("paper/spear-frontier-w400", ("spear-speed",)),
      "guided SPEAR at b = 150, FC-6 width 400, 900 s per batch, seeds 0–2 (TinyImageNet; needs --data-root)"),
+    ("spear-frontier-w1000", Paper("paper/spear-frontier-w1000", ("frontier", "baselines", "spear-speed")),
+     "guided SPEAR at b = 250, 300, 350, FC-6 width 1000, 900 s per batch, seeds 0–2 "
+     "(TinyImageNet; needs --data-root)"),
     ("spear-frontier-04m-w400", Paper("paper/spear-frontier-04m-w400", ("frontier", "baselines", "spear-speed")),
      "guided SPEAR at b = 0.4·m: b = 160, FC-6 width 400, 900 s per batch, seeds 0–2 "
      "(TinyImageNet; needs --data-root)"),
