@@ -39,6 +39,7 @@ from leakbench.attacks.spear import attack as spear_attack
 from leakbench.attacks.spear import deflation, guided_attack, scheduler
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows, verify_batch
+from leakbench.attacks.spear.factors import factorize
 from leakbench.attacks.spear.fit import fit_samples
 from leakbench.attacks.spear.joint import next_layer_residuals
 from leakbench.attacks.spear.last_column import complete_last_sample, complete_samples, samples_from_directions
@@ -182,6 +183,15 @@ def true_rows(problem, model, batch) -> torch.Tensor:
     return C
 
 
+def factorized(model, update, b: int):
+    """The `LayerProblem` the attack builds from the update (layer 1, with the next layer's gradient)."""
+    w1, b1 = model.layer_param_names(1)
+    w2, _ = model.layer_param_names(2)
+    params = dict(model.named_parameters())
+    return factorize(update.gradients[w1], update.gradients[b1], params[w1].detach(), params[b1].detach(), b,
+                     G_next=update.gradients[w2])
+
+
 def span_report(problem, model, batch) -> None:
     """How far each input of the batch lies from the factor's span (R's rows): a sample 1e-4 off it cannot be found
     exactly by any route (measured: the trained CIFAR-10 victim's weak samples, 2e-4 … 0.7 off, were the missing
@@ -189,7 +199,8 @@ def span_report(problem, model, batch) -> None:
     with torch.no_grad():
         X = model.layer_inputs(batch.images, 1).flatten(1).double()
     off = ((X - X @ problem.R.T @ problem.R).norm(dim=1) / X.norm(dim=1)).sort().values
-    print(f"inputs off the factor's span (relative): {int((off < 1e-4).sum())} of {off.numel()} within 1e-4; "
+    print(f"inputs off the span of the rank-{problem.b} factor (relative): {int((off < 1e-4).sum())} of {off.numel()} "
+          f"within 1e-4; "
           f"the largest {min(16, off.numel())}: {[f'{float(o):.0e}' for o in off[-16:]]}")
 
 
@@ -339,6 +350,9 @@ def main() -> None:
                         help="print every failed completion with the ground truth (true/false samples, the ban)")
     parser.add_argument("--turns", action="store_true",
                         help="print the samples found after each turn that found some (and every 50th turn)")
+    parser.add_argument("--span-only", action="store_true",
+                        help="factorise the cell's update as the attack does and print only how far the batch's inputs "
+                             "lie from the factor's span (what any route could find exactly); no search")
     parser.add_argument("--cond-floor", type=float, default=None,
                         help="what-if probe: the next-layer fit's conditioning floor, for every fit "
                              "(fit.COND_FLOOR, LOW_COND_FLOOR and NOISE_COND_FLOOR as the search reads them)")
@@ -350,6 +364,9 @@ def main() -> None:
     spec = CellSpec(attack="spear-guided", dataset=args.dataset, batch_size=args.b, seed=args.seed,
                     width=args.width, depth=6, layer=1, data_root=args.data_root, train_epochs=args.train_epochs)
     batch, model, update = prepare(spec)
+    if args.span_only:
+        span_report(factorized(model, update, args.b), model, batch)
+        return
     if args.trace_bans:
         trace_bans(model, batch)
     if args.turns:
