@@ -29,7 +29,8 @@ Leakbench addition → function:
     next-layer fit (x = Rᵀc through dL/dW_next, c·u = 1)    fit.fit_once_normal, fit.fit_samples
                                                             (factors.next_layer_basis)
     samples under the rounding, or that the next layer      factors.visible_rank, next_visible_rank
-    does not show while weak here: not searched, reported
+    does not show (under 10× its rounding and 1e-6·σ_1)     (factors.next_floor)
+    while weak here: not searched, reported
     one loop, proposal sources asked in order               scheduler.Scheduler, scheduler.search_samples
                                                             (scheduler.shares_turn: the one sharing rule)
     deflation (search in the null space of the found c)     deflation.null_basis, reduced_rows, draw_patterns
