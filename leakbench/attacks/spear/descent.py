@@ -78,10 +78,10 @@ def descend(problem: LayerProblem, space: AffineRowSpace, starts: torch.Tensor, 
     line search stalls the batch: 3 of 200 random starts ended on a missing sample, against 184 one at a time).
 
     SciPy's L-BFGS-B with the misfit's gradient in closed form, no early stop on small steps or gradients; on the CPU
-    (a start is a few hundred products of an m × k matrix). Measured (three `benchmarks/spear_tail.py --dump` states of
-    the trained CIFAR-10 cells, 48 random starts each): 6–10 ms a start against 0.21–0.33 s for torch's L-BFGS (strong
-    Wolfe line search, autograd), ending on as many missing samples (44/42, 3/3 and 43/45 starts; 5/3, 3/3 and 9/11
-    distinct)."""
+    (a start is a few hundred products of an m × k matrix). Measured (`benchmarks/spear_descent.py` on three
+    `benchmarks/spear_tail.py --dump` states of the trained CIFAR-10 cells, 48 random starts each): 7–10 ms a start
+    against 0.22–0.34 s for torch's L-BFGS (strong Wolfe line search, autograd), ending on a missing sample as often
+    (3/0, 4/3 and 43/45 starts; 2/0, 3/3 and 9/11 distinct samples)."""
     objective = Misfit(problem, space)
     options = {"maxiter": iterations, "maxfun": 10 * iterations, "ftol": 0.0, "gtol": 0.0}
     ends = [minimize(objective, v0, jac=True, method="L-BFGS-B", options=options).x

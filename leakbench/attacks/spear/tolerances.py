@@ -90,7 +90,7 @@ class Tolerances:
         descent_starts / descent_iterations: random starts a turn, and L-BFGS iterations per start. Measured (CIFAR-10
             FC-6 width 400 trained 5 epochs, b = 100, seed 0, the suite cell stopped at 45 found): 16 starts a turn
             took it to 89 found in 11 turns (35 s), all true; one start cost 0.1–0.5 s there with torch's L-BFGS and
-            costs 6–10 ms with SciPy's L-BFGS-B and the misfit's gradient in closed form (descent.descend).
+            costs 7–10 ms with SciPy's L-BFGS-B and the misfit's gradient in closed form (descent.descend).
         descent_from_b: the fewest visible samples (factors.visible_rank, next_visible_rank) it takes turns for: the
             trained CIFAR-10 20-epoch batch of 64 showed 58 (60 since factors.next_floor).
     One pattern per direction (deflation.draw_patterns, one_per_direction):
