@@ -69,11 +69,10 @@ def test_samples_the_next_layer_does_not_show_count_as_noise_only_when_weak() ->
     and 8 are weak in this layer too (σ ≤ WEAK_SAMPLE·σ_1); all 8 when they are strong here, when the next layer is
     narrower than the batch, or under added noise. Next-layer samples at 3e-7·σ_1 — under 1e-6·σ_1 but 300× its
     rounding — are shown (`next_floor`)."""
-    from leakbench.attacks.spear.factors import next_floor, next_visible_rank, top_svd
+    from leakbench.attacks.spear.factors import next_spectrum, next_visible_rank
 
     def visible(S: torch.Tensor, G_next: torch.Tensor | None, noise: float = 1e-9) -> int:
-        spectrum = None if G_next is None else top_svd(G_next, 8)[1:]
-        return next_visible_rank(S, spectrum, 8, noise, None if spectrum is None else next_floor(spectrum[0], 8, 1e-6))
+        return next_visible_rank(S, None if G_next is None else next_spectrum(G_next, 8, 8, 1e-6), 8, noise)
 
     G_next = _gradient([1.0] * 6 + [5e-9] * 2, 12, 1)
     weak = torch.linalg.svdvals(_gradient([1.0] * 6 + [3e-6] * 2, 20, 0))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -64,15 +65,14 @@ def factorize(G: torch.Tensor, g: torch.Tensor, W: torch.Tensor, bias: torch.Ten
     U, S, Vh = top_svd(G[rows], b + 1)
     noise = float(S[b] / S[0]) if S.numel() > b else 0.0
     batch, b = b, visible_rank(S, b)
-    spectrum = None if G_next is None else top_svd(G_next.to(torch.float64)[:, rows], b)[1:]
-    floor = None if spectrum is None else next_floor(spectrum[0], batch, next_rank_tol)
-    seen = next_visible_rank(S, spectrum, b, noise, floor)
+    spectrum = None if G_next is None else next_spectrum(G_next.to(torch.float64)[:, rows], b, batch, next_rank_tol)
+    seen = next_visible_rank(S, spectrum, b, noise)
     if seen < b:  # the samples the next layer does not show count as the noise
         b, noise = seen, float(S[seen] / S[0])
     L = U[:, :b] * S[:b]
     R = Vh[:b]
     Ln = L / L.norm(dim=1, keepdim=True).clamp_min(torch.finfo(L.dtype).tiny)
-    V = next_layer_basis(spectrum, b, floor)
+    V = next_layer_basis(spectrum, b)
     P = None if V is None else torch.eye(V.shape[0], dtype=V.dtype, device=V.device) - V @ V.T
     return LayerProblem(L=L, Ln=Ln, R=R, g=g[rows], A=W[rows] @ R.T, bias=bias[rows], rows=rows,
                         noise=noise, P_next=P, V_next=V)
@@ -105,8 +105,19 @@ def visible_rank(S: torch.Tensor, b: int) -> int:
     return r
 
 
-NextSpectrum = tuple[torch.Tensor, torch.Tensor]
-"""The next layer's gradient (its live columns) as `top_svd` gives it for the batch: singular values S and Vh."""
+class NextSpectrum(NamedTuple):
+    """The next layer's gradient (its live columns) as `top_svd` gives it for the batch: singular values S and Vh, and
+    the singular value a sample needs to be shown there (`next_floor`)."""
+
+    S: torch.Tensor
+    Vh: torch.Tensor
+    floor: float
+
+
+def next_spectrum(G_next: torch.Tensor, b: int, batch: int, rank_tol: float) -> NextSpectrum:
+    """`NextSpectrum` of the next layer's gradient G_next (its live columns) for b visible samples of `batch`."""
+    _, S, Vh = top_svd(G_next, b)
+    return NextSpectrum(S, Vh, next_floor(S, batch, rank_tol))
 
 
 def next_floor(S_next: torch.Tensor, batch: int, rank_tol: float) -> float:
@@ -123,10 +134,9 @@ def next_floor(S_next: torch.Tensor, batch: int, rank_tol: float) -> float:
     return min(floor, VISIBLE_GAP * float(S_next[batch])) if S_next.numel() > batch else floor
 
 
-def next_visible_rank(S: torch.Tensor, spectrum: NextSpectrum | None, b: int, noise: float,
-                      floor: float | None) -> int:
+def next_visible_rank(S: torch.Tensor, spectrum: NextSpectrum | None, b: int, noise: float) -> int:
     """How many of the b visible samples (`visible_rank`; S this layer's singular values) the next layer's gradient
-    (`spectrum`) shows too: its singular values above `floor` (`next_floor`) — when the ones it does not show are
+    (`spectrum`) shows too: its singular values above its floor (`next_floor`) — when the ones it does not show are
     weak here as well (σ_{r+1}/σ_1 ≤ WEAK_SAMPLE). b otherwise, and b when there is no next layer, when it has fewer
     than b singular values (a narrower layer), or under added noise (`noise`, σ_{b+1}/σ_1 of the batch, above
     ROUNDING_NOISE, as in `visible_rank`): there the column search runs as before.
@@ -138,12 +148,9 @@ def next_visible_rank(S: torch.Tensor, spectrum: NextSpectrum | None, b: int, no
     descent (descent.py) took it to 27 in 12 turns, all true (`benchmarks/spear_tail.py --dump`, then by hand); the
     rounding-relative floor (`next_floor`) shows all 60.
     """
-    if spectrum is None or floor is None or noise > ROUNDING_NOISE:
+    if spectrum is None or noise > ROUNDING_NOISE or spectrum.S.numel() < b:
         return b
-    S_next = spectrum[0]
-    if S_next.numel() < b:
-        return b
-    seen = max(1, int((S_next[:b] > floor).sum()))
+    seen = max(1, int((spectrum.S[:b] > spectrum.floor).sum()))
     return seen if float(S[seen]) <= WEAK_SAMPLE * float(S[0]) else b
 
 
@@ -152,12 +159,12 @@ WEAK_SAMPLE = 1e-5
 (`next_visible_rank`; the trained CIFAR-10 victim's measure 8.4e-7)."""
 
 
-def next_layer_basis(spectrum: NextSpectrum | None, b: int, floor: float | None) -> torch.Tensor | None:
+def next_layer_basis(spectrum: NextSpectrum | None, b: int) -> torch.Tensor | None:
     """The top-b right singular vectors V (m'×b) of the next layer's gradient (`spectrum`); None if it shows fewer
-    than b samples (σ_b ≤ `floor`, `next_floor`)."""
-    if spectrum is None or floor is None:
+    than b samples (σ_b at or under its floor, `next_floor`)."""
+    if spectrum is None:
         return None
-    S, Vh = spectrum
+    S, Vh, floor = spectrum
     if S.numel() < b or S[b - 1] <= floor:
         return None
     return Vh[:b].T
