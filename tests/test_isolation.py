@@ -181,3 +181,52 @@ def test_a_well_formed_reply_is_read_and_metadata_is_checked() -> None:
     assert check_reply(meta, npz, _Update(), 1).reconstruction.status == "ok"
     assert check_reply({**meta, "seconds": float("nan")}, npz, _Update(), 1).reconstruction.status == "failed"
     assert check_reply({**meta, "extra": 1}, npz, _Update(), 1).reconstruction.status == "failed"
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_scratch_folders_of_ended_harnesses_are_swept_and_nothing_else(tmp_path: Path) -> None:
+    from leakbench.harness.isolation import SCRATCH_PREFIX, sweep_scratch
+
+    dead = _dead_pid()
+    folders = {f"{SCRATCH_PREFIX}{dead}-a1": True, f"{SCRATCH_PREFIX}{os.getpid()}-b2": False,
+               f"{SCRATCH_PREFIX}x7k2q9zz": True, f"{SCRATCH_PREFIX}old": False, f"other-{dead}-c3": False}
+    for name in folders:
+        (tmp_path / name).mkdir()
+    for name in (f"{SCRATCH_PREFIX}{dead}-a1", f"{SCRATCH_PREFIX}old", f"other-{dead}-c3"):
+        (tmp_path / name / "file").write_text("x")
+    kept = tmp_path / "kept"
+    (kept / "inside").mkdir(parents=True)
+    (tmp_path / f"{SCRATCH_PREFIX}{dead}-link").symlink_to(kept)
+    assert sweep_scratch(str(tmp_path)) == 2
+    assert {p.name for p in tmp_path.iterdir()} == {n for n, gone in folders.items() if not gone} | {
+        "kept", f"{SCRATCH_PREFIX}{dead}-link"}
+    assert (kept / "inside").is_dir()
+
+
+@pytest.mark.slow
+def test_a_killed_harness_leaves_a_scratch_folder_the_next_one_removes(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import time; from leakbench.harness.isolation import workers; "
+            "print(workers().take().scratch, flush=True); time.sleep(120)")
+    from conftest import cli_env
+
+    env = {**cli_env(), "TMPDIR": str(tmp_path)}
+    harness = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    assert harness.stdout is not None
+    scratch = Path(harness.stdout.readline().strip())
+    harness.send_signal(signal.SIGKILL)
+    harness.wait()
+    assert scratch.parent == tmp_path and scratch.is_dir()
+    from leakbench.harness.isolation import sweep_scratch
+
+    assert sweep_scratch(str(tmp_path)) == 1 and not scratch.exists()

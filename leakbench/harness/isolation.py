@@ -152,11 +152,50 @@ class Zygote:
         self._proc.wait()
 
 
+SCRATCH_PREFIX = "leakbench-attack-"
+"""Each attack worker's scratch folder is `<temp>/leakbench-attack-<harness pid>-<random>`."""
+
+
+def sweep_scratch(root: str | None = None) -> int:
+    """Remove, from `root` (the temp folder), the attack scratch folders a killed harness left behind: those
+    of a harness process that no longer runs (a folder named before harness pids were part of the name is
+    removed only when empty). Only this user's folders; the number removed."""
+    removed = 0
+    with os.scandir(root or tempfile.gettempdir()) as entries:
+        for entry in entries:
+            if not (entry.name.startswith(SCRATCH_PREFIX) and entry.is_dir(follow_symlinks=False)
+                    and entry.stat(follow_symlinks=False).st_uid == os.getuid()):
+                continue
+            owner, sep, _ = entry.name[len(SCRATCH_PREFIX):].partition("-")
+            if sep and owner.isdigit():
+                if not _running(int(owner)):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    removed += not os.path.lexists(entry.path)
+            else:
+                with contextlib.suppress(OSError):
+                    os.rmdir(entry.path)
+                    removed += 1
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether a process `pid` runs (in this pid namespace)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class AttackWorker:
     """The harness side of one attack worker: a child of the fork server, used for one cell, then ended."""
 
     def __init__(self, zygote: Zygote) -> None:
-        self.scratch = tempfile.mkdtemp(prefix="leakbench-attack-")
+        self.scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
         self._zygote: Zygote | None = zygote
         self._pid, send_fd, recv_fd = zygote.fork()
         self._send: Connection | None = Connection(send_fd, readable=False)
@@ -295,9 +334,11 @@ _WORKERS: Workers | None = None
 
 
 def workers() -> Workers:
-    """This process's supply of attack workers (the spare is stopped at exit)."""
+    """This process's supply of attack workers (the spare is stopped at exit). The first call removes the
+    scratch folders of harnesses that were killed (`sweep_scratch`)."""
     global _WORKERS
     if _WORKERS is None:
+        sweep_scratch()
         _WORKERS = Workers()
         atexit.register(_WORKERS.stop)
     return _WORKERS
