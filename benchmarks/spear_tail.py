@@ -39,7 +39,6 @@ from leakbench.attacks.spear import attack as spear_attack
 from leakbench.attacks.spear import deflation, guided_attack, scheduler
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows, verify_batch
-from leakbench.attacks.spear.factors import factorize
 from leakbench.attacks.spear.fit import fit_samples
 from leakbench.attacks.spear.joint import next_layer_residuals
 from leakbench.attacks.spear.last_column import complete_last_sample, complete_samples, samples_from_directions
@@ -181,15 +180,6 @@ def true_rows(problem, model, batch) -> torch.Tensor:
         off = (X - C @ problem.R).norm(dim=1) / X.norm(dim=1)
         C = C[off.argsort()[: problem.b].sort().values]
     return C
-
-
-def factorized(model, update, b: int):
-    """The `LayerProblem` the attack builds from the update (layer 1, with the next layer's gradient)."""
-    w1, b1 = model.layer_param_names(1)
-    w2, _ = model.layer_param_names(2)
-    params = dict(model.named_parameters())
-    return factorize(update.gradients[w1], update.gradients[b1], params[w1].detach(), params[b1].detach(), b,
-                     G_next=update.gradients[w2])
 
 
 def span_report(problem, model, batch) -> None:
@@ -365,7 +355,7 @@ def main() -> None:
                     width=args.width, depth=6, layer=1, data_root=args.data_root, train_epochs=args.train_epochs)
     batch, model, update = prepare(spec)
     if args.span_only:
-        span_report(factorized(model, update, args.b), model, batch)
+        span_report(create_attack("spear-guided").layer_problem(update), model, batch)
         return
     if args.trace_bans:
         trace_bans(model, batch)

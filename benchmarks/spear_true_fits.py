@@ -30,9 +30,10 @@ import argparse
 import torch
 from spear_tail import true_rows  # the script's folder is on sys.path
 
+from leakbench.attacks import create_attack
 from leakbench.attacks.spear.candidates import refine, zero_masks, zero_tolerance
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows
-from leakbench.attacks.spear.factors import LayerProblem, factorize
+from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import fit_samples
 from leakbench.attacks.spear.last_column import complement, fit_in_row_space, known_columns, missing_row_space
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions, kernel_directions, split_kernels
@@ -131,11 +132,7 @@ def main() -> None:
     spec = CellSpec(attack="spear-guided", dataset=args.dataset, batch_size=args.b, seed=0, width=args.width,
                     depth=6, layer=1, data_root=args.data_root, train_epochs=args.train_epochs)
     batch, model, update = prepare(spec)
-    w, bn = model.layer_param_names(1)
-    w2, _ = model.layer_param_names(2)
-    params = dict(model.named_parameters())
-    problem = factorize(update.gradients[w], update.gradients[bn], params[w].detach(), params[bn].detach(), args.b,
-                        G_next=update.gradients[w2])
+    problem = create_attack("spear-guided").layer_problem(update)
     if problem.P_next is None:
         raise SystemExit("the next layer's gradient has rank below b: no next-layer fits to compare")
     C = true_rows(problem, model, batch)  # the samples the gradient shows (factors.visible_rank)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from leakbench.attacks.spear.factors import LayerProblem, factorize
+from leakbench.attacks import create_attack
+from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import bias_direction, project_out_next
 from leakbench.datasets import load_dataset, sample_batch
 from leakbench.fl import fedsgd_update
@@ -19,11 +20,7 @@ def layer_problem(b: int, width: int, seed: int = 0) -> tuple[LayerProblem, torc
     batch = sample_batch(ds, b, seed=seed)
     model = build_fc(ds.image_shape, ds.num_classes, width=width, depth=3, seed=seed)
     update = fedsgd_update(model, batch, ThreatModel())
-    w, bn = model.layer_param_names(1)
-    w2, _ = model.layer_param_names(2)
-    params = dict(model.named_parameters())
-    problem = factorize(update.gradients[w], update.gradients[bn], params[w].detach(), params[bn].detach(), b,
-                        G_next=update.gradients[w2])
+    problem = create_attack("spear").layer_problem(update)
     with torch.no_grad():
         X = model.layer_inputs(batch.images, 1).flatten(1).double()
     return problem, X

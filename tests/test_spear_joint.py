@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from leakbench.attacks import create_attack
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import verify_batch
-from leakbench.attacks.spear.factors import LayerProblem, factorize
+from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.joint import next_layer_residuals, refine_batch
 from leakbench.attacks.spear.solve import solve_from_samples
 from leakbench.harness.spec import CellSpec
@@ -19,11 +20,7 @@ def layer2() -> tuple[LayerProblem, torch.Tensor]:
     """Layer 2 of FC-6 on the embedded data, b = 8, and the true rows of C (inputs in R's basis)."""
     spec = CellSpec(attack="spear", dataset="embedded", batch_size=8, seed=0, layer=2)
     batch, model, update = prepare(spec)
-    weight, bias = model.layer_param_names(2)
-    next_weight, _ = model.layer_param_names(3)
-    params = dict(model.named_parameters())
-    problem = factorize(update.gradients[weight], update.gradients[bias], params[weight].detach(),
-                        params[bias].detach(), 8, G_next=update.gradients[next_weight])
+    problem = create_attack("spear", layer=2).layer_problem(update)
     with torch.no_grad():
         C = model.layer_inputs(batch.images, 2).double() @ problem.R.T
     return problem, C

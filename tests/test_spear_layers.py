@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from leakbench.attacks import create_attack
 from leakbench.attacks.spear.active import find_batch_span
-from leakbench.attacks.spear.factors import factorize
 from leakbench.harness.cell import run_cell
 from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
@@ -30,10 +30,8 @@ def test_spear_recovers_deeper_layer_features_embedded(layer: int) -> None:
 def _layer_problem(spec: CellSpec):
     batch, model, update = prepare(spec)
     weight, bias = model.layer_param_names(spec.layer)
-    next_weight, _ = model.layer_param_names(spec.layer + 1)
     params = dict(model.named_parameters())
-    problem = factorize(update.gradients[weight], update.gradients[bias], params[weight].detach(),
-                        params[bias].detach(), spec.batch_size, G_next=update.gradients[next_weight])
+    problem = create_attack("spear", layer=spec.layer).layer_problem(update)
     with torch.no_grad():
         inputs = model.layer_inputs(batch.images, spec.layer).double()
         pre = inputs @ params[weight].detach().double()[problem.rows].T + params[bias].detach().double()[problem.rows]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from leakbench.attacks import create_attack
 from leakbench.attacks.spear.deflation import null_basis
-from leakbench.attacks.spear.factors import factorize
 from leakbench.attacks.spear.scheduler import ZeroDraws
 from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
@@ -14,11 +14,7 @@ from leakbench.harness.victim import prepare
 def _problem_and_zeros(layer: int, b: int = 8):
     spec = CellSpec(attack="spear", dataset="embedded", batch_size=b, seed=0, layer=layer)
     batch, model, update = prepare(spec)
-    weight, bias = model.layer_param_names(layer)
-    next_weight, _ = model.layer_param_names(layer + 1)
-    params = dict(model.named_parameters())
-    problem = factorize(update.gradients[weight], update.gradients[bias], params[weight].detach(),
-                        params[bias].detach(), b, G_next=update.gradients[next_weight])
+    problem = create_attack("spear", layer=layer).layer_problem(update)
     with torch.no_grad():
         C = model.layer_inputs(batch.images, layer).double() @ problem.R.T
     return problem, (C @ problem.A.T + problem.bias) <= 0

@@ -137,22 +137,15 @@ class SpearAttack(Attack):
     def _run(self, update: ClientUpdate, seed: int) -> tuple[str, torch.Tensor | None, dict[str, Any]]:
         """(reason, X, stats): ("", the whole batch) when it verifies; (why not, the samples verified one by
         one) for an incomplete batch of the deflated route; (why not, None) when there are none."""
-        cfg = self.config
-        model = update.model
-        wname, bname = model.layer_param_names(cfg.layer)
-        params = dict(model.named_parameters())
-        device = torch.device(cfg.device)
-        G, g, W, bias = (t.detach().to(device) for t in
-                         (update.gradients[wname], update.gradients[bname], params[wname], params[bname]))
         assert update.batch_size is not None  # checked by check_update
         b = int(update.batch_size)
         if b == 1:
+            G, g, _, _ = self._layer(update)
             return "", one_sample(G, g), {"draws": 0, "method": "closed form (b=1)"}
-        next_weight, _ = model.layer_param_names(cfg.layer + 1)
-        G_next = update.gradients[next_weight].to(device) if self.uses_next_layer else None
-        problem = factorize(G, g, W, bias, b, G_next=G_next)
+        problem = self.layer_problem(update)
         X: torch.Tensor | None
         if problem.b == 1:  # one visible sample (b' = 1): Q is 1×1, fixed by dL/db, as for b = 1
+            G, g, _, _ = self._layer(update)
             reason, X, stats = "", one_sample(G, g), {"draws": 0, "method": "closed form (one visible sample)"}
         else:
             reason, X, stats = self._search(problem, seed, update)
@@ -163,6 +156,26 @@ class SpearAttack(Attack):
                      f"level, or they repeat other samples)")
             reason = f"{reason} ({noise})" if reason else f"{noise}; the other {problem.b} verified"
         return reason, X, stats
+
+    def layer_problem(self, update: ClientUpdate) -> LayerProblem:
+        """The factorised layer this attack searches for `update` (b ≥ 2): its layer's gradient, weights and
+        bias on the configured device, with the next layer's gradient where the search reads it."""
+        G, g, W, bias = self._layer(update)
+        G_next = None
+        if self.uses_next_layer:
+            next_weight, _ = update.model.layer_param_names(self.config.layer + 1)
+            G_next = update.gradients[next_weight].to(G.device)
+        assert update.batch_size is not None  # checked by check_update
+        return factorize(G, g, W, bias, int(update.batch_size), G_next=G_next)
+
+    def _layer(self, update: ClientUpdate) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(dL/dW, dL/db, W, bias) of the attacked layer, detached, on the configured device."""
+        wname, bname = update.model.layer_param_names(self.config.layer)
+        params = dict(update.model.named_parameters())
+        device = torch.device(self.config.device)
+        G, g, W, bias = (t.detach().to(device) for t in
+                         (update.gradients[wname], update.gradients[bname], params[wname], params[bname]))
+        return G, g, W, bias
 
     def _sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
                  settings: SearchSettings) -> tuple[list[ProposalSource], dict[str, Any]]:
