@@ -5,9 +5,12 @@ and for the torch L-BFGS it replaced (strong Wolfe line search, autograd; kept h
     PYTHONPATH=. python benchmarks/spear_tail.py --dataset cifar10 --data-root ../shared/data/cifar10 --b 100 \\
         --seed 0 --train-epochs 20 --cell-seconds 900 --max-seconds 60 --param max_draws=10000000000 --dump /tmp/c.pt
     PYTHONPATH=. python benchmarks/spear_descent.py /tmp/c.pt --starts 48
+    PYTHONPATH=. python benchmarks/spear_descent.py /tmp/c.pt --starts 400 --guide --no-torch
 
 The dump holds the search's state, the problem and the true rows (`spear_tail.py --dump`); the starts are the ones
-`RowSpaceDescent` would draw (`descent.random_starts`, generator seed 0). A start "ends on" a missing sample when its
+`RowSpaceDescent` would draw (`descent.random_starts`, generator seed 0), or with --guide the ones `GuideDescent` would
+take: the dumped guide's estimates of the samples it has not matched (`descent.guide_starts`), beside as many random
+ones. A start "ends on" a missing sample when its
 row is within 1e-3 (relative) of a true row the search has not found. Ground truth is read here, never by the attack.
 """
 
@@ -20,9 +23,10 @@ from collections.abc import Callable
 import torch
 
 from leakbench.attacks.spear.deflation import null_basis, row_space
-from leakbench.attacks.spear.descent import AffineRowSpace, affine_row_space, descend, random_starts
+from leakbench.attacks.spear.descent import AffineRowSpace, affine_row_space, descend, guide_starts, random_starts
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import project_out_next
+from leakbench.attacks.spear.guided import Guide, match_guides
 
 
 def torch_descend(problem: LayerProblem, space: AffineRowSpace, starts: torch.Tensor, iterations: int) -> torch.Tensor:
@@ -54,6 +58,15 @@ def torch_descend(problem: LayerProblem, space: AffineRowSpace, starts: torch.Te
     return torch.stack(ends) @ B.T
 
 
+def guide_rows(problem: LayerProblem, guide: Guide) -> torch.Tensor:
+    """The guide's estimates of the rows c (g, b): `Guide.rows`, or, for a dump made before guides kept them, solved
+    back from the margins (ẑ = margin·‖A_r‖ = A c + bias, least squares)."""
+    if guide.rows is not None:
+        return guide.rows
+    z = guide.margin.to(problem.A) * problem.A.norm(dim=1)
+    return torch.linalg.lstsq(problem.A, (z - problem.bias).T).solution.T
+
+
 def measure(name: str, run: Callable[[], torch.Tensor], missing: torch.Tensor, count: int) -> None:
     start = time.perf_counter()
     c = run()
@@ -70,6 +83,7 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=48)
     parser.add_argument("--iterations", type=int, default=300)
     parser.add_argument("--no-torch", action="store_true", help="skip the torch L-BFGS baseline")
+    parser.add_argument("--guide", action="store_true", help="starts from the guide's estimates (GuideDescent)")
     args = parser.parse_args()
     dump = torch.load(args.dump, weights_only=False)
     problem, state, C, tol = dump["problem"], dump["state"], dump["C_true"], dump["tol"]
@@ -79,7 +93,15 @@ def main() -> None:
     starts = random_starts(space, state.samples, args.starts, torch.Generator().manual_seed(0))
     print(f"{state.found} of {problem.b} found, {missing.shape[0]} missing; row space of dimension {space.B.shape[1]}; "
           f"{args.starts} starts, {args.iterations} iterations")
-    measure("SciPy L-BFGS-B", lambda: descend(problem, space, starts, args.iterations), missing, args.starts)
+    if args.guide:
+        guide = dump["guide"]
+        match_guides(guide, problem, state.samples)
+        rows = guide_rows(problem, guide)[guide.open][:args.starts]
+        from_guide = guide_starts(problem, space, rows)
+        measure("SciPy L-BFGS-B, guide", lambda: descend(problem, space, from_guide, args.iterations), missing,
+                from_guide.shape[0])
+        starts = starts[:from_guide.shape[0]]
+    measure("SciPy L-BFGS-B", lambda: descend(problem, space, starts, args.iterations), missing, starts.shape[0])
     if not args.no_torch:
         measure("torch L-BFGS (before)", lambda: torch_descend(problem, space, starts, args.iterations), missing,
                 args.starts)

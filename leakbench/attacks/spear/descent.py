@@ -29,6 +29,7 @@ from scipy.optimize import minimize
 from leakbench.attacks.spear.deflation import null_basis, patterns_in_row_space, row_space
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import bias_direction
+from leakbench.attacks.spear.guided import Guide, match_guides
 from leakbench.attacks.spear.scheduler import Search, shares_turn
 from leakbench.attacks.spear.tolerances import TOLERANCES
 
@@ -101,6 +102,73 @@ def random_starts(space: AffineRowSpace, found: torch.Tensor, count: int, gen: t
     return starts
 
 
+def descend_and_fit(search: Search, N: torch.Tensor, space: AffineRowSpace, starts: torch.Tensor) -> None:
+    """Descend from `starts` (`descend`), then hand the pattern each ends on to the row-space fit and its acceptance
+    (`deflation.patterns_in_row_space`); each start counts as a pattern and a draw."""
+    problem, state = search.problem, search.state
+    c = descend(problem, space, starts, TOLERANCES.descent_iterations)
+    active = (c @ problem.A.T + problem.bias > 0).to(c.dtype)
+    patterns_in_row_space(problem, N, active, search.tol, state, search.residual_tol)
+    state.patterns += starts.shape[0]
+    state.draws += starts.shape[0]
+
+
+def guide_starts(problem: LayerProblem, space: AffineRowSpace, rows: torch.Tensor) -> torch.Tensor:
+    """Starts v (j, k − 1) from estimates of rows c (j, b) (`guided.Guide.rows`): each scaled to c·u = 1, then its
+    part in the affine row space (B has orthonormal columns). Estimates with c·u = 0 are left out."""
+    B, offset, Z = space
+    cu = rows @ bias_direction(problem)
+    keep = cu.abs() > 0
+    return (rows[keep] / cu[keep, None] @ B - offset) @ Z
+
+
+class GuideDescent:
+    """Row-space descent from the guide's own estimates (a proposal source): each estimate of a sample the guide has
+    not matched is a start, once; `Tolerances.guide_descent_starts` a turn, from the b where the guide-pattern fits
+    start (`Tolerances.pattern_fit_from_b`), until every estimate was tried. A leakbench addition (issue 26).
+
+    Measured (TinyImageNet FC-6 width 1000 at init, b = 350, seed 0, the suite cell stopped after the guide-pattern
+    fits at 72 found; `benchmarks/spear_tail.py --dump`, then `benchmarks/spear_descent.py --guide`): 273 of the 278
+    open guides' estimates end on a missing sample (272 distinct), 0.1 s a start; 0 of 16 random starts do. The
+    guide's patterns agree with the true ones too little for a pattern fit (72 of 350 fitted); its estimates are
+    close enough (median 0.38 off, relative) for the descent to reach the true row.
+    """
+
+    name = "guide_descent"
+
+    def __init__(self, guide: Guide) -> None:
+        self.guide = guide
+        self.tried = torch.zeros(guide.margin.shape[0], dtype=torch.bool)
+        self.starts = 0
+        self.found = 0
+        self.seconds = 0.0
+
+    def turn(self, search: Search, asked: int) -> bool:
+        problem, state, t = search.problem, search.state, TOLERANCES
+        if problem.b < t.pattern_fit_from_b or self.guide.rows is None or search.missing < 2:
+            return False
+        match_guides(self.guide, problem, state.samples)
+        untried = (self.guide.open & ~self.tried).nonzero().flatten()[:t.guide_descent_starts]
+        if untried.numel() == 0:
+            return False
+        begin, before = time.perf_counter(), state.found
+        self.tried[untried] = True
+        N = null_basis(state.samples, problem.b)
+        space = affine_row_space(problem, row_space(problem, state, N, search.tol).basis)
+        if space.B.shape[1] < 2:
+            return False
+        starts = guide_starts(problem, space, self.guide.rows[untried].to(space.B))
+        descend_and_fit(search, N, space, starts)
+        self.starts += starts.shape[0]
+        self.found += state.found - before
+        self.seconds += time.perf_counter() - begin
+        return True
+
+    def stats(self) -> dict[str, Any]:
+        return {"guide_descent_starts": self.starts, "guide_descent_found": self.found,
+                "guide_descent_seconds": self.seconds}
+
+
 class RowSpaceDescent:
     """Row-space descent as a proposal source: `Tolerances.descent_starts` random starts a turn; a turn that finds
     nothing makes it share the turns (`shares_turn`) until one finds a sample again. Its own generator, seeded from the
@@ -126,11 +194,7 @@ class RowSpaceDescent:
             return False
         gen = torch.Generator(device=B.device).manual_seed(state.draws)
         space = affine_row_space(problem, B)
-        c = descend(problem, space, random_starts(space, state.samples, t.descent_starts, gen), t.descent_iterations)
-        active = (c @ problem.A.T + problem.bias > 0).to(c.dtype)
-        patterns_in_row_space(problem, N, active, search.tol, state, search.residual_tol)
-        state.patterns += t.descent_starts
-        state.draws += t.descent_starts
+        descend_and_fit(search, N, space, random_starts(space, state.samples, t.descent_starts, gen))
         self.starts += t.descent_starts
         self.found += state.found - before
         self.misses = 0 if state.found > before else self.misses + 1

@@ -65,6 +65,9 @@ class Guide:
     misses: int = 0
     known: torch.Tensor | None = None
     """Samples (rows of C) found before this guide was made (residual.py): never matched to it."""
+    rows: torch.Tensor | None = None
+    """The guide's own estimates of the rows c (g, b), where it has them (`make_guide`): row-space descent starts
+    from them (descent.py)."""
 
     @property
     def matched(self) -> int:
@@ -82,7 +85,7 @@ def make_guide(problem: LayerProblem, features: torch.Tensor, pool_start: float)
     margin = (z / problem.A.norm(dim=1).clamp_min(1e-300)).cpu()  # guide bookkeeping stays on the CPU
     g = margin.shape[0]
     return Guide(margin=margin, pool=torch.full((g,), pool_start, dtype=torch.float64),
-                 open=torch.ones(g, dtype=torch.bool))
+                 open=torch.ones(g, dtype=torch.bool), rows=c)
 
 
 def match_guides(guide: Guide, problem: LayerProblem, C: torch.Tensor) -> None:

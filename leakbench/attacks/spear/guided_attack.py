@@ -10,7 +10,7 @@ import torch
 
 from leakbench.attacks.base import Reconstruction
 from leakbench.attacks.spear.attack import SpearAttack, SpearConfig
-from leakbench.attacks.spear.descent import RowSpaceDescent
+from leakbench.attacks.spear.descent import GuideDescent, RowSpaceDescent
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.guided import GuidePool, PatternFits, make_guide
 from leakbench.attacks.spear.residual import ResidualGuides
@@ -52,8 +52,9 @@ class GuidedSpearAttack(SpearAttack):
 
     def _sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
                  settings: SearchSettings) -> tuple[list[ProposalSource], dict[str, Any]]:
-        """Guide-pattern fits, then the guide pools (the first guide, then residual guides), then row-space descent
-        (descent.py: from 48 visible samples, once a sample is found)."""
+        """Guide-pattern fits, then row-space descent from the guide's estimates (descent.GuideDescent), then the guide
+        pools (the first guide, then residual guides), then row-space descent from random starts (descent.py: from 48
+        visible samples, once a sample is found)."""
         cfg = self.config
         start = time.perf_counter()
         features, reason = self.guide_features(update, seed)
@@ -65,8 +66,9 @@ class GuidedSpearAttack(SpearAttack):
         guides = ResidualGuides(problem, guide, tol, seed, t.pool_start, t.residual_after,
                                 t.residual_max_missing if problem.b >= t.residual_from_b else 0)
         rounds = t.pattern_fit_rounds if problem.b >= t.pattern_fit_from_b else 0
-        return ([PatternFits(guide, rounds), GuidePool(guides, t.pool_growth, cfg.refine_first), RowSpaceDescent()],
-                {"guide": cfg.guide, "guide_seconds": seconds})
+        sources: list[ProposalSource] = [PatternFits(guide, rounds), GuideDescent(guide),
+                                         GuidePool(guides, t.pool_growth, cfg.refine_first), RowSpaceDescent()]
+        return sources, {"guide": cfg.guide, "guide_seconds": seconds}
 
     def guide_features(self, update: ClientUpdate, seed: int) -> tuple[torch.Tensor | None, str]:
         """The guide's reconstruction of this layer's inputs (b, n), or None and why it failed.

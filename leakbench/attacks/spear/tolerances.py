@@ -91,6 +91,7 @@ class Tolerances:
             FC-6 width 400 trained 5 epochs, b = 100, seed 0, the suite cell stopped at 45 found): 16 starts a turn
             took it to 89 found in 11 turns (35 s), all true; one start cost 0.1–0.5 s there with torch's L-BFGS and
             costs 7–10 ms with SciPy's L-BFGS-B and the misfit's gradient in closed form (descent.descend).
+        guide_descent_starts: the guide's estimates descended from in one turn of descent.GuideDescent (each once).
         descent_from_b: the fewest visible samples (factors.visible_rank, next_visible_rank) it takes turns for: the
             trained CIFAR-10 20-epoch batch of 64 showed 58 (60 since factors.next_floor).
     One pattern per direction (deflation.draw_patterns, one_per_direction):
@@ -151,6 +152,7 @@ class Tolerances:
     descent_starts: int = 16
     descent_iterations: int = 300
     descent_from_b: int = 48
+    guide_descent_starts: int = 64
     dl_start_keep: float = 0.9
     dl_min_remaining: int = 10
 
