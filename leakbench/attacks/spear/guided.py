@@ -194,7 +194,8 @@ def fit_guide_patterns(problem: LayerProblem, guide: Guide, state: SampleState, 
                        max_seconds: float, block: int = 32) -> int:
     """Fit every guide's predicted pattern (`rounds` refits each), in blocks while time is left;
     returns the number of patterns fitted (each counts as one draw of the search)."""
-    zero = (guide.margin < 0).to(problem.L.device)
+    match_guides(guide, problem, state.samples)
+    zero = (guide.margin[guide.open] < 0).to(problem.L.device)
     done = 0
     for start in range(0, zero.shape[0], block):
         if state.seconds >= max_seconds:
