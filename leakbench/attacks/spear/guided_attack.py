@@ -52,8 +52,8 @@ class GuidedSpearAttack(SpearAttack):
 
     def _sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
                  settings: SearchSettings) -> tuple[list[ProposalSource], dict[str, Any]]:
-        """Guide-pattern fits, then row-space descent from the guide's estimates (descent.GuideDescent), then the guide
-        pools (the first guide, then residual guides), then row-space descent from random starts (descent.py: from 48
+        """Row-space descent from the guide's estimates (descent.GuideDescent), then fits of the unmatched guides'
+        patterns (guided.PatternFits), then the guide pools (the first guide, then residual guides), then row-space descent from random starts (descent.py: from 48
         visible samples, once a sample is found)."""
         cfg = self.config
         start = time.perf_counter()

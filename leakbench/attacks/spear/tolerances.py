@@ -38,8 +38,9 @@ class Tolerances:
             residual_after guided turns without a new sample, and at most residual_max_missing samples
             are missing, follow a residual guide (FastICA on the deflated factor); only for b ≥
             residual_from_b.
-        pattern_fit_rounds / pattern_fit_from_b: for b ≥ pattern_fit_from_b, the search's first turn fits
-            a sample to each guide's whole predicted pattern, refitting pattern_fit_rounds times.
+        pattern_fit_rounds / pattern_fit_from_b: for b ≥ pattern_fit_from_b, once the descent from the guide's
+            estimates has tried them all (descent.GuideDescent, from the same b), one turn fits a sample to each
+            unmatched guide's whole predicted pattern, refitting pattern_fit_rounds times.
         Both were 128 until the trained victims (FC-6 width 400 trained 5 epochs, seed 0, 120 s,
         `benchmarks/spear_tail.py --tolerance`, before deflation.noise_level_fits had its column test):
         TinyImageNet b = 100 finds 32 of 100 with neither, 89 with
@@ -91,7 +92,9 @@ class Tolerances:
             FC-6 width 400 trained 5 epochs, b = 100, seed 0, the suite cell stopped at 45 found): 16 starts a turn
             took it to 89 found in 11 turns (35 s), all true; one start cost 0.1–0.5 s there with torch's L-BFGS and
             costs 7–10 ms with SciPy's L-BFGS-B and the misfit's gradient in closed form (descent.descend).
-        guide_descent_starts: the guide's estimates descended from in one turn of descent.GuideDescent (each once).
+        guide_descent_starts: the guide's estimates descended from in one turn of descent.GuideDescent (each once;
+            a turn is then a few seconds at width 1000, b = 400, so the loop checks its budget and tries the batch's
+            completion between turns).
         descent_from_b: the fewest visible samples (factors.visible_rank, next_visible_rank) it takes turns for: the
             trained CIFAR-10 20-epoch batch of 64 showed 58 (60 since factors.next_floor).
     One pattern per direction (deflation.draw_patterns, one_per_direction):
