@@ -56,8 +56,8 @@ Leakbench addition → function:
     guides (another attack's reconstruction)                guided.make_guide, guided.GuidePool
     fit cache (each pattern fitted once)                    fit.FitCache
     residual guides (FastICA on the deflated factor)        residual.ResidualGuides
-    row-space descent from the guide's estimates            descent.guide_starts, descent.GuideDescent
     guide-pattern fits (fit each guide's whole pattern)     guided.fit_guide_patterns, guided.PatternFits
+    row-space descent from the guide's estimates            descent.guide_starts, descent.GuideDescent
     row-space descent (L-BFGS on the next-layer misfit)     descent.descend, descent.RowSpaceDescent
                                                             (deflation.patterns_in_row_space)
     dictionary-learning proposals (spear-dl)                dl.propose, dl.DLTrims

@@ -192,10 +192,9 @@ SHARE_AFTER = 2
 
 def fit_guide_patterns(problem: LayerProblem, guide: Guide, state: SampleState, residual_tol: float, rounds: int,
                        max_seconds: float, block: int = 32) -> int:
-    """Fit the predicted pattern of every guide not matched to a found sample (`rounds` refits each), in blocks while
-    time is left; returns the number of patterns fitted (each counts as one draw of the search)."""
-    match_guides(guide, problem, state.samples)
-    zero = (guide.margin[guide.open] < 0).to(problem.L.device)
+    """Fit every guide's predicted pattern (`rounds` refits each), in blocks while time is left;
+    returns the number of patterns fitted (each counts as one draw of the search)."""
+    zero = (guide.margin < 0).to(problem.L.device)
     done = 0
     for start in range(0, zero.shape[0], block):
         if state.seconds >= max_seconds:
@@ -209,8 +208,7 @@ def fit_guide_patterns(problem: LayerProblem, guide: Guide, state: SampleState, 
 
 
 class PatternFits:
-    """Guide-pattern fits as a proposal source (scheduler.py): one turn, the first it is asked for (after the descent
-    from the guide's estimates, descent.GuideDescent); none if `rounds` is 0."""
+    """Guide-pattern fits as a proposal source (scheduler.py): the search's first turn (none if `rounds` is 0)."""
 
     name = "pattern_fits"
 

@@ -52,8 +52,8 @@ class GuidedSpearAttack(SpearAttack):
 
     def _sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
                  settings: SearchSettings) -> tuple[list[ProposalSource], dict[str, Any]]:
-        """Row-space descent from the guide's estimates (descent.GuideDescent), then fits of the unmatched guides'
-        patterns (guided.PatternFits), then the guide pools (the first guide, then residual guides), then row-space descent from random starts (descent.py: from 48
+        """Guide-pattern fits (guided.PatternFits), then row-space descent from the estimates of the guides still
+        unmatched (descent.GuideDescent), then the guide pools (the first guide, then residual guides), then row-space descent from random starts (descent.py: from 48
         visible samples, once a sample is found)."""
         cfg = self.config
         start = time.perf_counter()
@@ -66,7 +66,7 @@ class GuidedSpearAttack(SpearAttack):
         guides = ResidualGuides(problem, guide, tol, seed, t.pool_start, t.residual_after,
                                 t.residual_max_missing if problem.b >= t.residual_from_b else 0)
         rounds = t.pattern_fit_rounds if problem.b >= t.pattern_fit_from_b else 0
-        sources: list[ProposalSource] = [GuideDescent(guide), PatternFits(guide, rounds),
+        sources: list[ProposalSource] = [PatternFits(guide, rounds), GuideDescent(guide),
                                          GuidePool(guides, t.pool_growth, cfg.refine_first), RowSpaceDescent()]
         return sources, {"guide": cfg.guide, "guide_seconds": seconds}
 
