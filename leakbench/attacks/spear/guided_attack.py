@@ -53,8 +53,8 @@ class GuidedSpearAttack(SpearAttack):
     def _sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
                  settings: SearchSettings) -> tuple[list[ProposalSource], dict[str, Any]]:
         """Guide-pattern fits (guided.PatternFits), then row-space descent from the estimates of the guides still
-        unmatched (descent.GuideDescent), then the guide pools (the first guide, then residual guides), then row-space descent from random starts (descent.py: from 48
-        visible samples, once a sample is found)."""
+        unmatched (descent.GuideDescent), then the guide pools (the first guide, then residual guides), then row-space
+        descent from random starts (descent.py: from 48 visible samples, once a sample is found)."""
         cfg = self.config
         start = time.perf_counter()
         features, reason = self.guide_features(update, seed)
