@@ -70,6 +70,9 @@ ENTRIES = (
     ("spear-frontier-w1000", Paper("paper/spear-frontier-w1000", ("frontier", "baselines", "spear-speed")),
      "guided SPEAR at b = 250, 300, 350, FC-6 width 1000, 900 s per batch, seeds 0–2 "
      "(TinyImageNet; needs --data-root)"),
+    ("spear-frontier-w2000", Paper("paper/spear-frontier-w2000", ("frontier", "baselines", "spear-speed")),
+     "guided SPEAR at b = 400, 450, 500, FC-6 width 2000, 900 s per batch, seeds 0–2 "
+     "(TinyImageNet; needs --data-root)"),
     ("spear-frontier-04m-w400", Paper("paper/spear-frontier-04m-w400", ("frontier", "baselines", "spear-speed")),
      "guided SPEAR at b = 0.4·m: b = 160, FC-6 width 400, 900 s per batch, seeds 0–2 "
      "(TinyImageNet; needs --data-root)"),
