@@ -17,6 +17,7 @@ row is within 1e-3 (relative) of a true row the search has not found. Ground tru
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 
@@ -86,6 +87,9 @@ def main() -> None:
     parser.add_argument("--guide", action="store_true", help="starts from the guide's estimates (GuideDescent)")
     args = parser.parse_args()
     dump = torch.load(args.dump, weights_only=False)
+    if args.guide and dump.get("guide") is None:
+        print(f"spear_descent.py: {args.dump} holds no guide (dump a spear-guided run of spear_tail.py)", file=sys.stderr)
+        sys.exit(2)
     problem, state, C, tol = dump["problem"], dump["state"], dump["C_true"], dump["tol"]
     found = (torch.cdist(C, state.samples) / C.norm(dim=1)[:, None]).min(dim=1).values < 1e-4
     missing = C[~found]
