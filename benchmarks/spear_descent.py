@@ -88,7 +88,8 @@ def main() -> None:
     args = parser.parse_args()
     dump = torch.load(args.dump, weights_only=False)
     if args.guide and dump.get("guide") is None:
-        print(f"spear_descent.py: {args.dump} holds no guide (dump a spear-guided run of spear_tail.py)", file=sys.stderr)
+        print(f"spear_descent.py: {args.dump} holds no guide (dump a spear-guided run of spear_tail.py)",
+              file=sys.stderr)
         sys.exit(2)
     problem, state, C, tol = dump["problem"], dump["state"], dump["C_true"], dump["tol"]
     found = (torch.cdist(C, state.samples) / C.norm(dim=1)[:, None]).min(dim=1).values < 1e-4
