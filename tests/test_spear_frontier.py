@@ -153,6 +153,42 @@ def test_guide_pattern_fits_find_samples_from_a_noisy_guide() -> None:
         assert (torch.cdist(state.samples, C).min(dim=1).values <= 1e-6 * C.norm(dim=1).max()).all()
 
 
+def test_pattern_fits_pause_for_the_descent_once_found_samples_give_a_reference() -> None:
+    """With a pause (the descent's starts left), the fits stop after the block that gives the reference
+    (OUTLIER_MIN_FOUND found), pass while the pause holds, then fit only the guides still open; without one, a turn
+    fits every guide."""
+    from types import SimpleNamespace
+
+    from leakbench.attacks.spear.candidates import zero_tolerance
+    from leakbench.attacks.spear.deflation import OUTLIER_MIN_FOUND, SampleState
+    from leakbench.attacks.spear.guided import PatternFits
+    from leakbench.attacks.spear.scheduler import Search
+
+    problem, X = _problem(64, 256)
+    gen = torch.Generator().manual_seed(0)
+    noise = torch.randn(X.shape, generator=gen, dtype=X.dtype) / X.shape[1] ** 0.5
+    noisy = X + 0.05 * X.norm(dim=1, keepdim=True) * noise
+
+    def search() -> Search:
+        state = SampleState(samples=torch.empty(0, problem.b, dtype=torch.float64))
+        return Search(problem, zero_tolerance(problem, 1e-5, 10.0), SimpleNamespace(max_seconds=60.0),  # type: ignore[arg-type]
+                      gen, 1e-4, state)
+
+    paused = {"on": True}
+    source, s = PatternFits(make_guide(problem, noisy, 1.5), 10, pause=lambda _: paused["on"]), search()
+    assert source.turn(s, 1) and s.state.found >= OUTLIER_MIN_FOUND and 0 < source.next < problem.b
+    first = source.patterns
+    assert not source.turn(s, 2)
+    paused["on"] = False
+    C = X @ problem.R.T  # as if the descent had found the samples of the next 16 guides
+    s.state.samples = torch.cat([s.state.samples, C[source.next:source.next + 16]])
+    s.state.residuals = torch.cat([s.state.residuals, torch.zeros(16, dtype=C.dtype)])
+    assert source.turn(s, 3) and source.next == problem.b and source.patterns - first <= problem.b - first - 16
+    assert not source.turn(s, 4)
+    whole, s = PatternFits(make_guide(problem, noisy, 1.5), 10), search()
+    assert whole.turn(s, 1) and whole.next == problem.b and whole.patterns == problem.b
+
+
 def _state_missing(problem, C, k: int, directions: torch.Tensor):
     from leakbench.attacks.spear.deflation import SampleState
     return SampleState(samples=C[:-k].clone(), residuals=torch.zeros(C.shape[0] - k, dtype=C.dtype),

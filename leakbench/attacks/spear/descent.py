@@ -149,13 +149,22 @@ class GuideDescent:
         self.found = 0
         self.seconds = 0.0
 
-    def turn(self, search: Search, asked: int) -> bool:
-        problem, state, t = search.problem, search.state, TOLERANCES
+    def untried(self, search: Search) -> torch.Tensor:
+        """The open guides whose estimates were not descended from yet (none below the b it starts from)."""
+        problem, t = search.problem, TOLERANCES
         if problem.b < t.pattern_fit_from_b or self.guide.rows is None or search.missing < 2:
-            return False
-        match_guides(self.guide, problem, state.samples)
-        untried = (self.guide.open & ~self.tried).nonzero().flatten()[:t.guide_descent_starts]
-        if untried.numel() == 0:
+            return torch.zeros(0, dtype=torch.long)
+        match_guides(self.guide, problem, search.state.samples)
+        return (self.guide.open & ~self.tried).nonzero().flatten()
+
+    def has_starts(self, search: Search) -> bool:
+        """Whether estimates are left to descend from (guided.PatternFits pauses for them)."""
+        return self.untried(search).numel() > 0
+
+    def turn(self, search: Search, asked: int) -> bool:
+        problem, state, rows = search.problem, search.state, self.guide.rows
+        untried = self.untried(search)[:TOLERANCES.guide_descent_starts]
+        if rows is None or untried.numel() == 0:
             return False
         begin, before = time.perf_counter(), state.found
         self.tried[untried] = True
@@ -163,7 +172,7 @@ class GuideDescent:
         space = affine_row_space(problem, row_space(problem, state, N, search.tol).basis)
         if space.B.shape[1] < 2:
             return False
-        starts = guide_starts(problem, space, self.guide.rows[untried].to(space.B))
+        starts = guide_starts(problem, space, rows[untried].to(space.B))
         descend_and_fit(search, N, space, starts)
         self.starts += starts.shape[0]
         self.found += state.found - before

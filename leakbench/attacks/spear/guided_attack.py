@@ -66,7 +66,8 @@ class GuidedSpearAttack(SpearAttack):
         guides = ResidualGuides(problem, guide, tol, seed, t.pool_start, t.residual_after,
                                 t.residual_max_missing if problem.b >= t.residual_from_b else 0)
         rounds = t.pattern_fit_rounds if problem.b >= t.pattern_fit_from_b else 0
-        sources: list[ProposalSource] = [PatternFits(guide, rounds), GuideDescent(guide),
+        descent = GuideDescent(guide)
+        sources: list[ProposalSource] = [PatternFits(guide, rounds, pause=descent.has_starts), descent,
                                          GuidePool(guides, t.pool_growth, cfg.refine_first), RowSpaceDescent()]
         return sources, {"guide": cfg.guide, "guide_seconds": seconds}
 

@@ -8,12 +8,14 @@ turn to the sources after it). The last source of every list, `ZeroDraws` (SPEAR
 draws), always takes the turn, so the search never idles (the attack builds every list with
 `default_sources` at its end). Source lists (each attack's `_sources`):
 
-    spear          [TwoSided?, ZeroDraws]                              here (SPEAR's own sources)
-    spear-guided   [PatternFits?, GuidePool, RowSpaceDescent, TwoSided?, ZeroDraws]   guided.py, descent.py
-    spear-dl       [DLTrims, TwoSided?, ZeroDraws]                     dl.py
+    spear          [TwoSided?, ZeroDraws]                                        here (SPEAR's own sources)
+    spear-guided   [PatternFits?, GuideDescent?, GuidePool, RowSpaceDescent,     guided.py, descent.py
+                    TwoSided?, ZeroDraws]
+    spear-dl       [DLTrims, TwoSided?, ZeroDraws]                               dl.py
 
-(TwoSided where the batch span exists, active.py; PatternFits for b ≥ its threshold, guided.py; RowSpaceDescent
-passes below 48 visible samples and until a sample is found.)
+(TwoSided where the batch span exists, active.py; PatternFits and GuideDescent for b ≥ their threshold, guided.py,
+descent.py: the fits pause for the descent once found samples give a reference; RowSpaceDescent passes below 48
+visible samples and until a sample is found.)
 Between turns the loop tries to finish the batch: the closed-form completion once b−1 samples are known
 (deflation.complete_batch) and the remembered directions (deflation.try_directions). The budget is the
 search's (draws and seconds, state.out_of_budget); a source with a budget of its own (guide pools that

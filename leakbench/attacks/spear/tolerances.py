@@ -39,8 +39,9 @@ class Tolerances:
             are missing, follow a residual guide (FastICA on the deflated factor); only for b ≥
             residual_from_b.
         pattern_fit_rounds / pattern_fit_from_b: for b ≥ pattern_fit_from_b, the search's first turn fits
-            a sample to each guide's whole predicted pattern, refitting pattern_fit_rounds times; the descent from
-            the guide's estimates (descent.GuideDescent) follows, from the same b.
+            a sample to each guide's whole predicted pattern, refitting pattern_fit_rounds times, until the found
+            samples give a reference (deflation.OUTLIER_MIN_FOUND); the descent from the guide's estimates
+            (descent.GuideDescent) follows, from the same b, and the fits go on with the guides still open after it.
         Both were 128 until the trained victims (FC-6 width 400 trained 5 epochs, seed 0, 120 s,
         `benchmarks/spear_tail.py --tolerance`, before deflation.noise_level_fits had its column test):
         TinyImageNet b = 100 finds 32 of 100 with neither, 89 with
