@@ -134,10 +134,14 @@ class GuideDescent:
     guide's patterns agree with the true ones too little for a pattern fit (72 of 350 fitted); its estimates are
     close enough (median 0.38 off, relative) for the descent to reach the true row.
 
-    It follows the guide-pattern fits, not precedes them: first, it took width 1000 b = 400 (seed 0) to exact in 192 s
-    instead of 269 s, but on the trained TinyImageNet victim (5 epochs, b = 100, the suite cell's seed) it accepted,
-    with no found samples yet to judge residuals by, a fit 1.4e-4 off a missing sample (residual 3.3e-6, conditioning
-    6e-3) and the search ended at 82 of 100; after the fits it is exact there in 12 s (31–41 s without it).
+    It takes over from the guide-pattern fits once they have found `deflation.OUTLIER_MIN_FOUND` samples, a reference
+    to judge its fits by (guided.PatternFits pauses while it has starts). Before any fit: on the trained TinyImageNet
+    victim (5 epochs, b = 100, the suite cell's seed) it accepted, with no found samples to judge residuals by, a fit
+    1.4e-4 off a missing sample (residual 3.3e-6, conditioning 6e-3) and the search ended at 82 of 100. After all the
+    fits, the first turn alone cost 311 s at width 2000 b = 450 and the search stopped at 497 of 500 at b = 500 (seed
+    0). After the reference (`benchmarks/spear_tail.py`, seed 0, the suite cells' seeds): width 2000 b = 500 exact in
+    640 s, width 1000 b = 400 in 220 s (269 s), the trained TinyImageNet cells exact in 4–26 s, including 20 epochs
+    b = 100, which stopped at 99 of 100 after all the fits.
     """
 
     name = "guide_descent"
