@@ -241,18 +241,16 @@ class PatternFits:
             return False
         begin, before, draws = time.perf_counter(), state.found, state.draws
         self.next = fit_guide_patterns(search.problem, self.guide, state, search.residual_tol, self.rounds,
-                                       search.settings.max_seconds, self.next, self.stop(search))
+                                       search.settings.max_seconds, self.next, lambda: self.stops(search))
         self.patterns += state.draws - draws
         self.found += state.found - before
         self.seconds += time.perf_counter() - begin
         return True
 
-    def stop(self, search: Search) -> Callable[[], bool] | None:
-        """When the fits stop for the descent: the found samples give a reference and it has starts."""
-        pause = self.pause
-        if pause is None:
-            return None
-        return lambda: search.state.found >= OUTLIER_MIN_FOUND and pause(search)
+    def stops(self, search: Search) -> bool:
+        """Whether the fits stop for the descent after this block: the found samples give a reference and it has
+        starts."""
+        return self.pause is not None and search.state.found >= OUTLIER_MIN_FOUND and self.pause(search)
 
     def stats(self) -> dict[str, Any]:
         return {"pattern_fit_patterns": self.patterns, "pattern_fit_found": self.found,
