@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import signal
 import socket
 from collections.abc import Callable, Iterator
@@ -130,7 +131,7 @@ def _pool(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: in
     """
     earlier = {child.pid for child in multiprocessing.active_children()}
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_start_worker)
+                               initializer=_start_worker, initargs=(os.getpid(),))
     waiting = iter(tasks)
     try:
         with _ctrl_c_held():
@@ -159,12 +160,15 @@ def _ctrl_c_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
-def _start_worker() -> None:
-    """A pool worker leaves Ctrl-C to the parent, which stops it (see `_pool`), and starts its attack
-    worker at once, so that its start-up overlaps the first cell's data loading. It was spawned with
-    SIGINT held (`_ctrl_c_held`): it ignores it first, then lets it through (a held one is dropped)."""
-    from leakbench.harness.isolation import workers
+def _start_worker(parent: int) -> None:
+    """A pool worker dies with its parent (process `parent`), however that ends (`kill -9`
+    included: its fork server and attack worker then die with it), leaves Ctrl-C to the parent,
+    which stops it (see `_pool`), and starts its attack worker at once, so that its start-up
+    overlaps the first cell's data loading. It was spawned with SIGINT held (`_ctrl_c_held`): it
+    ignores it first, then lets it through (a held one is dropped)."""
+    from leakbench.harness.isolation import die_with_parent, workers
 
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     workers().prestart()

@@ -28,12 +28,14 @@ import json
 import math
 import os
 import pickle
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,8 +56,11 @@ _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 MAX_REPLY_ROWS = 1 << 16
 """The most images or feature rows a reply may hold."""
 BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-        "from leakbench.harness.isolation import fork_server; fork_server(int(sys.argv[2]))")
+        "from leakbench.harness.isolation import fork_server; fork_server(int(sys.argv[2]), int(sys.argv[3]))")
 """What `python -I -S -c` runs in the fork server: leakbench from the harness's checkout, nothing else."""
+MAX_RELAYED = 16 << 20
+"""The most characters of one attack worker's output (its progress bars, prints) relayed to the
+harness's stderr; the rest is read and dropped."""
 
 
 class WorkerDied(LeakbenchError):
@@ -118,7 +123,8 @@ class Zygote:
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair()
-        self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", BOOT, leakbench_root(), str(theirs.fileno())],
+        self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", BOOT, leakbench_root(), str(theirs.fileno()),
+                                       str(os.getpid())],
                                       pass_fds=(theirs.fileno(),), cwd=tempfile.gettempdir(), env=_worker_env(),
                                       stdin=subprocess.DEVNULL, stdout=2)
         theirs.close()
@@ -128,13 +134,16 @@ class Zygote:
     def alive(self) -> bool:
         return self._proc.poll() is None
 
-    def fork(self) -> tuple[int, int, int]:
-        """(child pid, its request pipe's write end, its reply pipe's read end)."""
+    def fork(self) -> tuple[int, int, int, int]:
+        """(child pid, its request pipe's write end, its reply pipe's read end, the read end of the
+        pipe that is its stdout and stderr)."""
         self._sock.sendall(b"F")
-        data, fds, _, _ = socket.recv_fds(self._sock, 4, 2)
-        if len(data) != 4 or len(fds) != 2:
+        data, fds, _, _ = socket.recv_fds(self._sock, 4, 3)
+        if len(data) != 4 or len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
             raise WorkerDied("the attack worker's fork server ended", self._proc.poll())
-        return int.from_bytes(data, "little"), fds[0], fds[1]
+        return int.from_bytes(data, "little"), fds[0], fds[1], fds[2]
 
     def exit_code(self) -> int | None:
         """The exit code of the child forked last (the server reports it once the child has ended)."""
@@ -197,9 +206,11 @@ class AttackWorker:
     def __init__(self, zygote: Zygote) -> None:
         self.scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
         self._zygote: Zygote | None = zygote
-        self._pid, send_fd, recv_fd = zygote.fork()
+        self._pid, send_fd, recv_fd, output_fd = zygote.fork()
         self._send: Connection | None = Connection(send_fd, readable=False)
         self._recv: Connection | None = Connection(recv_fd, writable=False)
+        self._relay = threading.Thread(target=relay_output, args=(output_fd,), name="attack-output", daemon=True)
+        self._relay.start()
 
     @property
     def pid(self) -> int | None:
@@ -262,8 +273,47 @@ class AttackWorker:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self._pid, signal.SIGKILL)
             code = zygote.exit_code()
+            self._relay.join(timeout=5)  # the pipe ends with the worker: what it wrote last is shown
         shutil.rmtree(self.scratch, ignore_errors=True)
         return code
+
+
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+"""A terminal's control sequences (CSI: cursor moves, colours, mode changes), removed whole."""
+_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+"""The C0 and C1 control characters and DEL but tab, newline and carriage return (bars use \\r)."""
+
+
+def printable(text: str) -> str:
+    """`text` without terminal control sequences or control characters (\\t, \\n, \\r kept): what
+    an attack writes can draw a bar or a line, never drive the user's terminal."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))
+
+
+def relay_output(fd: int, limit: int = MAX_RELAYED) -> None:
+    """Copy what an attack worker writes on its stdout and stderr (the pipe `fd`) to this process's
+    stderr, made `printable`, at most `limit` characters (then one line saying so; the rest is read
+    and dropped, so the worker never blocks on a full pipe), until the worker ends; closes `fd`."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    left = limit
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            if left < 0:
+                continue
+            text = printable(decoder.decode(chunk))
+            if len(text) > left:
+                text, left = f"{text[:left]}\n[the attack's output is cut here: over {limit} characters]\n", -1
+            else:
+                left -= len(text)
+            with contextlib.suppress(Exception):  # a closed or broken stderr loses the text, nothing else
+                sys.stderr.write(text)
+                sys.stderr.flush()
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 class Workers:
@@ -434,12 +484,12 @@ def _exit_text(code: int | None) -> str:
 # --------------------------------------------------------------------------- inside the worker
 
 
-def fork_server(fd: int) -> None:
+def fork_server(fd: int, harness: int) -> None:
     """The fork server: import torch and leakbench, then fork one attack worker per request of the
-    harness and report how each ended. It stays single-threaded, never runs plugin or attack code
-    and never holds a batch: each child starts from this clean state."""
+    harness (process `harness`) and report how each ended. It stays single-threaded, never runs
+    plugin or attack code and never holds a batch: each child starts from this clean state."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
+    die_with_parent(harness)
     sock = socket.socket(fileno=fd)
     sys.path[:] = list(dict.fromkeys([*json.loads(Connection(os.dup(fd)).recv_bytes()), *sys.path]))
     import torch  # torch and leakbench's own modules load before any sandbox (torch probes the system)
@@ -457,20 +507,22 @@ def fork_server(fd: int) -> None:
 
 def _serve(sock: socket.socket) -> None:
     """The fork server's loop: one attack worker per request on `sock`, until it closes."""
+    server = os.getpid()
     while sock.recv(1) == b"F":
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
+        output_r, output_w = os.pipe()
         pid = os.fork()
         if pid == 0:
             sock.close()
-            os.close(request_w)
-            os.close(reply_r)
-            _child(request_r, reply_w)
-        os.close(request_r)
-        os.close(reply_w)
-        socket.send_fds(sock, [pid.to_bytes(4, "little")], [request_w, reply_r])
-        os.close(request_w)
-        os.close(reply_r)
+            for end in (request_w, reply_r, output_r):
+                os.close(end)
+            _child(request_r, reply_w, output_w, server)
+        for end in (request_r, reply_w, output_w):
+            os.close(end)
+        socket.send_fds(sock, [pid.to_bytes(4, "little")], [request_w, reply_r, output_r])
+        for end in (request_w, reply_r, output_r):
+            os.close(end)
         code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         sock.sendall(code.to_bytes(4, "little", signed=True))
 
@@ -497,10 +549,14 @@ def _warm_up() -> None:
         sandbox.prepare(sandbox.policy(sys.path, [str(p) for p in data_locations()], ""))
 
 
-def _child(receive_fd: int, send_fd: int) -> None:
-    """One attack worker: wait for its cell, sandbox itself, answer, exit."""
+def _child(receive_fd: int, send_fd: int, output_fd: int, server: int) -> None:
+    """One attack worker: wait for its cell, sandbox itself, answer, exit. It dies with the fork
+    server (process `server`), has no controlling terminal (a session of its own) and no terminal
+    among its standard descriptors: stdin is /dev/null, stdout and stderr the pipe `output_fd` that
+    the harness reads and relays (`relay_output`)."""
     try:
-        _die_with_parent()
+        die_with_parent(server)
+        _own_stdio(output_fd)
         from leakbench.harness.job import attack_cell
         from leakbench.harness.sandbox import apply, policy
         from leakbench.progress import attack_progress
@@ -570,10 +626,25 @@ def _plain(output: Any, layer: int) -> tuple[str, bytes]:
         return json.dumps({"kind": "ok", "meta": meta}), npz
 
 
-def _die_with_parent() -> None:
-    """The kernel kills this worker when the harness process ends (no attack outlives a killed run)."""
-    parent = os.getppid()
+def die_with_parent(parent: int) -> None:
+    """The kernel kills this process with SIGKILL when its parent (process `parent`, which started
+    it from its main thread) ends, however it ends: no attack worker, fork server or pool worker
+    outlives a killed run. A parent that ended before this call (this process was re-parented
+    already) ends this process now. The sandbox refuses the attack any change of it."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:
         os._exit(1)
+
+
+def _own_stdio(output_fd: int) -> None:
+    """Leave the harness's session (no controlling terminal: /dev/tty cannot be opened) and make
+    stdin /dev/null and stdout and stderr the pipe `output_fd`: no descriptor of this process is the
+    user's terminal or shares the harness's stderr (its file offset, a log it could truncate)."""
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(output_fd, 1)
+    os.dup2(output_fd, 2)
+    for fd in {null, output_fd} - {0, 1, 2}:
+        os.close(fd)

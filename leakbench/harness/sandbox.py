@@ -37,9 +37,10 @@ from leakbench.records.schema import FULL, GUARD_ONLY  # the isolation levels re
 
 LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib")
 """Where the dynamic linker finds the system's shared libraries (read-only in the sandbox)."""
-SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/sys/devices/system/cpu", "/proc/cpuinfo", "/proc/self")
-"""Read-only system files the runtime consults (the CPU's features and count, the linker's cache,
-its own /proc entry)."""
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/sys/devices/system/cpu", "/proc/cpuinfo")
+"""Read-only system files the runtime consults (the CPU's features and count, the linker's cache).
+The worker's own /proc/<pid> is added by `apply`, in the worker (`own_proc`): rules prepared in the
+fork server must not name the fork server's."""
 DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 GPU_DEVICES = "/dev/nvidia*"
 """NVIDIA device nodes (read, write, ioctl) for `device=cuda` attacks; with GPU_FILES read-only.
@@ -134,16 +135,22 @@ def apply(rules: Policy) -> str:
     return FULL
 
 
+def own_proc() -> str:
+    """This process's own /proc entry, /proc/<pid> (what /proc/self resolves to here, now)."""
+    return f"/proc/{os.getpid()}"
+
+
 # --------------------------------------------------------------------------- Landlock
 
 
 def _landlock(rules: Policy) -> None:
     """Restrict the file system to `rules` (irreversible; inherited by threads started later)."""
-    from landlock import Ruleset
+    from landlock import FSAccess, Ruleset
 
     ruleset = Ruleset()
     for path, access in read_rules(rules):
         ruleset.allow(path, rules=access)
+    ruleset.allow(own_proc(), rules=FSAccess.READ_FILE | FSAccess.READ_DIR)  # its own, never its parent's
     ruleset.allow(rules.scratch)
     ruleset.apply()
 
@@ -181,7 +188,7 @@ def _read_rules(rules: Policy) -> tuple[tuple[str, int], ...]:
     for folder in rules.modules:
         found.append((folder, int(FSAccess.READ_DIR)))  # imports list it; names only, not contents
         for entry in _module_entries(folder):
-            _allow(found, entry, hidden, read_dir, read_file)
+            _allow(found, entry, hidden, read_dir, read_file, inside=folder)
     found += [(d, int(FSAccess.READ_FILE | FSAccess.WRITE_FILE)) for d in DEVICES if os.path.exists(d)]
     gpu = glob.glob(GPU_DEVICES)
     found += [(d, int(FSAccess.all_file() & ~FSAccess.EXECUTE)) for d in gpu]
@@ -190,30 +197,40 @@ def _read_rules(rules: Policy) -> tuple[tuple[str, int], ...]:
     return tuple(found)
 
 
-def _allow(found: list[tuple[str, int]], path: str, hidden: tuple[str, ...], read_dir: int, read_file: int) -> None:
+def _allow(found: list[tuple[str, int]], path: str, hidden: tuple[str, ...], read_dir: int, read_file: int,
+           inside: str = "") -> None:
     """Allow reading `path` except the hidden paths inside it: a folder that holds one is opened up
     entry by entry, skipping the hidden ones (Landlock only ever allows), and may itself be listed
     (imports list package folders; a hidden folder's file names can then be listed, never read).
-    `hidden` are resolved paths."""
+    `hidden` are resolved paths. A symbolic link is followed only when it stays `inside` that
+    folder (resolved; '' for the trees given whole, whose own path may be a link): entries of a
+    folder opened up one by one stay inside it, as they do under a rule for the whole folder
+    (Landlock checks the resolved path), so a link in a plugin folder opens nothing outside it."""
     from landlock import FSAccess
 
     real = os.path.realpath(path)
     if any(_within(real, h) for h in hidden) or not os.path.exists(real):
         return
+    if inside and not _within(real, os.path.realpath(inside)):
+        return
     if os.path.isdir(real) and any(_within(h, real) for h in hidden):
         found.append((real, int(FSAccess.READ_DIR)))  # names only, not contents
         for entry in os.scandir(real):
-            _allow(found, entry.path, hidden, read_dir, read_file)
+            _allow(found, entry.path, hidden, read_dir, read_file, inside=real)
     else:
         found.append((real, read_dir if os.path.isdir(real) else read_file))
 
 
 def _module_entries(folder: str) -> list[str]:
     """What Python reads in a user's import-path folder: its modules, its packages (a folder with
-    Python files at its top: regular or namespace packages) and distribution metadata (entry
-    points), not its other files and folders (a checkout's results, reports, data)."""
+    Python files at its top: regular or namespace packages, with whatever else they hold: package
+    data is readable) and distribution metadata (entry points), not its other files and folders (a
+    checkout's results, reports, data), and nothing a symbolic link in it leads to outside it."""
     entries = []
+    real = os.path.realpath(folder)
     for entry in os.scandir(folder):
+        if not _within(os.path.realpath(entry.path), real):
+            continue
         if entry.is_dir() and (entry.name.endswith((".dist-info", ".egg-info")) or _holds_python(entry.path)):
             entries.append(entry.path)
         elif entry.is_file() and entry.name.endswith((".py", ".pth", ".so")):
@@ -264,6 +281,10 @@ DENIED = (
     "kcmp", "tkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "process_madvise", "move_pages", "migrate_pages",
     # network and Unix sockets
     "socket", "socketpair",
+    # memory and messages shared with other processes that no path names (Landlock cannot see them)
+    "shmget", "shmat", "shmdt", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
+    "semtimedop", "semctl", "ipc", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
+    "mq_getsetattr",
     # the file system's other doors, namespaces, kernel interfaces
     "open_by_handle_at", "name_to_handle_at", "mount", "umount2", "pivot_root", "chroot", "unshare",
     "setns", "fsopen", "fsmount", "move_mount", "open_tree", "bpf", "perf_event_open", "userfaultfd",
@@ -273,24 +294,49 @@ DENIED = (
 )
 """System calls that fail with EPERM in the sandbox."""
 CLONE_THREAD = 0x00010000
+INT = 0xFFFFFFFF
+"""The low 32 bits: the kernel reads an `int` or `unsigned int` argument (an ioctl's command, a
+prctl option) from them alone, so a rule that refuses one value compares them alone (a value with
+high bits set would pass a comparison of all 64)."""
 TIOCSTI = 0x5412
+"""Push a byte into a terminal's input (typing into the user's shell)."""
+TIOCLINUX = 0x541C
+"""The Linux console's commands (select and paste, among others)."""
+DENIED_IOCTLS = (TIOCSTI, TIOCLINUX)
+PR_SET_PDEATHSIG = 1
+"""The worker's death signal, set by the fork server (`isolation.die_with_parent`): never changed."""
+SELF_ONLY: dict[str, dict[int, int]] = {
+    "prlimit64": {0: 0}, "setpriority": {0: 0, 1: 0}, "sched_setaffinity": {0: 0}, "sched_setscheduler": {0: 0},
+    "sched_setparam": {0: 0}, "sched_setattr": {0: 0}, "ioprio_set": {0: 1, 1: 0}}
+"""Calls that act on any process the user owns, and the values their arguments must have to act on
+this process alone: pid 0 (this process), setpriority's `which` PRIO_PROCESS (0), ioprio_set's
+IOPRIO_WHO_PROCESS (1). Any other value is refused, a pid written out too (the worker's own, or one
+of its threads' ids: libseccomp compares an argument once per rule, so "0 or own" cannot be said)."""
 
 
 def _seccomp() -> None:
     """Load the filter: DENIED fail with EPERM; clone only for threads; clone3 is ENOSYS (the C
-    library then falls back to clone); kill and tgkill only to this process."""
+    library then falls back to clone); kill and tgkill only to this process; SELF_ONLY calls only
+    on this process; no terminal ioctl of DENIED_IOCTLS and no change of the death signal, whatever
+    the high 32 bits of those arguments hold."""
     import pyseccomp as sc
 
     own = os.getpid()
     rules = sc.SyscallFilter(defaction=sc.ALLOW)
+    refuse = sc.ERRNO(errno.EPERM)
     for name in DENIED:
         try:
-            rules.add_rule(sc.ERRNO(errno.EPERM), name)
+            rules.add_rule(refuse, name)
         except OSError:  # a call this architecture does not have
             continue
-    rules.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
+    rules.add_rule(refuse, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
     rules.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
-    rules.add_rule(sc.ERRNO(errno.EPERM), "kill", sc.Arg(0, sc.NE, own))
-    rules.add_rule(sc.ERRNO(errno.EPERM), "tgkill", sc.Arg(0, sc.NE, own))
-    rules.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.EQ, TIOCSTI))
+    rules.add_rule(refuse, "kill", sc.Arg(0, sc.NE, own))
+    rules.add_rule(refuse, "tgkill", sc.Arg(0, sc.NE, own))
+    for name, arguments in SELF_ONLY.items():
+        for i, value in arguments.items():  # one rule each: refused when any of them differs
+            rules.add_rule(refuse, name, sc.Arg(i, sc.NE, value))
+    for command in DENIED_IOCTLS:
+        rules.add_rule(refuse, "ioctl", sc.Arg(1, sc.MASKED_EQ, INT, command))
+    rules.add_rule(refuse, "prctl", sc.Arg(0, sc.MASKED_EQ, INT, PR_SET_PDEATHSIG))
     rules.load()
