@@ -7,6 +7,7 @@ and processes left behind by `kill -9` of a run. Each test fails on the code bef
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -102,13 +103,6 @@ def test_a_filtered_terminal_ioctl_is_refused_whatever_its_high_bits(tty_doors: 
     assert tty_doors[f"{ioctl}{high} on {fd}"] == EPERM, tty_doors
 
 
-@pytest.mark.slow
-@sandboxed
-def test_the_worker_has_no_terminal_and_cannot_open_dev_tty(tty_doors: dict[str, Any]) -> None:
-    assert tty_doors["terminals"] == 0
-    assert tty_doors["open /dev/tty"] == EACCES  # Landlock (without it: ENXIO, no controlling terminal)
-
-
 def _pty_session() -> None:
     """In the child: the pseudo-terminal on fd 0 becomes its controlling terminal (a shell's)."""
     import fcntl
@@ -146,9 +140,9 @@ def test_an_attack_types_nothing_into_the_users_terminal(tmp_path: Path) -> None
     master, slave = os.openpty()
     typed = f"echo typed-{uuid.uuid4().hex[:8]}"
     env = {**cli_env(), "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(TESTS)])}
-    proc = subprocess.Popen([sys.executable, "-m", "leakbench", "attack", "--plugin", "doors_plugin", "--attack", "doors",
-                             "--batch-size", "1", "--width", "16", "--depth", "3", "--param", "route=tty",
-                             "--param", f"target={typed}", "--json"],
+    proc = subprocess.Popen([sys.executable, "-m", "leakbench", "attack", "--plugin", "doors_plugin",
+                             "--attack", "doors", "--batch-size", "1", "--width", "16", "--depth", "3",
+                             "--param", "route=tty", "--param", f"target={typed}", "--json"],
                             stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=env, start_new_session=True,
                             preexec_fn=_pty_session)
     try:
@@ -337,7 +331,8 @@ def _kill_during_linger(tmp_path: Path, args: list[str], attacks: int) -> list[i
     finally:
         harness.kill()
         for pid in _marked(marker):
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         log.close()
 
 
