@@ -6,7 +6,9 @@ cell's attack runs in a new attack worker (`AttackWorker`), a Python process sta
 leakbench's own modules, then waits. The harness keeps one such worker started ahead (`Workers`), so
 its start-up overlaps the previous cell. For a cell, the worker
 
-1. receives the cell's policy as JSON (the data locations and output folders to hide, its scratch
+1. leaves the harness's session (`setsid`: no controlling terminal), takes /dev/null as stdin and a
+   pipe the harness relays (`relay_output`, control characters removed) as stdout and stderr,
+   receives the cell's policy as JSON (the data locations and output folders to hide, its scratch
    folder) and sandboxes itself (`leakbench.harness.sandbox`: Landlock + seccomp, where the kernel
    has them), then installs the audit-hook `Guard` as a second layer;
 2. only then receives the `AttackJob` and the `ClientUpdate` (pickled by the harness), loads the

@@ -17,7 +17,10 @@ refuses:
   vfork, exec, clone without CLONE_THREAD, clone3), no other process's memory (ptrace,
   process_vm_readv/writev, pidfd_getfd, kcmp), no signal to another process, no socket (no network,
   no abstract Unix socket), no mount, namespace, BPF, perf, io_uring, keyring, module or file-handle
-  (open_by_handle_at) call, no TIOCSTI.
+  (open_by_handle_at) call, no System V IPC or POSIX message queue, no resource limit, priority,
+  CPU or I/O priority set on another process (`SELF_ONLY`), no change of the death signal, no
+  TIOCSTI or TIOCLINUX (their 32-bit commands compared on the low 32 bits, as the kernel reads them).
+  Its own /proc/<pid> is the one /proc entry the worker may read.
 
 `level()` says what this kernel and install can give: `landlock+seccomp`, or `python-guard only`
 with the reason. Records carry it (`isolation`), and reports mark rows that were not isolated.
