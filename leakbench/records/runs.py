@@ -173,10 +173,10 @@ def with_trust(run_dir: Path, cells: pd.DataFrame) -> pd.DataFrame:
     cells = cells.assign(**{c: cells[c].astype(object) if c in cells else None for c in TRUST_COLUMNS})
     for index in cells.index[cells[list(TRUST_COLUMNS)].isna().any(axis=1)]:
         cid = cells.at[index, "cell_id"]
-        manifest = read_manifest(cell_path(run_dir, cid)) if _plain(cid) else None
+        manifest = read_manifest(cell_path(run_dir, cid)) if isinstance(cid, str) and _plain(cid) else None
         found = derived(manifest, run_dir.name, str(cells.at[index, "attack"]), str(cells.at[index, "dataset"]))
         for column in TRUST_COLUMNS:
-            if pd.isna(cells.at[index, column]):
+            if not isinstance(cells.at[index, column], str):  # None or NaN: not recorded
                 cells.at[index, column] = found[column]
     return cells
 

@@ -94,7 +94,8 @@ def derived(manifest: dict[str, Any] | None, run_name: str, attack: str, dataset
     if not isinstance(plugins, list):
         return {"attack_origin": SHIPPED, "defence_origin": SHIPPED, "images": images}
     listed = [p for p in plugins if isinstance(p, dict)]
-    spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
+    spec = manifest.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
     defences = {str(d.get("name")) for d in spec.get("defences") or [] if isinstance(d, dict)}
     attack_origin = (PLUGIN if any(attack in (p.get("attacks") or []) for p in listed)
                      else EVALUATED if run_name.endswith(f"--{attack}") else SHIPPED)

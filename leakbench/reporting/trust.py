@@ -54,9 +54,10 @@ def unranked_rows(records: pd.DataFrame, cells: pd.DataFrame) -> list[list[Entry
     rows = []
     by = ["dataset", "model", "layer", "level", "attack", "batch_size"]
     for key, sub in paired.groupby(by, sort=True):
-        dataset, model, layer, level, attack, b = key
+        dataset, model, layer, level, attack, _ = key
+        b = int(sub["batch_size"].iloc[0])
         s = leakage_stats(records[records["cell_id"].isin(set(sub["cell_id"]))], sub)
         rows.append([text(f"{dataset} · {model} · layer {layer}"), text(str(level)), text(str(attack)),
-                     text(attack_code(sub)), Entry(str(b), int(b)), number(s["exact_pct"], 0), psnr_entry(s),
+                     text(attack_code(sub)), Entry(str(b), b), number(s["exact_pct"], 0), psnr_entry(s),
                      Entry(str(s["n"]), s["n"]), Entry(str(s["failures"]), s["failures"])])
     return rows
