@@ -157,3 +157,18 @@ def test_the_harness_tells_shipped_code_from_third_party_code() -> None:
                          evaluated=False) == "plugin"  # whatever module the worker claims
     assert attack_origin(spear, evaluated=True) == "evaluated"
     assert code_origin(FedSGD) == "shipped" and code_origin(_OutsideDefence) == "plugin"
+
+
+def test_a_defence_the_strongest_attack_was_kept_from_is_not_ranked_best(tmp_path: Path) -> None:
+    """The strongest undefended attack is a plugin's; its cells behind a plugin defence are kept out (a pairing),
+    so the defence was never measured against it: it ranks after the undefended level, not first by absence."""
+    _write_run(tmp_path / "res", "s", [
+        _cell("a", "mine", "embedded", 1.0, "plugin"), _cell("b", "spear", "embedded", 0.5),
+        _cell("c", "mine", "embedded", 1.0, "plugin", defence="quant bits=4", defence_origin="plugin"),
+        _cell("d", "spear", "embedded", 0.5, defence="quant bits=4", defence_origin="plugin")])
+    write_leaderboard(tmp_path / "res", tmp_path / "rep")
+    ranking = next(s for t, s in _tables((tmp_path / "rep" / "leaderboard.md").read_text()).items()
+                   if t.startswith("Defences ranked"))
+    rows = _rows(ranking)
+    assert [(r["rank"], r["defence"]) for r in rows] == [("1", "none"), ("2", "quant bits=4")]
+    assert rows[1]["strongest undefended attack: mine exact %"] == "–" and "has no cell at that level" in ranking
