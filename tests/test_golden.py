@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from leakbench.harness.run import run_sweep
+from leakbench.records.trust import TRUST_COLUMNS
 from leakbench.reporting.aggregate import PSNR_CAP
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -41,6 +42,7 @@ def _comparable(frame: pd.DataFrame, ids: list[str], rerun: pd.DataFrame) -> pd.
     rows = frame[frame["cell_id"].isin(ids)].drop(columns=[c for c in TIMING if c in frame])
     same_environment = "lpips_net" not in rerun or (rerun["lpips_net"].fillna("") != "").all()
     drop = [c for c in ENVIRONMENT if c in rows and (c == "isolation" or not same_environment)]
+    drop += [c for c in TRUST_COLUMNS if c in rows]  # recorded since issue 41: the golden tables predate them
     rows = rows.drop(columns=drop).reset_index(drop=True)
     for column in [c for c in rows if "psnr" in c and pd.api.types.is_float_dtype(rows[c])]:
         # an exact image's PSNR (≈ 140–150 dB) is rounding noise, which differs between CPUs' BLAS kernels:

@@ -20,6 +20,7 @@ from leakbench.fl.transform import TRANSFORMS
 from leakbench.harness.suite import find_suite, load_suite
 from leakbench.reporting.board_page import Board, Column, Entry, Section, html_page
 from leakbench.reporting.leaderboard import write_leaderboard
+from leakbench.reporting.trust import ATTACK_CODE
 
 TINY = """name = "board-tiny"
 dataset = "embedded"
@@ -86,7 +87,7 @@ def test_one_metric_and_one_unit_per_column(board: Path) -> None:
             continue
         header = rows[0]
         for i, name in enumerate(header):
-            if name in ("attack", "budget", "defence") or name.startswith("worst of all attacks attack"):
+            if name in ("attack", "budget", "defence", ATTACK_CODE) or name.startswith("worst of all attacks attack"):
                 continue
             for row in rows[2:]:
                 value = re.sub(r"\[(.*?)\]\(.*?\)", r"\1", row[i])

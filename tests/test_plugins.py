@@ -210,3 +210,51 @@ def test_an_installed_victim_is_attacked_through_leakbench_run(site: Path, tmp_p
     bad.write_text(text.replace("[hyperparameters.ig]\niterations = 20\n", ""))
     _one_line_error(_leakbench(tmp_path, "run", str(bad), "--out", "res2", "--reports", "rep2", path=(site,)),
                     "not a linear layer followed by ReLU")
+
+
+def test_the_trust_model_reaches_the_records_the_leaderboard_and_the_report(site: Path, tmp_path: Path) -> None:
+    """The example's attack (a plugin's) and defence (a plugin's) beside SPEAR, on public images (embedded) and
+    on the evaluator's own (an imagefolder): the records say whose code each cell ran and whether its images are
+    public; the leaderboard marks mean-image verified on the folder only, and its cells behind the plugin's
+    defence are in no ranking, neither the leaderboard's nor the report's, only in the 'Not ranked' lists."""
+    import numpy as np
+    from PIL import Image
+
+    for label, value in (("dark", 40), ("light", 200)):
+        (tmp_path / "mine" / label).mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray(np.full((32, 32, 3), value + 10 * i, np.uint8)).save(tmp_path / "mine" / label / f"{i}.png")
+    (tmp_path / "suite.toml").write_text(
+        'name = "trust"\ndatasets = ["embedded", "imagefolder"]\ndata_root = "mine"\n'
+        'attacks = ["mean-image", "spear"]\nbatch_sizes = [1]\nwidth = 32\ndepth = 3\n'
+        'defences = ["none", { name = "example-quantise", bits = 4 }]\n')
+    proc = _leakbench(tmp_path, "run", "suite.toml", "--out", "res", "--reports", "rep", path=(site,))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import pandas as pd
+
+    cells = pd.read_parquet(tmp_path / "res" / "trust" / "cells.parquet")
+    found = {(c.attack, c.dataset, c.defence if isinstance(c.defence, str) else "none"):
+             (c.attack_origin, c.defence_origin, c.images) for c in cells.itertuples()}
+    quantise = "example-quantise bits=4"
+    assert found == {(a, d, q): ("plugin" if a == "mean-image" else "shipped", "plugin" if q != "none" else "shipped",
+                                 "private" if d == "imagefolder" else "public")
+                     for a in ("mean-image", "spear") for d in ("embedded", "imagefolder") for q in ("none", quantise)}
+    board = _board(site, tmp_path)
+    tables = {part.split("\n", 1)[0]: part for part in board.split("\n## ")}
+    undefended = {d: tables[f"Attacks per threat model: {d} · FC-3 w32 · layer 1 · defence: none"]
+                  for d in ("embedded", "imagefolder")}
+    assert "| plugin: unverified (public images: the attack could embed them) |" in undefended["embedded"]
+    assert "| plugin: verified (private images) |" in undefended["imagefolder"]
+    for dataset in ("embedded", "imagefolder"):
+        defended = tables[f"Attacks per threat model: {dataset} · FC-3 w32 · layer 1 · defence: {quantise}"]
+        assert "spear" in defended and "mean-image" not in defended
+    unranked = next(t for title, t in tables.items() if title.startswith("Not ranked"))
+    assert unranked.count(f"| {quantise} | mean-image |") == 2
+    report = (tmp_path / "rep" / "trust.md").read_text()
+    headline = report[report.index("## Headline"):report.index("## Not ranked")]
+    assert f"| imagefolder | {quantise} | spear |" in headline  # mean-image, 100 % exact there, is not named
+    unranked = report[report.index("## Not ranked: a third-party defence with a third-party attack"):]
+    assert unranked.count(f"| {quantise} | mean-image |") == 2
+    per_setting = report[report.index("## Per-setting tables"):report.index("## Comparison grids")]
+    defended = [t for t in per_setting.split("\n### ")[1:] if quantise in t.split("\n", 1)[0]]
+    assert len(defended) == 2 and all("spear" in t and "mean-image" not in t for t in defended)

@@ -7,7 +7,8 @@ declared range or choices, help) and its requirements. In the harness,
 so the same capabilities, `Attack.layered`, derived from the Config), so
 that listing, `show`, suite parsing and hyperparameter checks work as for a shipped attack; its
 `reconstruct` refuses to run (the worker runs the real one); `code_hash` is the worker's hash of its
-source (`leakbench.harness.fingerprint.attack_code`), so resuming notices a changed plugin.
+source (`leakbench.harness.fingerprint.attack_code`), so resuming notices a changed plugin; `described`
+(True) marks it a plugin's (`fingerprint.attack_origin`: its module name is the worker's word).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def described_attack(data: dict[str, Any]) -> type[Attack]:
         "name": str(data["name"]), "description": str(data["description"]), "Config": config,
         "requires": Requirements(**data["requires"]), "reconstruct": reconstruct,
         "__module__": str(data["module"]), "__doc__": f"{data['name']} (described by the attack worker)",
-        "code_hash": data.get("code_hash")})
+        "code_hash": data.get("code_hash"), "described": True})
 
 
 def _describe_field(f: Field[Any]) -> dict[str, Any]:

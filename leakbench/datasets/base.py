@@ -16,12 +16,16 @@ class ImageDataset:
 
     images: float32 tensor (N, C, H, W) with values in [0, 1].
     labels: int64 tensor (N,).
+    public: whether anyone can have these images (a published dataset; every shipped one but `imagefolder`),
+    so that a third-party attack could carry them (`records.trust`); a dataset plugin serving images its
+    submitters cannot have says False.
     """
 
     name: str
     images: torch.Tensor
     labels: torch.Tensor
     num_classes: int
+    public: bool = True
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -34,13 +38,14 @@ class ImageDataset:
 
 @dataclass(frozen=True)
 class Batch:
-    """The client's private batch. Only the harness and the metrics ever see it."""
+    """The client's private batch. Only the harness and the metrics ever see it. `public`: its dataset's."""
 
     images: torch.Tensor
     labels: torch.Tensor
     indices: tuple[int, ...]
     dataset: str
     num_classes: int
+    public: bool = True
 
     @property
     def size(self) -> int:
@@ -74,6 +79,7 @@ def sample_batch(dataset: ImageDataset, batch_size: int, seed: int, *, pool: np.
         indices=tuple(int(i) for i in idx),
         dataset=dataset.name,
         num_classes=dataset.num_classes,
+        public=dataset.public,
     )
 
 
@@ -82,7 +88,7 @@ def concat_batches(batches: list[Batch]) -> Batch:
     first = batches[0]
     return Batch(images=torch.cat([b.images for b in batches]), labels=torch.cat([b.labels for b in batches]),
                  indices=tuple(i for b in batches for i in b.indices), dataset=first.dataset,
-                 num_classes=first.num_classes)
+                 num_classes=first.num_classes, public=first.public)
 
 
 def split_batch(batch: Batch, parts: int) -> list[Batch]:
@@ -91,7 +97,8 @@ def split_batch(batch: Batch, parts: int) -> list[Batch]:
         raise ConfigError(f"a batch of {batch.size} images cannot be cut into {parts} equal parts")
     b = batch.size // parts
     return [Batch(images=batch.images[k * b:(k + 1) * b], labels=batch.labels[k * b:(k + 1) * b],
-                  indices=batch.indices[k * b:(k + 1) * b], dataset=batch.dataset, num_classes=batch.num_classes)
+                  indices=batch.indices[k * b:(k + 1) * b], dataset=batch.dataset, num_classes=batch.num_classes,
+                  public=batch.public)
             for k in range(parts)]
 
 

@@ -10,6 +10,7 @@ repeated calls: treat its tensors as read-only (`sample_batch` copies what it ta
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import importlib.util
@@ -43,6 +44,8 @@ _IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg"})
 _SKIMAGE_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket")
 EMBEDDED_PHOTOS = 2 + len(_SKIMAGE_PHOTOS)
 """Photos behind `embedded` (and its number of classes): scikit-learn's two and scikit-image's four."""
+PUBLIC_MARKER = "PUBLIC"
+"""A file of this name in an `imagefolder` data root declares its images public (`ImageDataset.public`)."""
 _PIL_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
 
 
@@ -415,6 +418,10 @@ def load_imagefolder(*, data_root: Path | None = None, image_size: int | None = 
 
     Images are converted to RGB, resized (shorter side to S) and centre-cropped to S×S,
     S = image_size or 32. Other files are ignored; hidden entries are skipped.
+
+    Private images: the evaluator's own, which vouches that no attack's submitter can have them (the only
+    images on which a third-party attack is verified, `records.trust`). A folder holding a file named
+    PUBLIC (a copy of a published dataset, say) is recorded as public.
     """
     size = _check_size("imagefolder", image_size, 32)
     if data_root is None:
@@ -422,7 +429,8 @@ def load_imagefolder(*, data_root: Path | None = None, image_size: int | None = 
     listing = _class_files("imagefolder", _existing_dir("imagefolder", data_root))
     images = [np.asarray(_fit_square(_open_rgb(path), size)) for _, files in listing for path in files]
     labels = [label for label, files in listing for _ in files]
-    return _to_dataset("imagefolder", np.stack(images), np.array(labels), len(listing))
+    dataset = _to_dataset("imagefolder", np.stack(images), np.array(labels), len(listing))
+    return dataclasses.replace(dataset, public=(Path(data_root).expanduser() / PUBLIC_MARKER).is_file())
 
 
 # --------------------------------------------------------------------------- cifar10

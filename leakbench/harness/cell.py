@@ -7,15 +7,16 @@ from pathlib import Path
 from leakbench.attacks import Attack, attack_budget
 from leakbench.datasets.loaders import data_locations
 from leakbench.errors import LeakbenchError
-from leakbench.harness.fingerprint import provenance
+from leakbench.harness.fingerprint import attack_origin, code_origin, provenance
 from leakbench.harness.isolation import IN_PROCESS, run_isolated, workers
 from leakbench.harness.job import AttackJob, attack_cell, attack_seed, configure_attack, resolve_class, scoped_ref
 from leakbench.harness.scoring import CellResult, score_cell
-from leakbench.harness.spec import CellSpec, cell_id
+from leakbench.harness.spec import CellSpec, cell_id, transforms
 from leakbench.harness.victim import prepare
 from leakbench.metrics import LpipsScorer
 from leakbench.plugins import named_plugins
 from leakbench.progress import enabled as progress_enabled
+from leakbench.records.trust import PLUGIN, SHIPPED
 
 
 def build_attack(spec: CellSpec) -> Attack:
@@ -53,8 +54,18 @@ def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: st
         output = attack_cell(job, update)
         output.isolation = IN_PROCESS
     result = score_cell(spec, output, batch, model, lpips=lpips, lpips_note=lpips_note)
-    result.provenance = provenance(resolve_class(job), batch)
+    attack = resolve_class(job)
+    result.provenance = provenance(attack, batch)
+    result.summary.update(code_origins(spec, attack, evaluated=job.attack_ref is not None))
     return with_budget(result)
+
+
+def code_origins(spec: CellSpec, attack: type[Attack], *, evaluated: bool) -> dict[str, str]:
+    """Whose code the cell ran (`records.trust`): its attack's origin, and its update transforms' (client,
+    noise, defences): 'plugin' when any of them is not leakbench's own."""
+    defences = {code_origin(type(t)) for t in transforms(spec)}
+    return {"attack_origin": attack_origin(attack, evaluated),
+            "defence_origin": SHIPPED if defences == {SHIPPED} else PLUGIN}
 
 
 def with_budget(result: CellResult) -> CellResult:

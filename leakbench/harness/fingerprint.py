@@ -17,6 +17,7 @@ import torch
 from leakbench.attacks.base import Attack
 from leakbench.datasets import Batch
 from leakbench.records.artifacts import json_safe
+from leakbench.records.trust import EVALUATED, PLUGIN, SHIPPED
 
 
 def batch_fingerprint(batch: Batch) -> str:
@@ -37,6 +38,26 @@ def attack_code(cls: type) -> str:
     harness knows only from its description, carries the hash the attack worker computed."""
     described = getattr(cls, "code_hash", None)
     return described if isinstance(described, str) else _hash_files(tuple(sorted(_source_files(cls))))
+
+
+LEAKBENCH_DIR = Path(__file__).resolve().parent.parent
+"""The leakbench package's folder: code defined under it is shipped, any other third-party."""
+
+
+def code_origin(cls: type) -> str:
+    """'shipped' when class `cls` is defined in a file of the leakbench package, else 'plugin' (a defence
+    plugin's, or a module the user imported). Only for classes imported here: a plugin's attack is known
+    from its description only (`attack_origin`)."""
+    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    return SHIPPED if path is not None and Path(path).resolve().is_relative_to(LEAKBENCH_DIR) else PLUGIN
+
+
+def attack_origin(cls: type, evaluated: bool) -> str:
+    """'evaluated' for a class run by `api.evaluate` (`evaluated`), 'plugin' for a plugin's attack (the
+    harness's stand-in, `attacks.described`, whose module name is the worker's word), else `code_origin`."""
+    if evaluated:
+        return EVALUATED
+    return PLUGIN if getattr(cls, "described", False) else code_origin(cls)
 
 
 def _source_files(cls: type) -> set[tuple[str, Path]]:

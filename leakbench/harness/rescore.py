@@ -27,6 +27,7 @@ from leakbench.plugins import load_client_plugin
 from leakbench.records.artifacts import RECONSTRUCTION_FILE, load_attack_output
 from leakbench.records.cells import cell_path, write_cell
 from leakbench.records.runs import consolidate, finished_cells
+from leakbench.records.trust import stored_origins
 
 
 def rescore_cell(cell_dir: Path, *, lpips_weights: str | None = None, data_root: str | None = None) -> None:
@@ -36,7 +37,8 @@ def rescore_cell(cell_dir: Path, *, lpips_weights: str | None = None, data_root:
         raise LeakbenchError(f"cell {cell_dir.name} was stored before leakbench kept reconstructions; "
                              "rerun it (leakbench run --no-resume) to rescore it")
     manifest = json.loads((cell_dir / "manifest.json").read_text())
-    net = json.loads((cell_dir / "summary.json").read_text()).get("lpips_net") or "alex"
+    stored = json.loads((cell_dir / "summary.json").read_text())
+    net = stored.get("lpips_net") or "alex"
     lpips, lpips_note = lpips_scorer(lpips_weights, net)
     spec = spec_from_dict(manifest["spec"])
     if data_root is not None:
@@ -45,6 +47,7 @@ def rescore_cell(cell_dir: Path, *, lpips_weights: str | None = None, data_root:
     batch, model = victim(spec)
     result = score_cell(spec, output, batch, model, lpips=lpips, lpips_note=lpips_note)
     result.provenance = {k: manifest[k] for k in PROVENANCE if k in manifest}  # what the stored answer came from
+    result.summary.update(stored_origins(cell_dir, stored, manifest))  # no attack runs here: whose code ran is kept
     write_cell(with_budget(result), cell_dir, selection=manifest.get("grid_selection"))
 
 

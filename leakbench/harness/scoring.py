@@ -27,6 +27,7 @@ from leakbench.metrics.stats import describe, or_none
 from leakbench.models import ImageVictim
 from leakbench.reconstruction import incomplete_reason
 from leakbench.records.artifacts import AttackOutput, plain_stats
+from leakbench.records.trust import images_of
 
 
 @dataclass
@@ -67,6 +68,7 @@ def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: ImageV
     summary.update(lpips_columns(lpips))
     summary["hyperparameters"] = output.hyperparameters
     summary["isolation"] = output.isolation
+    summary["images"] = images_of(batch.public)  # whether a third-party attack could carry them (records.trust)
     summary.update(victim_columns(model))
     return CellResult(spec, summary, records, batch.images, aligned, output)
 

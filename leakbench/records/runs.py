@@ -30,6 +30,7 @@ from leakbench.records.cells import CELLS_DIR, cell_path
 from leakbench.records.folders import check_owned, folder_name, remove_leftovers
 from leakbench.records.schema import SUMMARY_COLUMNS, TIMING_COLUMNS, axis_columns
 from leakbench.records.seal import damage, foreign_cell_entries
+from leakbench.records.trust import TRUST_COLUMNS, derived, read_manifest
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,23 @@ def read_run(run_dir: Path, cell_ids: list[str] | None = None) -> StoredRun:
         records, cells = read_table(run_dir, "records.parquet"), read_table(run_dir, "cells.parquet")
     else:
         records, cells, damaged = collect(run_dir, cell_ids)
-    return StoredRun(records, with_budgets(run_dir, cells), damaged)
+    return StoredRun(records, with_trust(run_dir, with_budgets(run_dir, cells)), damaged)
+
+
+def with_trust(run_dir: Path, cells: pd.DataFrame) -> pd.DataFrame:
+    """`cells` with every trust column (`records.trust`) filled: a cell stored before they were recorded gets
+    them from its cell folder's manifest (`trust.derived`; 'unknown' what cannot be derived)."""
+    if not {"cell_id", "attack", "dataset"} <= set(cells.columns) or cells.empty:
+        return cells
+    cells = cells.assign(**{c: cells[c].astype(object) if c in cells else None for c in TRUST_COLUMNS})
+    for index in cells.index[cells[list(TRUST_COLUMNS)].isna().any(axis=1)]:
+        cid = cells.at[index, "cell_id"]
+        manifest = read_manifest(cell_path(run_dir, cid)) if isinstance(cid, str) and _plain(cid) else None
+        found = derived(manifest, run_dir.name, str(cells.at[index, "attack"]), str(cells.at[index, "dataset"]))
+        for column in TRUST_COLUMNS:
+            if not isinstance(cells.at[index, column], str):  # None or NaN: not recorded
+                cells.at[index, column] = found[column]
+    return cells
 
 
 def with_budgets(run_dir: Path, cells: pd.DataFrame) -> pd.DataFrame:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from leakbench.records.trust import TRUST_COLUMNS
+
 AXIS_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", "layer", "seed", "dp",
                 "dp_sigma", "dp_clip", "dp_delta", "dp_q", "dp_steps", "dp_epsilon", "dp_accountant", "arch",
                 "client", "fedavg_epochs", "fedavg_minibatch", "fedavg_lr", "inversion_steps", "train_epochs",
@@ -29,8 +31,9 @@ def per_image_columns() -> tuple[str, ...]:
 
 SUMMARY_COLUMNS = ("space", "status", "reason", "seconds", "n_images", "exact_fraction", "psnr_mean",
                    "psnr_median", "psnr_min", "psnr_inf", "ssim_mean", "lpips_mean", "lpips_note", "lpips_net",
-                   "lpips_source", "lpips_verified", "matching", "isolation")
-"""The keys of summary.json that become cells.parquet columns, in order."""
+                   "lpips_source", "lpips_verified", "matching", "isolation", *TRUST_COLUMNS)
+"""The keys of summary.json that become cells.parquet columns, in order (the last three: `records.trust`;
+cells stored without them get them from their manifest when read, `records.runs.read_run`)."""
 
 FULL = "landlock+seccomp"
 """The `isolation` of a cell whose attack ran in the operating-system sandbox (`harness.sandbox`)."""

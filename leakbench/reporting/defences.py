@@ -223,12 +223,13 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
 
     def key(r: dict[str, Any]) -> tuple[Any, ...]:
         cost = r["cost"] if not math.isnan(r["cost"]) else math.inf
-        return (leakage_key(r["target"]), leakage_key(r["worst"][1] if r["worst"] else None), cost,
+        unmeasured = strongest is not None and r["target"] is None  # never ranked above a level it was measured on
+        return (unmeasured, leakage_key(r["target"]), leakage_key(r["worst"][1] if r["worst"] else None), cost,
                 level_key(r["level"]))
     ranked = sorted(rows, key=key)
     several_layers = cells["layer"].nunique() > 1
     body = []
-    for rank, r in zip(ranks([key(r)[:3] for r in ranked]), ranked, strict=True):
+    for rank, r in zip(ranks([key(r)[:4] for r in ranked]), ranked, strict=True):
         cited = level_papers(r["level"], papers)
         name = Entry(r["level"] + r["epsilon"], None, cited[0][1].url if cited else None,
                      "; ".join(f"{n}: {c.short}" for n, c in cited))
@@ -251,6 +252,9 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
         shown = psnr_entry(ref_stats).text
         notes = [f"{who} leaks {fmt(ref_stats['exact_pct'], 0)} % exact images undefended (PSNR median "
                  f"{shown}{'' if shown in ('exact', '–') else ' dB'})."]
+        if any(r["target"] is None for r in rows):
+            notes.append(f"'–' under {who}: it has no cell at that level (not run there, or a third-party pairing "
+                         "kept out of the rankings), so the level is ranked after every level it was measured on.")
         linked = [(attack, paper)] if paper else []
     else:
         group, notes, linked = "strongest undefended attack: none (no undefended cells)", [
@@ -261,7 +265,7 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
                Column("worst of all attacks", "PSNR median (dB)"), Column("worst of all attacks", "attack", False),
                Column("test acc. %"), Column("accuracy cost (pp)"), Column("cells")]
     if all(math.isnan(r["accuracy"]) for r in rows):  # victims at init: no accuracy columns
-        notes[-1] += " Victims at init (untrained): no accuracy measured."
+        notes[0] += " Victims at init (untrained): no accuracy measured."
         columns, body = columns[:-3] + columns[-1:], [row[:-3] + row[-1:] for row in body]
     return Board(f"{dataset} · {model} · b={b}", columns, body, notes, linked, anchor("d", *board))
 

@@ -59,6 +59,16 @@ from leakbench.reporting.palette import colour
 from leakbench.reporting.pivot import not_isolated, ranks
 from leakbench.reporting.render import Table, markdown
 from leakbench.reporting.target import check_leaderboard_target
+from leakbench.reporting.trust import (
+    ATTACK_CODE,
+    UNRANKED_COLUMNS,
+    UNRANKED_NOTE,
+    UNRANKED_TITLE,
+    attack_code,
+    has_third_party,
+    ranked,
+    unranked_rows,
+)
 
 NO_PAPERS = Papers()
 BOARD = ["dataset", "model", "layer", "level"]
@@ -139,8 +149,10 @@ INCOMPLETE = "incomplete batches"
 """The column a table gains when one of its cells is an incomplete batch (status partial)."""
 
 
-def _columns(batch_sizes: list[int], metrics: list[str], incomplete: bool) -> list[Column]:
+def _columns(batch_sizes: list[int], metrics: list[str], incomplete: bool, third: bool) -> list[Column]:
+    """A table's columns; `third`: it holds a third-party attack (the 'attack code' column marks it)."""
     return [Column("rank"), Column("attack", numeric=False), Column("budget", numeric=False),
+            *([Column(ATTACK_CODE, numeric=False)] if third else []),
             *[Column(m, f"b={b}") for m in metrics for b in batch_sizes], Column("n"), Column("failures"),
             *([Column(INCOMPLETE)] if incomplete else [])]
 
@@ -181,6 +193,7 @@ def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: Key, eps: dic
     metrics = metrics_of(set(cells["space"].astype(str)))
     exposed = not_isolated(cells)
     incomplete = incomplete_cells(cells["status"]) > 0
+    third = has_third_party(cells)
     keys = sorted(rows, key=lambda k: (rank_key(rows[k]), k))
     body: list[list[Entry]] = []
     for rank, key in zip(ranks([rank_key(rows[k]) for k in keys]), keys, strict=True):
@@ -191,7 +204,9 @@ def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: Key, eps: dic
                    for m in metrics for b, s in zip(batch_sizes, rows[key], strict=True)]
         n = sum(s["n"] for s in rows[key] if s)
         failures = sum(s["failures"] for s in rows[key] if s)
-        body.append([Entry(str(rank), rank), paper_entry(shown, paper, colour(attack)), text(budget or "–"), *entries,
+        code = [text(attack_code(cells[cells["attack"] == attack]))] if third else []
+        body.append([Entry(str(rank), rank), paper_entry(shown, paper, colour(attack)), text(budget or "–"), *code,
+                     *entries,
                      Entry(str(n), n), Entry(str(failures), failures),
                      *([incomplete_entry(rows[key])] if incomplete else [])])
     dp = cells["dp"].iloc[0]
@@ -205,8 +220,10 @@ def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: Key, eps: dic
                      "(Python guard only, or in process), so it could have read the batch.")
     if incomplete:
         notes.append(f"{INCOMPLETE}: {INCOMPLETE_NOTE}; k/b: its k verified images of b.")
-    return Board(title, _columns(batch_sizes, metrics, incomplete), body, notes, level_papers(str(level), papers),
-                 anchor("t", *board))
+    if third:
+        notes.append(THIRD_PARTY_NOTE)
+    return Board(title, _columns(batch_sizes, metrics, incomplete, third), body, notes,
+                 level_papers(str(level), papers), anchor("t", *board))
 
 
 def _grid(cells: pd.DataFrame, reports: Path | None, board: Key, b: int, attack: str) -> str | None:
@@ -262,6 +279,11 @@ def timing_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Table]:
     return [Table("Seconds per cell", [*by, "seconds / cell", "cells"], rows)]
 
 
+THIRD_PARTY_NOTE = (
+    f"{ATTACK_CODE}: a third-party attack (a plugin's, or evaluated) is verified only on private images, which its "
+    "submitter cannot have; on public ones it could carry the dataset and match the batch behind any defence, so "
+    "an unverified row does not compare with the shipped attacks' ('How to read': trust model).")
+
 HOW_TO_READ = [
     "One table per threat model — dataset, victim, attacked layer and defence — like RobustBench's pages. Attacks "
     "(each linked to its paper) are ranked by mean exact % over the table's batch sizes (failed images count as "
@@ -278,6 +300,12 @@ HOW_TO_READ = [
     "stored records only: the same records give the same bytes (wall-clock seconds are in "
     "leaderboard-timing.md). An exact % links to its comparison grid where the run's report lies in the same "
     "reports folder (`leakbench report RUN --reports` this folder). Matching: Hungarian on MSE.",
+    "Trust model (docs/reference/sandbox.md): attack code is untrusted and runs sandboxed; defence, dataset and "
+    "victim code is trusted client-side code that runs beside the batch. A third-party attack (a plugin's, or "
+    "a class evaluated through `api.evaluate`) is marked in the column 'attack code': verified when every one "
+    "of its cells attacked private images (an `imagefolder` of the evaluator's), unverified on public ones, "
+    "which it could carry inside its package. A cell pairing a third-party defence with a third-party attack "
+    "is no result and is ranked nowhere: such cells are listed apart, under 'Not ranked'.",
 ]
 
 
@@ -292,15 +320,25 @@ DEFENCES_INTRO = (
 
 def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None,
                          papers: Papers = NO_PAPERS) -> list[Section]:
-    """The page's views: the defence ranking (when a run has defended cells), then the attack tables."""
-    keys = board_order(cells)
-    boards = leaderboard_boards(records, cells, reports, papers)
+    """The page's views: the defence ranking (when a run has defended cells), then the attack tables, both of
+    the cells that may be ranked (`trust.ranked`), then the cells that may not (a third-party defence with a
+    third-party attack)."""
+    all_records, all_cells = records, cells
+    records, cells = ranked(records, cells)
     sections = []
-    ranking = defence_ranking(records, cells, papers)
-    if ranking:
-        sections.append(Section(
-            "Defences ranked", [DEFENCES_INTRO], ranking, "defences"))
-    sections.append(Section("Attacks per threat model", [], boards, "attacks", contents(boards, keys)))
+    if len(cells):
+        keys = board_order(cells)
+        boards = leaderboard_boards(records, cells, reports, papers)
+        ranking = defence_ranking(records, cells, papers)
+        if ranking:
+            sections.append(Section(
+                "Defences ranked", [DEFENCES_INTRO], ranking, "defences"))
+        sections.append(Section("Attacks per threat model", [], boards, "attacks", contents(boards, keys)))
+    unranked = unranked_rows(all_records, all_cells)
+    if unranked:
+        sections.append(Section(UNRANKED_TITLE, [UNRANKED_NOTE], [
+            Board("cells kept out of the rankings", UNRANKED_COLUMNS, unranked, anchor=anchor("unranked", "cells"))],
+            "unranked"))
     sections.append(Section("How to read these tables", HOW_TO_READ, [], "how"))
     return sections
 

@@ -51,6 +51,7 @@ from leakbench.reporting.order import level_key, ordered
 from leakbench.reporting.pivot import pivot_table, triple
 from leakbench.reporting.render import Block, Images, Section, Table, Text, html_document, markdown
 from leakbench.reporting.target import check_report_target, foreign_report_entries, write_marker
+from leakbench.reporting.trust import UNRANKED_COLUMNS, UNRANKED_NOTE, UNRANKED_TITLE, ranked, unranked_rows
 
 AXES = {"batch_size": "batch size b", "layer": "attacked layer", "dp": "DP level",
         "client": "client, defences and threat model",
@@ -248,6 +249,16 @@ def defence_sections(records: pd.DataFrame, cells: pd.DataFrame, folder: Path, s
         "defence tables above)."])]
 
 
+def unranked_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
+    """The cells kept out of the rankings (`reporting.trust`), in one table with the reason; none without any."""
+    labelled = with_model(cells)
+    rows = unranked_rows(records, labelled.assign(level=defence_levels(labelled)))
+    if not rows:
+        return []
+    return [Table(UNRANKED_TITLE, [c.label for c in UNRANKED_COLUMNS], [[e.text for e in row] for row in rows],
+                  [UNRANKED_NOTE])]
+
+
 def grids(run_dir: Path, manifest: dict[str, Any], records: pd.DataFrame, cells: pd.DataFrame, folder: Path,
           suite: str) -> Images:
     """One comparison figure per batch and setting: every attack on the same pre-drawn images."""
@@ -291,13 +302,14 @@ def write_report(run_dir: Path, reports: Path, *, self_contained: bool = False) 
         axis_tables, figure_data = axis_blocks(records, cells, manifest.get("layerless_attacks", []))
         counts, *method = _intro(manifest, cells)  # the cell count on top, the method after the figures
         intro = [counts]
-        found = settings(records, with_model(cells))
-        pivots = pivot_blocks(records, cells)
+        kept_records, kept = ranked(records, cells)  # a third-party defence with a third-party attack: no result
+        found = settings(kept_records, with_model(kept)) if len(kept) else []
+        pivots = pivot_blocks(kept_records, kept) if len(kept) else []
         grid_block = grids(run_dir, manifest, records, cells, staging / "grids", suite)
         blocks: list[Block] = [
-            findings_block(found), headline_table(found),
+            findings_block(found), headline_table(found), *unranked_blocks(records, cells),
             figures(figure_data, records, cells, staging / "figures", suite),
-            *defence_sections(records, cells, staging / "figures", suite),
+            *(defence_sections(kept_records, kept, staging / "figures", suite) if len(kept) else []),
             Text("How the numbers are made", paragraphs=method),
             Section(f"Per-setting tables: attacks × batch size ({len(pivots)} tables)", list(pivots), collapsed=True,
                     notes=["One table per dataset, victim, layer, DP level and client (defences); click to open."]),
