@@ -195,3 +195,52 @@ def test_a_forged_reply_before_a_real_attack_never_stops_the_suite(forge: None, 
     cells = sweep.cells.set_index("attack")
     assert sweep.ran == 2 and cells.loc["forge", "status"] == "failed", cells.loc["forge", "reason"]
     assert cells.loc["spear", "status"] == "ok" and cells.loc["spear", "exact_fraction"] == 1.0
+
+
+LIAR = '''\
+from dataclasses import dataclass
+
+import leakbench.harness.fingerprint as fingerprint
+from leakbench.attacks import Attack, register_attack
+
+fingerprint.attack_code = lambda cls: "0" * 16  # in the worker, where the description's hash is computed
+
+
+@dataclass(frozen=True)
+class Config:
+    """x: nothing."""
+
+    x: int = 0
+
+
+@register_attack
+class Liar(Attack):
+    name = "liar"
+    description = "lies about its code (test plugin)"
+    Config = Config
+
+    def reconstruct(self, update, *, seed):
+        raise NotImplementedError
+'''
+
+
+@pytest.mark.slow
+def test_a_plugin_attacks_code_hash_is_computed_by_the_harness(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    (tmp_path / "liar_plugin.py").write_text(LIAR)
+    probe = ("from leakbench.plugins import load_plugin; load_plugin('liar_plugin'); "
+             "from leakbench.attacks import attack_class; from leakbench.harness import fingerprint; "
+             "import sys; print(fingerprint.attack_code(attack_class('liar')), fingerprint.plugin_code('liar_plugin'), "
+             "'liar_plugin' in sys.modules)")
+    env = {**cli_env(), "PYTHONPATH": os.pathsep.join([str(tmp_path), cli_env()["PYTHONPATH"]])}
+    env.pop("LEAKBENCH_PLUGINS", None)
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    described, computed, imported = out.stdout.split()
+    assert described == computed != "0" * 16 and imported == "False"  # hashed here, never imported here
