@@ -179,8 +179,9 @@ def _describe(modules: tuple[str, ...], *, entry_points: bool) -> None:
     codes = _plugin_codes(found, modules, entry_points)
     for data in found["attacks"]:
         try:
-            if isinstance(data, dict) and codes.get(data.get("name")):
-                data = {**data, "code_hash": codes[data["name"]]}
+            name = data.get("name") if isinstance(data, dict) else None
+            if isinstance(name, str) and name in codes:
+                data = {**data, "code_hash": codes[name]}
             ATTACKS.register(data["name"], (lambda cls: lambda: cls)(described_attack(data)), data["description"])
         except DuplicateNameError as exc:
             raise ConfigError(f"plugin: {exc} (a shipped attack or another plugin has that name)") from None

@@ -128,7 +128,8 @@ def read_header(data: bytes, request: str) -> dict[str, Any]:
         raise ReplyRefused(f"a {kind!r} reply with keys {sorted(header)[:10]} (expected: {sorted(kinds[kind])})")
     if "message" in header and not isinstance(header["message"], str):
         raise ReplyRefused(f"a {kind!r} reply whose message is a {type(header['message']).__name__}")
-    return header
+    checked: dict[str, Any] = header
+    return checked
 
 
 @dataclass(frozen=True)
@@ -214,11 +215,11 @@ def _member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, bounds: ArrayBounds
         if data_start + size != info.file_size:
             raise ReplyRefused(f"{name}: its header claims {shape} ({size:,} bytes) but it holds "
                                f"{info.file_size - data_start:,}")
-        array = np.empty(shape, FLOAT32)
-        if member.readinto(memoryview(array).cast("B")) != size:
+        data = member.read(size)
+        if len(data) != size:
             raise ReplyRefused(f"{name} ends before its {size:,} bytes")
         member.read(1)  # the end of the member: its CRC is checked
-    return array
+    return np.frombuffer(data, FLOAT32).reshape(shape).copy()  # a writable array of its own
 
 
 def _check_shape(name: str, shape: Any, fortran: Any, dtype: Any, bounds: ArrayBounds) -> None:
@@ -254,8 +255,9 @@ def default_time_limit() -> float:
 def declared_seconds(config: Any) -> float | None:
     """The attack's declared time budget: its Config's `max_seconds` when it has one (a positive number)."""
     value = asdict(config).get("max_seconds") if is_dataclass(config) and not isinstance(config, type) else None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    return float(value) if ok else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+        return float(value)
+    return None
 
 
 def time_limit(config: Any, inversion_steps: int = 0) -> float:
