@@ -244,3 +244,21 @@ def test_a_plugin_attacks_code_hash_is_computed_by_the_harness(tmp_path: Path) -
     assert out.returncode == 0, out.stderr[-3000:]
     described, computed, imported = out.stdout.split()
     assert described == computed != "0" * 16 and imported == "False"  # hashed here, never imported here
+
+
+def test_a_typo_in_the_settings_is_the_users_error_found_by_the_harness(forge: None,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's own mistake is still one ConfigError (one line, exit 2), found before any worker is
+    asked; whatever a worker says is a cell's outcome only."""
+    from leakbench.errors import ConfigError
+    from leakbench.harness import cell as cell_module
+
+    def no_worker(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the attack worker was asked to check the settings")
+
+    monkeypatch.setattr(cell_module, "run_isolated", no_worker)
+    monkeypatch.setattr(cell_module, "workers", lambda: type("W", (), {"prestart": lambda self: None})())
+    with pytest.raises(ConfigError, match="unknown hyperparameter 'rout'"):
+        run_cell(CellSpec(attack="forge", hyperparameters={"rout": "deep"}, **SMALL))
+    with pytest.raises(ConfigError, match="max_seconds"):
+        run_cell(CellSpec(attack="forge", hyperparameters={"max_seconds": "soon"}, **SMALL))
