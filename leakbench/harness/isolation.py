@@ -267,9 +267,10 @@ class AttackWorker:
             header, _, _ = self._exchange(("describe", modules, entry_points), hidden, DESCRIBE_SECONDS, 0)
         except (ReplyRefused, OutOfTime) as exc:
             raise ConfigError(f"attack plugins: the attack worker's description was refused ({exc})") from None
-        if header["kind"] != "describe":
-            raise (ConfigError if header["kind"] == "config" else LeakbenchError)(
-                f"{'' if header['kind'] == 'config' else 'attack worker: '}{header['message']}")
+        if header["kind"] == "config":  # a plugin that cannot be loaded: the user's to fix, one line
+            raise ConfigError(header["message"])
+        if header["kind"] == "error":
+            raise LeakbenchError(f"attack worker: {header['message']}")
         found = header["found"]
         if not isinstance(found, dict) or not isinstance(found.get("plugins"), list) \
                 or not isinstance(found.get("attacks"), list):
@@ -402,7 +403,7 @@ def limit_text(config: Any) -> str:
     declared = declared_seconds(config)
     if declared is None:
         return f"no max_seconds declared, so {TIME_LIMIT_ENV} or its default"
-    return f"max_seconds {declared:g} s, doubled, and at least {TIME_MARGIN:g} s more"
+    return f"max_seconds {declared:g} s + max({declared:g} s, {TIME_MARGIN:g} s)"
 
 
 def _failed(reason: str, space: Space, layer: int, seconds: float) -> Any:
