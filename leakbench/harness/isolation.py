@@ -11,8 +11,9 @@ its start-up overlaps the previous cell. For a cell, the worker
    has them), then installs the audit-hook `Guard` as a second layer;
 2. only then receives the `AttackJob` and the `ClientUpdate` (pickled by the harness), loads the
    job's plugins and runs the attack: no plugin or attack code ever runs unsandboxed;
-3. answers with plain data only — JSON metadata and an `.npz` read with `allow_pickle=False`,
-   checked for shape, dtype and range (`check_reply`) — and exits.
+3. answers with plain data only — JSON metadata and an `.npz`, read within hard limits before
+   anything is parsed or allocated (`leakbench.harness.replies`), checked for range (`check_reply`)
+   — and exits. The harness kills it when it has not answered within the cell's time limit.
 
 Nothing an attack leaves behind reaches another cell: its process, memory and scratch folder end
 with the cell. A worker that dies without answering (killed by the OS, out of memory) is a fault,
