@@ -176,8 +176,12 @@ def _describe(modules: tuple[str, ...], *, entry_points: bool) -> None:
                               "but is loaded as an attack plugin: list it under a suite's 'dataset_plugins', "
                               "or declare it under the 'leakbench.datasets' entry point group (dataset code "
                               "runs beside the data, attack code only in the sandboxed attack worker)")
+    codes = _plugin_codes(found, modules, entry_points)
     for data in found["attacks"]:
         try:
+            name = data.get("name") if isinstance(data, dict) else None
+            if isinstance(name, str) and name in codes:
+                data = {**data, "code_hash": codes[name]}
             ATTACKS.register(data["name"], (lambda cls: lambda: cls)(described_attack(data)), data["description"])
         except DuplicateNameError as exc:
             raise ConfigError(f"plugin: {exc} (a shipped attack or another plugin has that name)") from None
@@ -185,6 +189,24 @@ def _describe(modules: tuple[str, ...], *, entry_points: bool) -> None:
             raise ConfigError(f"plugin: a malformed attack description ({type(exc).__name__}: {exc})") from None
     for plugin in found["plugins"]:
         _LOADED.setdefault(plugin["module"], plugin)
+
+
+def _plugin_codes(found: dict[str, Any], modules: tuple[str, ...], entry_points: bool) -> dict[str, str]:
+    """Attack name → the hash of its plugin's files, computed here (`fingerprint.plugin_code`, without
+    importing the plugin), for the attacks the worker says a plugin registered when that plugin is one
+    the harness asked for (`modules`, the attack entry points' modules). An attack missing here keeps
+    the worker's hash: its plugin's files could not be found on this process's import path."""
+    from leakbench.harness.fingerprint import plugin_code
+
+    asked = set(modules) | ({point.value.partition(":")[0] for point in entry_points_of("attacks")}
+                            if entry_points else set())
+    codes: dict[str, str] = {}
+    for plugin in found["plugins"]:
+        module = plugin.get("module") if isinstance(plugin, dict) else None
+        if module in asked and isinstance(plugin.get("attacks"), list):
+            code = plugin_code(module)
+            codes.update({name: code for name in plugin["attacks"] if isinstance(name, str) and code})
+    return codes
 
 
 @lru_cache(maxsize=4)

@@ -129,12 +129,12 @@ def test_a_worker_killed_from_outside_is_retried_not_stored(monkeypatch: pytest.
 
     real, tries = isolation.AttackWorker.run, []
 
-    def killed_once(self, job, update, hidden):
+    def killed_once(self, job, update, hidden, limit=None):
         tries.append(self.pid)
         if len(tries) == 1:
             self.stop(kill=True)
             raise WorkerDied("the attack process ended before it answered (killed by SIGKILL)", -9)
-        return real(self, job, update, hidden)
+        return real(self, job, update, hidden, limit)
 
     monkeypatch.setattr(isolation.AttackWorker, "run", killed_once)
     with scoped_attack(PidAttack):
@@ -157,8 +157,12 @@ def _reply(**arrays: np.ndarray) -> tuple[dict, bytes]:
 
 
 class _Update:
-    class model:  # lower case: the one attribute the check reads
+    class model:  # lower case: the attributes the check reads
         input_shape = (3, 4, 4)
+
+        @staticmethod
+        def parameters() -> Iterator[torch.Tensor]:
+            return iter([torch.zeros(8, 48)])
 
 
 @pytest.mark.parametrize("arrays, why", [
@@ -167,7 +171,7 @@ class _Update:
     ({"images": np.full((2, 3, 4, 4), 2.0, np.float32)}, "outside"),
     ({"images": np.full((2, 3, 4, 4), np.nan, np.float32)}, "not finite"),
     ({"features": np.zeros((2, 3, 1), np.float32)}, "shape"),
-    ({"images": np.array([object()], dtype=object)}, "allow_pickle"),
+    ({"images": np.array([object()], dtype=object)}, "dtype object"),  # never unpickled
 ])
 def test_a_malformed_reply_is_refused(arrays: dict, why: str) -> None:
     meta, npz = _reply(**arrays)

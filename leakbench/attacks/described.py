@@ -6,8 +6,9 @@ declared range or choices, help) and its requirements. In the harness,
 `described_attack(data)` rebuilds a stand-in class with the same name, Config and requirements (and
 so the same capabilities, `Attack.layered`, derived from the Config), so
 that listing, `show`, suite parsing and hyperparameter checks work as for a shipped attack; its
-`reconstruct` refuses to run (the worker runs the real one); `code_hash` is the worker's hash of its
-source (`leakbench.harness.fingerprint.attack_code`), so resuming notices a changed plugin; `described`
+`reconstruct` refuses to run (the worker runs the real one); `code_hash` is the harness's hash of its
+plugin's files (`leakbench.harness.fingerprint.plugin_code`, set in `leakbench.plugins`; the worker's
+hash only where the harness cannot find them), so resuming notices a changed plugin; `described`
 (True) marks it a plugin's (`fingerprint.attack_origin`: its module name is the worker's word).
 """
 

@@ -39,6 +39,9 @@ def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: st
     The attack runs in a fresh sandboxed attack worker (`leakbench.harness.isolation`), which gets
     the update and nothing else and cannot reach the data locations nor `hidden` (output folders);
     `isolate=False` runs it here instead (for debugging an attack only; recorded as not isolated).
+    The attack's settings and its needs of the update are checked here, on the harness's side
+    (`build_attack`, `check_update`: a ConfigError), so that whatever the worker answers is the
+    cell's outcome only (a failed cell at worst), and never stops a run.
     `lpips` must be a verified scorer (from `load_lpips`): LPIPS is never reported from a network
     that did not reproduce the published values. Without one, `lpips_note` says why LPIPS is missing.
     """
@@ -46,10 +49,13 @@ def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: st
         raise LeakbenchError(f"refusing to report LPIPS from an unverified network ({lpips.trunk_source})")
     if isolate:
         workers().prestart()  # the worker starts up while the update is computed
+    attack = build_attack(spec)  # the user's settings checked here: a ConfigError is theirs, one line
     batch, model, update = prepare(spec)
     job = attack_job(spec)
     if isolate:
-        output = run_isolated(job, update, [*data_locations(Path(spec.data_root) if spec.data_root else None), *hidden])
+        attack.check_update(update)
+        hidden_paths = [*data_locations(Path(spec.data_root) if spec.data_root else None), *hidden]
+        output = run_isolated(job, update, hidden_paths, attack)
     else:
         output = attack_cell(job, update)
         output.isolation = IN_PROCESS
@@ -70,6 +76,9 @@ def code_origins(spec: CellSpec, attack: type[Attack], *, evaluated: bool) -> di
 
 def with_budget(result: CellResult) -> CellResult:
     """`result` with the attack's budget in words in its summary (`budget`, from the hyperparameters it
-    ran with): stored in summary.json, where reports read it without loading the attack."""
+    ran with) and the harness's time limit on it in seconds (`time_limit`, when the attack ran in a
+    worker): stored in summary.json, where reports read them without loading the attack."""
     result.summary["budget"] = attack_budget(result.spec.attack, result.output.hyperparameters)
+    if result.output.time_limit is not None:
+        result.summary["time_limit"] = result.output.time_limit
     return result

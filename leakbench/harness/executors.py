@@ -234,11 +234,16 @@ def ray_connection(jobs: int, address: str | None) -> Iterator[Any]:
 
 def ray_worker_env() -> dict[str, str]:
     """Environment variables for Ray workers, which do not inherit this process's: its PYTHONPATH made
-    absolute (of use where nodes have the same paths), one BLAS thread, and the plugins loaded by name."""
+    absolute (of use where nodes have the same paths), one BLAS thread, the plugins loaded by name, and
+    the time limit of attacks that declare none (`replies.TIME_LIMIT_ENV`) where it is set."""
+    import os
+
+    from leakbench.harness.replies import TIME_LIMIT_ENV
     from leakbench.plugins import ENV_VAR, named_plugins
 
     plugins = {ENV_VAR: ",".join(named_plugins())} if named_plugins() else {}
-    return {"PYTHONPATH": worker_pythonpath(), "OMP_NUM_THREADS": "1", **plugins}
+    limit = {TIME_LIMIT_ENV: os.environ[TIME_LIMIT_ENV]} if os.environ.get(TIME_LIMIT_ENV) else {}
+    return {"PYTHONPATH": worker_pythonpath(), "OMP_NUM_THREADS": "1", **plugins, **limit}
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:

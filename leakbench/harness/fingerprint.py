@@ -35,7 +35,8 @@ def attack_code(cls: type) -> str:
     """A hash of the source of attack class `cls`: the files of its module and of its attack bases' modules
     (a module inside a sub-package of `leakbench.attacks` stands for the whole sub-package; the
     `Attack` base and modules the attack only imports are not covered). A plugin's attack, which the
-    harness knows only from its description, carries the hash the attack worker computed."""
+    harness knows only from its description, carries the hash the harness computed of its plugin's files
+    (`plugin_code`), or where it could not, the attack worker's (`leakbench.plugins`)."""
     described = getattr(cls, "code_hash", None)
     return described if isinstance(described, str) else _hash_files(tuple(sorted(_source_files(cls))))
 
@@ -58,6 +59,35 @@ def attack_origin(cls: type, evaluated: bool) -> str:
     if evaluated:
         return EVALUATED
     return PLUGIN if getattr(cls, "described", False) else code_origin(cls)
+
+
+def plugin_code(module: str) -> str | None:
+    """A hash of attack plugin `module`'s own source, found on the import path without importing (and so
+    without running) any of it: every `.py` file of its top-level package, or the file of a top-level
+    module; symbolic links are not followed. None where there is no such file to read (a plugin that is
+    not on the path here, a namespace package without `.py` files, a module in a zip file or compiled only)."""
+    import importlib.util
+    import os
+
+    top = module.partition(".")[0]
+    if top in sys.modules:  # leakbench itself, or something imported already: its spec, no search
+        spec = getattr(sys.modules[top], "__spec__", None)
+    else:
+        try:
+            spec = importlib.util.find_spec(top)  # a top-level name: no parent package is imported
+        except (ImportError, ValueError):
+            return None
+    files: set[tuple[str, Path]] = set()
+    if spec is not None and spec.submodule_search_locations:
+        for folder in map(Path, spec.submodule_search_locations):
+            for where, _dirs, names in os.walk(folder):  # followlinks=False
+                files |= {(p.relative_to(folder.parent).as_posix(), p) for p in (Path(where, n) for n in names)
+                          if p.suffix == ".py" and p.is_file() and not p.is_symlink()}
+    elif spec is not None and spec.origin and spec.has_location and spec.origin.endswith(".py"):
+        path = Path(spec.origin)
+        if path.is_file() and not path.is_symlink():
+            files.add((path.name, path))
+    return _hash_files(tuple(sorted(files))) if files else None
 
 
 def _source_files(cls: type) -> set[tuple[str, Path]]:

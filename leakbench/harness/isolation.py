@@ -13,8 +13,9 @@ its start-up overlaps the previous cell. For a cell, the worker
    has them), then installs the audit-hook `Guard` as a second layer;
 2. only then receives the `AttackJob` and the `ClientUpdate` (pickled by the harness), loads the
    job's plugins and runs the attack: no plugin or attack code ever runs unsandboxed;
-3. answers with plain data only — JSON metadata and an `.npz` read with `allow_pickle=False`,
-   checked for shape, dtype and range (`check_reply`) — and exits.
+3. answers with plain data only — JSON metadata and an `.npz`, read within hard limits before
+   anything is parsed or allocated (`leakbench.harness.replies`), checked for range (`check_reply`)
+   — and exits. The harness kills it when it has not answered within the cell's time limit.
 
 Nothing an attack leaves behind reaches another cell: its process, memory and scratch folder end
 with the cell. A worker that dies without answering (killed by the OS, out of memory) is a fault,
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,8 +57,6 @@ PATH_EVENTS = {"open": (0,), "os.listdir": (0,), "os.scandir": (0,), "os.chdir":
                "sqlite3.connect": (0,), "os.truncate": (0,)}
 """Audit events that reach a file, and the positions of their path arguments."""
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
-MAX_REPLY_ROWS = 1 << 16
-"""The most images or feature rows a reply may hold."""
 BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
         "from leakbench.harness.isolation import fork_server; fork_server(int(sys.argv[2]), int(sys.argv[3]))")
 """What `python -I -S -c` runs in the fork server: leakbench from the harness's checkout, nothing else."""
@@ -202,6 +202,35 @@ def _running(pid: int) -> bool:
     return True
 
 
+class Deadline:
+    """Kill process `pid` (SIGKILL) once `limit` seconds have passed (None: never), unless `end()` came
+    first: the harness's time limit on an attack worker, whatever the harness is waiting in."""
+
+    def __init__(self, pid: int, limit: float | None) -> None:
+        self._pid = pid
+        self._lock = threading.Lock()
+        self._ended = False
+        self.expired = False
+        self._timer = threading.Timer(limit, self._expire) if limit is not None else None
+        if self._timer is not None:
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _expire(self) -> None:
+        with self._lock:
+            if not self._ended:
+                self.expired = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self._pid, signal.SIGKILL)
+
+    def end(self) -> None:
+        """No kill from now on (call it once the worker has ended, or has answered)."""
+        with self._lock:
+            self._ended = True
+        if self._timer is not None:
+            self._timer.cancel()
+
+
 class AttackWorker:
     """The harness side of one attack worker: a child of the fork server, used for one cell, then ended."""
 
@@ -218,48 +247,84 @@ class AttackWorker:
     def pid(self) -> int | None:
         return self._pid if self._zygote is not None else None
 
-    def run(self, job: Any, update: Any, hidden: list[Path]) -> Any:
-        """The `AttackOutput` of `job` on `update`. The worker hides `hidden` (data locations, output
-        folders) from the attack, answers once and ends. Raises `WorkerDied` when it ends without
-        answering, ConfigError/LeakbenchError when the attack refused its settings or the sandbox failed."""
-        header, npz = self._exchange(("cell", job, update), hidden)
-        return check_reply(header.get("meta"), npz, update, job.layer)
+    def run(self, job: Any, update: Any, hidden: list[Path], limit: float | None = None) -> Any:
+        """The `AttackOutput` of `job` on `update`, its `seconds` measured here (from the request's sending
+        to the reply). The worker hides `hidden` (data locations, output folders) from the attack, answers
+        once and ends. A reply outside the limits (`leakbench.harness.replies`) or an error the worker
+        reports is a failed output saying why. Raises `WorkerDied` when the worker ends without answering,
+        `OutOfTime` when it had not answered after `limit` seconds (it is killed)."""
+        from leakbench.harness.replies import ReplyRefused, bounds_of
+
+        start = time.perf_counter()
+        try:
+            header, npz, seconds = self._exchange(("cell", job, update), hidden, limit,
+                                                  bounds_of(update.model).total_bytes())
+        except ReplyRefused as exc:
+            output = refused_reply(exc, job.layer)
+            output.seconds = time.perf_counter() - start
+            return output
+        if header["kind"] != "ok":  # the worker's error (or its refusal of the settings): the cell's failure
+            space: Space = "image" if job.layer == 1 else "feature"
+            return _failed(f"error: attack worker: {header['message']}", space, job.layer, seconds)
+        output = check_reply(header["meta"], npz, update, job.layer)
+        output.seconds = seconds
+        return output
 
     def describe(self, modules: list[str], entry_points: bool, hidden: list[Path]) -> dict[str, Any]:
-        """The attack plugins (`leakbench.plugins.described_plugins`), imported and described in the sandbox."""
-        header, _ = self._exchange(("describe", modules, entry_points), hidden)
-        found = header.get("found")
+        """The attack plugins (`leakbench.plugins.described_plugins`), imported and described in the sandbox;
+        a ConfigError (one line) when the worker could not describe them or its reply is refused."""
+        from leakbench.errors import ConfigError
+        from leakbench.harness.replies import DESCRIBE_SECONDS, OutOfTime, ReplyRefused
+
+        try:
+            header, _, _ = self._exchange(("describe", modules, entry_points), hidden, DESCRIBE_SECONDS, 0)
+        except (ReplyRefused, OutOfTime) as exc:
+            raise ConfigError(f"attack plugins: the attack worker's description was refused ({exc})") from None
+        if header["kind"] == "config":  # a plugin that cannot be loaded: the user's to fix, one line
+            raise ConfigError(header["message"])
+        if header["kind"] == "error":
+            raise LeakbenchError(f"attack worker: {header['message']}")
+        found = header["found"]
         if not isinstance(found, dict) or not isinstance(found.get("plugins"), list) \
                 or not isinstance(found.get("attacks"), list):
             raise LeakbenchError("attack worker: a malformed plugin description")
         return found
 
-    def _exchange(self, request: tuple[Any, ...], hidden: list[Path]) -> tuple[dict[str, Any], bytes]:
-        """Send the sandbox policy and `request`; the worker's JSON header (kind "ok" or "describe")
-        and arrays. Ends the worker."""
-        from leakbench.errors import ConfigError
+    def _exchange(self, request: tuple[Any, ...], hidden: list[Path], limit: float | None,
+                  array_bytes: int) -> tuple[dict[str, Any], bytes, float]:
+        """Send the sandbox policy and `request`; the worker's JSON header (`replies.read_header`: of a kind
+        expected for the request), its arrays (an "ok" reply's, at most `array_bytes`) and the seconds from
+        the request's sending to the reply. Ends the worker. The worker is killed when it has not answered
+        after `limit` seconds (OutOfTime), or when its reply is refused (ReplyRefused)."""
+        from leakbench.harness.replies import MAX_HEADER_BYTES, OutOfTime, ReplyRefused, read_header, receive
         from leakbench.harness.sandbox import level
 
         assert self._send is not None and self._recv is not None, "an attack worker serves one request"
+        deadline = Deadline(self._pid, limit)
         try:
             cell = {"hidden": [str(p) for p in hidden], "scratch": self.scratch, "sandbox": not level()[1],
                     "path": search_path()}
             self._send.send_bytes(json.dumps(cell).encode())
             self._send.send_bytes(pickle.dumps(request, protocol=5))
-            header = json.loads(self._recv.recv_bytes(1 << 26))
-            npz = self._recv.recv_bytes() if isinstance(header, dict) and header.get("kind") == "ok" else b""
-        except (EOFError, OSError, ValueError):
-            code = self.stop()
+            start = time.perf_counter()
+            header = read_header(receive(self._recv, MAX_HEADER_BYTES, "the header"), request[0])
+            npz = receive(self._recv, array_bytes, "the arrays") if header["kind"] == "ok" else b""
+            seconds = time.perf_counter() - start
+        except ReplyRefused:
+            self.stop(kill=True)
+            raise
+        except (EOFError, OSError):
+            code = self.stop()  # the worker closed its pipe: the deadline still holds while it ends
+            if deadline.expired:
+                raise OutOfTime(limit or 0.0) from None
             raise WorkerDied(f"the attack process ended before it answered ({_exit_text(code)})", code) from None
         except BaseException:
             self.stop(kill=True)
             raise
-        self.stop()
-        if not isinstance(header, dict) or header.get("kind") == "error":
-            raise LeakbenchError(f"attack worker: {header.get('message') if isinstance(header, dict) else header}")
-        if header.get("kind") == "config":
-            raise ConfigError(str(header.get("message")))
-        return header, npz
+        finally:
+            deadline.end()
+        self.stop(kill=True)  # it has answered: nothing of it runs on (a forged reply need not exit)
+        return header, npz, seconds
 
     def stop(self, *, kill: bool = False) -> int | None:
         """End the worker (closing its pipes ends it; `kill` ends it at once), then remove its scratch
@@ -349,30 +414,62 @@ IN_PROCESS = "not isolated (in process)"
 """The isolation of an attack run in the harness process (`isolate=False`: debugging only)."""
 
 
-def run_isolated(job: Any, update: Any, hidden: list[Path]) -> Any:
-    """The `AttackOutput` of `job` on `update` from a fresh sandboxed worker, its `isolation` set
-    here. A worker killed from outside is retried with a new one (WORKER_TRIES in all); a worker that
-    ends by itself gives a failed reconstruction saying how it ended."""
-    from leakbench.attacks import Reconstruction
+def run_isolated(job: Any, update: Any, hidden: list[Path], attack: Any) -> Any:
+    """The `AttackOutput` of `job` on `update` from a fresh sandboxed worker. `attack` is the harness's own
+    configured attack for the job (for a plugin attack, its described stand-in): its hyperparameters are
+    the ones recorded and its declared budget gives the time limit (`replies.time_limit`); `seconds` and
+    `isolation` are set here too, never taken from the attack. A worker killed from outside is retried with
+    a new one (WORKER_TRIES in all); a worker that ends by itself gives a failed reconstruction saying how
+    it ended, and one out of time a failed reconstruction with reason "time: …"."""
+    from leakbench.harness.replies import OutOfTime, time_limit
     from leakbench.harness.sandbox import isolation_level
-    from leakbench.records.artifacts import AttackOutput
 
+    limit = time_limit(attack.config, job.inversion.steps if job.inversion is not None else 0)
+    space: Space = "image" if job.layer == 1 else "feature"
     for attempt in range(1, WORKER_TRIES + 1):
         worker = workers().take()
+        start = time.perf_counter()
         try:
-            output = worker.run(job, update, hidden)
+            output = worker.run(job, update, hidden, limit)
+        except OutOfTime as exc:
+            output = _failed(f"time: {exc} (the attack's limit: {limit_text(attack.config)}); the attack "
+                             "worker was killed", space, job.layer, time.perf_counter() - start)
         except WorkerDied as exc:
             if exc.code is not None and exc.code < 0 and -exc.code in FAULT_SIGNALS:
                 if attempt < WORKER_TRIES:
                     continue
                 raise WorkerDied(f"{exc} {WORKER_TRIES} times: the cell is not stored (rerun to retry it)",
                                  exc.code) from None
-            space: Space = "image" if job.layer == 1 else "feature"
-            output = AttackOutput(Reconstruction.failed(f"error: {exc}", space=space, layer=job.layer), 0.0,
-                                  job.hyperparameters)
+            output = _failed(f"error: {exc}", space, job.layer, time.perf_counter() - start)
+        output.hyperparameters = attack.hyperparameters()
         output.isolation = isolation_level()
+        output.time_limit = limit
         return output
     raise AssertionError("unreachable")
+
+
+def limit_text(config: Any) -> str:
+    """How a cell's time limit was set, in words (for a failed cell's reason)."""
+    from leakbench.harness.replies import TIME_LIMIT_ENV, TIME_MARGIN, declared_seconds
+
+    declared = declared_seconds(config)
+    if declared is None:
+        return f"no max_seconds declared, so {TIME_LIMIT_ENV} or its default"
+    return f"max_seconds {declared:g} s + max({declared:g} s, {TIME_MARGIN:g} s)"
+
+
+def _failed(reason: str, space: Space, layer: int, seconds: float) -> Any:
+    """A failed `AttackOutput` with `reason`, after `seconds`."""
+    from leakbench.attacks import Reconstruction
+    from leakbench.records.artifacts import AttackOutput
+
+    return AttackOutput(Reconstruction.failed(reason, space=space, layer=layer), seconds)
+
+
+def refused_reply(exc: Exception, layer: int) -> Any:
+    """The failed `AttackOutput` of a reply refused for `exc`."""
+    space: Space = "image" if layer == 1 else "feature"
+    return _failed(f"error: the attack's reply was refused ({type(exc).__name__}: {exc})", space, layer, 0.0)
 
 
 def describe_plugins(modules: list[str], entry_points: bool) -> dict[str, Any]:
@@ -398,56 +495,55 @@ def workers() -> Workers:
 
 def check_reply(meta: Any, npz: bytes, update: Any, layer: int) -> Any:
     """The worker's answer as an `AttackOutput`, or a failed one saying why the answer was refused:
-    JSON metadata of the known shape, and float32 arrays (no pickle) of the update's image shape or
-    two-dimensional features, finite, images in [0, 1]."""
-    from leakbench.attacks import Reconstruction
-    from leakbench.records.artifacts import AttackOutput, decode_attack_output
+    JSON metadata of the known shape, and arrays read within the cell's bounds (`replies.read_arrays`:
+    float32, no pickle, of the update's image shape or two-dimensional features), finite, images in
+    [0, 1]. Its `seconds` and `hyperparameters` are the harness's to set (`AttackWorker.run`)."""
+    import torch
+
+    from leakbench.harness.replies import bounds_of, read_arrays
+    from leakbench.records.artifacts import attack_output
 
     try:
-        _check_meta(meta)
-        output = decode_attack_output(meta, npz)
-        _check_arrays(output, tuple(update.model.input_shape))
+        _check_meta(meta, layer)
+        tensors = {name: torch.from_numpy(array) for name, array in read_arrays(npz, bounds_of(update.model)).items()}
+        output = attack_output(meta, tensors)
+        _check_arrays(output)
         return output
     except (ValueError, KeyError, TypeError, OSError) as exc:
-        space: Space = "image" if layer == 1 else "feature"
-        reason = f"error: the attack's reply was refused ({type(exc).__name__}: {exc})"
-        return AttackOutput(Reconstruction.failed(reason, space=space, layer=layer), 0.0, {})
+        return refused_reply(exc, layer)
 
 
-def _check_meta(meta: Any) -> None:
-    """Raise ValueError unless `meta` is an attack.json of the stored kind."""
+def _check_meta(meta: Any, layer: int) -> None:
+    """Raise ValueError unless `meta` is an attack.json of the stored kind, for a cell on `layer`."""
     types: dict[str, type | tuple[type, ...]] = {
         "status": str, "reason": str, "space": str, "stats": dict, "seconds": (int, float),
         "hyperparameters": dict, "layer": (int, type(None)), "isolation": str}
     if not isinstance(meta, dict) or set(meta) != set(types):
-        raise ValueError(f"metadata keys {sorted(meta) if isinstance(meta, dict) else type(meta).__name__}")
+        raise ValueError(f"metadata keys {sorted(meta)[:20] if isinstance(meta, dict) else type(meta).__name__}")
     for key, kind in types.items():
         if not isinstance(meta[key], kind) or isinstance(meta[key], bool):
             raise ValueError(f"{key} is a {type(meta[key]).__name__}")
     from leakbench.reconstruction import STATUSES
 
     if meta["status"] not in STATUSES or meta["space"] not in ("image", "feature"):
-        raise ValueError(f"status {meta['status']!r}, space {meta['space']!r}")
-    if not math.isfinite(meta["seconds"]) or meta["seconds"] < 0:
+        raise ValueError(f"status {meta['status']!r:.40}, space {meta['space']!r:.40}")
+    if meta["layer"] not in (None, layer):
+        raise ValueError(f"layer {meta['layer']!r:.40} in a cell on layer {layer}")
+    if not math.isfinite(meta["seconds"]) or meta["seconds"] < 0:  # of the stored kind (the harness measures)
         raise ValueError(f"seconds {meta['seconds']!r}")
 
 
-def _check_arrays(output: Any, image_shape: tuple[int, ...]) -> None:
-    """Raise ValueError unless the output's arrays have the shapes, dtype and range of their kind."""
+def _check_arrays(output: Any) -> None:
+    """Raise ValueError unless the output's arrays (their shapes checked by `replies.read_arrays`) are
+    finite, and its images in [0, 1]."""
     import torch
 
     named = {"images": output.reconstruction.images, "features": output.reconstruction.features,
              "inverted": output.inverted}
     for name, array in named.items():
-        if array is None:
-            continue
-        shape = tuple(array.shape)
         image = name != "features"
-        if array.dtype != torch.float32 or len(shape) != (4 if image else 2) or not 0 < shape[0] <= MAX_REPLY_ROWS:
-            raise ValueError(f"{name} of dtype {array.dtype} and shape {shape}")
-        if image and shape[1:] != image_shape:
-            raise ValueError(f"{name} of shape {shape}, the model takes {image_shape}")
-        if not bool(torch.isfinite(array).all()) or (image and not bool(((array >= 0) & (array <= 1)).all())):
+        if array is not None and (not bool(torch.isfinite(array).all())
+                                  or (image and not bool(((array >= 0) & (array <= 1)).all()))):
             raise ValueError(f"{name} not finite{' or outside [0, 1]' if image else ''}")
 
 

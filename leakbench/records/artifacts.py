@@ -5,7 +5,8 @@ A cell folder keeps
     reconstruction.npz   `images` (float32, NCHW, in [0, 1], the attack's own output order) and/or
                          `features` (float32, (b, n), inputs of an inner layer), and `inverted`
                          (float32, NCHW: features turned back into images with the public model)
-    attack.json          status, reason, space, layer, the attack's stats, seconds, hyperparameters
+    attack.json          status, reason, space, layer, the attack's stats, seconds and hyperparameters
+                         (both the harness's: measured, resolved), isolation, time_limit
 
 Ground truth is never stored: scoring re-derives it from the cell's dataset, indices and seed.
 """
@@ -37,6 +38,8 @@ class AttackOutput:
     `inverted` holds images inverted from recovered features (None unless feature inversion ran).
     `isolation` is what kept the attack from the batch, set by the harness, never by the attack
     (`leakbench.harness.sandbox`: "landlock+seccomp", "python-guard only (why)", or "not isolated").
+    `time_limit` is the seconds the harness gave the attack worker (`leakbench.harness.replies.time_limit`;
+    None for an attack run in process, and in attack.json stored before issue 41).
     """
 
     reconstruction: Reconstruction
@@ -44,6 +47,7 @@ class AttackOutput:
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     inverted: torch.Tensor | None = None
     isolation: str = ""
+    time_limit: float | None = None
 
 
 def arrays(output: AttackOutput) -> dict[str, np.ndarray]:
@@ -80,6 +84,8 @@ def encode_attack_output(output: AttackOutput) -> tuple[dict[str, Any], bytes]:
     meta = {"status": recon.status, "reason": recon.reason, "space": recon.space, "layer": recon.layer,
             "stats": plain_stats(recon.stats), "seconds": output.seconds, "hyperparameters": output.hyperparameters,
             "isolation": output.isolation}
+    if output.time_limit is not None:  # set by the harness only: an attack worker's reply never holds it
+        meta["time_limit"] = output.time_limit
     return json_safe(meta), buffer.getvalue()
 
 
@@ -87,11 +93,16 @@ def decode_attack_output(meta: dict[str, Any], npz: bytes) -> AttackOutput:
     """What `encode_attack_output` made, read back without unpickling anything (ValueError/KeyError when damaged)."""
     with np.load(io.BytesIO(npz), allow_pickle=False) as data:
         tensors = {k: torch.from_numpy(data[k].copy()) for k in data.files}
+    return attack_output(meta, tensors)
+
+
+def attack_output(meta: dict[str, Any], tensors: dict[str, torch.Tensor]) -> AttackOutput:
+    """An `AttackOutput` from attack.json's metadata and the arrays by name (images, features, inverted)."""
     recon = Reconstruction(status=meta["status"], space=meta["space"], images=tensors.get("images"),
                            features=tensors.get("features"), layer=meta["layer"], reason=meta["reason"],
                            stats=meta["stats"])
     return AttackOutput(recon, float(meta["seconds"]), meta["hyperparameters"], tensors.get("inverted"),
-                        meta.get("isolation", OLD_ISOLATION))
+                        meta.get("isolation", OLD_ISOLATION), meta.get("time_limit"))
 
 
 def plain_stats(stats: dict[str, Any]) -> dict[str, Any]:
