@@ -11,6 +11,7 @@ then ends the worker, as a hostile plugin could. `route` picks the forgery:
     seconds  a well-formed reply after `sleep` seconds claiming `seconds` seconds and forged hyperparameters
     sleep    no reply: it sleeps (for ever, as far as a test goes)
     stall    the header of a well-formed reply, then nothing (the harness waits for the arrays)
+    sandbox  the message of a worker whose sandbox failed (which stops the run when it comes first)
 
 `tests/test_replies.py` runs it, registered for the test only (`leakbench.api.scoped_attack`), and
 `benchmarks/bad_replies.py` measures the harness's memory while it refuses each reply.
@@ -37,7 +38,7 @@ from leakbench.attacks import Attack, Reconstruction
 from leakbench.fl.update import ClientUpdate
 from leakbench.records.artifacts import AttackOutput, encode_attack_output
 
-ROUTES = ("deep", "huge", "bomb", "config", "error", "unknown", "extra", "seconds", "sleep", "stall")
+ROUTES = ("deep", "huge", "bomb", "config", "error", "unknown", "extra", "seconds", "sleep", "stall", "sandbox")
 TIB = 1 << 40
 
 
@@ -109,6 +110,10 @@ def forged(cfg: ForgeConfig, update: ClientUpdate) -> list[bytes]:
         return [json.dumps({"kind": "ok", "meta": meta}).encode(), npz]
     if cfg.route == "stall":
         return [ok]
+    if cfg.route == "sandbox":
+        from leakbench.harness.isolation import SANDBOX_FAILED
+
+        return [f"{SANDBOX_FAILED}forged".encode()]
     raise ValueError(f"unknown route {cfg.route!r}")
 
 

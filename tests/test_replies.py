@@ -142,6 +142,7 @@ def _summary(route: str, **params: Any) -> dict[str, Any]:
     ("error", "error: attack worker: forged error reply"),
     ("unknown", "a reply of kind 'weird' to a cell request"),
     ("extra", "keys ['kind', 'meta', 'x']"),
+    ("sandbox", "the attack's reply was refused"),  # believed only as the worker's first message
 ])
 def test_a_forged_reply_is_a_failed_cell_with_its_reason(forge: None, route: str, why: str) -> None:
     s = _summary(route)

@@ -202,6 +202,27 @@ def _running(pid: int) -> bool:
     return True
 
 
+SANDBOXED = b"sandboxed"
+"""What a worker sends once its sandbox holds, before it reads its request (so before any attack or
+plugin code runs: the one message of a worker that no attack can have written)."""
+SANDBOX_FAILED = "sandbox failed: "
+"""How a worker's message starts when it could not apply its sandbox (then it exits)."""
+
+
+class SandboxFailed(LeakbenchError):
+    """The attack worker could not apply its sandbox: a fault of this machine or install, not of the
+    attack, so the run stops (one line) rather than store a failed cell."""
+
+
+def _sandboxed(message: bytes) -> None:
+    """Raise SandboxFailed unless `message` (the worker's first, sent before any attack code ran) says
+    its sandbox holds."""
+    if message != SANDBOXED:
+        text = message.decode("utf-8", "replace")
+        why = text[len(SANDBOX_FAILED):] if text.startswith(SANDBOX_FAILED) else f"it said {text[:200]!r}"
+        raise SandboxFailed(f"attack worker: the sandbox could not be applied: {why}")
+
+
 class Deadline:
     """Kill process `pid` (SIGKILL) once `limit` seconds have passed (None: never), unless `end()` came
     first: the harness's time limit on an attack worker, whatever the harness is waiting in."""
@@ -305,12 +326,14 @@ class AttackWorker:
             cell = {"hidden": [str(p) for p in hidden], "scratch": self.scratch, "sandbox": not level()[1],
                     "path": search_path()}
             self._send.send_bytes(json.dumps(cell).encode())
-            self._send.send_bytes(pickle.dumps(request, protocol=5))
+            data = pickle.dumps(request, protocol=5)  # while the worker sandboxes itself
+            _sandboxed(receive(self._recv, MAX_HEADER_BYTES, "the sandbox's answer"))
+            self._send.send_bytes(data)
             start = time.perf_counter()
             header = read_header(receive(self._recv, MAX_HEADER_BYTES, "the header"), request[0])
             npz = receive(self._recv, array_bytes, "the arrays") if header["kind"] == "ok" else b""
             seconds = time.perf_counter() - start
-        except ReplyRefused:
+        except (ReplyRefused, SandboxFailed):
             self.stop(kill=True)
             raise
         except (EOFError, OSError):
@@ -406,7 +429,9 @@ class Workers:
 
 
 WORKER_TRIES = 3
-"""How often a cell's attack is tried when its worker is killed from outside (OOM killer, kill -9)."""
+"""How often a cell's attack is tried when its worker is killed by a signal that usually comes from
+outside (OOM killer, kill -9); killed every time, the cell is stored as failed with the reason: an
+attack may kill itself, and nothing an attack does may stop the run (issue 41)."""
 FAULT_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT})
 """Signals that end a worker from outside: a fault to retry. Any other end (an exit code, a crash
 in the attack's own code) is the attack's answer: a failed cell."""
@@ -418,9 +443,10 @@ def run_isolated(job: Any, update: Any, hidden: list[Path], attack: Any) -> Any:
     """The `AttackOutput` of `job` on `update` from a fresh sandboxed worker. `attack` is the harness's own
     configured attack for the job (for a plugin attack, its described stand-in): its hyperparameters are
     the ones recorded and its declared budget gives the time limit (`replies.time_limit`); `seconds` and
-    `isolation` are set here too, never taken from the attack. A worker killed from outside is retried with
-    a new one (WORKER_TRIES in all); a worker that ends by itself gives a failed reconstruction saying how
-    it ended, and one out of time a failed reconstruction with reason "time: …"."""
+    `isolation` are set here too, never taken from the attack. A worker killed by a fault signal is retried with
+    a new one (WORKER_TRIES in all); a worker that ends by itself, or is killed every time, gives a failed
+    reconstruction saying how it ended, and one out of time a failed reconstruction with reason "time: …".
+    A worker that could not apply its sandbox raises SandboxFailed (the run stops)."""
     from leakbench.harness.replies import OutOfTime, time_limit
     from leakbench.harness.sandbox import isolation_level
 
@@ -435,12 +461,11 @@ def run_isolated(job: Any, update: Any, hidden: list[Path], attack: Any) -> Any:
             output = _failed(f"time: {exc} (the attack's limit: {limit_text(attack.config)}); the attack "
                              "worker was killed", space, job.layer, time.perf_counter() - start)
         except WorkerDied as exc:
-            if exc.code is not None and exc.code < 0 and -exc.code in FAULT_SIGNALS:
-                if attempt < WORKER_TRIES:
-                    continue
-                raise WorkerDied(f"{exc} {WORKER_TRIES} times: the cell is not stored (rerun to retry it)",
-                                 exc.code) from None
-            output = _failed(f"error: {exc}", space, job.layer, time.perf_counter() - start)
+            killed = exc.code is not None and exc.code < 0 and -exc.code in FAULT_SIGNALS
+            if killed and attempt < WORKER_TRIES:
+                continue
+            again = f", {WORKER_TRIES} times (from outside, or by the attack itself)" if killed else ""
+            output = _failed(f"error: {exc}{again}", space, job.layer, time.perf_counter() - start)
         output.hyperparameters = attack.hyperparameters()
         output.isolation = isolation_level()
         output.time_limit = limit
@@ -665,17 +690,17 @@ def _child(receive_fd: int, send_fd: int, output_fd: int, server: int) -> None:
         except EOFError:
             os._exit(0)
         sys.path[:] = list(dict.fromkeys([*cell["path"], *sys.path]))  # the harness's, as it is now
-        os.chdir(cell["scratch"])
-        os.environ["TMPDIR"] = cell["scratch"]
-        tempfile.tempdir = None
-        if cell["sandbox"]:  # the harness decides (it records the level); the worker obeys
-            try:
+        try:
+            os.chdir(cell["scratch"])
+            os.environ["TMPDIR"] = cell["scratch"]
+            tempfile.tempdir = None
+            if cell["sandbox"]:  # the harness decides (it records the level); the worker obeys
                 apply(policy(sys.path, cell["hidden"], cell["scratch"]))
-            except Exception as exc:  # noqa: BLE001 — fail closed: no attack runs with less isolation than recorded
-                message = f"the sandbox could not be applied: {exc}"
-                send.send_bytes(json.dumps({"kind": "error", "message": message}).encode())
-                os._exit(0)
+        except Exception as exc:  # noqa: BLE001 — fail closed: no attack runs with less isolation than recorded
+            send.send_bytes(f"{SANDBOX_FAILED}{exc}".encode())
+            os._exit(0)
         sys.addaudithook(Guard(cell["hidden"]))
+        send.send_bytes(SANDBOXED)  # before any attack or plugin code runs: the harness may believe it
         _answer(send, receive, attack_cell, attack_progress)
     finally:
         os._exit(1)  # never return into the fork server's loop
