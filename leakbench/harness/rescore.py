@@ -26,6 +26,7 @@ from leakbench.harness.victim import victim
 from leakbench.plugins import load_client_plugin
 from leakbench.records.artifacts import RECONSTRUCTION_FILE, load_attack_output
 from leakbench.records.cells import cell_path, write_cell
+from leakbench.records.folders import held_folder
 from leakbench.records.runs import consolidate, finished_cells
 
 
@@ -60,10 +61,11 @@ def rescore_run(run_dir: Path, *, lpips_weights: str | None = None,
         raise LeakbenchError(message.replace("\n", " ")) from None
     load_client_plugins(manifest)
     torch.set_num_threads(1)  # as every executor scores: the same float rounding, the same bytes
-    done = finished_cells(run_dir)
-    for cid in (c for c in plan if c in done):
-        rescore_cell(cell_path(run_dir, cid), lpips_weights=lpips_weights, data_root=data_root)
-    return consolidate(run_dir, plan)
+    with held_folder(run_dir, "a run of its suite, or a rescore"):  # not while a sweep writes it
+        done = finished_cells(run_dir)
+        for cid in (c for c in plan if c in done):
+            rescore_cell(cell_path(run_dir, cid), lpips_weights=lpips_weights, data_root=data_root)
+        return consolidate(run_dir, plan)
 
 
 def load_client_plugins(manifest: dict[str, Any]) -> None:
