@@ -428,7 +428,7 @@ def _threat_level(value: Any, index: int) -> ThreatModel:
 
 
 def _noise_level(value: Any, index: int, scale: Any) -> float:
-    """One entry of `noise`: a number σ ≥ 0 (0 is no noise)."""
+    """One entry of `noise`: a number σ in [0, 10^6] (0 is no noise; `ranges.MAX_NOISE_STD`)."""
     try:
         check_noise(value, scale)
     except ConfigError as exc:
