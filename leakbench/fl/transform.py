@@ -192,12 +192,18 @@ def applied(transform: UpdateTransform, update: ClientUpdate | None, client: Cli
     if not isinstance(out, ClientUpdate):
         raise DefenceError(f"{transform_role(transform)} returned a {type(out).__name__}, not a ClientUpdate")
     tensors = {**out.gradients, **(out.buffers or {})}
-    broken = [name for name, t in tensors.items()
-              if not (isinstance(t, torch.Tensor) and bool(torch.isfinite(t).all()))]
+    broken = [name for name, t in tensors.items() if not (isinstance(t, torch.Tensor) and finite(t))]
     if broken:
         shown = ", ".join(broken[:3]) + (f" and {len(broken) - 3} more" if len(broken) > 3 else "")
         raise DefenceError(f"{transform_role(transform)} made an update holding NaN or ∞ (in {shown})")
     return out
+
+
+def finite(tensor: torch.Tensor) -> bool:
+    """Whether every entry of `tensor` is finite. Its sum first (NaN and ±∞ carry into the sum, so a finite
+    sum proves it; about 13× cheaper than `isfinite` on 7 M entries, which matters when a defended victim
+    trains), the entries themselves only when the sum is not finite (finite values can sum past float32)."""
+    return math.isfinite(float(tensor.sum())) or bool(torch.isfinite(tensor).all())
 
 
 def transform_role(transform: UpdateTransform) -> str:
