@@ -83,7 +83,7 @@ def test_numbers_of_a_stored_run_manifest_are_checked(tmp_path: Path, old: str, 
     assert read_run_manifest(tmp_path)["grid_seed"] == 0
     (tmp_path / "manifest.json").write_text(MANIFEST.replace(old, new))
     for read in (read_run_manifest, rescore_run):
-        with pytest.raises(LeakbenchError, match=f"is not a finished run folder .*{key}") as error:
+        with pytest.raises(LeakbenchError, match=f"manifest.json.*{key}") as error:
             read(tmp_path)
         assert "\n" not in str(error.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
