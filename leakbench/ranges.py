@@ -43,6 +43,12 @@ MAX_LR = 100.0
 """Learning rates lie in (0, 100]."""
 MAX_WEIGHT = 1e6
 """Weights of loss terms and tolerance multipliers: at most 10^6."""
+MAX_NOISE_STD = 1e6
+"""Gaussian noise a defence adds to an update (the `noise` defence's σ; DP-SGD's σ·C on the sum): a std
+of at most 10^6. Gradient entries of the victims are ≲ 10^3, so at 10^6 no signal is left to measure;
+past it the update heads for float32's limit (3.4·10^38: σ = 10^300 made every entry ∞, and attacks
+square and sum entries, which overflows from about 10^19), where a cell would fail for the numbers, not
+for the attack."""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,9 @@ attacks = ["{attack}"]
 batch_sizes = [1]
 """
 
+INF_MANIFEST = ('{"suite": "bad", "grid_seed": 1e400, "grid_images": 2, '
+                '"cells": [{"cell_id": "0123456789abcdef", "batch_size": 2, "grid_selection": [0, 1]}]}')
+"""A run manifest whose grid seed parses as ∞ (issue 41: `report` and `rescore` gave an OverflowError traceback)."""
 GUIDED = SUITE.format(attack="spear-guided") + "[hyperparameters.spear-guided]\n"
 BIG_SEED = 2**63
 
@@ -113,6 +116,12 @@ CASES: dict[str, Case] = {
     "image_size_4": _attack("--attack", "spear", "--batch-size", "1", "--image-size", "4", mention="image size"),
     "suite_image_size_1": _suite(SUITE.format(attack="spear") + "image_size = 1\n", "image size"),
     # item 10: annotation paths confined to the data root
+    # issue 41, leftovers: a stored manifest's 1e400 (read as ∞) and a noise σ past float32
+    "manifest_grid_seed_inf_report": Case(["report", "results/bad", "--reports", "reports"], "grid_seed",
+                                          files={"results/bad/manifest.json": INF_MANIFEST}),
+    "manifest_grid_seed_inf_rescore": Case(["rescore", "results/bad", "--reports", "reports"], "grid_seed",
+                                           files={"results/bad/manifest.json": INF_MANIFEST}),
+    "suite_noise_1e300": _suite(SUITE.format(attack="spear") + "noise = [1e300]\n", "noise[0]"),
     "tiny_dotdot": _attack("--attack", "spear", "--batch-size", "1", "--dataset", "tinyimagenet", "--data-root",
                            "data", mention="../../../../secret.png", files=_tiny("../../../../secret.png")),
 }
@@ -125,7 +134,8 @@ ITEM = {"5": [k for k in CASES if "guide" in k],
         "8": ["suite_dp_empty", "suite_fedavg_empty", "suite_layer_and_layers", "suite_400k_cells",
               "lpips_garbage_attack", "lpips_garbage_run", "run_reports_is_a_file", "image_size_1", "image_size_4",
               "suite_image_size_1"],
-        "10": ["tiny_dotdot"]}
+        "10": ["tiny_dotdot"],
+        "41": ["manifest_grid_seed_inf_report", "manifest_grid_seed_inf_rescore", "suite_noise_1e300"]}
 assert sorted(c for cases in ITEM.values() for c in cases) == sorted(CASES)
 
 
@@ -232,6 +242,12 @@ def test_item8_suite_and_option_errors_refused(results, key: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("key", ITEM["10"])
 def test_item10_annotation_path_outside_data_root_refused(results, key: str) -> None:
+    _assert_refused(results, key)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", ITEM["41"])
+def test_issue41_manifest_numbers_and_noise_bounds_refused(results, key: str) -> None:
     _assert_refused(results, key)
 
 

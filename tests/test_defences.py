@@ -3,6 +3,7 @@ shows up as its own columns and its own rows through run → report → leaderbo
 
 from __future__ import annotations
 
+import importlib
 import sys
 import textwrap
 from pathlib import Path
@@ -10,10 +11,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from leakbench.errors import ConfigError
+from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.fl import TRANSFORMS
+from leakbench.fl.transform import DefenceSetting, transform_class
+from leakbench.harness.run import run_sweep
 from leakbench.harness.spec import CellSpec, cell_id, spec_dict, spec_from_dict
 from leakbench.harness.suite import load_suite
+from leakbench.harness.victim import prepare
 
 PLUGIN = '''
 """A defence in one file: gradient pruning (keep the largest `keep` fraction of each shared tensor)."""
@@ -46,6 +50,37 @@ class Prune(UpdateTransform):
         return replace(update, gradients=grads, kind=update.kind + "+prune")
 '''
 
+BROKEN = '''
+"""A defence plugin that fails: it raises, or returns NaN, ∞ or no update at all (issue 41)."""
+from dataclasses import dataclass, replace
+
+import torch
+
+from leakbench.fl import UpdateTransform, register_transform
+from leakbench.ranges import Ranged, chosen
+
+
+@dataclass(frozen=True)
+class BrokenConfig(Ranged):
+    mode: str = chosen("raise", "raise", "nan", "inf", "none")
+
+
+@register_transform
+class Broken(UpdateTransform):
+    """A defence that fails as its mode says."""
+
+    name = "test-broken"
+    Config = BrokenConfig
+
+    def apply(self, update, client):
+        if self.config.mode == "raise":
+            raise RuntimeError("the defence broke")
+        if self.config.mode == "none":
+            return None
+        value = float(self.config.mode)
+        return replace(update, gradients={n: torch.full_like(g, value) for n, g in update.gradients.items()})
+'''
+
 BASE = """
 name = "defences"
 dataset = "embedded"
@@ -65,6 +100,16 @@ def prune_plugin(tmp_path_factory: pytest.TempPathFactory) -> str:
     (folder / "leakbench_test_prune.py").write_text(PLUGIN)
     sys.path.insert(0, str(folder))
     return "leakbench_test_prune"
+
+
+@pytest.fixture(scope="module")
+def broken_plugin(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The module name of a failing defence plugin (`BROKEN`), imported (registered once per session)."""
+    folder = tmp_path_factory.mktemp("broken_plugin")
+    (folder / "leakbench_test_broken.py").write_text(BROKEN)
+    sys.path.insert(0, str(folder))
+    importlib.import_module("leakbench_test_broken")
+    return "leakbench_test_broken"
 
 
 def _suite(tmp_path: Path, extra: str, name: str = "suite.toml") -> Path:
@@ -141,3 +186,40 @@ def test_a_defence_plugin_gets_its_own_columns_and_rows(tmp_path: Path, prune_pl
     stored = records.copy()
     assert main(["rescore", str(run), "--reports", str(tmp_path / "rep2")]) == 0
     pd.testing.assert_frame_equal(pd.read_parquet(run / "records.parquet"), stored)
+
+
+@pytest.mark.parametrize(("mode", "what"), [("raise", "raised RuntimeError: the defence broke"),
+                                            ("nan", "made an update holding NaN or ∞ (in body.0.weight, "),
+                                            ("inf", "made an update holding NaN or ∞"),
+                                            ("none", "returned a NoneType, not a ClientUpdate")])
+def test_a_failing_defence_is_the_defences_failure(broken_plugin: str, mode: str, what: str) -> None:
+    """Issue 41: a defence plugin that raised gave a traceback; one that returned NaN was stored as the
+    attack's failure (scored as no leakage). Either is now one line naming the defence, its plugin and
+    the cell, before any attack sees the update."""
+    defence = DefenceSetting("test-broken", transform_class("test-broken").Config(mode=mode))
+    spec = CellSpec("spear", "embedded", 2, width=32, depth=3, defences=(defence,))
+    with pytest.raises(LeakbenchError) as error:
+        prepare(spec)
+    message = str(error.value)
+    assert message.startswith(f"cell {cell_id(spec)} (spear embedded b=2 ")
+    assert f"defence 'test-broken' (plugin module {broken_plugin}) {what}" in message
+    assert "the run stops here" in message and "\n" not in message
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_a_defence_resumes_once_it_is_fixed(tmp_path: Path, broken_plugin: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run stops at the failing defence's cell (one line, exit 2 from the CLI); the cells finished
+    before it are kept, and the same suite, its defence fixed, runs that cell alone: nothing lost, nothing
+    run twice, and no cell stored as an attack's failure for the defence's fault."""
+    path = _suite(tmp_path, f'defence_plugins = ["{broken_plugin}"]\n'
+                            'defences = ["none", { name = "test-broken", mode = "nan" }]\n')
+    with pytest.raises(LeakbenchError, match=r"defence 'test-broken' .* made an update holding NaN"):
+        run_sweep(str(path), out=tmp_path / "res")
+    run = tmp_path / "res" / "defences"
+    assert len([p for p in (run / "cells").iterdir() if not p.name.startswith(".")]) == 1
+    broken = sys.modules[broken_plugin].Broken
+    monkeypatch.setattr(broken, "apply", lambda self, update, client: update)  # the plugin, fixed
+    sweep = run_sweep(str(path), out=tmp_path / "res")
+    assert (sweep.ran, sweep.skipped) == (1, 1)
+    assert list(sweep.cells["status"]) == ["ok", "ok"]

@@ -6,6 +6,7 @@ command line runs them in `benchmarks/fault_check.py --only item:22` (tests/test
 
 from __future__ import annotations
 
+import json
 import sys
 import uuid
 from pathlib import Path
@@ -15,11 +16,14 @@ import pytest
 
 from leakbench.attacks.inversion import inverts
 from leakbench.cli import parse_params
-from leakbench.errors import ConfigError
+from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.harness.limits import MAX_COMPONENT, check_writable_dir
+from leakbench.harness.rescore import rescore_run
+from leakbench.harness.spec import CellSpec, spec_dict, spec_from_dict
 from leakbench.harness.suite import load_suite
 from leakbench.plugins import load_plugin
 from leakbench.records.folders import folder_name
+from leakbench.records.runs import read_run_manifest
 from leakbench.registry import Registry
 from leakbench.reporting.leaderboard import write_leaderboard
 from leakbench.reporting.target import RESERVED_NAMES, check_report_target
@@ -57,6 +61,44 @@ def test_inversion_applies_to_inner_layers_of_layer_attacks_only() -> None:
 def test_suite_refuses(tmp_path: Path, extra: str, attacks: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         _suite(tmp_path, extra, attacks=attacks)
+
+
+MANIFEST = json.dumps({"suite": "checks", "grid_seed": 0, "grid_images": 2, "cell_revisions": {"abc": 1},
+                       "cells": [{"cell_id": "0123456789abcdef", "batch_size": 2, "grid_selection": [0, 1]}]})
+
+
+@pytest.mark.parametrize("old, new, key", [
+    ('"grid_seed": 0', '"grid_seed": 1e400', "grid_seed"),  # issue 41: an OverflowError traceback before
+    ('"grid_seed": 0', '"grid_seed": -1', "grid_seed"),
+    ('"grid_seed": 0', '"grid_seed": 0.5', "grid_seed"),
+    ('"grid_images": 2', '"grid_images": 0', "grid_images"),
+    ('"batch_size": 2', '"batch_size": 1e400', "batch_size"),
+    ('"batch_size": 2', '"batch_size": 2, "truth_size": 1e400', "truth_size"),
+    ('"abc": 1', '"abc": "many"', "cell_revisions"),
+    ('"suite": "checks"', '"suite": "checks", "suite_text": 5', "suite_text"),
+])
+def test_numbers_of_a_stored_run_manifest_are_checked(tmp_path: Path, old: str, new: str, key: str) -> None:
+    """A run manifest read back (`report`, `rescore`) with a number out of its type or range: one line."""
+    (tmp_path / "manifest.json").write_text(MANIFEST)
+    assert read_run_manifest(tmp_path)["grid_seed"] == 0
+    (tmp_path / "manifest.json").write_text(MANIFEST.replace(old, new))
+    for read in (read_run_manifest, rescore_run):
+        with pytest.raises(LeakbenchError, match=f"manifest.json.*{key}") as error:
+            read(tmp_path)
+        assert "\n" not in str(error.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
+
+
+@pytest.mark.parametrize("field, value", [("seed", 1e400), ("seed", -1), ("seed", 2**63), ("batch_size", "2"),
+                                          ("batch_size", 1e400), ("width", 10**30), ("layer", 2**64),
+                                          ("image_size", 0.5), ("dp", "σ"), ("depth", True)])
+def test_a_stored_cell_spec_is_checked(field: str, value: object) -> None:
+    """A cell manifest's spec read back (`rescore`, grids) with a value of the wrong type or range: one line."""
+    good = spec_dict(CellSpec("spear", "embedded", 2, width=32, depth=3))
+    assert spec_from_dict(good) == CellSpec("spear", "embedded", 2, width=32, depth=3)
+    with pytest.raises(ConfigError) as error:
+        spec_from_dict({**good, field: value})
+    assert field.replace("_", " ") in str(error.value) and "\n" not in str(error.value)
 
 
 def test_suite_accepts_what_does_something(tmp_path: Path) -> None:

@@ -13,13 +13,18 @@ from leakbench.attacks import ATTACKS, attack_class, build_config, create_attack
 from leakbench.attacks.inversion import InversionConfig
 from leakbench.attacks.params import config_params
 from leakbench.errors import ConfigError
-from leakbench.fl.dp import DPConfig
+from leakbench.fl.dp import DPConfig, epsilon
 from leakbench.fl.fedavg import FedAvgConfig
+from leakbench.fl.noise import NoiseConfig
+from leakbench.fl.transform import TRANSFORMS, transform_class
+from leakbench.harness.suite import load_suite
 from leakbench.models.training import TrainRecipe
 from leakbench.ranges import INT64, Range, check_ranges, field_range, ranged
 
 SHIPPED = [name for name in ATTACKS.names() if attack_class(name).__module__.startswith("leakbench.")]
 SETTINGS = [DPConfig, FedAvgConfig, InversionConfig, TrainRecipe]
+DEFENCES = [name for name in TRANSFORMS.names() if transform_class(name).__module__.startswith("leakbench.")]
+REQUIRED_SETTINGS = {"noise": {"sigma": 0.0}, "dp": {"sigma": 0.0, "clip": 1.0}}
 
 
 def _numeric(config: type) -> list:
@@ -71,6 +76,38 @@ def test_out_of_range_settings_are_refused_on_construction(config: type, require
     for key, value in _cases(config):
         with pytest.raises(ConfigError, match=key):
             config(**{**required, key: value})
+
+
+@pytest.mark.parametrize("name", DEFENCES)
+def test_every_defence_setting_declares_a_finite_range(name: str) -> None:
+    """Issue 41: `noise` declared σ in [0, ∞), so σ = 1e300 made every entry of the update ∞ and was
+    stored as the attack's failure. Every shipped update transform's numbers have finite bounds, and
+    values past them are refused when the setting is made."""
+    config = transform_class(name).Config
+    for f in _numeric(config):
+        rng = field_range(f)
+        assert rng is not None and math.isfinite(rng.low) and math.isfinite(rng.high), (name, f.name)
+    for key, value in _cases(config):
+        with pytest.raises(ConfigError, match=key):
+            config(**{**REQUIRED_SETTINGS.get(name, {}), key: value})
+
+
+def test_noise_past_what_float32_holds_is_refused(tmp_path) -> None:
+    """σ = 1e300 (issue 41) is refused at suite load, in one line saying why; so is DP-SGD's noise std
+    σ·C past the same bound, and a clipping norm float32 rounds to 0. A σ so small that the accountant's
+    terms overflow gives ε = ∞ (as σ = 0 does), not a ZeroDivisionError."""
+    suite = 'name = "s"\ndataset = "embedded"\nattacks = ["spear"]\nbatch_sizes = [1]\n'
+    for level in ("noise = [1e300]", 'defences = [{ name = "noise", sigma = 1e300 }]'):
+        (tmp_path / "s.toml").write_text(suite + level + "\n")
+        with pytest.raises(ConfigError, match=r"noise\[0\]|defences\[0\]") as error:
+            load_suite(tmp_path / "s.toml")
+        assert "sigma must be a number in [0, 10^6] (a larger std leaves no signal" in str(error.value)
+    with pytest.raises(ConfigError, match=r"noise std σ·C = 1e\+18"):
+        DPConfig(sigma=1e6, clip=1e12)
+    with pytest.raises(ConfigError, match="clip"):
+        DPConfig(sigma=1.0, clip=1e-300)
+    assert NoiseConfig(sigma=1e6).sigma == 1e6 and DPConfig(sigma=1e-6, clip=1e12).clip == 1e12  # the edges
+    assert epsilon(1e-300, 0.01, 1, 1e-5) == math.inf
 
 
 def test_absurd_budgets_are_refused() -> None:

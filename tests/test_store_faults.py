@@ -373,6 +373,27 @@ def test_another_suite_of_the_same_name_is_refused(tmp_path: Path, reference: Pa
     assert _tree(run_dir) == before
 
 
+def test_a_suite_run_into_a_folder_another_run_is_writing_is_refused(tmp_path: Path) -> None:
+    """Two suites of one name run at the same time into one --out (issue 41: both exited 0 and the one
+    that finished last left the other's cells in no table): the second is refused in one line while
+    the first holds the run folder, before it writes anything; the first's empty folder is removed
+    again when it stops before writing."""
+    (tmp_path / "a.toml").write_text(SUITE)
+    (tmp_path / "b.toml").write_text(SUITE.replace("batch_sizes = [1, 2]", "batch_sizes = [3]"))
+    refused: list[str] = []
+
+    def second_run(suite: object) -> None:  # the first sweep has passed its checks and is about to run
+        with pytest.raises(ConfigError) as error:
+            run_sweep(str(tmp_path / "b.toml"), out=tmp_path / "res")
+        refused.append(str(error.value))
+        raise KeyboardInterrupt  # stop the first one here too: nothing runs
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(str(tmp_path / "a.toml"), out=tmp_path / "res", before_run=second_run)
+    assert refused and "is being written by another leakbench command" in refused[0] and "\n" not in refused[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.toml", "b.toml"]
+
+
 @pytest.mark.slow
 def test_report_of_a_run_that_planned_a_cell_twice(tmp_path: Path, reference: Path) -> None:
     """Run folders stored before duplicates were refused list a cell twice in their manifest: reported once."""

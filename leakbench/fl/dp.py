@@ -26,7 +26,7 @@ from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel
-from leakbench.ranges import MAX_WEIGHT, REQUIRED, Ranged, chosen, ranged
+from leakbench.ranges import MAX_NOISE_STD, MAX_WEIGHT, REQUIRED, Ranged, chosen, ranged
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
     from leakbench.datasets.base import Batch
@@ -37,6 +37,9 @@ ACCOUNTANT = "opacus-rdp"
 
 MAX_CLIP = 1e12
 """The clipping norm C: at most 10^12 (a huge C clips nothing: plain noisy FedSGD)."""
+MIN_CLIP = 1e-30
+"""The clipping norm C: at least 10^-30. The clip factor C/‖g‖ is applied in float32, whose smallest
+normal number is 1.2·10^-38: a smaller C rounds every clipped gradient to 0, not to norm C."""
 MAX_DP_STEPS = 10**9
 """DP-SGD steps the accountant composes: at most 10^9."""
 
@@ -51,8 +54,8 @@ CLIP_EPS = 1e-6
 class DPConfig(Ranged):
     """One DP-SGD setting.
 
-    sigma: noise multiplier σ (noise std is σ·C); 0 means clipping only.
-    clip: per-sample clipping norm C.
+    sigma: noise multiplier σ (noise std is σ·C, at most 10^6: `ranges.MAX_NOISE_STD`); 0 means clipping only.
+    clip: per-sample clipping norm C (10^-30 … 10^12: `MIN_CLIP`, `MAX_CLIP`).
     delta: δ of the (ε, δ) guarantee.
     q: sampling rate (batch size / dataset size) the accountant assumes.
     steps: number of DP-SGD steps the accountant composes.
@@ -61,12 +64,19 @@ class DPConfig(Ranged):
     """
 
     sigma: float = ranged(REQUIRED, 0, MAX_WEIGHT)
-    clip: float = ranged(REQUIRED, 0, MAX_CLIP, low_open=True)
+    clip: float = ranged(REQUIRED, MIN_CLIP, MAX_CLIP)
     delta: float = ranged(1e-5, 0, 1, low_open=True, high_open=True)
     q: float = ranged(0.01, 0, 1, low_open=True)
     steps: int = ranged(1, 1, MAX_DP_STEPS)
     convention: str = chosen("opacus", *CONVENTIONS)
     owner: ClassVar[str] = "dp"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.sigma * self.clip > MAX_NOISE_STD:
+            raise ConfigError(f"dp: the noise std σ·C = {self.sigma * self.clip:g} (sigma {self.sigma:g} × clip "
+                              f"{self.clip:g}) must be at most 10^6: a larger std leaves no signal and overflows "
+                              "float32 updates (a C that clips nothing goes with σ = 0 or a small σ)")
 
     def epsilon(self, batch_size: int | None = None) -> float:
         """ε after `steps` steps at rate q and noise σ (Opacus RDP accountant); ∞ when σ = 0. The "cpa"
@@ -87,7 +97,8 @@ class DPConfig(Ranged):
 
 
 def epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
-    """ε of `steps` Poisson-subsampled Gaussian steps, from Opacus's RDPAccountant."""
+    """ε of `steps` Poisson-subsampled Gaussian steps, from Opacus's RDPAccountant; ∞ where its bound
+    overflows (σ near 0, as for σ = 0)."""
     if sigma == 0:
         return math.inf
     import warnings
@@ -98,7 +109,10 @@ def epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
     accountant.history = [(sigma, q, steps)]
     with warnings.catch_warnings():  # "optimal order is the smallest alpha": ε is huge, the bound loose
         warnings.simplefilter("ignore", UserWarning)
-        return float(accountant.get_epsilon(delta=delta))
+        try:
+            return float(accountant.get_epsilon(delta=delta))
+        except (ZeroDivisionError, OverflowError):  # σ so small (1e-300) that the RDP terms overflow: no bound
+            return math.inf
 
 
 def per_sample_gradients(model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:

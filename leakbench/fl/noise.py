@@ -9,9 +9,8 @@ unchanged. The update's `kind` gains "+noise" (e.g. "fedsgd+noise").
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -19,16 +18,18 @@ from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate
-from leakbench.ranges import REQUIRED, Ranged, chosen, ranged
+from leakbench.ranges import MAX_NOISE_STD, REQUIRED, Ranged, chosen, ranged
 
 NOISE_SCALES = ("absolute", "max")
 """How σ sets each tensor's noise std: σ itself, or σ × that tensor's max |entry|."""
 
 
 def check_noise(sigma: float, scale: str) -> None:
-    """Raise ConfigError unless σ is a finite number ≥ 0 and `scale` is one of NOISE_SCALES."""
-    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not (math.isfinite(sigma) and sigma >= 0):
-        raise ConfigError(f"noise: sigma must be a finite number ≥ 0, got {sigma!r}")
+    """Raise ConfigError unless σ is a number in [0, MAX_NOISE_STD] (above it no signal is left, and
+    the update heads for float32's overflow) and `scale` is one of NOISE_SCALES."""
+    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0 <= sigma <= MAX_NOISE_STD:
+        raise ConfigError(f"noise: sigma must be a number in [0, 10^6] (a larger std leaves no signal and "
+                          f"overflows float32 updates), got {sigma!r}")
     if scale not in NOISE_SCALES:
         raise ConfigError(f"noise_scale must be one of {', '.join(NOISE_SCALES)}, got {scale!r}")
 
@@ -50,16 +51,18 @@ def add_noise(update: ClientUpdate, sigma: float, seed: int, scale: str = "absol
 class NoiseConfig(Ranged):
     """Additive Gaussian noise on every shared gradient entry.
 
-    sigma: the noise std σ (≥ 0; 0 is no noise).
+    sigma: the noise std σ (0 … 10^6; 0 is no noise; `ranges.MAX_NOISE_STD` says why 10^6).
     scale: "absolute" (std σ) or "max" (std σ × each tensor's max |entry|).
     """
 
-    sigma: float = ranged(REQUIRED, 0, math.inf, high_open=True)
+    sigma: float = ranged(REQUIRED, 0, MAX_NOISE_STD)
     scale: str = chosen("absolute", *NOISE_SCALES)
 
+    owner: ClassVar[str] = "noise"
+
     def __post_init__(self) -> None:
+        check_noise(self.sigma, self.scale)  # first: its error says why σ is bounded
         super().__post_init__()
-        check_noise(self.sigma, self.scale)
 
 
 @register_transform

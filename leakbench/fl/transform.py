@@ -41,8 +41,10 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import torch
+
 from leakbench.citation import Citation
-from leakbench.errors import ConfigError
+from leakbench.errors import ConfigError, DefenceError
 from leakbench.fl.update import ClientUpdate, ThreatModel, fedsgd_update
 from leakbench.plugins import load_defence_plugins
 from leakbench.registry import Registry
@@ -171,11 +173,46 @@ def client_update(transforms: list[UpdateTransform], client: Client) -> ClientUp
         raise ConfigError("an update needs exactly one client transform (fedsgd, fedavg or dp), first")
     update = None
     for transform in transforms:
-        update = transform.apply(update, client)
+        update = applied(transform, update, client)
         if update.defences is not None and not transform.makes_update:  # the threat model: defence known
             update = dataclasses.replace(update, defences=(*update.defences, transform.described()))
     assert update is not None
     return update
+
+
+def applied(transform: UpdateTransform, update: ClientUpdate | None, client: Client) -> ClientUpdate:
+    """`transform.apply(update, client)`, its failure made the transform's: an exception it raises, a
+    result that is not a ClientUpdate, or gradients (or shared buffers) holding NaN or ∞ raise one
+    DefenceError line naming it and its module (a plugin's). Never the attack's failure: an attack
+    handed a broken update would fail, and that failure would be scored as no leakage."""
+    try:
+        out = transform.apply(update, client)
+    except Exception as exc:  # noqa: BLE001 — trusted client-side code, but any failure of it is reported as its own
+        raise DefenceError(f"{transform_role(transform)} raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(out, ClientUpdate):
+        raise DefenceError(f"{transform_role(transform)} returned a {type(out).__name__}, not a ClientUpdate")
+    tensors = {**out.gradients, **(out.buffers or {})}
+    broken = [name for name, t in tensors.items() if not (isinstance(t, torch.Tensor) and finite(t))]
+    if broken:
+        shown = ", ".join(broken[:3]) + (f" and {len(broken) - 3} more" if len(broken) > 3 else "")
+        raise DefenceError(f"{transform_role(transform)} made an update holding NaN or ∞ (in {shown})")
+    return out
+
+
+def finite(tensor: torch.Tensor) -> bool:
+    """Whether every entry of `tensor` is finite. Its sum first (NaN and ±∞ carry into the sum, so a finite
+    sum proves it; about 13× cheaper than `isfinite` on 7 M entries, which matters when a defended victim
+    trains), the entries themselves only when the sum is not finite (finite values can sum past float32)."""
+    return math.isfinite(float(tensor.sum())) or bool(torch.isfinite(tensor).all())
+
+
+def transform_role(transform: UpdateTransform) -> str:
+    """How errors name a transform: "defence 'prune' (leakbench.fl.prune)", "client 'fedavg' (...)",
+    with the module that defines it (a plugin's module for a plugin's)."""
+    role = "client" if transform.makes_update else "defence"
+    module = type(transform).__module__
+    origin = module if module.startswith("leakbench.") else f"plugin module {module}"
+    return f"{role} {transform.name!r} ({origin})"
 
 
 LEGACY_CLIENTS = ("fedsgd", "dp", "fedavg")

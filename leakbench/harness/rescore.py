@@ -26,7 +26,8 @@ from leakbench.harness.victim import victim
 from leakbench.plugins import load_client_plugin
 from leakbench.records.artifacts import RECONSTRUCTION_FILE, load_attack_output
 from leakbench.records.cells import cell_path, write_cell
-from leakbench.records.runs import consolidate, finished_cells
+from leakbench.records.folders import held_folder
+from leakbench.records.runs import consolidate, finished_cells, read_run_manifest
 from leakbench.records.trust import stored_origins
 
 
@@ -40,7 +41,10 @@ def rescore_cell(cell_dir: Path, *, lpips_weights: str | None = None, data_root:
     stored = json.loads((cell_dir / "summary.json").read_text())
     net = stored.get("lpips_net") or "alex"
     lpips, lpips_note = lpips_scorer(lpips_weights, net)
-    spec = spec_from_dict(manifest["spec"])
+    try:
+        spec = spec_from_dict(manifest["spec"])
+    except (LeakbenchError, KeyError, TypeError) as exc:
+        raise LeakbenchError(f"cell {cell_dir.name}: its manifest.json holds no valid spec ({exc})") from None
     if data_root is not None:
         spec = dataclasses.replace(spec, data_root=data_root)
     output = load_attack_output(cell_dir)
@@ -55,18 +59,15 @@ def rescore_run(run_dir: Path, *, lpips_weights: str | None = None,
                 data_root: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Re-score every finished cell of a run folder and rebuild its consolidated tables (LPIPS found
     as `leakbench run` finds it; `data_root` where the run's dataset lies now)."""
-    try:
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-        plan = [c["cell_id"] for c in manifest["cells"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        message = f"{run_dir} is not a run folder ({type(exc).__name__}: {exc})"
-        raise LeakbenchError(message.replace("\n", " ")) from None
+    manifest = read_run_manifest(run_dir)  # checked: names, numbers (one line, never a traceback)
+    plan = [c["cell_id"] for c in manifest["cells"]]
     load_client_plugins(manifest)
     torch.set_num_threads(1)  # as every executor scores: the same float rounding, the same bytes
-    done = finished_cells(run_dir)
-    for cid in (c for c in plan if c in done):
-        rescore_cell(cell_path(run_dir, cid), lpips_weights=lpips_weights, data_root=data_root)
-    return consolidate(run_dir, plan)
+    with held_folder(run_dir, "a run of its suite, or a rescore"):  # not while a sweep writes it
+        done = finished_cells(run_dir)
+        for cid in (c for c in plan if c in done):
+            rescore_cell(cell_path(run_dir, cid), lpips_weights=lpips_weights, data_root=data_root)
+        return consolidate(run_dir, plan)
 
 
 def load_client_plugins(manifest: dict[str, Any]) -> None:

@@ -37,6 +37,7 @@ from leakbench.progress import cell_line
 from leakbench.records.atomic import write_json_atomic
 from leakbench.records.cells import cell_path
 from leakbench.records.environment import environment, git_revision
+from leakbench.records.folders import held_folder
 from leakbench.records.runs import check_cell_folders, consolidate, finished_cells, remove_partial_cells, survey
 
 
@@ -129,9 +130,10 @@ def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Pa
     """Run every unfinished cell of a suite (a name, a file, or a parsed `Suite`) into `out/SUITE/` and
     consolidate its records.
 
-    Before anything runs: the cells are checked, and so are the folders it will replace (planned
-    cell folders) for files leakbench did not write, and `before_run(suite)` runs (the pipeline checks
-    the report folder there).
+    Before anything runs: the cells are checked, the run folder is held for this sweep (another command
+    writing it meanwhile: refused, `records.folders.held_folder`), the folders it will replace (planned
+    cell folders) are checked for files leakbench did not write, and `before_run(suite)` runs (the
+    pipeline checks the report folder there).
     `lpips_net` (alex or vgg) scores the cells that run now; it is not part of a cell's id, so
     resumed cells keep the LPIPS they were stored with (each cell records its `lpips_net`).
     """
@@ -141,35 +143,36 @@ def run_sweep(name: str | Suite | None, *, data_root: str | None = None, out: Pa
     check_net(lpips_net)
     tasks = plan(suite, run_dir, lpips_weights, lpips_net)
     ids = [t.out.name for t in tasks]
-    check_cell_folders(run_dir, ids)
-    check_same_suite(run_dir, suite.name, ids)
-    if before_run is not None:
-        before_run(suite)
-    done, revisions = reusable_cells(run_dir, tasks) if resume else (set(), Counter())
-    remove_partial_cells(run_dir)
-    todo = [t for t in tasks if t.out.name not in done]
-    lpips_note = missing_lpips_note(lpips_weights, lpips_net) if todo else ""
-    if lpips_note:  # never silent: the cells record the same note (summary.json, cells.parquet)
-        warnings.warn(LeakbenchWarning(lpips_note), stacklevel=2)
-    with connection(executor, jobs, address):  # before the manifest: an unreachable Ray cluster writes nothing
-        write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs,
-                                                                              "lpips_net": lpips_net}))
-        if todo:
-            warn_unless_sandboxed()
-        start = time.perf_counter()
-        try:
-            _run_with_progress(todo, len(tasks), executor=executor, jobs=jobs, address=address, progress=progress)
-        finally:
-            remove_partial_cells(run_dir)  # what workers stopped mid-write left (the executor has stopped them)
-        seconds = time.perf_counter() - start
-    records, cells = consolidate(run_dir, ids)
-    revisions[git_revision()] += len(todo)
-    write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {
-        "executor": executor, "jobs": jobs, "lpips_net": lpips_net,
-        "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),
-                       "seconds": round(seconds, 3), "lpips_note": lpips_note},
-        "cell_revisions": {(rev or "unknown"): n for rev, n in revisions.items() if n}}))
-    return Sweep(run_dir, suite, len(todo), len(tasks) - len(todo), seconds, records, cells)
+    with held_folder(run_dir, f"a run of a suite named '{suite.name}', or a rescore"):  # one sweep per folder
+        check_cell_folders(run_dir, ids)
+        check_same_suite(run_dir, suite.name, ids)
+        if before_run is not None:
+            before_run(suite)
+        done, revisions = reusable_cells(run_dir, tasks) if resume else (set(), Counter())
+        remove_partial_cells(run_dir)
+        todo = [t for t in tasks if t.out.name not in done]
+        lpips_note = missing_lpips_note(lpips_weights, lpips_net) if todo else ""
+        if lpips_note:  # never silent: the cells record the same note (summary.json, cells.parquet)
+            warnings.warn(LeakbenchWarning(lpips_note), stacklevel=2)
+        with connection(executor, jobs, address):  # before the manifest: an unreachable Ray cluster writes nothing
+            write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {"executor": executor, "jobs": jobs,
+                                                                                  "lpips_net": lpips_net}))
+            if todo:
+                warn_unless_sandboxed()
+            start = time.perf_counter()
+            try:
+                _run_with_progress(todo, len(tasks), executor=executor, jobs=jobs, address=address, progress=progress)
+            finally:
+                remove_partial_cells(run_dir)  # what workers stopped mid-write left (the executor has stopped them)
+            seconds = time.perf_counter() - start
+        records, cells = consolidate(run_dir, ids)
+        revisions[git_revision()] += len(todo)
+        write_json_atomic(run_dir / "manifest.json", run_manifest(suite, tasks, {
+            "executor": executor, "jobs": jobs, "lpips_net": lpips_net,
+            "last_sweep": {"cells_run": len(todo), "cells_skipped": len(tasks) - len(todo),
+                           "seconds": round(seconds, 3), "lpips_note": lpips_note},
+            "cell_revisions": {(rev or "unknown"): n for rev, n in revisions.items() if n}}))
+        return Sweep(run_dir, suite, len(todo), len(tasks) - len(todo), seconds, records, cells)
 
 
 def reusable_cells(run_dir: Path, tasks: list[Task]) -> tuple[set[str], Counter[str | None]]:

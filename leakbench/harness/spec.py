@@ -15,9 +15,11 @@ from leakbench.fl.fedavg import FedAvg, fedavg_columns
 from leakbench.fl.noise import Noise, NoiseConfig, check_noise
 from leakbench.fl.transform import DefenceSetting, FedSGD, UpdateTransform, check_defences, transform_class
 from leakbench.fl.update import ThreatModel
+from leakbench.harness.limits import check_depth, check_int, check_seed, check_width
 from leakbench.inversion import InversionConfig
 from leakbench.models import victim_label
 from leakbench.models.training import TrainRecipe, check_epochs
+from leakbench.ranges import INT64
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class CellSpec:
     bn_stats_shared: bool = False
 
     def __post_init__(self) -> None:
+        check_numbers(self)
         check_epochs(self.train_epochs, "train_epochs")
         check_noise(self.noise, self.noise_scale)
         object.__setattr__(self, "noise", float(self.noise))  # 1 and 1.0 are one cell
@@ -100,6 +103,21 @@ class CellSpec:
         return ThreatModel(batch_size_known=self.batch_size_known, labels_known=self.labels_known,
                            bn_mode=self.bn_mode, bn_stats_shared=self.bn_stats_shared,
                            defence_known=self.defence_known)
+
+
+def check_numbers(spec: CellSpec) -> None:
+    """Raise one ConfigError line for the first integer field of `spec` of the wrong type or out of the
+    range it can hold (whichever path made the spec: a suite, the command line, a stored manifest read
+    back by `spec_from_dict`): seed in [0, 2^63), width and depth within the victims' bounds
+    (`harness.limits`), batch size, layer and image size in [1, 2^63). What each value means (a layer
+    the victim has, an image size the dataset serves) is checked where it is used."""
+    check_seed(spec.seed, "seed")
+    check_width(spec.width, "width")
+    check_depth(spec.depth, "depth")
+    for name in ("batch_size", "layer", "image_size"):
+        value = getattr(spec, name)
+        if value is not None or name != "image_size":
+            check_int(value, name.replace("_", " "), 1, INT64 - 1)
 
 
 NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None, "train_epochs": 0, "recipe": None,
@@ -230,13 +248,18 @@ def batch_id(spec: CellSpec) -> str:
 
 
 def spec_from_dict(data: dict[str, Any]) -> CellSpec:
-    """The spec `spec_dict` wrote (as stored in a cell's manifest)."""
+    """The spec `spec_dict` wrote (as stored in a cell's manifest), every value checked as a suite's is
+    (types and ranges: `check_numbers`, the Configs' declared ranges); anything else is one ConfigError line."""
     configs = {"dp": DPConfig, "fedavg": FedAvgConfig, "inversion": InversionConfig, "recipe": TrainRecipe}
-    fields = {k: (configs[k](**v) if k in configs and v is not None else v) for k, v in data.items()}
-    if "defences" in fields:
-        fields["defences"] = tuple(DefenceSetting(d["name"], transform_class(d["name"]).Config(**d["config"]))
-                                   for d in fields["defences"])
-    return CellSpec(**fields)
+    try:
+        fields = {k: (configs[k](**v) if k in configs and v is not None else v) for k, v in data.items()}
+        if "defences" in fields:
+            fields["defences"] = tuple(DefenceSetting(d["name"], transform_class(d["name"]).Config(**d["config"]))
+                                       for d in fields["defences"])
+        return CellSpec(**fields)
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"a stored cell spec is malformed ({type(exc).__name__}: {exc})".replace("\n", " ")) \
+            from None
 
 
 NEW_DP_DEFAULTS = {"convention": "opacus"}

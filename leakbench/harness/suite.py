@@ -294,7 +294,9 @@ def _validate(raw: dict[str, Any]) -> None:
         if key not in KEYS:
             raise ConfigError(f"unknown key {key!r} (known: {', '.join(sorted(KEYS))})")
         if not isinstance(raw[key], KEYS[key]) or isinstance(raw[key], bool):
-            raise ConfigError(f"key {key!r} must be a {KEYS[key].__name__}")
+            kind = {int: "an integer", str: "a string", list: "a list", dict: "a table"}[KEYS[key]]
+            shown = f", got {raw[key]!r}" if isinstance(raw[key], (int, float)) else ""  # 1e400 parses as inf
+            raise ConfigError(f"key {key!r} must be {kind}{shown}")
     for key in REQUIRED:
         if key not in raw:
             raise ConfigError(f"missing key {key!r}")
@@ -426,7 +428,7 @@ def _threat_level(value: Any, index: int) -> ThreatModel:
 
 
 def _noise_level(value: Any, index: int, scale: Any) -> float:
-    """One entry of `noise`: a number σ ≥ 0 (0 is no noise)."""
+    """One entry of `noise`: a number σ in [0, 10^6] (0 is no noise; `ranges.MAX_NOISE_STD`)."""
     try:
         check_noise(value, scale)
     except ConfigError as exc:

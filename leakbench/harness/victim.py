@@ -11,12 +11,12 @@ import torch
 
 from leakbench.datasets import Batch, ImageDataset, load_dataset, partition, sample_batch
 from leakbench.datasets.base import concat_batches
-from leakbench.errors import ConfigError
+from leakbench.errors import ConfigError, DefenceError
 from leakbench.fl import Client, ClientUpdate, client_update
 from leakbench.fl.fedavg import FedAvg
 from leakbench.fl.secagg import SecAgg
 from leakbench.fl.transform import FedSGD
-from leakbench.harness.spec import CellSpec, client_count, transforms
+from leakbench.harness.spec import CellSpec, cell_id, cell_settings, client_count, transforms
 from leakbench.models import ImageVictim, build_model
 from leakbench.models.training import UpdateRule
 from leakbench.models.victims import AT_INIT, VictimInfo, trained_victim
@@ -132,5 +132,10 @@ def prepare(spec: CellSpec) -> tuple[Batch, ImageVictim, ClientUpdate]:
     """Load the batch, build the victim and compute the client's update (no attack yet): the cell's
     update transforms (`spec.transforms`: FedSGD, DP-SGD or FedAvg, then noise and defences) under
     its threat model."""
-    batch, model = victim(spec)
-    return batch, model, client_update(transforms(spec), Client(model, batch, spec.seed, spec.threat))
+    try:
+        batch, model = victim(spec)  # a trained victim's training runs its transforms too
+        return batch, model, client_update(transforms(spec), Client(model, batch, spec.seed, spec.threat))
+    except DefenceError as exc:
+        raise DefenceError(f"cell {cell_id(spec)} ({' '.join(cell_settings(spec))}): {exc}; the run stops here: "
+                           "its finished cells are kept, and the same command resumes once the transform or "
+                           "that level of the suite is fixed") from None

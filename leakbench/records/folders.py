@@ -15,11 +15,14 @@ never a user's folder that holds anything, and never through a link.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from leakbench.errors import ConfigError
@@ -147,3 +150,38 @@ def replace_folder(new: Path, out: Path, foreign: Foreign) -> None:
     os.replace(new, out)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def held_folder(folder: Path, what: str) -> Iterator[None]:
+    """Hold `folder` (created if absent, with its missing parents) for one command that writes it: an
+    exclusive `flock` on the folder itself, released when the command ends, however it ends (`kill -9`
+    included: the kernel drops the lock with the process). A second command into the same folder
+    meanwhile is refused with one line naming `what` (it would remove the first one's temporary
+    folders, and each would rebuild the tables from its own cells only). Folders this call created
+    are removed again when the command fails and leaves them empty, so a refusal writes nothing.
+    File systems without `flock` (some network mounts) are used unlocked, as before.
+    """
+    missing = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise ConfigError(f"{folder} is being written by another leakbench command ({what} into the same "
+                                  "folder); wait for it to finish, or choose another --out") from None
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+        try:
+            yield
+        except BaseException:
+            for path in missing:  # innermost first: only the empty folders this call made
+                try:
+                    path.rmdir()
+                except OSError:
+                    break
+            raise
+    finally:
+        os.close(fd)

@@ -23,8 +23,10 @@ from typing import Any
 import pandas as pd
 
 from leakbench.errors import ConfigError, LeakbenchError
+from leakbench.harness.limits import MAX_GRID_IMAGES, check_int, check_seed
 from leakbench.harness.selection import check_selection
 from leakbench.metrics.score import recovered
+from leakbench.ranges import INT64
 from leakbench.records.atomic import write_parquet_atomic
 from leakbench.records.cells import CELLS_DIR, cell_path
 from leakbench.records.folders import check_owned, folder_name, remove_leftovers
@@ -81,7 +83,8 @@ def remove_partial_cells(run_dir: Path) -> int:
 def read_run_manifest(run_dir: Path) -> dict[str, Any]:
     """A run folder's manifest, checked: the suite and every cell id are folder names, each cell listed once,
     each grid selection distinct positions of the cell's ground truth (its `truth_size`, written by the
-    harness for cells of several clients; else its batch size).
+    harness for cells of several clients; else its batch size), and every number reports read of the
+    right type and range (`check_manifest_numbers`: a `grid_seed` of 1e400 is one line, not a traceback).
 
     Runs stored before duplicate cells were refused may list a cell twice; it is kept once.
     """
@@ -90,14 +93,36 @@ def read_run_manifest(run_dir: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text())
         folder_name(manifest["suite"], f"{path}: 'suite'")
         cells = {folder_name(c["cell_id"], f"{path}: cell id"): c for c in manifest["cells"]}
-        for key in ("grid_seed", "grid_images"):
-            int(manifest[key])
-        for cid, cell in cells.items():
-            check_selection(cell["grid_selection"], int(cell.get("truth_size", cell["batch_size"])), f"cell {cid}")
+        check_manifest_numbers(manifest, cells, str(path))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise LeakbenchError(f"{run_dir} is not a finished run folder ({type(exc).__name__}: {exc})"
                              .replace("\n", " ")) from None
     return {**manifest, "cells": list(cells.values())}
+
+
+def check_manifest_numbers(manifest: dict[str, Any], cells: dict[str, Any], where: str) -> None:
+    """Raise ConfigError (naming `where`, the manifest) or ValueError for the first number of a run manifest
+    out of its type or range: `grid_seed` a seed in [0, 2^63), `grid_images` in [1, MAX_GRID_IMAGES], each
+    cell's batch size and
+    truth size an integer in [1, 2^63), its grid selection distinct positions of that truth, and the
+    counts of `cell_revisions` integers ≥ 0; `suite_text` a string, `layerless_attacks` a list of names
+    (what reports read besides the cell folders). JSON numbers such as 1e400 parse as ±inf: refused here."""
+    check_seed(manifest["grid_seed"], f"{where}: 'grid_seed'")
+    check_int(manifest["grid_images"], f"{where}: 'grid_images'", 1, MAX_GRID_IMAGES)
+    for cid, cell in cells.items():
+        batch = check_int(cell["batch_size"], f"{where}: cell {cid}: 'batch_size'", 1, INT64 - 1)
+        size = check_int(cell.get("truth_size", batch), f"{where}: cell {cid}: 'truth_size'", batch, INT64 - 1)
+        check_selection(cell["grid_selection"], size, f"cell {cid}")
+    revisions = manifest.get("cell_revisions", {})
+    if not isinstance(revisions, dict):
+        raise ConfigError(f"{where}: 'cell_revisions' must be an object, got {revisions!r}")
+    for revision, count in revisions.items():
+        check_int(count, f"{where}: 'cell_revisions.{revision}'", 0, INT64 - 1)
+    if not isinstance(manifest.get("suite_text", ""), str):
+        raise ConfigError(f"{where}: 'suite_text' must be a string")
+    layerless = manifest.get("layerless_attacks", [])
+    if not isinstance(layerless, list) or not all(isinstance(a, str) for a in layerless):
+        raise ConfigError(f"{where}: 'layerless_attacks' must list attack names")
 
 
 def cell_row(cell_dir: Path, records: pd.DataFrame) -> dict[str, Any]:
