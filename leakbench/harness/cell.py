@@ -60,9 +60,9 @@ def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: st
         output = attack_cell(job, update)
         output.isolation = IN_PROCESS
     result = score_cell(spec, output, batch, model, lpips=lpips, lpips_note=lpips_note)
-    attack = resolve_class(job)
-    result.provenance = provenance(attack, batch)
-    result.summary.update(code_origins(spec, attack, evaluated=job.attack_ref is not None))
+    attack_class = resolve_class(job)
+    result.provenance = provenance(attack_class, batch)
+    result.summary.update(code_origins(spec, attack_class, evaluated=job.attack_ref is not None))
     return with_budget(result)
 
 
