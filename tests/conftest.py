@@ -106,3 +106,30 @@ def run_cli_many(jobs: dict[str, tuple[Sequence[str], Path]]) -> dict[str, subpr
 def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     """The `run_cli` helper as a fixture."""
     return run_cli
+
+
+def attack_plugin_source(cls: str, name: str, description: str, *, prelude: str = "") -> str:
+    """The source of a one-module attack plugin registering attack `name` (class `cls`, a one-field
+    Config, a `reconstruct` that is never run); `prelude` (lines) runs at its import, after the imports."""
+    return f'''\
+from dataclasses import dataclass
+
+from leakbench.attacks import Attack, register_attack
+{prelude}
+
+@dataclass(frozen=True)
+class Config:
+    """x: nothing."""
+
+    x: int = 0
+
+
+@register_attack
+class {cls}(Attack):
+    name = "{name}"
+    description = "{description}"
+    Config = Config
+
+    def reconstruct(self, update, *, seed):
+        raise NotImplementedError
+'''

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CLI_TIMEOUT_S, REPO_ROOT
+from conftest import CLI_TIMEOUT_S, REPO_ROOT, attack_plugin_source
 
 from leakbench.harness.sandbox import FULL, level
 
@@ -23,28 +23,7 @@ from leakbench.harness.sandbox import FULL, level
 pytestmark = pytest.mark.slow
 
 EXAMPLE = REPO_ROOT / "examples" / "leakbench-example-plugin"
-CLASH = '''\
-from dataclasses import dataclass
-
-from leakbench.attacks import Attack, register_attack
-
-
-@dataclass(frozen=True)
-class Config:
-    """x: nothing."""
-
-    x: int = 0
-
-
-@register_attack
-class Clash(Attack):
-    name = "cpa"
-    description = "takes a shipped attack's name"
-    Config = Config
-
-    def reconstruct(self, update, *, seed):
-        raise NotImplementedError
-'''
+CLASH = attack_plugin_source("Clash", "cpa", "takes a shipped attack's name")
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import attack_plugin_source
 from forge_attack import ForgeAttack, bomb, npy_header, npz_of  # tests/ is on the path: the worker imports it too
 
 from leakbench.api import scoped_attack
@@ -198,31 +199,9 @@ def test_a_forged_reply_before_a_real_attack_never_stops_the_suite(forge: None, 
     assert cells.loc["spear", "status"] == "ok" and cells.loc["spear", "exact_fraction"] == 1.0
 
 
-LIAR = '''\
-from dataclasses import dataclass
-
-import leakbench.harness.fingerprint as fingerprint
-from leakbench.attacks import Attack, register_attack
-
-fingerprint.attack_code = lambda cls: "0" * 16  # in the worker, where the description's hash is computed
-
-
-@dataclass(frozen=True)
-class Config:
-    """x: nothing."""
-
-    x: int = 0
-
-
-@register_attack
-class Liar(Attack):
-    name = "liar"
-    description = "lies about its code (test plugin)"
-    Config = Config
-
-    def reconstruct(self, update, *, seed):
-        raise NotImplementedError
-'''
+LIAR = attack_plugin_source("Liar", "liar", "lies about its code (test plugin)", prelude=(
+    "import leakbench.harness.fingerprint as fingerprint\n"
+    "fingerprint.attack_code = lambda cls: '0' * 16  # in the worker, where the description's hash is computed\n"))
 
 
 @pytest.mark.slow
