@@ -91,6 +91,7 @@ class CellSpec:
         check_noise(self.noise, self.noise_scale)
         for defence in self.defences:
             defence.transform()  # a registered transform with its own Config, or a ConfigError
+        check_defences(tuple(self.defences), "DP-SGD" if self.dp else "FedAvg" if self.fedavg else None)
         object.__setattr__(self, "defences", fold_noise(self))
         object.__setattr__(self, "noise", float(self.noise))  # 1 and 1.0 are one cell
         if not self.noise:
@@ -103,7 +104,6 @@ class CellSpec:
             raise ConfigError("a training recipe needs train_epochs ≥ 1 (a victim at init is not trained)")
         if self.dp is not None and self.fedavg is not None:
             raise ConfigError("a cell runs either DP-SGD or FedAvg, not both")
-        check_defences(self.defences, "DP-SGD" if self.dp else "FedAvg" if self.fedavg else None)
         _ = self.threat  # bn_mode and bn_stats_shared checked (ThreatModel)
         if self.dp is not None and any(d.name == "noise" for d in self.defences):
             raise ConfigError("a cell adds plain noise or runs DP-SGD (which adds its own), not both")
