@@ -6,7 +6,6 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from functools import cached_property
 from typing import Any
 
 from leakbench.errors import ConfigError
@@ -130,12 +129,6 @@ class CellSpec:
         noise = (DefenceSetting("noise", NoiseConfig(self.noise, self.noise_scale)),) if self.noise else ()
         return (client, *noise, *rest)
 
-    @cached_property
-    def built(self) -> tuple[UpdateTransform, ...]:
-        """The configured transforms of `update`, built once per cell (transforms hold only their frozen
-        Config): read them through `transforms`."""
-        return tuple(build_transforms(self.update))
-
     @property
     def threat(self) -> ThreatModel:
         """What the attacker is given besides the update and the model."""
@@ -195,8 +188,9 @@ def cell_columns(spec: CellSpec) -> dict[str, Any]:
 def transforms(spec: CellSpec) -> list[UpdateTransform]:
     """The cell's update transforms in the order they run: its client (FedSGD, FedAvg, DP-SGD, or the
     client transform its defences start with), then every step of `spec.update` in order: the one place a
-    cell's transforms are built (once per cell: `CellSpec.built`)."""
-    return list(spec.built)
+    cell's transforms are built (each holds only its frozen Config, so building them again is building
+    the same list; nothing is cached on the spec, whose `__dict__` and pickles stay its fields)."""
+    return build_transforms(spec.update)
 
 
 def client_count(spec: CellSpec) -> int:
