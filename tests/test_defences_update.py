@@ -3,6 +3,7 @@ convention; `attack --defence`; the `defence_known` threat model and the adaptiv
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,12 @@ from leakbench.cli import main
 from leakbench.errors import ConfigError
 from leakbench.fl import Client, ClientUpdate, DPConfig, ThreatModel, client_update
 from leakbench.fl.dp import clip_and_noise, dp_columns
+from leakbench.fl.noise import Noise, NoiseConfig
 from leakbench.fl.prune import Prune, PruneConfig
 from leakbench.fl.quantise import Quantise, QuantiseConfig
 from leakbench.fl.soteria import Soteria, SoteriaConfig, feature_scores
-from leakbench.fl.transform import FedSGD, UpdateTransform
-from leakbench.harness.spec import CellSpec, cell_columns, cell_id, spec_dict, spec_from_dict
+from leakbench.fl.transform import DefenceSetting, FedSGD, UpdateTransform
+from leakbench.harness.spec import CellSpec, cell_columns, cell_id, cell_settings, spec_dict, spec_from_dict, transforms
 from leakbench.harness.suite import load_suite
 from leakbench.harness.victim import victim
 from leakbench.models import ConvNet, build_fc
@@ -312,6 +314,104 @@ def test_defence_options_keep_their_order_and_settings() -> None:
                                       "--defence-param", "sigma=0.001"])
     fields = defence_options(args)
     assert [(d.name, d.config) for d in fields["defences"]] == [("quantise", QuantiseConfig(mode="sign")),
-                                                                ("prune", PruneConfig(0.25))]
-    assert fields["noise"] == 0.001 and fields["dp"] is None
+                                                                ("prune", PruneConfig(0.25)),
+                                                                ("noise", NoiseConfig(0.001))]
+    assert fields["dp"] is None and "noise" not in fields
+
+
+# --------------------------------------------------------------------------- one ordered update (issue 42)
+
+
+ORDERED = SUITE.replace("batch_sizes = [2]", "batch_sizes = [4]") + """defences = [
+    [{ name = "prune", fraction = 0.5 }, { name = "noise", sigma = 0.1 }],
+    [{ name = "noise", sigma = 0.1 }, { name = "prune", fraction = 0.5 }]]
+"""
+
+
+def _ordered_cells(tmp_path: Path) -> tuple[CellSpec, CellSpec]:
+    (tmp_path / "ordered.toml").write_text(ORDERED)
+    prune_noise, noise_prune = load_suite(tmp_path / "ordered.toml").cells
+    return prune_noise, noise_prune
+
+
+def test_prune_then_noise_and_noise_then_prune_are_two_updates(tmp_path: Path, client: Client) -> None:
+    """The update each cell hands the attack is its steps applied in the order written: noise after
+    pruning leaves no exact zero; pruning after noise zeroes half of every tensor."""
+    from leakbench.harness.victim import prepare
+
+    prune_noise, noise_prune = _ordered_cells(tmp_path)
+    assert [s.name for s in prune_noise.update] == ["fedsgd", "prune", "noise"]
+    assert [s.name for s in noise_prune.update] == ["fedsgd", "noise", "prune"]
+    assert cell_id(prune_noise) != cell_id(noise_prune)
+    prune, noise = Prune(PruneConfig(0.5)), Noise(NoiseConfig(0.1))
+    for spec, expected in ((prune_noise, _defended(client, prune, noise)),
+                           (noise_prune, _defended(client, noise, prune))):
+        update = prepare(spec)[2]
+        assert update.gradients.keys() == expected.gradients.keys()
+        for name, g in update.gradients.items():
+            assert torch.equal(g, expected.gradients[name]), (spec.update, name)
+    w1 = client.model.layer_param_names(1)[0]
+    zeros = {id(spec): int((prepare(spec)[2].gradients[w1] == 0).sum()) for spec in (prune_noise, noise_prune)}
+    numel = prepare(noise_prune)[2].gradients[w1].numel()
+    assert zeros[id(prune_noise)] == 0 and zeros[id(noise_prune)] == numel // 2
+
+
+def test_an_update_written_in_the_old_order_keeps_its_stored_id(tmp_path: Path) -> None:
+    """Noise before every defence is kept in the cell's own `noise` field: the id stored before ordered
+    updates (8af01fed84ad04a8, computed by main ffc0258) stays; noise after a defence gets its own id."""
+    text = ORDERED.replace("batch_sizes = [4]", "batch_sizes = [2]").replace('attacks = ["ig"]', 'attacks = ["spear"]')
+    (tmp_path / "old.toml").write_text(text.replace("width = 32\ndepth = 3\n", ""))
+    prune_noise, noise_prune = load_suite(tmp_path / "old.toml").cells
+    assert cell_id(noise_prune) == "8af01fed84ad04a8"
+    assert noise_prune == CellSpec(attack="spear", dataset="embedded", batch_size=2, noise=0.1,
+                                   defences=(DefenceSetting("prune", PruneConfig(0.5)),))
+    assert cell_id(prune_noise) not in ("8af01fed84ad04a8", cell_id(noise_prune))
+    for spec in (prune_noise, noise_prune):
+        assert spec_from_dict(json.loads(json.dumps(spec_dict(spec)))) == spec
+
+
+def test_the_defence_label_names_every_step_in_order(tmp_path: Path) -> None:
+    prune_noise, noise_prune = _ordered_cells(tmp_path)
+    assert cell_columns(prune_noise)["defence"] == "prune p=0.5 + noise σ=0.1"
+    assert cell_columns(prune_noise)["noise_sigma"] == 0.0  # `noise_sigma`: the noise before every defence
+    assert (cell_columns(noise_prune)["noise_sigma"], cell_columns(noise_prune)["defence"]) == (0.1, "prune p=0.5")
+    assert "defence=prune_p=0.5+noise_σ=0.1" in cell_settings(prune_noise)
+
+
+def test_cli_defences_in_either_order_are_two_cells() -> None:
+    from leakbench.cli import build_parser, defence_options
+
+    def spec(*names: str) -> CellSpec:
+        argv = ["attack", "--attack", "ig", "--batch-size", "1"]
+        for name in names:
+            argv += ["--defence", name, "--defence-param", "sigma=0.1" if name == "noise" else "fraction=0.5"]
+        fields = defence_options(build_parser().parse_args(argv))
+        return CellSpec(attack="ig", dataset="embedded", batch_size=1, **fields)
+
+    assert [s.name for s in spec("prune", "noise").update] == ["fedsgd", "prune", "noise"]
+    assert [s.name for s in spec("noise", "prune").update] == ["fedsgd", "noise", "prune"]
+    assert cell_id(spec("prune", "noise")) != cell_id(spec("noise", "prune"))
+
+
+def test_the_update_is_one_ordered_tuple_of_every_transform() -> None:
+    prune = DefenceSetting("prune", PruneConfig(0.5))
+    assert [s.name for s in CellSpec(attack="ig", dataset="embedded", batch_size=1).update] == ["fedsgd"]
+    assert [(s.name, s.config) for s in CellSpec(attack="ig", dataset="embedded", batch_size=1,
+                                                 dp=DPConfig(sigma=0.1, clip=1.0), defences=(prune,)).update] == \
+        [("dp", DPConfig(sigma=0.1, clip=1.0)), ("prune", PruneConfig(0.5))]
+    no_noise = DefenceSetting("noise", NoiseConfig(0.0))
+    spec = CellSpec(attack="ig", dataset="embedded", batch_size=1, defences=(prune, no_noise))
+    assert spec.defences == (prune,)  # σ = 0 is no noise, wherever written
+    assert [type(t).__name__ for t in transforms(spec)] == ["FedSGD", "Prune"]
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"noise": 0.1, "defences": (DefenceSetting("prune", PruneConfig(0.5)), DefenceSetting("noise", NoiseConfig(0.1)))},
+     "noise once"),
+    ({"dp": DPConfig(sigma=0.1, clip=1.0),
+      "defences": (DefenceSetting("prune", PruneConfig(0.5)), DefenceSetting("noise", NoiseConfig(0.1)))}, "DP-SGD"),
+])
+def test_noise_twice_or_beside_dp_is_refused(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        CellSpec(attack="ig", dataset="embedded", batch_size=1, **fields)
 

@@ -242,6 +242,12 @@ class DefenceSetting:
         return cls(self.config)
 
 
+def build_transforms(steps: tuple[DefenceSetting, ...]) -> list[UpdateTransform]:
+    """The configured transforms of an update's ordered (name, settings) steps (`CellSpec.update`: the
+    client first, a legacy client among them too), in order; a ConfigError for an unknown name."""
+    return [transform_class(step.name)(step.config) for step in steps]
+
+
 def check_defences(defences: tuple[DefenceSetting, ...], legacy_client: str | None) -> None:
     """Raise a one-line ConfigError unless `defences` holds at most one client transform, first, and
     none beside a legacy client (`legacy_client`: "dp" or "fedavg" when the cell sets one)."""

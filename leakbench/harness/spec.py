@@ -10,10 +10,18 @@ from typing import Any
 
 from leakbench.errors import ConfigError
 from leakbench.fl import DPConfig, FedAvgConfig
-from leakbench.fl.dp import DPSGD, dp_columns
-from leakbench.fl.fedavg import FedAvg, fedavg_columns
+from leakbench.fl.dp import dp_columns
+from leakbench.fl.fedavg import fedavg_columns
 from leakbench.fl.noise import Noise, NoiseConfig, check_noise
-from leakbench.fl.transform import DefenceSetting, FedSGD, UpdateTransform, check_defences, transform_class
+from leakbench.fl.transform import (
+    DefenceSetting,
+    EmptyConfig,
+    FedSGD,
+    UpdateTransform,
+    build_transforms,
+    check_defences,
+    transform_class,
+)
 from leakbench.fl.update import ThreatModel
 from leakbench.harness.limits import check_depth, check_int, check_seed, check_width
 from leakbench.inversion import InversionConfig
@@ -43,6 +51,12 @@ class CellSpec:
     in order (`transforms`); the first may be a client transform (MixUp, secure aggregation, ...) that
     replaces FedSGD (not with `dp` or `fedavg`). `batch_size` is b, each client's batch: a client
     transform combining K clients makes the cell's ground truth K·b images (`truth_size`).
+
+    The update the client shares is one ordered tuple, `update`: (transform name, settings) steps, its
+    client first, then every defence in the order written. `dp`, `fedavg` and `noise`/`noise_scale`
+    are its stored form (what cell ids hash, so ids of cells stored before `update` existed stay): a
+    noise step that comes before every defence is kept as `noise`; a noise step written after a
+    defence stays in `defences`, where it runs (`fold_noise`).
     """
 
     attack: str
@@ -74,6 +88,10 @@ class CellSpec:
         check_numbers(self)
         check_epochs(self.train_epochs, "train_epochs")
         check_noise(self.noise, self.noise_scale)
+        for defence in self.defences:
+            defence.transform()  # a registered transform with its own Config, or a ConfigError
+        check_defences(tuple(self.defences), "DP-SGD" if self.dp else "FedAvg" if self.fedavg else None)
+        object.__setattr__(self, "defences", fold_noise(self))
         object.__setattr__(self, "noise", float(self.noise))  # 1 and 1.0 are one cell
         if not self.noise:
             object.__setattr__(self, "noise_scale", "absolute")  # σ = 0 is the plain update, whatever its scale
@@ -85,17 +103,31 @@ class CellSpec:
             raise ConfigError("a training recipe needs train_epochs ≥ 1 (a victim at init is not trained)")
         if self.dp is not None and self.fedavg is not None:
             raise ConfigError("a cell runs either DP-SGD or FedAvg, not both")
-        object.__setattr__(self, "defences", tuple(self.defences))
-        for defence in self.defences:
-            defence.transform()  # a registered transform with its own Config, or a ConfigError
-        check_defences(self.defences, "DP-SGD" if self.dp else "FedAvg" if self.fedavg else None)
         _ = self.threat  # bn_mode and bn_stats_shared checked (ThreatModel)
+        if self.dp is not None and any(d.name == "noise" for d in self.defences):
+            raise ConfigError("a cell adds plain noise or runs DP-SGD (which adds its own), not both")
         if self.dp is not None and any(d.transform().changes_victim for d in self.defences):
             raise ConfigError("DP-SGD's per-sample gradients cannot run a victim changed by a defence (PRECODE "
                               "samples noise in its forward pass): not with a dp level")
         if self.bn_mode == "train" and self.dp is not None:
             raise ConfigError("DP-SGD clips per-sample gradients, which BatchNorm in train mode mixes: "
                               "use bn_mode 'eval' with a dp level")
+
+    @property
+    def update(self) -> tuple[DefenceSetting, ...]:
+        """The client's update as one ordered tuple of (transform name, settings) steps: the client (fedsgd,
+        dp, fedavg or the client transform its defences start with), then every other step in the order it
+        runs (the noise kept in `noise`, then `defences`)."""
+        if self.defences and self.defences[0].makes_update:
+            client, rest = self.defences[0], self.defences[1:]
+        elif self.dp is not None:
+            client, rest = DefenceSetting("dp", self.dp), self.defences
+        elif self.fedavg is not None:
+            client, rest = DefenceSetting("fedavg", self.fedavg), self.defences
+        else:
+            client, rest = DefenceSetting("fedsgd", EmptyConfig()), self.defences
+        noise = (DefenceSetting("noise", NoiseConfig(self.noise, self.noise_scale)),) if self.noise else ()
+        return (client, *noise, *rest)
 
     @property
     def threat(self) -> ThreatModel:
@@ -120,6 +152,24 @@ def check_numbers(spec: CellSpec) -> None:
             check_int(value, name.replace("_", " "), 1, INT64 - 1)
 
 
+def fold_noise(spec: CellSpec) -> tuple[DefenceSetting, ...]:
+    """`spec.defences` in their stored form: a noise step with σ 0 dropped (no noise, the plain update);
+    a noise step that comes before every defence (after a client transform only) moved into the cell's own
+    `noise`/`noise_scale`, where it runs anyway and where cells stored before ordered updates keep it (so
+    their ids stay); a noise step after a defence kept in place (it runs there). One ConfigError line for
+    noise given twice (as `noise` and as a step, or as two steps)."""
+    steps = [d for d in spec.defences if d.name != "noise" or d.config.sigma]
+    noises = [i for i, d in enumerate(steps) if d.name == "noise"]
+    if len(noises) + bool(spec.noise) > 1:
+        raise ConfigError("a cell adds plain noise once, not twice (as its noise and as a defence, or twice a defence)")
+    first = 1 if steps and transform_class(steps[0].name).makes_update else 0
+    if noises and noises[0] == first:
+        noise = steps.pop(first).config
+        object.__setattr__(spec, "noise", float(noise.sigma))
+        object.__setattr__(spec, "noise_scale", noise.scale)
+    return tuple(steps)
+
+
 NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None, "train_epochs": 0, "recipe": None,
                       "labels_known": False, "batch_size_known": True, "noise": 0.0, "noise_scale": "absolute",
                       "defences": (), "bn_mode": "eval", "bn_stats_shared": False, "defence_known": False}
@@ -137,15 +187,10 @@ def cell_columns(spec: CellSpec) -> dict[str, Any]:
 
 def transforms(spec: CellSpec) -> list[UpdateTransform]:
     """The cell's update transforms in the order they run: its client (FedSGD, FedAvg, DP-SGD, or the
-    client transform its defences start with), the additive noise (if any), then its defences."""
-    chosen = [d.transform() for d in spec.defences]
-    if chosen and chosen[0].makes_update:
-        client, defences = chosen[0], chosen[1:]
-    else:
-        client = DPSGD(spec.dp) if spec.dp else FedAvg(spec.fedavg) if spec.fedavg else FedSGD(FedSGD.Config())
-        defences = chosen
-    noise = [Noise(NoiseConfig(spec.noise, spec.noise_scale))] if spec.noise else []
-    return [client, *noise, *defences]
+    client transform its defences start with), then every step of `spec.update` in order: the one place a
+    cell's transforms are built (each holds only its frozen Config, so building them again is building
+    the same list; nothing is cached on the spec, whose `__dict__` and pickles stay its fields)."""
+    return build_transforms(spec.update)
 
 
 def client_count(spec: CellSpec) -> int:
@@ -162,19 +207,29 @@ def truth_size(spec: CellSpec) -> int:
 
 
 def defence_columns(spec: CellSpec) -> dict[str, Any]:
-    """The record columns of the cell's defences, and `defence` (their labels joined by ' + '); none
-    for a cell without any, so records of cells stored before defences existed stay as they were. A
-    client transform among them (MixUp, secure aggregation) is the cell's `client` instead."""
+    """The record columns of the cell's defences, and `defence`: the labels of every step after the client
+    and the noise kept in `noise` (`noise_sigma`, named first by reports), in the order they run, joined by
+    ' + '; none for a cell without any, so records of cells stored before defences existed stay as they
+    were. A client transform among them (MixUp, secure aggregation) is the cell's `client` instead. A
+    noise step after a defence is named in `defence` only (`noise_sigma` is the noise before them)."""
     if not spec.defences:
         return {}
-    defences = [d.transform() for d in spec.defences]
-    client = defences[0] if defences[0].makes_update else None
-    columns: dict[str, Any] = {"defence": " + ".join(d.label() for d in defences if d is not client)}
-    if client is not None:
-        columns["client"] = client.label()  # in place of fedavg_columns' 'fedsgd'; reports add the defences to it
-    for defence in defences:
-        columns.update(defence.columns())
+    built = transforms(spec)
+    later = defence_steps(spec, built)
+    columns: dict[str, Any] = {"defence": " + ".join(t.label() for t in later)}
+    own_client = spec.defences[0].makes_update
+    if own_client:
+        columns["client"] = built[0].label()  # in place of fedavg_columns' 'fedsgd'; reports add the defences to it
+    for transform in [*built[:own_client], *later]:
+        if not isinstance(transform, Noise):
+            columns.update(transform.columns())
     return columns
+
+
+def defence_steps(spec: CellSpec, built: list[UpdateTransform]) -> list[UpdateTransform]:
+    """Of the cell's transforms `built` (`transforms(spec)`), those after its client and its `noise`: its
+    defences, in the order they run."""
+    return built[1 + bool(spec.noise):]
 
 
 def threat_columns(spec: CellSpec) -> dict[str, Any]:
@@ -213,7 +268,7 @@ def cell_settings(spec: CellSpec, *, hyperparameters: bool = False) -> list[str]
         settings.append(f"threat={spec.threat.label().replace(' ', '_').replace(',', '')}")
     if spec.noise:
         settings.append(f"noise={spec.noise:g}" + ("×max" if spec.noise_scale == "max" else ""))
-    defences = [d.transform() for d in spec.defences if not d.makes_update]  # a client is `client=` above
+    defences = defence_steps(spec, transforms(spec))  # a client is `client=` above, the noise `noise=`
     if defences:
         settings.append("defence=" + "+".join(d.label().replace(" ", "_") for d in defences))
     if hyperparameters and spec.hyperparameters:

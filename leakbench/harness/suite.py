@@ -438,8 +438,7 @@ def _noise_level(value: Any, index: int, scale: Any) -> float:
 
 def _defence_level(value: Any, index: int) -> dict[str, Any]:
     """One entry of `defences`: "none", a table {name = "...", settings...} or a list of such tables
-    (applied in order), as the cell fields it sets: `dp`, `fedavg`, `noise`/`noise_scale` for the
-    shipped transforms of those names (so their cells keep their ids), `defences` for the others."""
+    (applied in order), as the cell fields it sets (`defence_fields`)."""
     where = f"key 'defences[{index}]'"
     if value == "none":
         return {}
@@ -450,29 +449,30 @@ def _defence_level(value: Any, index: int) -> dict[str, Any]:
 
 def defence_fields(tables: list[Any], wheres: list[str], where: str) -> dict[str, Any]:
     """The cell fields that update transforms given as tables {name = "...", settings...} set, applied in
-    order: `dp`, `fedavg`, `noise`/`noise_scale` for the shipped transforms of those names (so their cells
-    keep their ids), `defences` for the others. `wheres` names each table in errors, `where` all of them
-    (a suite's `defences` level, or `attack --defence`)."""
+    order: `dp` and `fedavg` for those clients (the client computes the update: it runs first, wherever
+    written), `defences` for every other step in the order written, the noise included (`CellSpec`
+    keeps a noise step that comes before every defence as its `noise`, so those cells keep their ids:
+    `spec.fold_noise`). `wheres` names each table in errors, `where` all of them (a suite's `defences`
+    level, or `attack --defence`)."""
     fields: dict[str, Any] = {"defences": ()}
     clients: list[str] = []
+    named: set[str] = set()
     for table, table_where in zip(tables, wheres, strict=True):
         name, config = _transform_table(table, table_where)
-        key = {"dp": "dp", "fedavg": "fedavg", "noise": "noise"}.get(name, "defences")
-        if key != "defences" and key in fields:
+        if name in ("dp", "fedavg", "noise") and name in named:
             raise ConfigError(f"{where} names {name!r} twice")
-        if key in ("dp", "fedavg") or transform_class(name).makes_update:
+        named.add(name)
+        if name in ("dp", "fedavg") or transform_class(name).makes_update:
             clients.append(name)
-        if key == "noise":
-            fields.update(noise=config.sigma, noise_scale=config.scale)
-        elif key == "defences" and transform_class(name).makes_update:  # the client runs first
+        if name in ("dp", "fedavg"):
+            fields[name] = config
+        elif transform_class(name).makes_update:  # the client runs first
             fields["defences"] = (DefenceSetting(name, config), *fields["defences"])
-        elif key == "defences":
-            fields["defences"] += (DefenceSetting(name, config),)
         else:
-            fields[key] = config
+            fields["defences"] += (DefenceSetting(name, config),)
     if len(clients) > 1:
         raise ConfigError(f"{where}: one client computes the update, not {len(clients)} ({', '.join(clients)})")
-    if fields.get("dp") is not None and fields.get("noise"):
+    if fields.get("dp") is not None and any(d.name == "noise" and d.config.sigma for d in fields["defences"]):
         raise ConfigError(f"{where}: DP-SGD runs alone (it adds its own noise; it is not FedAvg)")
     return fields
 
