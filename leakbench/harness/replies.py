@@ -219,14 +219,16 @@ def _member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, bounds: ArrayBounds
         if len(data) != size:
             raise ReplyRefused(f"{name} ends before its {size:,} bytes")
         member.read(1)  # the end of the member: its CRC is checked
-    return np.frombuffer(data, FLOAT32).reshape(shape).copy()  # a writable array of its own
+    order = "F" if fortran else "C"  # np.savez writes a Fortran-ordered array (a transposed one) as it is
+    return np.ascontiguousarray(np.frombuffer(data, FLOAT32).reshape(shape, order=order))  # writable, its own
 
 
 def _check_shape(name: str, shape: Any, fortran: Any, dtype: Any, bounds: ArrayBounds) -> None:
-    """Raise ReplyRefused unless a member's header is C-ordered float32 of its kind's shape within `bounds`."""
+    """Raise ReplyRefused unless a member's header is float32 (C or Fortran order) of its kind's shape within
+    `bounds`."""
     dims = MEMBERS[name]
-    if dtype != FLOAT32 or fortran is not False:
-        raise ReplyRefused(f"{name} of dtype {dtype}{' (Fortran order)' if fortran else ''}: float32 only")
+    if dtype != FLOAT32 or not isinstance(fortran, bool):
+        raise ReplyRefused(f"{name} of dtype {dtype}, fortran_order {str(fortran)[:20]}: float32 only")
     if not (isinstance(shape, tuple) and len(shape) == dims and all(type(n) is int and n > 0 for n in shape)):
         raise ReplyRefused(f"{name} of shape {str(shape)[:100]}: {dims} positive dimensions")
     if shape[0] > bounds.rows:
