@@ -56,7 +56,7 @@ class Attack(ABC, Generic[ConfigT]):
 
     Generic in its Config: `class MyAttack(Attack[MyConfig])` with `Config = MyConfig` lets a type
     checker see every `self.config.field` (a subclass that extends the Config is generic itself, as
-    `SpearAttack[C]`). The type parameter changes nothing at run time.
+    `DeflatedSpear[C]` in leakbench.attacks.spear.attack). The type parameter changes nothing at run time.
 
     Capabilities are class attributes, derived once from the Config when the class is made (plugins'
     stand-ins too, `leakbench.attacks.described`): `layered` — the Config has a `layer` field, so the
