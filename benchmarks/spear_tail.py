@@ -140,14 +140,15 @@ def trace_turns() -> None:
 
 
 def override_tolerances(values: dict) -> None:
-    """Run every SPEAR search of this process with these `tolerances.Tolerances` fields replaced."""
-    original = spear_attack.SpearAttack._settings
+    """Run every deflated SPEAR search of this process (spear, spear-guided, spear-dl) with these
+    `tolerances.Tolerances` fields replaced."""
+    original = spear_attack.DeflatedSpear._settings
 
     def settings(self, problem):
         base = original(self, problem)
         return dataclasses.replace(base, tolerances=dataclasses.replace(base.tolerances, **values))
 
-    spear_attack.SpearAttack._settings = settings
+    spear_attack.DeflatedSpear._settings = settings
 
 
 def run_keeping_state(update, seed: int, params: dict):

@@ -10,6 +10,7 @@ from spear_helpers import layer_problem  # tests/ is on the path
 
 from leakbench.attacks import attack_class, create_attack
 from leakbench.attacks.spear import SpearPaperConfig
+from leakbench.attacks.spear.attack import DeflatedSpear
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.search import search_columns
 from leakbench.attacks.spear.select import improve_by_swaps, select_independent, sparsity_matching
@@ -39,6 +40,15 @@ def test_a_knob_the_attack_never_reads_is_unknown(attack: str, knob: str, value:
     """spear-paper and the deflated search have separate Configs; the fixed tolerances are no knobs at all."""
     with pytest.raises(ConfigError, match=rf"unknown hyperparameter.*{knob}"):
         create_attack(attack, **{knob: value})
+
+
+def test_spear_paper_has_no_method_of_the_deflated_search() -> None:
+    """spear-paper's Config lacks the deflated search's knobs (`sampler`, `row_weight_power`), so it has none of
+    the methods that read them (issue 42; `make types` checks every `self.config` field each attack reads)."""
+    paper = attack_class("spear-paper")
+    assert not issubclass(paper, DeflatedSpear)
+    assert not any(hasattr(paper, method) for method in ("_deflated", "_sources"))
+    assert all(issubclass(attack_class(name), DeflatedSpear) for name in ("spear", "spear-guided", "spear-dl"))
 
 
 def test_tolerances_have_one_home() -> None:

@@ -5,14 +5,25 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, is_dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic
+
+from typing_extensions import TypeVar  # PEP 696 defaults (typing has them from Python 3.13)
 
 from leakbench.citation import Citation
 from leakbench.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 from leakbench.reconstruction import Reconstruction, Space, Status
 
-__all__ = ["Attack", "Checkpoints", "Reconstruction", "Requirements", "Space", "Status"]  # the attack contract
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = ["Attack", "Checkpoints", "ConfigT", "Reconstruction", "Requirements", "Space",
+           "Status"]  # the attack contract
+
+ConfigT = TypeVar("ConfigT", bound="DataclassInstance", default=Any)
+"""An attack's Config (a dataclass): `class MyAttack(Attack[MyConfig])` types `self.config` as a `MyConfig`,
+and mypy checks that `Config = ...` names that class (or a subclass). A bare `Attack` is `Attack[Any]`: the
+same at run time, unchecked."""
 
 
 @dataclass(frozen=True)
@@ -40,8 +51,12 @@ class Checkpoints:
         return step in self.steps
 
 
-class Attack(ABC):
+class Attack(ABC, Generic[ConfigT]):
     """Base class: a frozen-dataclass `Config` with defaults, a name, a description.
+
+    Generic in its Config: `class MyAttack(Attack[MyConfig])` with `Config = MyConfig` lets a type
+    checker see every `self.config.field` (a subclass that extends the Config is generic itself, as
+    `DeflatedSpear[C]` in leakbench.attacks.spear.attack). The type parameter changes nothing at run time.
 
     Capabilities are class attributes, derived once from the Config when the class is made (plugins'
     stand-ins too, `leakbench.attacks.described`): `layered` — the Config has a `layer` field, so the
@@ -50,7 +65,11 @@ class Attack(ABC):
 
     name: ClassVar[str]
     description: ClassVar[str]
-    Config: ClassVar[type]
+    Config: type[ConfigT]
+    """Its hyperparameters: a frozen dataclass with defaults (a class attribute; not a ClassVar only
+    because a ClassVar cannot name the type parameter)."""
+    config: ConfigT
+    """The instance of `Config` this attack runs with."""
     requires: ClassVar[Requirements] = Requirements()
     paper: ClassVar[Citation | None] = None
     """The paper it comes from (`leakbench.citation`): leaderboards link its name there; None: no link."""
@@ -70,7 +89,7 @@ class Attack(ABC):
         layered attack at layer ≥ 2, else images."""
         return "feature" if cls.layered and layer >= 2 else "image"
 
-    def __init__(self, config: Any | None = None) -> None:
+    def __init__(self, config: ConfigT | None = None) -> None:
         self.config = config if config is not None else self.Config()
 
     @abstractmethod

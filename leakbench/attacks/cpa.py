@@ -81,7 +81,7 @@ class CPAConfig(Ranged):
 
 
 @register_attack
-class CPAAttack(Attack):
+class CPAAttack(Attack[CPAConfig]):
     name = "cpa"
     paper = Citation("Kariyappa et al., ICML 2023", "https://arxiv.org/abs/2209.05578")
     description = ("Cocktail Party Attack: ICA unmixing of a linear layer's weight gradient, "

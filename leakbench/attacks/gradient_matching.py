@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from leakbench.attacks import register_attack
-from leakbench.attacks.base import Attack, Checkpoints, Reconstruction, Requirements
+from leakbench.attacks.base import Attack, Checkpoints, ConfigT, Reconstruction, Requirements
 from leakbench.attacks.cpa import total_variation
 from leakbench.attacks.labels import STRATEGIES, find_last_layer, recover_labels
 from leakbench.citation import Citation
@@ -190,7 +190,7 @@ class IGConfig(Ranged):
     label_strategy: str = chosen("bias-corrected", *STRATEGIES)
 
 
-class _GradientMatchingAttack(Attack):
+class _GradientMatchingAttack(Attack[ConfigT]):
     """Shared checks of the gradient-matching attacks: the batch (step counts, label strategy: declared
     ranges and choices of the Config)."""
 
@@ -215,7 +215,7 @@ class _GradientMatchingAttack(Attack):
 
 
 @register_attack
-class InvertingGradientsAttack(_GradientMatchingAttack):
+class InvertingGradientsAttack(_GradientMatchingAttack[IGConfig]):
     name = "ig"
     paper = Citation("Geiping et al., NeurIPS 2020", "https://arxiv.org/abs/2003.14053")
     description = "Inverting Gradients: cosine gradient matching + TV, signed Adam, box constraint, restarts"
@@ -331,7 +331,7 @@ class DLGConfig(Ranged):
 
 
 @register_attack
-class DeepLeakageAttack(_GradientMatchingAttack):
+class DeepLeakageAttack(_GradientMatchingAttack[DLGConfig]):
     name = "dlg"
     paper = Citation("Zhu et al., NeurIPS 2019", "https://arxiv.org/abs/1906.08935")
     description = "Deep Leakage from Gradients: L2 gradient matching, L-BFGS on dummy images and soft labels"

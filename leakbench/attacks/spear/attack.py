@@ -1,7 +1,9 @@
 """SPEAR (Dimitrov et al., NeurIPS 2024): exact batch reconstruction from a linear+ReLU layer's gradient.
 
-Two attacks. `spear`: leakbench's deflated search (scheduler.py) with SPEAR's own proposal sources;
-spear-guided and spear-dl subclass it with more sources. `spear-paper`: SPEAR as published, the baseline
+Two attacks on one base, `SpearSearch` (the checks, the factorised layer, the answer; each typed in its
+own Config, `Attack[C]`). `spear`: leakbench's deflated search (`DeflatedSpear`, scheduler.py) with SPEAR's
+own proposal sources; spear-guided and spear-dl extend `DeflatedSpear` with more sources and settings of
+their own. `spear-paper`: SPEAR as published (`SpearSearch`'s own column search), the baseline
 the other variants are ranked against — the attacked layer's gradient only: sample (b−1)-row submatrices
 of L, filter the kernels by their zero sets, select b columns greedily in two stages, scale them from
 dL/db, verify the ReLU pattern; a failed verification means "keep sampling" until the budget runs out
@@ -13,10 +15,12 @@ closed-form last column (`last_column`, last_column.last_column_candidates).
 from __future__ import annotations
 
 import time
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+from typing_extensions import TypeVar
 
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
 from leakbench.attacks.spear.active import find_batch_span
@@ -95,12 +99,21 @@ def auto_chunk(m: int, b: int) -> int:
     return max(256, min(65536, int(8e6 // max(m, 1)), int(2.5e7 // (b * b))))
 
 
-class SpearAttack(Attack):
-    name = "spear"
+BudgetT = TypeVar("BudgetT", bound=SearchBudget, default=SearchBudget)
+"""The Config of a SPEAR-family attack."""
+SpearConfigT = TypeVar("SpearConfigT", bound=SpearConfig, default=SpearConfig)
+"""The Config of an attack on the deflated search: SPEAR's own sources' settings, and its own."""
+
+
+class SpearSearch(Attack[BudgetT]):
+    """What every SPEAR-family attack shares: the checks, the factorised layer, the answer; the search is
+    SPEAR's published column search (`_find`) unless a subclass extends it (`DeflatedSpear`). Each
+    subclass gives its budget and tolerances (`_settings`) from its own Config."""
+
     paper = Citation("Dimitrov et al., NeurIPS 2024", "https://arxiv.org/abs/2403.03945")
-    description = "SPEAR: exact reconstruction from a linear+ReLU layer's gradient (low rank, ReLU zeros, sampling)"
-    Config: ClassVar[type[SearchBudget]] = SpearConfig
     requires = Requirements(linear_relu_layer=True, batch_size=True)
+    uses_next_layer: ClassVar[bool] = False
+    """Whether the search reads the next layer's gradient (the deflated search fits every candidate through it)."""
 
     def check_update(self, update: ClientUpdate) -> None:
         super().check_update(update)
@@ -130,9 +143,6 @@ class SpearAttack(Attack):
             return Reconstruction.partial(problem_or_reason, space=space, images=images, features=X, layer=layer,
                                           stats=stats)
         return Reconstruction(status="ok", space=space, images=images, features=X, layer=layer, stats=stats)
-
-    uses_next_layer: ClassVar[bool] = True
-    """The deflated search fits every candidate through the next layer's gradient; spear-paper never reads it."""
 
     def _run(self, update: ClientUpdate, seed: int) -> tuple[str, torch.Tensor | None, dict[str, Any]]:
         """(reason, X, stats): ("", the whole batch) when it verifies; (why not, the samples verified one by
@@ -177,32 +187,16 @@ class SpearAttack(Attack):
                          (update.gradients[wname], update.gradients[bname], params[wname], params[bname]))
         return G, g, W, bias
 
-    def _sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
-                 settings: SearchSettings) -> tuple[list[ProposalSource], dict[str, Any]]:
-        """The proposal sources asked before SPEAR's own (scheduler.py), and stats known before the
-        search (none in SPEAR; a guide's name and seconds in spear-guided)."""
-        return [], {}
-
+    @abstractmethod
     def _settings(self, problem: LayerProblem) -> SearchSettings:
-        """The run's budget and tolerances; the deflated search's fallback (next-layer gradient of rank
-        below b) runs the column search with leakbench's LP check and closed-form last column."""
-        cfg = self.config
-        return SearchSettings(max_draws=cfg.max_draws, max_seconds=cfg.max_seconds,
-                              chunk=cfg.chunk or auto_chunk(problem.m, problem.b), last_column=True, lp_check=True,
-                              label=self.name)
+        """The run's budget, tolerances and search options, from this attack's Config."""
 
     def _search(self, problem: LayerProblem, seed: int, update: ClientUpdate
                 ) -> tuple[str, torch.Tensor | None, dict[str, Any]]:
         settings = self._settings(problem)
         tol = zero_tolerance(problem, settings.tolerances.zero_tol, settings.tolerances.noise_factor)
         gen = torch.Generator(device=problem.Ln.device).manual_seed(seed)
-        state: SearchState
-        if problem.P_next is not None:
-            state, solution, extra_stats = self._deflated(problem, seed, update, tol, settings, gen)
-            mode = "deflation+next-layer"
-        else:
-            state, solution = search_columns(problem, tol, settings, gen)
-            extra_stats, mode = {}, "sampling+lp" if settings.lp_check else "sampling"
+        state, solution, extra_stats, mode = self._find(problem, seed, update, tol, settings, gen)
         stats = {"mode": mode, **state.stats(), "neurons_used": problem.m, "noise_estimate": problem.noise,
                  "search_seconds": state.seconds, **extra_stats}
         if solution is None:
@@ -217,6 +211,45 @@ class SpearAttack(Attack):
             return reason, None, stats
         return reason, verified_samples(problem, state, settings.tolerances.residual_tol), stats
 
+    def _find(self, problem: LayerProblem, seed: int, update: ClientUpdate, tol: torch.Tensor,
+              settings: SearchSettings, gen: torch.Generator
+              ) -> tuple[SearchState, Solution | None, dict[str, Any], str]:
+        """(state, solution, stats, mode) of the search: SPEAR's column search (search.search_columns)."""
+        state, solution = search_columns(problem, tol, settings, gen)
+        return state, solution, {}, "sampling+lp" if settings.lp_check else "sampling"
+
+
+class DeflatedSpear(SpearSearch[SpearConfigT]):
+    """leakbench's deflated search (scheduler.py): the proposal sources of a subclass (`_sources`) before
+    SPEAR's own draws (`SpearConfig.sampler`), each candidate fitted through the next layer's gradient;
+    the column search where that gradient's rank is below b. spear, spear-guided and spear-dl."""
+
+    uses_next_layer = True
+
+    def _sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
+                 settings: SearchSettings) -> tuple[list[ProposalSource], dict[str, Any]]:
+        """The proposal sources asked before SPEAR's own (scheduler.py), and stats known before the
+        search (none in SPEAR; a guide's name and seconds in spear-guided)."""
+        return [], {}
+
+    def _settings(self, problem: LayerProblem) -> SearchSettings:
+        """The run's budget and tolerances; the deflated search's fallback (next-layer gradient of rank
+        below b) runs the column search with leakbench's LP check and closed-form last column."""
+        cfg = self.config
+        return SearchSettings(max_draws=cfg.max_draws, max_seconds=cfg.max_seconds,
+                              chunk=cfg.chunk or auto_chunk(problem.m, problem.b), last_column=True, lp_check=True,
+                              label=self.name)
+
+    def _find(self, problem: LayerProblem, seed: int, update: ClientUpdate, tol: torch.Tensor,
+              settings: SearchSettings, gen: torch.Generator
+              ) -> tuple[SearchState, Solution | None, dict[str, Any], str]:
+        """The deflated search where the next layer's gradient has rank b (`problem.P_next`), else the column
+        search with leakbench's LP check and closed-form last column (`_settings`)."""
+        if problem.P_next is None:
+            return super()._find(problem, seed, update, tol, settings, gen)
+        state, solution, stats = self._deflated(problem, seed, update, tol, settings, gen)
+        return state, solution, stats, "deflation+next-layer"
+
     def _deflated(self, problem: LayerProblem, seed: int, update: ClientUpdate, tol: torch.Tensor,
                   settings: SearchSettings, gen: torch.Generator
                   ) -> tuple[SampleState, Solution | None, dict[str, Any]]:
@@ -228,6 +261,12 @@ class SpearAttack(Attack):
         state, solution = search_samples(problem, tol, settings, gen, settings.tolerances.residual_tol, scheduler)
         return state, solution, {"two_sided_draws": 0, "two_sided_route": span is not None, **stats,
                                  **scheduler.stats()}
+
+
+class SpearAttack(DeflatedSpear[SpearConfig]):
+    name = "spear"
+    description = "SPEAR: exact reconstruction from a linear+ReLU layer's gradient (low rank, ReLU zeros, sampling)"
+    Config = SpearConfig
 
 
 @dataclass(frozen=True)
@@ -247,12 +286,11 @@ class SpearPaperConfig(SearchBudget):
     attack_name: ClassVar[str] = "spear-paper"
 
 
-class SpearPaperAttack(SpearAttack):
+class SpearPaperAttack(SpearSearch[SpearPaperConfig]):
     name = "spear-paper"
     description = ("SPEAR as published: sampling, sparsity filter, two-stage greedy selection, scale from dL/db "
                    "and ReLU verification, on the attacked layer's gradient only")
     Config = SpearPaperConfig
-    uses_next_layer = False
 
     def _settings(self, problem: LayerProblem) -> SearchSettings:
         cfg = self.config

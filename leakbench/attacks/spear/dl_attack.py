@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from leakbench.attacks.spear.attack import SpearAttack, SpearConfig
+from leakbench.attacks.spear.attack import DeflatedSpear, SpearConfig
 from leakbench.attacks.spear.dl import DLTrims, Proposal
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.scheduler import ProposalSource
@@ -58,7 +58,7 @@ IGNORED_BY_INIT = {"msp": ("starts", "steps"),
 """Proposal knobs that an init never reads (setting them raises rather than doing nothing)."""
 
 
-class SpearDLAttack(SpearAttack):
+class SpearDLAttack(DeflatedSpear[SpearDLConfig]):
     name = "spear-dl"
     description = ("SPEAR with candidate columns from sparse dictionary learning (trimmed least squares or "
                    "ℓ4-MSP) instead of random draws; exact, partial (the samples verified one by one) "

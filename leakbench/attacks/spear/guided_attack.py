@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import torch
 
 from leakbench.attacks.base import Reconstruction
-from leakbench.attacks.spear.attack import SpearAttack, SpearConfig
+from leakbench.attacks.spear.attack import DeflatedSpear, SpearConfig
 from leakbench.attacks.spear.descent import GuideDescent, RowSpaceDescent
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.guided import GuidePool, PatternFits, make_guide
@@ -44,7 +44,7 @@ class GuidedSpearConfig(SpearConfig):
         check_guide(self)
 
 
-class GuidedSpearAttack(SpearAttack):
+class GuidedSpearAttack(DeflatedSpear[GuidedSpearConfig]):
     name = "spear-guided"
     description = ("SPEAR with draws led by another attack's approximate reconstruction (default CPA); "
                    "exact, partial (the samples verified one by one) or reported failed, for batches past b ≈ 25")
