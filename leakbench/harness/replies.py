@@ -32,7 +32,7 @@ import struct
 import zipfile
 from dataclasses import asdict, dataclass, is_dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -219,7 +219,7 @@ def _member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, bounds: ArrayBounds
         if len(data) != size:
             raise ReplyRefused(f"{name} ends before its {size:,} bytes")
         member.read(1)  # the end of the member: its CRC is checked
-    order = "F" if fortran else "C"  # np.savez writes a Fortran-ordered array (a transposed one) as it is
+    order: Literal["F", "C"] = "F" if fortran else "C"  # np.savez writes a Fortran-ordered (transposed) array as is
     return np.ascontiguousarray(np.frombuffer(data, FLOAT32).reshape(shape, order=order))  # writable, its own
 
 
