@@ -4,27 +4,44 @@ patterns are kept through the row-space fit, and the source keeps out of small b
 from __future__ import annotations
 
 import torch
-from spear_helpers import layer_problem  # tests/ is on the path
+from spear_helpers import TRUE_ROW, layer_problem, nearest_rows  # tests/ is on the path
 
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import SampleState, null_basis, patterns_in_row_space
 from leakbench.attacks.spear.descent import RowSpaceDescent, affine_row_space, descend, random_starts
+from leakbench.attacks.spear.fit import fit_samples
 from leakbench.attacks.spear.last_column import missing_row_space
 from leakbench.attacks.spear.scheduler import Search
 
 
 def test_descent_ends_on_missing_samples() -> None:
-    """4 of 12 samples known: from 16 random starts in the missing samples' row space the descent ends exactly on
-    missing samples (to 1e-6), several distinct ones. (A known sample whose column its zeros do not fix stays in that
-    row space — sample 2 here — and a start may end on it: the acceptance drops it as known.)"""
+    """4 of 12 samples known: from 32 random starts in the missing samples' row space the descent ends on missing
+    samples (on their true rows, `TRUE_ROW`), several distinct ones, and the acceptance (`patterns_in_row_space`, the
+    found samples' residuals those of their own fits) keeps only true samples from the patterns it ends on. (A known
+    sample whose column its zeros do not fix stays in that row space — sample 2 here — and a start may end on it: the
+    acceptance drops it as known.)
+
+    Bounds, not counts (issue 42): which minimum a start reaches depends on the CPU's floating-point kernels. Measured
+    on 40 seeds of 16 starts, 85 % of the starts end on a missing sample (11–16 of 16) and 4–8 distinct ones are
+    reached, each start's end spread over the 8 as 3–22 % (samples 4–10; 11 once in 640). Were every start's end
+    redrawn from that spread, fewer than 16 of 32 would hit with probability 5e-7 and fewer than 3 distinct samples
+    with 1e-8; in fact other kernels change one or two starts' ends (`benchmarks/spear_descent.py --unit` prints the
+    counts: 11 hits of the first 16 and 5 distinct on this repository's Intel reference)."""
     problem, X = layer_problem(12, 48, 0)
     C = X @ problem.R.T
-    space = affine_row_space(problem, missing_row_space(problem, C[:4], null_basis(C[:4], 12)).basis)
-    c = descend(problem, space, random_starts(space, C[:4], 16, torch.Generator().manual_seed(0)), 300)
-    off = (torch.cdist(c, C) / C.norm(dim=1)[None]).min(dim=1)
-    hit = (off.values < 1e-6) & (off.indices >= 4)
-    assert int(hit.sum()) >= 8
-    assert len(set(off.indices[hit].tolist())) >= 4
+    N = null_basis(C[:4], 12)
+    space = affine_row_space(problem, missing_row_space(problem, C[:4], N).basis)
+    c = descend(problem, space, random_starts(space, C[:4], 32, torch.Generator().manual_seed(0)), 300)
+    off = nearest_rows(c, C)
+    hit = (off.values < TRUE_ROW) & (off.indices >= 4)
+    assert int(hit.sum()) >= 16
+    assert len(set(off.indices[hit].tolist())) >= 3
+    known = fit_samples(problem, C[:4] @ problem.A.T + problem.bias <= 0, residual_tol=1e-4).residual
+    state = SampleState(samples=C[:4].clone(), residuals=known.clone())
+    patterns_in_row_space(problem, N, (c @ problem.A.T + problem.bias > 0).to(c.dtype),
+                          zero_tolerance(problem, 1e-5, 10.0), state, 1e-4)
+    assert bool((nearest_rows(state.samples, C).values < TRUE_ROW).all())  # every sample kept is a true one
+    assert state.found >= 4 + 3
 
 
 def test_patterns_in_row_space_keep_true_samples_only() -> None:
