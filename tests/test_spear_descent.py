@@ -46,7 +46,7 @@ def test_descent_ends_on_missing_samples() -> None:
 
 def test_patterns_in_row_space_keep_true_samples_only() -> None:
     """The patterns the descent ends on go through the row-space fit's acceptance: the missing samples' true patterns
-    are kept (to 1e-5: the layer's gradient carries noise), random patterns are not."""
+    are kept (on their true rows to `TRUE_ROW`: the layer's gradient is float32), random patterns are not."""
     problem, X = layer_problem(12, 48, 0)
     C = X @ problem.R.T
     state = SampleState(samples=C[:4].clone(), residuals=torch.full((4,), 1e-9, dtype=C.dtype))
@@ -55,8 +55,8 @@ def test_patterns_in_row_space_keep_true_samples_only() -> None:
     noise = (torch.rand(8, problem.m, generator=torch.Generator().manual_seed(0)) < 0.5).to(C.dtype)
     kept = patterns_in_row_space(problem, null_basis(C[:4], 12), torch.cat([true, noise]), tol, state, 1e-4)
     assert kept[8:].sum() == 0 and int(kept[:8].sum()) >= 6
-    off = (torch.cdist(state.samples[4:], C[4:]) / C[4:].norm(dim=1)[None]).min(dim=1).values
-    assert state.found == 4 + int(kept.sum()) and bool((off < 1e-5).all())
+    off = nearest_rows(state.samples[4:], C[4:]).values  # 1.3e-6 … 3.3e-6 across BLAS kernels (was bounded by 1e-5)
+    assert state.found == 4 + int(kept.sum()) and bool((off < TRUE_ROW).all())
 
 
 def test_the_descent_passes_below_its_batch_size_and_before_a_sample_is_found() -> None:
@@ -104,7 +104,7 @@ def test_samples_the_next_layer_does_not_show_count_as_noise_only_when_weak() ->
 
 def test_guide_descent_finds_samples_from_a_rough_guide_each_estimate_once() -> None:
     """Descent from a guide's estimates (each 20 % off its sample, relative) ends on the true samples, none found yet:
-    every sample it keeps is true (to 1e-5), more than from random estimates; then, every estimate tried, the source
+    every sample it keeps is true (`TRUE_ROW`), more than from random estimates; then, every estimate tried, the source
     passes."""
     from leakbench.attacks.spear.descent import GuideDescent
     from leakbench.attacks.spear.guided import make_guide
@@ -120,6 +120,6 @@ def test_guide_descent_finds_samples_from_a_rough_guide_each_estimate_once() -> 
     turns = 0
     while source.turn(search, turns + 1):
         turns += 1
-    assert turns == 1 and source.starts == 64 and state.found >= 48  # 56 (random estimates: 29)
-    off = (torch.cdist(state.samples, C) / C.norm(dim=1)[None]).min(dim=1).values
-    assert bool((off < 1e-5).all())
+    assert turns == 1 and source.starts == 64 and state.found >= 48  # 55–57 across kernels (random estimates: 29)
+    # 4.9e-6 … 7.8e-6 off across BLAS kernels and threads, where 1e-5 used to bound it (issue 42)
+    assert bool((nearest_rows(state.samples, C).values < TRUE_ROW).all())
