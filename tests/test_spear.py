@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -156,15 +157,20 @@ def test_spear_under_heavy_noise_says_nothing_was_left_to_draw() -> None:
 
 @pytest.mark.slow
 def test_spear_tiny_budget_is_partial_tinyimagenet(tinyimagenet_root: Path) -> None:
-    """1,000 draws find 7 of 16 samples (issue 26: a deflated search returns what it verified): those are
-    exact, the other 9 images are recorded unmatched, never dropped."""
+    """1,000 draws find some of 16 samples, not all (issue 26: a deflated search returns what it verified, every
+    sample it found): those are exact, the other images are recorded unmatched, never dropped. How many is a count of
+    a seeded search (7 on every kernel measured; issue 42: a bound here, the count in `benchmarks/spear_descent.py
+    --unit`)."""
     spec = CellSpec(attack="spear", dataset="tinyimagenet", batch_size=16, seed=0,
                     data_root=str(tinyimagenet_root), hyperparameters={"max_draws": 1000})
     result = run_cell(spec)
     s, records = result.summary, result.records
     assert s["status"] == "partial" and s["n_images"] == 16 and len(records) == 16
-    assert s["reason"].startswith("batch incomplete: 7 of 16 verified (draw budget spent after 1000 draws"), s["reason"]
-    assert int(records["exact"].sum()) == 7 and records["psnr"].notna().sum() == 7
+    verified = re.match(r"batch incomplete: (\d+) of 16 verified \(draw budget spent after 1000 draws with (\d+) of 16 "
+                        r"samples found", s["reason"])
+    # every sample the search found comes back (outliers set aside may add more)
+    assert verified is not None and 1 <= int(verified[2]) <= int(verified[1]) < 16, s["reason"]
+    assert int(records["exact"].sum()) == int(verified[1]) and records["psnr"].notna().sum() == int(verified[1])
     assert s["attack_stats"]["draws"] <= 1000
 
 

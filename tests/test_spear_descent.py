@@ -4,32 +4,49 @@ patterns are kept through the row-space fit, and the source keeps out of small b
 from __future__ import annotations
 
 import torch
-from spear_helpers import layer_problem  # tests/ is on the path
+from spear_helpers import TRUE_ROW, layer_problem, nearest_rows  # tests/ is on the path
 
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import SampleState, null_basis, patterns_in_row_space
 from leakbench.attacks.spear.descent import RowSpaceDescent, affine_row_space, descend, random_starts
+from leakbench.attacks.spear.fit import fit_samples
 from leakbench.attacks.spear.last_column import missing_row_space
 from leakbench.attacks.spear.scheduler import Search
 
 
 def test_descent_ends_on_missing_samples() -> None:
-    """4 of 12 samples known: from 16 random starts in the missing samples' row space the descent ends exactly on
-    missing samples (to 1e-6), several distinct ones. (A known sample whose column its zeros do not fix stays in that
-    row space — sample 2 here — and a start may end on it: the acceptance drops it as known.)"""
+    """4 of 12 samples known: from 32 random starts in the missing samples' row space the descent ends on missing
+    samples (on their true rows, `TRUE_ROW`), several distinct ones, and the acceptance (`patterns_in_row_space`, the
+    found samples' residuals those of their own fits) keeps only true samples from the patterns it ends on. (A known
+    sample whose column its zeros do not fix stays in that row space — sample 2 here — and a start may end on it: the
+    acceptance drops it as known.)
+
+    Bounds, not counts (issue 42): which minimum a start reaches depends on the CPU's floating-point kernels. Measured
+    on 40 seeds of 16 starts, 85 % of the starts end on a missing sample (11–16 of 16) and 4–8 distinct ones are
+    reached, each start's end spread over the 8 as 3–22 % (samples 4–10; 11 once in 640). Were every start's end
+    redrawn from that spread, fewer than 16 of 32 would hit with probability 5e-7 and fewer than 3 distinct samples
+    with 1e-8; in fact other kernels change one or two starts' ends (`benchmarks/spear_descent.py --unit` prints the
+    counts: 24 of 32 starts and 7 distinct samples, all 7 kept, under MKL's AVX-512 kernels)."""
     problem, X = layer_problem(12, 48, 0)
     C = X @ problem.R.T
-    space = affine_row_space(problem, missing_row_space(problem, C[:4], null_basis(C[:4], 12)).basis)
-    c = descend(problem, space, random_starts(space, C[:4], 16, torch.Generator().manual_seed(0)), 300)
-    off = (torch.cdist(c, C) / C.norm(dim=1)[None]).min(dim=1)
-    hit = (off.values < 1e-6) & (off.indices >= 4)
-    assert int(hit.sum()) >= 8
-    assert len(set(off.indices[hit].tolist())) >= 4
+    N = null_basis(C[:4], 12)
+    space = affine_row_space(problem, missing_row_space(problem, C[:4], N).basis)
+    c = descend(problem, space, random_starts(space, C[:4], 32, torch.Generator().manual_seed(0)), 300)
+    off = nearest_rows(c, C)
+    hit = (off.values < TRUE_ROW) & (off.indices >= 4)
+    assert int(hit.sum()) >= 16
+    assert len(set(off.indices[hit].tolist())) >= 3
+    known = fit_samples(problem, C[:4] @ problem.A.T + problem.bias <= 0, residual_tol=1e-4).residual
+    state = SampleState(samples=C[:4].clone(), residuals=known.clone())
+    patterns_in_row_space(problem, N, (c @ problem.A.T + problem.bias > 0).to(c.dtype),
+                          zero_tolerance(problem, 1e-5, 10.0), state, 1e-4)
+    assert bool((nearest_rows(state.samples, C).values < TRUE_ROW).all())  # every sample kept is a true one
+    assert state.found >= 4 + 3
 
 
 def test_patterns_in_row_space_keep_true_samples_only() -> None:
     """The patterns the descent ends on go through the row-space fit's acceptance: the missing samples' true patterns
-    are kept (to 1e-5: the layer's gradient carries noise), random patterns are not."""
+    are kept (on their true rows to `TRUE_ROW`: the layer's gradient is float32), random patterns are not."""
     problem, X = layer_problem(12, 48, 0)
     C = X @ problem.R.T
     state = SampleState(samples=C[:4].clone(), residuals=torch.full((4,), 1e-9, dtype=C.dtype))
@@ -38,8 +55,8 @@ def test_patterns_in_row_space_keep_true_samples_only() -> None:
     noise = (torch.rand(8, problem.m, generator=torch.Generator().manual_seed(0)) < 0.5).to(C.dtype)
     kept = patterns_in_row_space(problem, null_basis(C[:4], 12), torch.cat([true, noise]), tol, state, 1e-4)
     assert kept[8:].sum() == 0 and int(kept[:8].sum()) >= 6
-    off = (torch.cdist(state.samples[4:], C[4:]) / C[4:].norm(dim=1)[None]).min(dim=1).values
-    assert state.found == 4 + int(kept.sum()) and bool((off < 1e-5).all())
+    off = nearest_rows(state.samples[4:], C[4:]).values  # 1.3e-6 … 3.3e-6 across BLAS kernels (was bounded by 1e-5)
+    assert state.found == 4 + int(kept.sum()) and bool((off < TRUE_ROW).all())
 
 
 def test_the_descent_passes_below_its_batch_size_and_before_a_sample_is_found() -> None:
@@ -87,7 +104,7 @@ def test_samples_the_next_layer_does_not_show_count_as_noise_only_when_weak() ->
 
 def test_guide_descent_finds_samples_from_a_rough_guide_each_estimate_once() -> None:
     """Descent from a guide's estimates (each 20 % off its sample, relative) ends on the true samples, none found yet:
-    every sample it keeps is true (to 1e-5), more than from random estimates; then, every estimate tried, the source
+    every sample it keeps is true (`TRUE_ROW`), more than from random estimates; then, every estimate tried, the source
     passes."""
     from leakbench.attacks.spear.descent import GuideDescent
     from leakbench.attacks.spear.guided import make_guide
@@ -103,6 +120,6 @@ def test_guide_descent_finds_samples_from_a_rough_guide_each_estimate_once() -> 
     turns = 0
     while source.turn(search, turns + 1):
         turns += 1
-    assert turns == 1 and source.starts == 64 and state.found >= 48  # 56 (random estimates: 29)
-    off = (torch.cdist(state.samples, C) / C.norm(dim=1)[None]).min(dim=1).values
-    assert bool((off < 1e-5).all())
+    assert turns == 1 and source.starts == 64 and state.found >= 48  # 55–57 across kernels (random estimates: 29)
+    # 4.9e-6 … 7.8e-6 off across BLAS kernels and threads, where 1e-5 used to bound it (issue 42)
+    assert bool((nearest_rows(state.samples, C).values < TRUE_ROW).all())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from spear_helpers import fit_once_lstsq, layer_problem  # tests/ is on the path
+from spear_helpers import TRUE_ROW, fit_once_lstsq, layer_problem  # tests/ is on the path
 
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows
 from leakbench.attacks.spear.fit import FitCache, fit_once_normal
@@ -211,8 +211,8 @@ def test_directions_complete_many_missing_samples_once() -> None:
     state = _state_missing(problem, C, 7, torch.cat([mixes, cols]))
     solution = try_directions(problem, state, tol, 1e-4)
     assert solution is not None and solution.ok and state.from_directions == 7
-    # every sample, any order
-    assert float(torch.cdist(solution.X, X).amin(dim=0).max()) < 1e-6 * float(X.norm(dim=1).min())
+    # every sample, any order (1.1e-7 … 2.3e-7 of the smallest norm across BLAS kernels: a bound at 1e-6 was 4× off)
+    assert float(torch.cdist(solution.X, X).amin(dim=0).max()) < TRUE_ROW * float(X.norm(dim=1).min())
     short = _state_missing(problem, C, 7, torch.cat([mixes, cols[1:]]))
     assert try_directions(problem, short, tol, 1e-4) is None
     wrong = _state_missing(problem, C, 7, torch.cat([mixes[:1], cols[1:]]))
@@ -235,8 +235,10 @@ def test_samples_from_directions_while_others_are_missing() -> None:
     N = null_basis(C[:-7], 12)
     B = missing_row_space(problem, C[:-7], N)
     fit = samples_from_directions(problem, B, cols[1:], tol)
-    assert fit.consistent.all() and float(fit.residual.max()) < 1e-6
-    assert float(((fit.c - C[-6:]).norm(dim=1) / C[-6:].norm(dim=1)).max()) < 1e-5  # float32 gradients
+    # residuals 2.7e-7 … 3.4e-7 and rows 5.9e-7 … 1.2e-6 off across BLAS kernels (float32 gradients): the acceptance's
+    # residual tolerance and `TRUE_ROW` bound them, not the 1e-6 and 1e-5 that were 3× and 8× above them
+    assert fit.consistent.all() and float(fit.residual.max()) <= 1e-4
+    assert float(((fit.c - C[-6:]).norm(dim=1) / C[-6:].norm(dim=1)).max()) < TRUE_ROW
     mix = torch.nn.functional.normalize(cols[1:2] + cols[2:3], dim=1)
     fit = samples_from_directions(problem, B, mix, tol)
     assert not (bool(fit.consistent[0]) and float(fit.residual[0]) <= 1e-4)
@@ -361,8 +363,14 @@ def test_a_weak_closed_form_bans_no_one(monkeypatch) -> None:
 def test_sure_directions_take_a_dimension_from_the_other_fits() -> None:
     """4 of 12 samples found, the columns of 4 of the 8 missing known for sure: every other sample's row is
     orthogonal to them, so its row-space fit has 4 unknowns fewer. A sample whose fit failed with the found columns
-    alone (6 active neurons of 24) fits exactly, and so does a sure direction's own sample, whose one dimension the
-    dual vector gives back."""
+    alone (6 active neurons of 24: off its row) fits, and so does one whose fit was under the conditioning floor
+    (σ_min/σ_max 6.7e-3 < 1e-2), and so does a sure direction's own sample, whose one dimension the dual vector gives
+    back. Every fit that passes (consistent, residual ≤ 1e-4) is its true sample's row.
+
+    Which fits pass is decided by structure (equations against unknowns, a conditioning 1.5× under the floor, the same
+    to 3 digits under every BLAS kernel measured); how close a passing fit lands is float32 rounding over the fit's
+    conditioning, so it is bounded by `TRUE_ROW`, not by 1e-5 (issue 42: sample 4 landed 2.4e-5 off under MKL's
+    SSE4.2 kernels, 9e-7 under its AVX-512 ones)."""
     from leakbench.attacks.spear.candidates import zero_tolerance
     from leakbench.attacks.spear.last_column import missing_row_space, samples_from_directions
 
@@ -373,16 +381,17 @@ def test_sure_directions_take_a_dimension_from_the_other_fits() -> None:
     columns = (Q / Q.norm(dim=0)).T
     N = null_basis(C[:4], 12)
 
-    def exact(sure: torch.Tensor, samples: list[int]) -> list[bool]:
-        fit = samples_from_directions(problem, missing_row_space(problem, C[:4], N, sure), columns[samples], tol,
+    def passing(sure: torch.Tensor) -> list[bool]:
+        """Whether each missing sample's fit from its column passes; every one that passes is on its true row."""
+        fit = samples_from_directions(problem, missing_row_space(problem, C[:4], N, sure), columns[4:], tol,
                                       cond_floor=1e-2)
-        off = (fit.c - C[samples]).norm(dim=1) / C[samples].norm(dim=1)
-        return (fit.consistent & (fit.residual <= 1e-4) & (off < 1e-5)).tolist()
+        ok = fit.consistent & (fit.residual <= 1e-4)
+        off = (fit.c - C[4:]).norm(dim=1) / C[4:].norm(dim=1)
+        assert bool((off[ok] < TRUE_ROW).all()), off
+        return ok.tolist()
 
-    assert exact(columns[:0], [4, 5, 6, 7]) == [False, True, True, True]
-    assert exact(columns[:0], [8, 9, 10, 11]) == [True, False, True, True]
-    assert exact(columns[4:8], [4, 5, 6, 7]) == [True] * 4  # their own samples
-    assert exact(columns[4:8], [8, 9, 10, 11]) == [True] * 4
+    assert passing(columns[:0]) == [False, True, True, True, True, False, True, True]  # samples 4 and 9 fail
+    assert passing(columns[4:8]) == [True] * 8  # samples 4–7 are the sure directions' own
 
 
 def test_sure_directions_leave_out_mixtures_and_copies() -> None:

@@ -131,14 +131,23 @@ def test_stalled_guides_share_turns_with_spear() -> None:
 
 @pytest.mark.slow
 def test_batch_found_by_the_last_chunk_is_still_verified() -> None:
-    """Regression: embedded b = 8, layer 3 (CPA is a poor guide there) finds the 8th sample with the
-    chunk that spends the draw budget with attack seed 0 (the budget set to the draws that chunk ends at: 300 k
-    until row-space fits refitted their pattern, 108,102 since); the batch must be verified, not reported
-    as a failure."""
-    spec = CellSpec(attack="spear-guided", dataset="embedded", batch_size=8, seed=0, layer=3,
-                    hyperparameters={"max_draws": 108_102})
+    """Regression: embedded b = 8, layer 3 (CPA is a poor guide there), attack seed 0: with the draw budget set to the
+    draws at which the search completes the batch, the chunk that finds the 8th sample is the one that spends the
+    budget; the batch must be verified, not reported as a failure.
+
+    Where the search completes depends on the CPU's floating-point kernels (issue 42: 108,102 draws under MKL's
+    AVX-512 kernels, 216,210 under its AVX2 ones on one thread, where the budget fixed at 108,102 stopped at 6 of 8),
+    so the budget is read from a run with room to spare, then the same search is run again with exactly that."""
+    spec = CellSpec(attack="spear-guided", dataset="embedded", batch_size=8, seed=0, layer=3)
     batch, model, update = prepare(spec)
-    output = attack_cell(replace(attack_job(spec), seed=0), update)
-    s = score_cell(spec, output, batch, model).summary
+
+    def summary(max_draws: int) -> dict:
+        budgeted = replace(spec, hyperparameters={"max_draws": max_draws})
+        return score_cell(budgeted, attack_cell(replace(attack_job(budgeted), seed=0), update), batch, model).summary
+
+    roomy = summary(2_000_000)
+    assert roomy["status"] == "ok", roomy["reason"]
+    budget = roomy["attack_stats"]["draws"]
+    s = summary(budget)
     assert s["status"] == "ok" and s["exact_fraction"] == 1.0, s["reason"]
-    assert s["attack_stats"]["draws"] == 108_102
+    assert s["attack_stats"]["draws"] == budget

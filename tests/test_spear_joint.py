@@ -66,5 +66,7 @@ def test_refinement_repairs_one_bad_sample_and_keeps_the_others(layer2: tuple[La
     rough[0] = truth[0] * (1 + 1e-4)  # one ill-determined fit among exact ones
     before = (rough - truth).norm(dim=1) / truth.norm(dim=1)
     after = (refine_batch(problem, rough) - truth).norm(dim=1) / truth.norm(dim=1)
-    assert float(after[0]) < 1e-3 * float(before[0])
+    # repaired to the others' level: 1e-8 … 6e-8 off across BLAS kernels (float32 gradients), so not 1e-3 × before
+    # (1e-7), which it met by 1.6× under MKL's CBWR=COMPATIBLE kernels (issue 42)
+    assert float(after[0]) < 1e-2 * float(before[0])
     assert float(after[1:].max()) < 1e-6

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from spear_helpers import layer_problem  # tests/ is on the path
+from spear_helpers import TRUE_ROW, layer_problem  # tests/ is on the path
 
 from leakbench.attacks.spear.deflation import (
     OUTLIER_MIN_FOUND,
@@ -132,7 +132,8 @@ def test_outliers_are_set_aside_and_complete_the_batch() -> None:
     state = offered(C[9:])
     solution = try_outliers(problem, state, tol, 1e-4)
     assert solution is not None and solution.ok and state.from_outliers == 3 and state.found == 12
-    assert float(torch.cdist(solution.X, X).amin(dim=0).max()) < 1e-6 * float(X.norm(dim=1).min())
+    # every sample (1.0e-7 … 2.8e-7 of the smallest norm across BLAS kernels: not bounded by 1e-6, issue 42)
+    assert float(torch.cdist(solution.X, X).amin(dim=0).max()) < TRUE_ROW * float(X.norm(dim=1).min())
     wrong = offered(torch.cat([C[9:11], (0.5 * (C[10] + C[11]))[None]]))
     assert try_outliers(problem, wrong, tol, 1e-4) is None and wrong.found == 9
     assert wrong.outliers_tried is not None
@@ -140,7 +141,7 @@ def test_outliers_are_set_aside_and_complete_the_batch() -> None:
     one_short = offered(C[9:11])  # the last sample in closed form
     solution = try_outliers(problem, one_short, tol, 1e-4)
     assert solution is not None and solution.ok and one_short.from_outliers == 2 and one_short.last_column_used
-    assert float(torch.cdist(solution.X, X).amin(dim=0).max()) < 1e-6 * float(X.norm(dim=1).min())
+    assert float(torch.cdist(solution.X, X).amin(dim=0).max()) < TRUE_ROW * float(X.norm(dim=1).min())
     assert try_outliers(problem, offered(C[9:10]), tol, 1e-4) is None  # two short
 
 

@@ -122,9 +122,10 @@ def _paper_run(**params: object) -> dict:
 
 @pytest.mark.slow
 def test_unique_gap_is_read_by_the_column_search() -> None:
-    """σ_{b−1} > 1·σ_1 never holds: no candidate passes the filter, so the search ends at its draw budget."""
+    """σ_{b−1} > 1·σ_1 never holds: no candidate passes the filter, so the search ends at its draw budget. (The time
+    budget is out of reach: at 60 s, 4 threads sharing 2 loaded cores stopped it at 8,192 draws.)"""
     problem, _ = layer_problem(b=6, width=200)
-    tight = SearchSettings(max_draws=20_000, max_seconds=60.0, chunk=4096,
+    tight = SearchSettings(max_draws=20_000, max_seconds=3600.0, chunk=4096,
                            tolerances=replace(TOLERANCES, unique_gap=1.0))
     tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
     state, solution = search_columns(problem, tol, tight, torch.Generator().manual_seed(0))
