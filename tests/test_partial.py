@@ -132,9 +132,9 @@ def test_complete_and_failed_answers_are_scored_as_before() -> None:
 def test_the_attack_worker_may_answer_partial() -> None:
     meta = {"status": "partial", "reason": "", "space": "image", "stats": {}, "seconds": 1.0,
             "hyperparameters": {}, "layer": 1, "isolation": ""}
-    _check_meta(meta)
+    _check_meta(meta, 1)
     with pytest.raises(ValueError, match="status"):
-        _check_meta({**meta, "status": "complete"})
+        _check_meta({**meta, "status": "complete"}, 1)
 
 
 # --------------------------------------------------------------------------- reports: image level and batch level
