@@ -84,7 +84,8 @@ def test_well_formed_arrays_are_read() -> None:
     assert np.array_equal(arrays["images"], images) and arrays["features"].shape == (2, 48)
     assert read_arrays(_npz(), BOUNDS) == {}
     features = np.arange(96, dtype=np.float32).reshape(48, 2).T  # Fortran-ordered, as SPEAR's features are
-    assert np.array_equal(read_arrays(_npz(features=features), BOUNDS)["features"], features)
+    read = read_arrays(_npz(features=features), BOUNDS)["features"]
+    assert np.array_equal(read, features) and read.flags.writeable and read.flags.c_contiguous
 
 
 def test_the_time_limit_follows_the_declared_budget(monkeypatch: pytest.MonkeyPatch) -> None:

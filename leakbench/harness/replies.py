@@ -220,7 +220,7 @@ def _member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, bounds: ArrayBounds
             raise ReplyRefused(f"{name} ends before its {size:,} bytes")
         member.read(1)  # the end of the member: its CRC is checked
     order: Literal["F", "C"] = "F" if fortran else "C"  # np.savez writes a Fortran-ordered (transposed) array as is
-    return np.ascontiguousarray(np.frombuffer(data, FLOAT32).reshape(shape, order=order))  # writable, its own
+    return np.frombuffer(data, FLOAT32).reshape(shape, order=order).copy(order="C")  # writable, its own
 
 
 def _check_shape(name: str, shape: Any, fortran: Any, dtype: Any, bounds: ArrayBounds) -> None:
