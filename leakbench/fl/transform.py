@@ -145,8 +145,12 @@ def list_transforms() -> list[tuple[str, str]]:
 
 
 def transform_class(name: str) -> type[UpdateTransform]:
-    """The transform registered as `name` (a ConfigError naming the known ones if none)."""
-    return TRANSFORMS.create(name)
+    """The transform registered as `name` (a ConfigError naming the known ones if none). A name registered
+    already (every shipped one) loads no plugin: installed defence plugins load only when a name is not."""
+    try:
+        return TRANSFORMS.entry_as_registered(name).factory()
+    except KeyError:
+        return TRANSFORMS.create(name)
 
 
 @dataclass(frozen=True)
