@@ -52,9 +52,19 @@ TIMEOUT_S = 300
 # --------------------------------------------------------------------------- running the CLI
 
 
+RUN_TAG = "LEAKBENCH_FAULT_RUN"
+"""Set in the environment of a run this checker watches: every process of that run, attack workers
+included, inherits it. Attack workers leave the run's session (`setsid`), so the session can't find them."""
+
+
+def run_env(tag: str = "") -> dict[str, str]:
+    """The environment of a run: this checkout first on the path, one BLAS thread, and `tag` if given."""
+    return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **({RUN_TAG: tag} if tag else {})}
+
+
 def cli(args: list[str], cwd: Path, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """`python -m leakbench ARGS` from `cwd` with this checkout first on the path (exit 124 on time-out)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env = run_env()
     try:
         return subprocess.run([sys.executable, "-m", "leakbench", *args], cwd=cwd, env=env, capture_output=True,
                               text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -664,8 +674,9 @@ def _signal_and_resume(sig: int, jobs: int, suite_text: str, after: int) -> Call
         ref = reference if name == "faults" else _slow_reference(d.parent)
         cells_dir = d / "results" / name / "cells"
         args = [a.replace("{d}", str(d)) for a in run_args("{d}/suite.toml", "--jobs", str(jobs))]
-        env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-        first = subprocess.Popen([sys.executable, "-m", "leakbench", *args], cwd=d, env=env, start_new_session=True,
+        tag = f"{d}:{time.monotonic_ns()}"
+        first = subprocess.Popen([sys.executable, "-m", "leakbench", *args], cwd=d, env=run_env(tag),
+                                 start_new_session=True,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                  preexec_fn=_default_sigint)
         def count() -> int:
@@ -682,7 +693,7 @@ def _signal_and_resume(sig: int, jobs: int, suite_text: str, after: int) -> Call
             os.killpg(first.pid, signal.SIGKILL)
             first.wait()
         stopped_s, after_signal = time.monotonic() - start, count() - at_signal
-        left = _left_behind(first.pid) if sig != signal.SIGKILL else []
+        left = _left_behind(tag) if sig != signal.SIGKILL else []
         if jobs > 1 and (after_signal > jobs or stopped_s > 20):
             return Outcome(False, f"kept running after {signal.Signals(sig).name}: {after_signal} more cells "
                                   f"stored, exit after {stopped_s:.1f} s")
@@ -702,12 +713,12 @@ def _killed_attack_worker(d: Path, reference: Path) -> Outcome:
     is retried with a fresh worker, the run finishes by itself, and its records equal the reference."""
     _fresh(d)
     args = [a.replace("{d}", str(d)) for a in run_args("{d}/suite.toml")]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    run = subprocess.Popen([sys.executable, "-m", "leakbench", *args], cwd=d, env=env, start_new_session=True,
+    tag = f"{d}:{time.monotonic_ns()}"
+    run = subprocess.Popen([sys.executable, "-m", "leakbench", *args], cwd=d, env=run_env(tag), start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     killed = None
     while run.poll() is None and killed is None:
-        workers = [pid for pid, _ in _session_processes(run.pid) if _is_attack_worker(pid)]
+        workers = [pid for pid, _ in _run_processes(tag) if _is_attack_worker(pid)]
         if workers:
             os.kill(workers[0], signal.SIGKILL)
             killed = workers[0]
@@ -731,12 +742,12 @@ def _is_attack_worker(pid: int) -> bool:
         return False
 
 
-def _left_behind(session: int, grace_s: float = 5.0) -> list[str]:
-    """Names of the processes still in `session` (the interrupted run's) after `grace_s` seconds; they are
-    then killed, so that no later case meets them."""
+def _left_behind(tag: str, grace_s: float = 5.0) -> list[str]:
+    """Names of the processes of the run tagged `tag` (the interrupted one) still alive after `grace_s`
+    seconds; they are then killed, so that no later case meets them."""
     deadline = time.monotonic() + grace_s
     while True:
-        left = _session_processes(session)
+        left = _run_processes(tag)
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.2)
@@ -748,16 +759,16 @@ def _left_behind(session: int, grace_s: float = 5.0) -> list[str]:
     return [name for _, name in left]
 
 
-def _session_processes(session: int) -> list[tuple[int, str]]:
-    """(pid, command name) of the live processes of a session, from /proc."""
-    found = []
+def _run_processes(tag: str) -> list[tuple[int, str]]:
+    """(pid, command name) of the live processes whose environment carries `RUN_TAG`=`tag`, from /proc."""
+    mark, found = f"{RUN_TAG}={tag}".encode(), []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            text = stat.read_text()
+            text, environ = stat.read_text(), (stat.parent / "environ").read_bytes()
         except OSError:
             continue
-        name, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
-        if int(fields[3]) == session and fields[0] != "Z":
+        name, state = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()[0]
+        if mark in environ.split(b"\0") and state != "Z":
             found.append((int(stat.parent.name), name))
     return found
 
@@ -916,7 +927,7 @@ def _killed_report(d: Path, reference: Path) -> Outcome:
     folder behind (one used to stay for good) and write the report."""
     _fresh(d, reference)
     args = ["report", f"{d}/results/faults", "--reports", f"{d}/reports"]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env = run_env()
     first = subprocess.Popen([sys.executable, "-m", "leakbench", *args], cwd=d, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     def staging() -> list[str]:
