@@ -31,7 +31,7 @@ sys.path[:0] = [{root!r}, {tests!r}]
 from forge_attack import ForgeAttack
 from leakbench.api import scoped_attack
 from leakbench.harness.cell import run_cell
-from leakbench.harness.spec import CellSpec
+from leakbench.cell.spec import CellSpec
 
 route = {route!r}
 params = {{"route": "seconds", "sleep": 0.0}} if route == "honest" else {{"route": route, "rows": {rows}}}

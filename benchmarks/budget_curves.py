@@ -34,8 +34,8 @@ import pandas as pd
 
 from leakbench.attacks import Reconstruction, create_attack
 from leakbench.attacks.base import Checkpoints
+from leakbench.cell.spec import CellSpec
 from leakbench.harness.scoring import score
-from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
 from leakbench.metrics import load_lpips
 

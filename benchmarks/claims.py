@@ -69,8 +69,8 @@ def load_claims(path: Path) -> list[Claim]:
 
 def measure(claim: Claim, data_root: str | None) -> float | None:
     """Run the claim's cell (LPIPS with verified weights when the metric needs it); the metric's value."""
+    from leakbench.cell.spec import CellSpec
     from leakbench.harness.cell import run_cell
-    from leakbench.harness.spec import CellSpec
     from leakbench.metrics import load_lpips
 
     lpips = load_lpips()[0] if claim.metric.startswith("lpips") else None

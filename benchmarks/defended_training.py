@@ -22,10 +22,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from leakbench.cell.spec import CellSpec  # noqa: E402
 from leakbench.datasets import load_dataset, partition  # noqa: E402
 from leakbench.fl import DPConfig, register_transform  # noqa: E402
 from leakbench.fl.transform import TRANSFORMS, DefenceSetting  # noqa: E402
-from leakbench.harness.spec import CellSpec  # noqa: E402
 from leakbench.harness.victim import training_rule  # noqa: E402
 from leakbench.models import build_model  # noqa: E402
 from leakbench.models.training import TrainRecipe, accuracy, train  # noqa: E402

@@ -98,8 +98,8 @@ def floor_lines(records: pd.DataFrame, data_root: Path | None) -> dict[str, floa
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from floor_psnr import floors
 
+    from leakbench.core.errors import LeakbenchError
     from leakbench.datasets import load_dataset
-    from leakbench.errors import LeakbenchError
 
     if records["dataset"].nunique() != 1 or records["batch_size"].nunique() != 1:
         raise SystemExit("dp_figure: --data-root needs records of one dataset and one batch size")

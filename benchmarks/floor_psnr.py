@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from leakbench.core.errors import LeakbenchError
 from leakbench.datasets import load_dataset
 from leakbench.datasets.base import sample_batch
-from leakbench.errors import LeakbenchError
 from leakbench.metrics.image import psnr
 
 

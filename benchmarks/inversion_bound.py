@@ -14,7 +14,7 @@ import time
 import torch
 
 from leakbench.attacks.inversion import InversionConfig, invert_features
-from leakbench.harness.spec import CellSpec
+from leakbench.cell.spec import CellSpec
 from leakbench.harness.victim import prepare
 from leakbench.metrics.image import psnr, ssim
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from leakbench.harness.spec import spec_from_dict
+from leakbench.cell.spec import spec_from_dict
 from leakbench.harness.victim import victim
 
 

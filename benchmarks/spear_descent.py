@@ -170,9 +170,9 @@ def unit_cells(data_root: str | None) -> None:
     seed 0) completes, and (with a data root) the samples spear verifies in 1,000 draws at TinyImageNet b = 16."""
     from dataclasses import replace
 
+    from leakbench.cell.spec import CellSpec
     from leakbench.harness.cell import attack_job, run_cell
     from leakbench.harness.job import attack_cell
-    from leakbench.harness.spec import CellSpec
     from leakbench.harness.victim import prepare
 
     spec = CellSpec(attack="spear-guided", dataset="embedded", batch_size=8, seed=0, layer=3,

@@ -23,8 +23,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ranges import parse_range
 
+from leakbench.cell.spec import CellSpec
 from leakbench.harness.cell import run_cell
-from leakbench.harness.spec import CellSpec
 
 
 def run(args: argparse.Namespace, attack: str, b: int, width: int, seed: int, budget: float,

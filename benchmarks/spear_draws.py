@@ -26,8 +26,8 @@ import pandas as pd
 import torch
 
 from leakbench.attacks.spear import theory
+from leakbench.cell.spec import CellSpec
 from leakbench.harness.cell import run_cell
-from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
 
 sys.path.insert(0, str(Path(__file__).parent))

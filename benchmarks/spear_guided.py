@@ -35,8 +35,8 @@ from leakbench.attacks import create_attack
 from leakbench.attacks.spear import GuidedSpearAttack
 from leakbench.attacks.spear.theory import coupon_draws, hit_probability
 from leakbench.attacks.spear.tolerances import TOLERANCES
+from leakbench.cell.spec import CellSpec
 from leakbench.harness.cell import run_cell
-from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
 from leakbench.metrics import score_images
 from leakbench.metrics.image import psnr

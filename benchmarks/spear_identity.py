@@ -48,7 +48,7 @@ TIMES = ("seconds", "search_seconds", "guide_seconds", "residual_guide_seconds",
 def run_one(cell: dict[str, Any], data_root: str | None, max_seconds: float, before_26: bool) -> dict[str, Any]:
     """One cell through `create_attack(...).reconstruct` (the attack seed is the cell's seed)."""
     from leakbench.attacks import create_attack
-    from leakbench.harness.spec import CellSpec
+    from leakbench.cell.spec import CellSpec
     from leakbench.harness.victim import prepare
 
     shown = cell

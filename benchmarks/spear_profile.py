@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from leakbench.attacks import create_attack
+    from leakbench.cell.spec import CellSpec
     from leakbench.harness.scoring import score
-    from leakbench.harness.spec import CellSpec
     from leakbench.harness.victim import prepare
 
     spec = CellSpec(attack=args.attack, dataset="tinyimagenet", batch_size=args.b, seed=args.seed, width=args.width,

@@ -54,8 +54,8 @@ def one_run(args: argparse.Namespace) -> int:
     """Worker: one cell with whatever `leakbench` is on PYTHONPATH; prints one JSON line."""
     import leakbench
     from leakbench.attacks import create_attack
+    from leakbench.cell.spec import CellSpec
     from leakbench.harness.scoring import score
-    from leakbench.harness.spec import CellSpec
     from leakbench.harness.victim import prepare
 
     spec = CellSpec(attack=args.attack, dataset=args.dataset, batch_size=args.b, seed=args.seed, width=args.width,

@@ -43,7 +43,7 @@ from leakbench.attacks.spear.fit import fit_samples
 from leakbench.attacks.spear.joint import next_layer_residuals
 from leakbench.attacks.spear.last_column import complete_last_sample, complete_samples, samples_from_directions
 from leakbench.attacks.spear.tolerances import TOLERANCES
-from leakbench.harness.spec import CellSpec
+from leakbench.cell.spec import CellSpec
 from leakbench.harness.victim import prepare
 
 
@@ -369,8 +369,8 @@ def main() -> None:
     # the id (and so the attack seed) a suite cell would have
     spec = dataclasses.replace(spec, hyperparameters={**params, "max_seconds": args.cell_seconds or args.max_seconds})
     start = time.perf_counter()
-    from leakbench.harness.job import attack_seed
-    from leakbench.harness.spec import cell_id
+    from leakbench.cell.seeds import attack_seed
+    from leakbench.cell.spec import cell_id
     rec, state, problem = run_keeping_state(update, attack_seed(cell_id(spec)), params)
     print(f"status {rec.status} in {time.perf_counter() - start:.0f} s: {rec.reason or 'exact?'}")
     print({k: v for k, v in rec.stats.items() if isinstance(v, (int, float, str, bool))})

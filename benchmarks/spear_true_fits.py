@@ -38,7 +38,7 @@ from leakbench.attacks.spear.fit import fit_samples
 from leakbench.attacks.spear.last_column import complement, fit_in_row_space, known_columns, missing_row_space
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions, kernel_directions, split_kernels
 from leakbench.attacks.spear.tolerances import TOLERANCES
-from leakbench.harness.spec import CellSpec
+from leakbench.cell.spec import CellSpec
 from leakbench.harness.victim import prepare
 
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 1.0)

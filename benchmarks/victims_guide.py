@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from leakbench.harness.spec import spec_from_dict
+from leakbench.cell.spec import spec_from_dict
 from leakbench.harness.victim import victim
 from leakbench.metrics import apply_matching, match_by_mse
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from leakbench.harness.spec import spec_from_dict
+from leakbench.cell.spec import spec_from_dict
 from leakbench.harness.victim import victim
 from leakbench.reporting.views import apply_view
 

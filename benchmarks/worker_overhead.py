@@ -24,11 +24,11 @@ from pathlib import Path
 
 import torch
 
+from leakbench.cell.spec import CellSpec
 from leakbench.harness.cell import run_cell
 from leakbench.harness.executors import Task, execute
 from leakbench.harness.isolation import workers
 from leakbench.harness.sandbox import isolation_level
-from leakbench.harness.spec import CellSpec
 
 
 def _wall(spec: CellSpec, isolate: bool) -> float:

@@ -25,16 +25,16 @@ from typing import Any, TextIO
 import pandas as pd
 
 from leakbench.attacks import ATTACKS, Attack
-from leakbench.errors import ConfigError
+from leakbench.cell.spec import cell_id
+from leakbench.core.errors import ConfigError
+from leakbench.core.settings import build_config
 from leakbench.harness.job import REFS_ENV, class_ref
 from leakbench.harness.run import run_sweep
-from leakbench.harness.spec import cell_id
 from leakbench.harness.suite import Suite, find_suite, load_suite
 from leakbench.pipeline import run_suite
 from leakbench.progress import cells_line
 from leakbench.records.folders import folder_name
 from leakbench.records.runs import read_table
-from leakbench.settings import build_config
 
 __all__ = ["evaluate", "load_cells", "load_records", "run", "scoped_attack", "suite_for"]
 

@@ -1,33 +1,17 @@
-"""The paper an attack or a defence comes from: a short reference and a link (leaderboards link each name).
-
-An attack class (`leakbench.attacks.Attack`) and an update transform (`leakbench.fl.UpdateTransform`)
-carry one as their class attribute `paper`; a plugin sets it the same way, and one without a paper
-leaves it None (tables then show the bare name). Subclasses inherit it (presets, adaptive variants).
+"""The papers of the registered attacks and defences (`registered_papers`), and the documented import path of
+`Citation` for plugins (`from leakbench.citation import Citation`, docs/api.md). `Citation` and `Papers`
+live in the base layer (`leakbench.core.citation`); collecting the papers reads every registry, so it
+stays above them, here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
+from leakbench.core.citation import Citation, Papers
 
-@dataclass(frozen=True)
-class Citation:
-    """`short`: authors, venue and year ('Zhu et al., NeurIPS 2019'); `url`: where the paper can be read."""
-
-    short: str
-    url: str
-
-
-@dataclass(frozen=True)
-class Papers:
-    """The papers tables link to: attack name → citation, update transform (defence) name → citation.
-    Reports read stored runs only and never load an attack, so whoever writes a table hands this over
-    (`registered_papers` from the command line); empty: names stand bare."""
-
-    attacks: Mapping[str, Citation] = field(default_factory=dict)
-    defences: Mapping[str, Citation] = field(default_factory=dict)
+__all__ = ["Citation", "Papers", "registered_papers"]
 
 
 def registered_papers() -> Papers:

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from leakbench import __version__
-from leakbench.errors import LeakbenchError, LeakbenchWarning
+from leakbench.core.errors import LeakbenchError, LeakbenchWarning
 from leakbench.harness.interrupts import stop_signals_as_interrupt
 
 if TYPE_CHECKING:  # imported late at run time (the harness, torch): `--help` stays fast
+    from leakbench.cell.spec import CellSpec
     from leakbench.fl import DPConfig, FedAvgConfig
-    from leakbench.harness.spec import CellSpec
     from leakbench.metrics.lpips_metric import LpipsScorer
 
 EXIT_BAD_INPUT = 2
@@ -238,7 +238,7 @@ def one_line(exc: BaseException) -> str:
 def parse_params(pairs: list[str], flag: str = "--param") -> dict[str, Any]:
     """KEY=VALUE strings (of option `flag`) to a dict; values parsed as JSON when they are JSON (numbers,
     booleans). A key given twice is refused (which value was meant is not known)."""
-    from leakbench.errors import ConfigError
+    from leakbench.core.errors import ConfigError
 
     params: dict[str, Any] = {}
     for pair in pairs:
@@ -257,7 +257,7 @@ def parse_params(pairs: list[str], flag: str = "--param") -> dict[str, Any]:
 def lpips_for(path: Path | None, net: str = "alex") -> tuple[LpipsScorer | None, str]:
     """The LPIPS scorer and a note (as every executor builds it); a weights path that does not exist
     is bad input."""
-    from leakbench.errors import ConfigError
+    from leakbench.core.errors import ConfigError
     from leakbench.harness.executors import lpips_scorer
 
     if path is not None and not path.is_file():
@@ -270,13 +270,14 @@ def cmd_attack(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_attack_out(args.out)
 
+    from leakbench.cell.spec import CellSpec
+    from leakbench.core.inversion import InversionConfig
     from leakbench.harness.cell import build_attack, run_cell
-    from leakbench.harness.spec import CellSpec
-    from leakbench.inversion import InversionConfig
+    from leakbench.harness.manifest import write_cell
     from leakbench.models import default_depth
     from leakbench.progress import attack_progress
     from leakbench.records.artifacts import json_safe
-    from leakbench.records.cells import check_cell_out, write_cell
+    from leakbench.records.cells import check_cell_out
     from leakbench.reporting.grid import save_grid
     from leakbench.reporting.table import cell_caption
 
@@ -311,8 +312,8 @@ FEDAVG_DEFAULTS: dict[str, Any] = {"minibatch": 0, "lr": 0.1}
 
 def check_attack_options(args: argparse.Namespace) -> None:
     """Refuse sub-options given without the option that enables them, and out-of-bounds sizes and seeds."""
-    from leakbench.errors import ConfigError
-    from leakbench.harness.limits import check_depth, check_seed, check_width
+    from leakbench.core.errors import ConfigError
+    from leakbench.core.limits import check_depth, check_seed, check_width
     from leakbench.models.training import check_epochs
 
     for main_flag, prefix, keys in (("--dp-sigma", "dp", DP_DEFAULTS), ("--fedavg-epochs", "fedavg", FEDAVG_DEFAULTS)):
@@ -332,7 +333,7 @@ def check_attack_options(args: argparse.Namespace) -> None:
 def check_invert_steps(spec: CellSpec) -> None:
     """Refuse --invert-steps on a cell whose attack reconstructs images already (nothing to invert)."""
     from leakbench.attacks.inversion import inverts
-    from leakbench.errors import ConfigError
+    from leakbench.core.errors import ConfigError
 
     if spec.inversion is not None and not inverts(spec.attack, spec.layer):
         raise ConfigError(f"--invert-steps: nothing to invert: {spec.attack} at layer {spec.layer} reconstructs "
@@ -342,8 +343,8 @@ def check_invert_steps(spec: CellSpec) -> None:
 def check_attack_out(out: Path) -> None:
     """`attack --out DIR` replaces DIR as a whole: refuse the current folder or one holding it, and unwritable
     places."""
-    from leakbench.errors import ConfigError
-    from leakbench.harness.limits import check_writable_dir
+    from leakbench.core.errors import ConfigError
+    from leakbench.core.limits import check_writable_dir
 
     try:
         holds_cwd = Path.cwd().resolve().is_relative_to(out.resolve())
@@ -359,7 +360,7 @@ def defence_options(args: argparse.Namespace) -> dict[str, Any]:
     --defence-param settings that follow it, built as a suite's `defences` tables are
     (`harness.suite.defence_fields`: `dp`, `fedavg` keep their own cell fields; every other step, the noise
     included, runs in the order given)."""
-    from leakbench.errors import ConfigError
+    from leakbench.core.errors import ConfigError
     from leakbench.harness.suite import defence_fields
 
     tables: list[dict[str, Any]] = []
@@ -442,8 +443,8 @@ def _trained(s: dict[str, Any]) -> str:
 
 def sweep_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """Options shared by `run` and `reproduce`, checked before anything runs."""
-    from leakbench.errors import ConfigError
-    from leakbench.harness.limits import check_writable_dir
+    from leakbench.core.errors import ConfigError
+    from leakbench.core.limits import check_writable_dir
 
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
@@ -484,7 +485,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from leakbench.harness.limits import check_writable_dir
+    from leakbench.core.limits import check_writable_dir
     from leakbench.reporting.report import write_report
 
     check_writable_dir(args.reports, "--reports")
@@ -512,7 +513,7 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from leakbench.citation import registered_papers
-    from leakbench.harness.limits import check_writable_dir
+    from leakbench.core.limits import check_writable_dir
     from leakbench.reporting.leaderboard import write_leaderboard
 
     check_writable_dir(args.reports, "--reports")
@@ -539,8 +540,8 @@ def cmd_view(args: argparse.Namespace) -> int:
     joined); bad input writes nothing."""
     import pandas as pd
 
-    from leakbench.errors import ConfigError
-    from leakbench.harness.limits import check_writable_dir
+    from leakbench.core.errors import ConfigError
+    from leakbench.core.limits import check_writable_dir
     from leakbench.records.atomic import write_text_atomic
     from leakbench.records.runs import read_table
     from leakbench.reporting.views import VIEWS, apply_view
@@ -560,7 +561,7 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from leakbench.errors import ConfigError
+    from leakbench.core.errors import ConfigError
 
     if args.params and args.what not in ("attacks", "defences"):
         raise ConfigError("--params applies to `list attacks` and `list defences` only")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leakbench.registry import Registry
+from leakbench.core.registry import Registry
 from leakbench.reporting.views import View
 
 

@@ -42,8 +42,8 @@ from functools import lru_cache, partial
 from importlib.metadata import Distribution, EntryPoint, entry_points, packages_distributions, version
 from typing import Any
 
-from leakbench.errors import ConfigError, LeakbenchError
-from leakbench.registry import DuplicateNameError, Registry
+from leakbench.core.errors import ConfigError, LeakbenchError
+from leakbench.core.registry import DuplicateNameError, Registry
 
 GROUPS = {"attacks": "leakbench.attacks", "datasets": "leakbench.datasets", "defences": "leakbench.defences",
           "victims": "leakbench.victims"}

@@ -148,7 +148,7 @@ def _data_root(update: ClientUpdate, seed: int, data_root: str) -> torch.Tensor 
 def _globals(update: ClientUpdate, seed: int, data_root: str) -> torch.Tensor | None:
     """Module globals of the harness (and everything they hold one level down), including cell specs
     from which the batch could be re-derived."""
-    from leakbench.harness.spec import CellSpec
+    from leakbench.cell.spec import CellSpec
     from leakbench.harness.victim import load_batch
 
     seen: list[Any] = []

@@ -17,7 +17,7 @@ from grey_attack import GreyAttack, GreyConfig
 
 from leakbench import api
 from leakbench.attacks import ATTACKS, Attack, Reconstruction
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 
 SMALL = """name = "api-small"
 dataset = "embedded"

@@ -19,7 +19,7 @@ import pytest
 from conftest import run_cli
 from PIL import Image
 
-from leakbench.errors import ConfigError, DatasetError
+from leakbench.core.errors import ConfigError, DatasetError
 
 SUITE = """\
 name = "bad"

@@ -16,8 +16,8 @@ from leakbench.attacks.base import Reconstruction
 from leakbench.attacks.cpa import CPAAttack
 from leakbench.attacks.gradient_matching import cosine_distance, l2_distance
 from leakbench.attacks.labels import bias_corrected, recover_labels
+from leakbench.core.errors import ConfigError
 from leakbench.datasets import Batch, load_dataset, sample_batch
-from leakbench.errors import ConfigError
 from leakbench.fl import ThreatModel, fedsgd_update
 from leakbench.metrics import score_images
 from leakbench.models import build_fc

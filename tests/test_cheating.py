@@ -19,9 +19,9 @@ from cheat_attack import NATIVE_ROUTES, READ_ROUTES, REPLY_MARKER, ROUTES, Cheat
 from PIL import Image
 
 from leakbench.api import scoped_attack
+from leakbench.cell.spec import CellSpec
 from leakbench.harness.cell import attack_job, run_cell
 from leakbench.harness.sandbox import FULL, SWITCH, level
-from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
 
 # Every test here runs cells, sweeps, the CLI or attack workers (seconds each): `make test` only.

@@ -1,6 +1,6 @@
 """Issue 23, validate once: every attack refuses a bad option when it is made (its Config's
 construction), not when it first meets an update; string options declare their choices the way
-numbers declare ranges (leakbench.ranges), and capabilities are class attributes (Attack.layered)."""
+numbers declare ranges (leakbench.core.ranges), and capabilities are class attributes (Attack.layered)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 from leakbench.attacks import ATTACKS, attack_class, build_config, create_attack
 from leakbench.attacks.params import config_params
-from leakbench.errors import ConfigError
-from leakbench.ranges import Ranged, chosen, field_choices
-from leakbench.settings import field_default as _default
+from leakbench.core.errors import ConfigError
+from leakbench.core.ranges import Ranged, chosen, field_choices
+from leakbench.core.settings import field_default as _default
 
 BOGUS = "bogus-value"
 

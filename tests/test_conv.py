@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from leakbench.attacks.inversion import InversionConfig, invert_features
-from leakbench.errors import ConfigError
+from leakbench.cell.spec import CellSpec, cell_id
+from leakbench.core.errors import ConfigError
 from leakbench.harness.cell import run_cell
-from leakbench.harness.spec import CellSpec, cell_id
 from leakbench.harness.victim import prepare
 from leakbench.metrics.image import psnr
 from leakbench.models import build_conv, build_model

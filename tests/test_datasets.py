@@ -11,8 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
+from leakbench.core.errors import DatasetError
 from leakbench.datasets import DATASETS, ImageDataset, list_datasets, load_dataset, loaders, sample_batch
-from leakbench.errors import DatasetError
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from leakbench.errors import ConfigError, LeakbenchError
+from leakbench.cell.spec import CellSpec, cell_id, spec_dict, spec_from_dict
+from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.fl import TRANSFORMS
 from leakbench.fl.transform import DefenceSetting, transform_class
 from leakbench.harness.run import run_sweep
-from leakbench.harness.spec import CellSpec, cell_id, spec_dict, spec_from_dict
 from leakbench.harness.suite import load_suite
 from leakbench.harness.victim import prepare
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from leakbench.fl import UpdateTransform, register_transform
-from leakbench.ranges import Ranged, ranged
+from leakbench.core.ranges import Ranged, ranged
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from leakbench.fl import UpdateTransform, register_transform
-from leakbench.ranges import Ranged, chosen
+from leakbench.core.ranges import Ranged, chosen
 
 
 @dataclass(frozen=True)

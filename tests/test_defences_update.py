@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 import torch
 
+from leakbench.cell.spec import CellSpec, cell_columns, cell_id, cell_settings, spec_dict, spec_from_dict, transforms
 from leakbench.cli import main
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
+from leakbench.core.settings import build_config
 from leakbench.fl import Client, ClientUpdate, DPConfig, ThreatModel, client_update
 from leakbench.fl.dp import clip_and_noise, dp_columns
 from leakbench.fl.noise import Noise, NoiseConfig
@@ -20,11 +22,9 @@ from leakbench.fl.prune import Prune, PruneConfig
 from leakbench.fl.quantise import Quantise, QuantiseConfig
 from leakbench.fl.soteria import Soteria, SoteriaConfig, feature_scores
 from leakbench.fl.transform import DefenceSetting, FedSGD, UpdateTransform
-from leakbench.harness.spec import CellSpec, cell_columns, cell_id, cell_settings, spec_dict, spec_from_dict, transforms
 from leakbench.harness.suite import load_suite
 from leakbench.harness.victim import victim
 from leakbench.models import ConvNet, build_fc
-from leakbench.settings import build_config
 
 SPEC = CellSpec(attack="ig", dataset="embedded", batch_size=4, width=32, depth=3)
 

@@ -12,11 +12,11 @@ import pytest
 import torch
 from conftest import REPO_ROOT
 
+from leakbench.cell.spec import CellSpec, transforms
 from leakbench.datasets import load_dataset, partition
 from leakbench.fl import DPConfig, FedAvgConfig, register_transform
 from leakbench.fl.transform import TRANSFORMS, Client, DefenceSetting, EmptyConfig, FedSGD, UpdateTransform
 from leakbench.fl.update import ClientUpdate
-from leakbench.harness.spec import CellSpec, transforms
 from leakbench.harness.victim import training_rule, victim, victim_key
 from leakbench.models import ImageVictim, build_model
 from leakbench.models import victims as victims_module

@@ -12,7 +12,7 @@ import pytest
 from leakbench.attacks import ATTACKS, Attack, attack_class, build_config
 from leakbench.attacks.described import describe, described_attack
 from leakbench.attacks.params import param_lines
-from leakbench.errors import ConfigError, LeakbenchError
+from leakbench.core.errors import ConfigError, LeakbenchError
 
 
 @pytest.mark.parametrize("name", ATTACKS.names())

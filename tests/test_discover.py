@@ -10,8 +10,8 @@ import pytest
 
 from leakbench.attacks import ATTACKS, attack_class
 from leakbench.attacks.params import config_params, field_help
+from leakbench.cell.spec import cell_id
 from leakbench.cli import main
-from leakbench.harness.spec import cell_id
 from leakbench.harness.suite import list_suites, load_suite
 
 SUITE = """\

@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from leakbench.errors import ConfigError
+from leakbench.cell.spec import CellSpec
+from leakbench.core.errors import ConfigError
 from leakbench.fl import DPConfig, dp_update, fedsgd_update
 from leakbench.fl.dp import clip_and_noise, per_sample_gradients
 from leakbench.harness.cell import run_cell
-from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
 
 

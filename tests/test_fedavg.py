@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from leakbench.errors import ConfigError
+from leakbench.cell.spec import CellSpec
+from leakbench.core.errors import ConfigError
 from leakbench.fl import FedAvgConfig, fedavg_update, fedsgd_update
 from leakbench.harness.cell import run_cell
-from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from leakbench.errors import LeakbenchError
+from leakbench.core.errors import LeakbenchError
 from leakbench.reporting.grid import MAX_COLUMNS, MIN_TILE, save_grid
 
 CAPTION = "spear · embedded · b=16 · seed 0 · rows: reconstruction above ground truth"

@@ -10,16 +10,18 @@ import pandas as pd
 import pytest
 from conftest import CELL_FILES
 
-from leakbench.errors import ConfigError
+from leakbench.cell.seeds import attack_seed
+from leakbench.cell.spec import CellSpec
+from leakbench.core.errors import ConfigError
 from leakbench.harness import cell as cell_module
 from leakbench.harness.cell import run_cell
-from leakbench.harness.job import attack_cell, attack_seed
+from leakbench.harness.job import attack_cell
+from leakbench.harness.manifest import write_cell
 from leakbench.harness.scoring import CellResult
-from leakbench.harness.spec import CellSpec
 from leakbench.harness.suite import KEYS, REQUIRED, SUITES, find_suite, load_suite, shipped_suite
 from leakbench.pipeline import run_suite
 from leakbench.records import cells as store
-from leakbench.records.cells import check_out_dir, write_cell
+from leakbench.records.cells import check_out_dir
 
 GOOD_SUITE = """\
 name = "mini"

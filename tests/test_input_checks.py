@@ -15,16 +15,16 @@ import pandas as pd
 import pytest
 
 from leakbench.attacks.inversion import inverts
+from leakbench.cell.spec import CellSpec, spec_dict, spec_from_dict
 from leakbench.cli import parse_params
-from leakbench.errors import ConfigError, LeakbenchError
-from leakbench.harness.limits import MAX_COMPONENT, check_writable_dir
+from leakbench.core.errors import ConfigError, LeakbenchError
+from leakbench.core.limits import MAX_COMPONENT, check_writable_dir
+from leakbench.core.registry import Registry
 from leakbench.harness.rescore import rescore_run
-from leakbench.harness.spec import CellSpec, spec_dict, spec_from_dict
 from leakbench.harness.suite import load_suite
 from leakbench.plugins import load_plugin
 from leakbench.records.folders import folder_name
 from leakbench.records.runs import read_run_manifest
-from leakbench.registry import Registry
 from leakbench.reporting.leaderboard import write_leaderboard
 from leakbench.reporting.target import RESERVED_NAMES, check_report_target
 

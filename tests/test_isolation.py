@@ -15,10 +15,10 @@ import torch
 
 from leakbench.api import scoped_attack
 from leakbench.attacks import Attack, Reconstruction
+from leakbench.cell.spec import CellSpec
 from leakbench.harness.cell import run_cell
 from leakbench.harness.isolation import Guard, WorkerDied, check_reply
 from leakbench.harness.sandbox import isolation_level
-from leakbench.harness.spec import CellSpec
 
 
 @pytest.fixture

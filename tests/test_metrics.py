@@ -12,7 +12,7 @@ import pytest
 import torch
 from torchmetrics.functional.image import structural_similarity_index_measure
 
-from leakbench.errors import LeakbenchError
+from leakbench.core.errors import LeakbenchError
 from leakbench.metrics import (
     FEATURE_COLUMNS,
     IMAGE_COLUMNS,

@@ -18,8 +18,8 @@ from leakbench.attacks.cpa import total_variation
 from leakbench.attacks.gradient_matching import TV_FORMS, padded_total_variation
 from leakbench.attacks.params import field_help
 from leakbench.attacks.presets import PRESETS
+from leakbench.core.errors import ConfigError
 from leakbench.datasets import load_dataset, sample_batch
-from leakbench.errors import ConfigError
 from leakbench.fl import fedsgd_update
 from leakbench.models import build_fc
 

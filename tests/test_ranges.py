@@ -1,4 +1,4 @@
-"""Issue 22, bad input: every numeric hyperparameter declares its range (leakbench.ranges), and values
+"""Issue 22, bad input: every numeric hyperparameter declares its range (leakbench.core.ranges), and values
 outside it — NaN, ±inf, past the bounds, integers past int64 — are refused where a Config is built
 from user input (`build_config`: `--param`, a suite's `[hyperparameters.X]`, `create_attack`)."""
 
@@ -12,14 +12,14 @@ import pytest
 from leakbench.attacks import ATTACKS, attack_class, build_config, create_attack
 from leakbench.attacks.inversion import InversionConfig
 from leakbench.attacks.params import config_params
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
+from leakbench.core.ranges import INT64, Range, check_ranges, field_range, ranged
 from leakbench.fl.dp import DPConfig, epsilon
 from leakbench.fl.fedavg import FedAvgConfig
 from leakbench.fl.noise import NoiseConfig
 from leakbench.fl.transform import TRANSFORMS, transform_class
 from leakbench.harness.suite import load_suite
 from leakbench.models.training import TrainRecipe
-from leakbench.ranges import INT64, Range, check_ranges, field_range, ranged
 
 SHIPPED = [name for name in ATTACKS.names() if attack_class(name).__module__.startswith("leakbench.")]
 SETTINGS = [DPConfig, FedAvgConfig, InversionConfig, TrainRecipe]

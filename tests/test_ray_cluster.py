@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 from conftest import CLI_TIMEOUT_S, cli_env
 
+from leakbench.cell.spec import cell_id
 from leakbench.cli import main
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 from leakbench.harness.executors import Task, check_reachable, portable, ray_worker_env
 from leakbench.harness.run import run_sweep
-from leakbench.harness.spec import cell_id
 from leakbench.harness.suite import load_suite
 from leakbench.records.runs import finished_cells, records_difference
 

@@ -17,11 +17,11 @@ from conftest import attack_plugin_source
 from forge_attack import ForgeAttack, bomb, npy_header, npz_of  # tests/ is on the path: the worker imports it too
 
 from leakbench.api import scoped_attack
+from leakbench.cell.spec import CellSpec
 from leakbench.harness import replies
 from leakbench.harness.cell import run_cell
 from leakbench.harness.isolation import workers
 from leakbench.harness.replies import ArrayBounds, ReplyRefused, json_depth, read_arrays, read_header
-from leakbench.harness.spec import CellSpec
 
 BOUNDS = ArrayBounds((3, 4, 4), 48)
 
@@ -232,7 +232,7 @@ def test_a_typo_in_the_settings_is_the_users_error_found_by_the_harness(forge: N
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The user's own mistake is still one ConfigError (one line, exit 2), found before any worker is
     asked; whatever a worker says is a cell's outcome only."""
-    from leakbench.errors import ConfigError
+    from leakbench.core.errors import ConfigError
     from leakbench.harness import cell as cell_module
 
     def no_worker(*args: Any, **kwargs: Any) -> None:

@@ -10,12 +10,12 @@ import pytest
 import torch
 from torch import nn
 
+from leakbench.cell.spec import CellSpec, cell_id
+from leakbench.core.errors import ConfigError
 from leakbench.datasets import Batch
-from leakbench.errors import ConfigError
 from leakbench.fl.precode import Precode, PrecodeConfig
 from leakbench.fl.transform import Client, DefenceSetting
 from leakbench.fl.update import ThreatModel, fedsgd_update
-from leakbench.harness.spec import CellSpec, cell_id
 from leakbench.models import VICTIMS, VictimFactory, build_model, first_attackable_layer, victim_label
 from leakbench.models.base import training_loss
 from leakbench.models.precode import PrecodeVictim, add_precode

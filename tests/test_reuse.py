@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import reference_run
 
-from leakbench.errors import ConfigError, LeakbenchWarning
+from leakbench.core.errors import ConfigError, LeakbenchWarning
 from leakbench.harness import fingerprint, reuse
 from leakbench.harness import run as run_module
 from leakbench.harness.run import run_sweep
@@ -161,7 +161,7 @@ def test_another_git_revision_is_said_and_reported(tmp_path: Path, reference: Pa
 def test_a_cell_whose_victim_trained_otherwise_is_recomputed() -> None:
     """Issue 24: a trained cell with noise, DP or defences now trains its victim under them; a stored cell
     whose victim hash is another one (trained plainly before) is recomputed, one at init is not asked."""
-    from leakbench.harness.spec import CellSpec
+    from leakbench.cell.spec import CellSpec
     from leakbench.harness.victim import load_batch
 
     batch = load_batch(CellSpec("spear", "embedded", 1))

@@ -28,10 +28,10 @@ from cheat_doors import HIGH_BITS, IOCTLS, DoorsAttack
 from conftest import REPO_ROOT, cli_env
 
 from leakbench.api import scoped_attack
+from leakbench.cell.spec import CellSpec
 from leakbench.harness import isolation, sandbox
 from leakbench.harness.cell import run_cell
 from leakbench.harness.sandbox import FULL, level
-from leakbench.harness.spec import CellSpec
 
 sandboxed = pytest.mark.skipif(level()[0] != FULL, reason=f"this kernel or install cannot sandbox: {level()[1]}")
 TESTS = Path(__file__).resolve().parent

@@ -12,13 +12,13 @@ import torch
 
 from leakbench.attacks import create_attack
 from leakbench.attacks.spear import SpearAttack, SpearConfig
+from leakbench.cell.spec import CellSpec
+from leakbench.core.errors import ConfigError
 from leakbench.datasets import load_dataset, sample_batch
-from leakbench.errors import ConfigError
 from leakbench.fl import ThreatModel, fedsgd_update
 from leakbench.fl.dp import DPConfig
 from leakbench.harness.cell import run_cell
 from leakbench.harness.scoring import CellResult
-from leakbench.harness.spec import CellSpec
 from leakbench.models import build_fc
 
 METRIC_COLUMNS = ["dataset_index", "image", "matched_recon", "mse", "psnr", "ssim", "lpips", "exact", "status"]

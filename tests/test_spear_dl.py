@@ -11,11 +11,11 @@ import torch
 
 from leakbench.attacks import create_attack
 from leakbench.attacks.spear.dl import expected_zero_fraction, msp_directions, trim_schedule, trimmed_directions
+from leakbench.cell.spec import CellSpec
+from leakbench.core.errors import ConfigError
 from leakbench.datasets import load_dataset, sample_batch
-from leakbench.errors import ConfigError
 from leakbench.fl import fedsgd_update
 from leakbench.harness.cell import run_cell
-from leakbench.harness.spec import CellSpec
 from leakbench.models import build_fc
 from leakbench.progress import attack_progress
 

@@ -122,7 +122,7 @@ def test_spear_dl_seeds_are_the_cells_spear_dl_would_hold_on_seeds_1_2() -> None
     """paper/spear-dl-seeds finishes paper/spear-dl: its cells have the ids spear-dl's would have on seeds 1–2."""
     from dataclasses import replace
 
-    from leakbench.harness.spec import cell_id
+    from leakbench.cell.spec import cell_id
     from leakbench.harness.suite import load_suite, shipped_suite
 
     dl = load_suite(shipped_suite("paper/spear-dl")).cells

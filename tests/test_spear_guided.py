@@ -12,11 +12,11 @@ from spear_helpers import layer_problem  # tests/ is on the path
 from leakbench.attacks import create_attack
 from leakbench.attacks.spear.guided import make_guide, match_guides, pool_weights
 from leakbench.attacks.spear.sampling import draw_directions
-from leakbench.errors import ConfigError
+from leakbench.cell.spec import CellSpec
+from leakbench.core.errors import ConfigError
 from leakbench.harness.cell import attack_job, run_cell
 from leakbench.harness.job import attack_cell
 from leakbench.harness.scoring import score_cell
-from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
 
 

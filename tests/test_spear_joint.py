@@ -11,7 +11,7 @@ from leakbench.attacks.spear.deflation import verify_batch
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.joint import next_layer_residuals, refine_batch
 from leakbench.attacks.spear.solve import solve_from_samples
-from leakbench.harness.spec import CellSpec
+from leakbench.cell.spec import CellSpec
 from leakbench.harness.victim import prepare
 
 

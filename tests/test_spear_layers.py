@@ -9,8 +9,8 @@ import torch
 
 from leakbench.attacks import create_attack
 from leakbench.attacks.spear.active import find_batch_span
+from leakbench.cell.spec import CellSpec
 from leakbench.harness.cell import run_cell
-from leakbench.harness.spec import CellSpec
 from leakbench.harness.victim import prepare
 
 

@@ -16,8 +16,8 @@ from leakbench.attacks.spear.search import search_columns
 from leakbench.attacks.spear.select import improve_by_swaps, select_independent, sparsity_matching
 from leakbench.attacks.spear.state import SearchSettings
 from leakbench.attacks.spear.tolerances import TOLERANCES, Tolerances
-from leakbench.errors import ConfigError
-from leakbench.harness.spec import CellSpec
+from leakbench.cell.spec import CellSpec
+from leakbench.core.errors import ConfigError
 from leakbench.harness.victim import prepare
 
 

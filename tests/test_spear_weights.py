@@ -7,7 +7,7 @@ import torch
 from leakbench.attacks import create_attack
 from leakbench.attacks.spear.deflation import null_basis
 from leakbench.attacks.spear.scheduler import ZeroDraws
-from leakbench.harness.spec import CellSpec
+from leakbench.cell.spec import CellSpec
 from leakbench.harness.victim import prepare
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from conftest import CELL_FILES, load_benchmark, reference_run, run_cli_many
 
-from leakbench.errors import ConfigError, LeakbenchWarning
+from leakbench.core.errors import ConfigError, LeakbenchWarning
 from leakbench.harness import executors, interrupts
 from leakbench.harness import suite as suite_module
 from leakbench.harness.executors import Task
@@ -224,7 +224,7 @@ def test_report_refuses_unsafe_names_in_the_manifest(tmp_path: Path, reference: 
 @pytest.mark.parametrize("selection", [[0, 2], [-1], [0, 0], ["0"], 3])
 def test_report_refuses_a_grid_selection_outside_the_batch(tmp_path: Path, reference: Path, selection) -> None:
     """A manifest whose grid selection names no image of the batch (b = 2 here) is refused in one line."""
-    from leakbench.errors import LeakbenchError
+    from leakbench.core.errors import LeakbenchError
 
     run_dir = _copy_run(reference, tmp_path)
     manifest = json.loads((run_dir / "manifest.json").read_text())

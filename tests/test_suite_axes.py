@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from leakbench.errors import ConfigError
-from leakbench.harness.spec import cell_id
+from leakbench.cell.spec import cell_id
+from leakbench.core.errors import ConfigError
 from leakbench.harness.suite import find_suite, load_suite
 
 BASE = """\

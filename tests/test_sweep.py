@@ -11,12 +11,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from leakbench.errors import ConfigError
+from leakbench.cell.selection import grid_selection
+from leakbench.cell.spec import cell_id
+from leakbench.core.errors import ConfigError
 from leakbench.harness import executors
 from leakbench.harness import run as run_module
 from leakbench.harness.run import run_sweep
-from leakbench.harness.selection import grid_selection
-from leakbench.harness.spec import cell_id
 from leakbench.harness.suite import load_suite
 from leakbench.records.runs import records_difference
 from leakbench.records.schema import AXIS_COLUMNS, axis_columns

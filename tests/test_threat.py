@@ -14,11 +14,11 @@ from leakbench.api import scoped_attack
 from leakbench.attacks import Attack, Reconstruction
 from leakbench.attacks.base import Requirements
 from leakbench.attacks.estimate import estimate_batch_size
+from leakbench.cell.spec import CellSpec, cell_id
 from leakbench.cli import main
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 from leakbench.fl import DPConfig, FedAvgConfig, ThreatModel, fedsgd_update
 from leakbench.harness.cell import run_cell
-from leakbench.harness.spec import CellSpec, cell_id
 from leakbench.harness.suite import find_suite, load_suite
 from leakbench.harness.victim import prepare, victim
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from leakbench.harness.spec import CellSpec, cell_settings
+from leakbench.cell.spec import CellSpec, cell_settings
 from leakbench.models import victim_label
 from leakbench.reporting.aggregate import with_model
 from leakbench.reporting.table import cell_caption

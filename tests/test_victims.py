@@ -11,11 +11,11 @@ import pytest
 import torch
 from conftest import REPO_ROOT
 
+from leakbench.cell.spec import CellSpec, cell_id, spec_dict, spec_from_dict
+from leakbench.core.errors import ConfigError
 from leakbench.datasets import load_dataset, partition, sample_batch
-from leakbench.errors import ConfigError
 from leakbench.fl import DPConfig, FedAvgConfig
 from leakbench.harness.scoring import score_cell
-from leakbench.harness.spec import CellSpec, cell_id, spec_dict, spec_from_dict
 from leakbench.harness.suite import load_suite
 from leakbench.harness.victim import prepare, victim
 from leakbench.models import build_model

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from leakbench.cli import main
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 from leakbench.reporting.views import VIEWS, apply_view, cell_text
 
 TINY = """\

@@ -6,10 +6,10 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
+from leakbench.core.registry import Registry
+from leakbench.core.settings import build_config
 from leakbench.plugins import load_attack_plugins
-from leakbench.registry import Registry
-from leakbench.settings import build_config
 
 ATTACKS: Registry[type[Attack]] = Registry("attack", on_first_use=load_attack_plugins)  # entry-point plugins
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic
 
 from typing_extensions import TypeVar  # PEP 696 defaults (typing has them from Python 3.13)
 
-from leakbench.citation import Citation
-from leakbench.errors import ConfigError
+from leakbench.core.citation import Citation
+from leakbench.core.errors import ConfigError
+from leakbench.core.reconstruction import Reconstruction, Space, Status
 from leakbench.fl.update import ClientUpdate
-from leakbench.reconstruction import Reconstruction, Space, Status
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

@@ -29,12 +29,12 @@ import torch
 
 from leakbench.attacks import register_attack
 from leakbench.attacks.base import Attack, Checkpoints, Reconstruction, Requirements
-from leakbench.citation import Citation
-from leakbench.errors import ConfigError
+from leakbench.core.citation import Citation
+from leakbench.core.errors import ConfigError
+from leakbench.core.limits import MAX_DEPTH
+from leakbench.core.ranges import MAX_LR, MAX_STEPS, MAX_WEIGHT, Ranged, chosen, ranged
 from leakbench.fl.update import ClientUpdate
-from leakbench.harness.limits import MAX_DEPTH
 from leakbench.progress import steps as progress_steps
-from leakbench.ranges import MAX_LR, MAX_STEPS, MAX_WEIGHT, Ranged, chosen, ranged
 
 MAX_TEMPERATURE = 500.0
 """The decorrelation temperature T: exp(T·|cos|) overflows float64 past T ≈ 709."""
@@ -74,7 +74,7 @@ class CPAConfig(Ranged):
     prefilter: str = chosen("none", "none", "derivative")
 
     def __post_init__(self) -> None:
-        super().__post_init__()  # declared ranges and choices (leakbench.ranges)
+        super().__post_init__()  # declared ranges and choices (leakbench.core.ranges)
         if self.prefilter == "derivative" and (self.method != "fastica" or self.layer != 1):
             raise ConfigError(f"cpa: prefilter 'derivative' needs method 'fastica' on layer 1, "
                               f"got method {self.method!r} on layer {self.layer}")

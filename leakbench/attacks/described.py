@@ -21,8 +21,8 @@ from typing import Any
 
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
 from leakbench.attacks.params import field_help
-from leakbench.errors import LeakbenchError
-from leakbench.ranges import Range, field_choices, field_range
+from leakbench.core.errors import LeakbenchError
+from leakbench.core.ranges import Range, field_choices, field_range
 
 
 def describe(cls: type[Attack]) -> dict[str, Any]:

@@ -25,11 +25,11 @@ from leakbench.attacks import register_attack
 from leakbench.attacks.base import Attack, Checkpoints, ConfigT, Reconstruction, Requirements
 from leakbench.attacks.cpa import total_variation
 from leakbench.attacks.labels import STRATEGIES, find_last_layer, recover_labels
-from leakbench.citation import Citation
-from leakbench.errors import ConfigError
+from leakbench.core.citation import Citation
+from leakbench.core.errors import ConfigError
+from leakbench.core.ranges import MAX_LR, MAX_STEPS, MAX_WEIGHT, Ranged, chosen, ranged
 from leakbench.fl.update import ClientUpdate
 from leakbench.progress import steps as progress_steps
-from leakbench.ranges import MAX_LR, MAX_STEPS, MAX_WEIGHT, Ranged, chosen, ranged
 
 MAX_RESTARTS = 1000
 """Independent starts of Inverting Gradients."""

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from leakbench.errors import ConfigError
-from leakbench.inversion import InversionConfig  # the setting lives outside attacks (records read specs)
+from leakbench.core.errors import ConfigError
+from leakbench.core.inversion import InversionConfig  # the setting lives outside attacks (records read specs)
 
 if TYPE_CHECKING:
     from leakbench.models.base import ImageVictim

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 from leakbench.models.base import Layered
 
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-from leakbench.ranges import range_text
+from leakbench.core.ranges import range_text
 
 ENTRY = re.compile(r"^([A-Za-z_]\w*(?:\s*/\s*[A-Za-z_]\w*)*):\s+(.*)$")
 """The first line of a docstring entry: `name: help` or `name / other: help`."""
@@ -35,7 +35,7 @@ class Param:
     help: str
     range: str = ""
     """' in [low, high]' when the field declares a range, ' in {a, b}' when it declares choices
-    (leakbench.ranges), else ''."""
+    (leakbench.core.ranges), else ''."""
 
     required: bool = False
     """The field has no default: it must be given."""
@@ -51,7 +51,7 @@ def config_params(config_cls: type) -> list[Param]:
     and its declared range."""
     from dataclasses import MISSING
 
-    from leakbench.settings import field_default
+    from leakbench.core.settings import field_default
 
     helps = field_help(config_cls)
     return [Param(f.name, f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type)),

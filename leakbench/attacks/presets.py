@@ -21,7 +21,7 @@ from leakbench.attacks import register_attack
 from leakbench.attacks.base import Attack
 from leakbench.attacks.cpa import CPAAttack
 from leakbench.attacks.gradient_matching import InvertingGradientsAttack
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from leakbench.core.registry import Registry
 from leakbench.datasets.base import Batch, ImageDataset, Partition, partition, sample_batch
 from leakbench.plugins import load_dataset_plugins
-from leakbench.registry import Registry
 
 DATASETS: Registry[ImageDataset] = Registry("dataset", on_first_use=load_dataset_plugins)  # entry-point plugins
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

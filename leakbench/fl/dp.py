@@ -22,11 +22,11 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from leakbench.citation import Citation
-from leakbench.errors import ConfigError
+from leakbench.core.citation import Citation
+from leakbench.core.errors import ConfigError
+from leakbench.core.ranges import MAX_NOISE_STD, MAX_WEIGHT, REQUIRED, Ranged, chosen, ranged
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel
-from leakbench.ranges import MAX_NOISE_STD, MAX_WEIGHT, REQUIRED, Ranged, chosen, ranged
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
     from leakbench.datasets.base import Batch

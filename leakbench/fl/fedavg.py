@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
-from leakbench.citation import Citation
-from leakbench.errors import ConfigError
+from leakbench.core.citation import Citation
+from leakbench.core.errors import ConfigError
+from leakbench.core.limits import MAX_WIDTH
+from leakbench.core.ranges import MAX_LR, Ranged, ranged
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel, client_mode, shared_buffers
-from leakbench.harness.limits import MAX_WIDTH
 from leakbench.models.base import training_loss
-from leakbench.ranges import MAX_LR, Ranged, ranged
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
     from leakbench.datasets.base import Batch

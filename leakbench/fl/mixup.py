@@ -32,10 +32,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from leakbench.citation import Citation
+from leakbench.core.citation import Citation
+from leakbench.core.ranges import MAX_WEIGHT, Ranged, ranged
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel, client_mode, shared_buffers
-from leakbench.ranges import MAX_WEIGHT, Ranged, ranged
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
     from leakbench.datasets.base import Batch

@@ -14,11 +14,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from leakbench.citation import Citation
-from leakbench.errors import ConfigError
+from leakbench.core.citation import Citation
+from leakbench.core.errors import ConfigError
+from leakbench.core.ranges import MAX_NOISE_STD, REQUIRED, Ranged, chosen, ranged
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate
-from leakbench.ranges import MAX_NOISE_STD, REQUIRED, Ranged, chosen, ranged
 
 NOISE_SCALES = ("absolute", "max")
 """How σ sets each tensor's noise std: σ itself, or σ × that tensor's max |entry|."""

@@ -20,14 +20,14 @@ import copy
 import dataclasses
 from dataclasses import dataclass
 
-from leakbench.citation import Citation
-from leakbench.errors import ConfigError
+from leakbench.core.citation import Citation
+from leakbench.core.errors import ConfigError
+from leakbench.core.limits import MAX_WIDTH
+from leakbench.core.ranges import MAX_WEIGHT, Ranged, ranged
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate
-from leakbench.harness.limits import MAX_WIDTH
 from leakbench.models.base import ImageVictim
 from leakbench.models.precode import PrecodeVictim, add_precode
-from leakbench.ranges import MAX_WEIGHT, Ranged, ranged
 
 
 @dataclass(frozen=True)

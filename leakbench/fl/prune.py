@@ -17,10 +17,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from leakbench.citation import Citation
+from leakbench.core.citation import Citation
+from leakbench.core.ranges import Ranged, ranged
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate
-from leakbench.ranges import Ranged, ranged
 
 
 def smallest(values: torch.Tensor, fraction: float) -> torch.Tensor:

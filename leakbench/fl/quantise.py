@@ -21,11 +21,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from leakbench.citation import Citation
-from leakbench.errors import ConfigError
+from leakbench.core.citation import Citation
+from leakbench.core.errors import ConfigError
+from leakbench.core.ranges import Ranged, chosen, ranged
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate
-from leakbench.ranges import Ranged, chosen, ranged
 
 MODES = ("stochastic", "sign")
 """How an entry is quantised: b-bit stochastic rounding, or its sign (signSGD)."""

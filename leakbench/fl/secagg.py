@@ -5,7 +5,7 @@ Secure aggregation (Bonawitz, Ivanov, Kreuter, Marcedone, McMahan, Patel, Ramage
 the sum of the clients' updates and nothing about any one of them. Its cryptography (masking, secret
 sharing, dropouts) is not simulated: only what it reveals is, the aggregate.
 
-Here each of K clients holds its own private batch of b images (`harness.victim.draw_batch` draws K
+Here each of K clients holds its own private batch of b images (`cell.draw.draw_batch` draws K
 disjoint batches; client 0's is the batch of the same cell with one client) and computes its FedSGD
 update; the server receives their **mean** (the sum divided by K, which the server knows: K is
 public in secure aggregation). With equal batches the mean of the K FedSGD gradients (each the
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from leakbench.citation import Citation
+from leakbench.core.citation import Citation
+from leakbench.core.ranges import Ranged, ranged
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel, fedsgd_update
-from leakbench.ranges import Ranged, ranged
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
     from leakbench.datasets.base import Batch

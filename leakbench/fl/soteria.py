@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch.func import vjp, vmap
 
-from leakbench.citation import Citation
-from leakbench.errors import ConfigError
+from leakbench.core.citation import Citation
+from leakbench.core.errors import ConfigError
+from leakbench.core.ranges import Ranged, ranged
 from leakbench.fl.prune import smallest
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate
-from leakbench.ranges import Ranged, ranged
 
 if TYPE_CHECKING:
     from leakbench.models.base import ImageVictim

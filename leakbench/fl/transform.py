@@ -1,7 +1,7 @@
 """Update transforms: one registry of what turns a client's batch into the update it shares.
 
 A transform is a class with a `Config` (a frozen dataclass; numbers declare their ranges with
-`leakbench.ranges.ranged`) and `apply`. Two stages:
+`leakbench.core.ranges.ranged`) and `apply`. Two stages:
 
 - a **client** transform (`makes_update = True`) computes the update from the private batch: FedSGD
   (the default), FedAvg, DP-SGD, MixUp (`fl.mixup`), secure aggregation (`fl.secagg`). A cell has
@@ -9,7 +9,7 @@ A transform is a class with a `Config` (a frozen dataclass; numbers declare thei
   it says otherwise): the harness then draws that many disjoint private batches of b images, the
   first exactly the batch a one-client cell draws, and hands them over as one batch of `clients()·b`
   images in client order (client k's images are rows k·b … (k+1)·b − 1), which is also the cell's
-  ground truth (`harness.spec.truth_size`).
+  ground truth (`cell.spec.truth_size`).
 - a **defence** (`makes_update = False`) changes an update already computed: additive noise, and
   whatever a plugin adds. A cell applies its defences in order after its client transform.
 
@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from leakbench.citation import Citation
-from leakbench.errors import ConfigError, DefenceError
+from leakbench.core.citation import Citation
+from leakbench.core.errors import ConfigError, DefenceError
+from leakbench.core.registry import Registry
 from leakbench.fl.update import ClientUpdate, ThreatModel, fedsgd_update
 from leakbench.plugins import load_defence_plugins
-from leakbench.registry import Registry
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
     from leakbench.datasets.base import Batch

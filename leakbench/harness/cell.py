@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from leakbench.attacks import Attack, attack_budget
+from leakbench.cell.seeds import attack_seed
+from leakbench.cell.spec import CellSpec, cell_id, transforms
+from leakbench.core.errors import LeakbenchError
 from leakbench.datasets.loaders import data_locations
-from leakbench.errors import LeakbenchError
 from leakbench.harness.fingerprint import attack_origin, code_origin, provenance
 from leakbench.harness.isolation import IN_PROCESS, run_isolated, workers
-from leakbench.harness.job import AttackJob, attack_cell, attack_seed, configure_attack, resolve_class, scoped_ref
+from leakbench.harness.job import AttackJob, attack_cell, configure_attack, resolve_class, scoped_ref
 from leakbench.harness.scoring import CellResult, score_cell
-from leakbench.harness.spec import CellSpec, cell_id, transforms
 from leakbench.harness.victim import prepare
 from leakbench.metrics import LpipsScorer
 from leakbench.plugins import named_plugins

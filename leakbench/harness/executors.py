@@ -24,7 +24,7 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 from leakbench.harness.interrupts import stop_signals_as_interrupt
 from leakbench.harness.isolation import worker_pythonpath
 from leakbench.progress import attack_progress
@@ -55,8 +55,8 @@ def cell_output(task: Task) -> tuple[dict[str, Any], CellFiles]:
     import torch
 
     from leakbench.harness.cell import run_cell
+    from leakbench.harness.manifest import cell_files
     from leakbench.records.artifacts import json_safe
-    from leakbench.records.cells import cell_files
 
     torch.set_num_threads(1)
     scorer, note = lpips_scorer(task.lpips_weights, task.lpips_net)

@@ -44,7 +44,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leakbench.errors import LeakbenchError
+from leakbench.core.errors import LeakbenchError
 
 if TYPE_CHECKING:  # imported lazily at run time (the worker's start-up)
     from leakbench.attacks.base import Space
@@ -294,7 +294,7 @@ class AttackWorker:
     def describe(self, modules: list[str], entry_points: bool, hidden: list[Path]) -> dict[str, Any]:
         """The attack plugins (`leakbench.plugins.described_plugins`), imported and described in the sandbox;
         a ConfigError (one line) when the worker could not describe them or its reply is refused."""
-        from leakbench.errors import ConfigError
+        from leakbench.core.errors import ConfigError
         from leakbench.harness.replies import DESCRIBE_SECONDS, OutOfTime, ReplyRefused
 
         try:
@@ -548,7 +548,7 @@ def _check_meta(meta: Any, layer: int) -> None:
     for key, kind in types.items():
         if not isinstance(meta[key], kind) or isinstance(meta[key], bool):
             raise ValueError(f"{key} is a {type(meta[key]).__name__}")
-    from leakbench.reconstruction import STATUSES
+    from leakbench.core.reconstruction import STATUSES
 
     if meta["status"] not in STATUSES or meta["space"] not in ("image", "feature"):
         raise ValueError(f"status {meta['status']!r:.40}, space {meta['space']!r:.40}")
@@ -709,7 +709,7 @@ def _child(receive_fd: int, send_fd: int, output_fd: int, server: int) -> None:
 def _answer(send: Connection, receive: Connection, attack_cell: Any, attack_progress: Any) -> None:
     """Answer the request that arrives on `receive` (run a cell, or describe the attack plugins); send
     the header (JSON) and arrays (.npz) on `send`."""
-    from leakbench.errors import LeakbenchError
+    from leakbench.core.errors import LeakbenchError
     from leakbench.plugins import described_plugins, enter_attack_worker
 
     enter_attack_worker()  # plugin attacks are imported here, never in the harness

@@ -2,14 +2,13 @@
 
 An `AttackJob` names the attack, its hyperparameters, the attacked layer, the attack's seed and the
 feature-inversion settings, and nothing else: no dataset name, data root, batch indices or the
-seed that chose the batch. The attack's seed is derived from the cell id (`attack_seed`), so an
+seed that chose the batch. The attack's seed is derived from the cell id (`cell.seeds.attack_seed`), so an
 attack cannot re-draw the batch from the seed it is handed. `attack_cell(job, update)` is what
 the isolated attack worker (`leakbench.harness.isolation`) runs; it needs nothing from the client.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import json
@@ -21,13 +20,13 @@ from typing import Any
 
 from leakbench.attacks import Attack, Reconstruction, attack_class
 from leakbench.attacks.inversion import invert_features
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
+from leakbench.core.inversion import InversionConfig
+from leakbench.core.settings import build_config
 from leakbench.fl import ClientUpdate
 from leakbench.fl.update import client_view
-from leakbench.inversion import InversionConfig
 from leakbench.plugins import load_plugin
 from leakbench.records.artifacts import AttackOutput
-from leakbench.settings import build_config
 
 
 @dataclass(frozen=True)
@@ -48,12 +47,6 @@ class AttackJob:
     attack_ref: tuple[str, str, str | None] | None = None
     plugins: tuple[str, ...] = ()
     bars: bool = False
-
-
-def attack_seed(cell_id: str) -> int:
-    """The attack's seed for a cell: 31 bits of sha256(cell id + ":attack"); never the batch's seed
-    (a seed equal to the batch seed would let an attack re-draw the batch)."""
-    return int(hashlib.sha256(f"{cell_id}:attack".encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
 
 
 REFS_ENV = "LEAKBENCH_ATTACK_REFS"

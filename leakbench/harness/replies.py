@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from leakbench.errors import ConfigError, LeakbenchError
+from leakbench.core.errors import ConfigError, LeakbenchError
 
 MAX_HEADER_BYTES = 1 << 20
 """The most bytes a reply's JSON header may hold (a real one holds a few kilobytes)."""

@@ -16,16 +16,17 @@ from typing import Any
 import pandas as pd
 import torch
 
-from leakbench.errors import LeakbenchError
+from leakbench.cell.spec import spec_from_dict
+from leakbench.core.errors import LeakbenchError
 from leakbench.harness.cell import with_budget
 from leakbench.harness.executors import lpips_scorer
 from leakbench.harness.fingerprint import PROVENANCE
+from leakbench.harness.manifest import write_cell
 from leakbench.harness.scoring import score_cell
-from leakbench.harness.spec import spec_from_dict
 from leakbench.harness.victim import victim
 from leakbench.plugins import load_client_plugin
 from leakbench.records.artifacts import RECONSTRUCTION_FILE, load_attack_output
-from leakbench.records.cells import cell_path, write_cell
+from leakbench.records.cells import cell_path
 from leakbench.records.folders import held_folder
 from leakbench.records.runs import consolidate, finished_cells, read_run_manifest
 from leakbench.records.trust import stored_origins

@@ -30,11 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from leakbench.cell.draw import draw_batch
+from leakbench.cell.spec import CellSpec
 from leakbench.datasets import Batch, load_dataset
 from leakbench.harness.cell import build_attack
 from leakbench.harness.fingerprint import attack_code, batch_fingerprint, resolved
-from leakbench.harness.spec import CellSpec
-from leakbench.harness.victim import draw_batch, victim_key
+from leakbench.harness.victim import victim_key
 from leakbench.models.victims import victim_hash
 from leakbench.records.cells import cell_path
 

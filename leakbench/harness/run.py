@@ -24,19 +24,19 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from leakbench.errors import ConfigError, LeakbenchWarning
+from leakbench.cell.selection import grid_selection
+from leakbench.cell.spec import CellSpec, batch_id, cell_id, cell_settings, spec_dict, truth_size
+from leakbench.core.errors import ConfigError, LeakbenchWarning
 from leakbench.harness.cell import build_attack
+from leakbench.harness.environment import environment, git_revision
 from leakbench.harness.executors import Task, connection, execute, missing_lpips_note
 from leakbench.harness.reuse import revision_note, stale_cells
 from leakbench.harness.sandbox import warn_unless_sandboxed
-from leakbench.harness.selection import grid_selection
-from leakbench.harness.spec import CellSpec, batch_id, cell_id, cell_settings, spec_dict, truth_size
 from leakbench.harness.suite import Suite, find_suite, load_suite
 from leakbench.metrics.lpips_metric import check_net
 from leakbench.progress import cell_line
 from leakbench.records.atomic import write_json_atomic
 from leakbench.records.cells import cell_path
-from leakbench.records.environment import environment, git_revision
 from leakbench.records.folders import held_folder
 from leakbench.records.runs import check_cell_folders, consolidate, finished_cells, remove_partial_cells, survey
 

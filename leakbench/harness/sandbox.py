@@ -116,7 +116,7 @@ def warn_unless_sandboxed() -> None:
     """One warning line when attacks will run under the Python guard alone (`run` says it once)."""
     import warnings
 
-    from leakbench.errors import LeakbenchWarning
+    from leakbench.core.errors import LeakbenchWarning
 
     name, why = level()
     if why:

@@ -11,9 +11,10 @@ import pandas as pd
 import torch
 
 from leakbench.attacks import Reconstruction
+from leakbench.cell.spec import CellSpec, cell_columns
+from leakbench.core.reconstruction import incomplete_reason
 from leakbench.datasets import Batch
 from leakbench.fl.update import client_view
-from leakbench.harness.spec import CellSpec, cell_columns
 from leakbench.harness.victim import victim_columns
 from leakbench.metrics import (
     MATCHING,
@@ -25,7 +26,6 @@ from leakbench.metrics import (
 )
 from leakbench.metrics.stats import describe, or_none
 from leakbench.models import ImageVictim
-from leakbench.reconstruction import incomplete_reason
 from leakbench.records.artifacts import AttackOutput, plain_stats
 from leakbench.records.trust import images_of
 

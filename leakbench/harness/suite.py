@@ -19,7 +19,7 @@ features of inner layers to images (cells of image attacks such as IG get none; 
 cell attacks an inner layer with a layer attack is refused: it would invert nothing).
 `grid_images` (1 … 1024, default 8) and `grid_seed` pick the images the comparison grids show.
 Every number of a `dp`, `fedavg`, `inversion` or `train` table and of `[hyperparameters.X]` has a
-declared range (`leakbench.ranges`; `leakbench show attack X` prints an attack's).
+declared range (`leakbench.core.ranges`; `leakbench show attack X` prints an attack's).
 `train_epochs = [0, 1, 5]` is the victim axis: 0 is the victim at init, N > 0 trains it N epochs
 (recipe: the optional table `train = {optimizer, lr, momentum, batch_size, weight_decay, augment,
 seed}`, else `TrainRecipe`'s defaults) on the dataset's train part, attacking batches of its attack part.
@@ -87,19 +87,19 @@ from typing import Any, TypeVar
 
 from leakbench.attacks import attack_class
 from leakbench.attacks.inversion import inverts
-from leakbench.errors import ConfigError, LeakbenchError
+from leakbench.cell.spec import CellSpec, cell_id, cell_settings
+from leakbench.core.errors import ConfigError, LeakbenchError
+from leakbench.core.inversion import InversionConfig
+from leakbench.core.limits import MAX_CELLS, MAX_GRID_IMAGES, check_depth, check_int, check_seed, check_width
+from leakbench.core.settings import build_config
 from leakbench.fl.dp import DPConfig
 from leakbench.fl.fedavg import FedAvgConfig
 from leakbench.fl.noise import check_noise
 from leakbench.fl.transform import TRANSFORMS, DefenceSetting, transform_class
 from leakbench.fl.update import ThreatModel
-from leakbench.harness.limits import MAX_CELLS, MAX_GRID_IMAGES, check_depth, check_int, check_seed, check_width
-from leakbench.harness.spec import CellSpec, cell_id, cell_settings
-from leakbench.inversion import InversionConfig
 from leakbench.models import VICTIMS, architecture, default_depth, known_arch, victim_label
 from leakbench.models.training import TrainRecipe, check_epochs
 from leakbench.records.folders import folder_name
-from leakbench.settings import build_config
 
 SUITES: Traversable = files("leakbench.suites")
 """The shipped suites (package data): NAME.toml, and paper/NAME.toml (`leakbench reproduce`)."""
@@ -508,7 +508,7 @@ def _level(value: Any, where: str, what: str, cls: type[C]) -> C | None:
 
 def _table(value: Any, where: str, cls: type[C]) -> C:
     """A TOML table turned into the settings dataclass `cls` by the coercer of every Config
-    (`leakbench.settings.build_config`: keys, types, declared ranges)."""
+    (`leakbench.core.settings.build_config`: keys, types, declared ranges)."""
     if not isinstance(value, dict):
         raise ConfigError(f"{where} must be a table")
     try:

@@ -6,17 +6,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal, overload
 
-import numpy as np
 import torch
 
-from leakbench.datasets import Batch, ImageDataset, load_dataset, partition, sample_batch
-from leakbench.datasets.base import concat_batches
-from leakbench.errors import ConfigError, DefenceError
+from leakbench.cell.draw import draw_batch
+from leakbench.cell.spec import CellSpec, cell_id, cell_settings, transforms
+from leakbench.core.errors import DefenceError
+from leakbench.datasets import Batch, ImageDataset, load_dataset, partition
 from leakbench.fl import Client, ClientUpdate, client_update
 from leakbench.fl.fedavg import FedAvg
 from leakbench.fl.secagg import SecAgg
 from leakbench.fl.transform import FedSGD
-from leakbench.harness.spec import CellSpec, cell_id, cell_settings, client_count, transforms
 from leakbench.models import ImageVictim, build_model
 from leakbench.models.training import UpdateRule
 from leakbench.models.victims import AT_INIT, VictimInfo, trained_victim
@@ -62,36 +61,6 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, ImageVict
                               spec.train_epochs, rule=training_rule(spec, dataset))
     model.victim_info = info
     return batch, model.eval()  # at rest in eval mode; the client's update and the scoring set their own mode
-
-
-def draw_batch(dataset: ImageDataset, spec: CellSpec) -> Batch:
-    """The cell's batch (`truth_size(spec)` images) from its loaded dataset: the whole dataset at init, the
-    attack part for a trained victim; K batches of b for a cell of K clients (`draw_client_batches`)."""
-    return draw_client_batches(dataset, spec.batch_size, spec.seed, client_count(spec), trained=spec.train_epochs > 0)
-
-
-def draw_client_batches(dataset: ImageDataset, batch_size: int, seed: int, clients: int = 1, *,
-                        trained: bool = False) -> Batch:
-    """`clients` disjoint batches of `batch_size` images, one after the other, drawn from `seed`.
-
-    Client 0's is exactly the batch a cell of one client draws (`sample_batch` from `seed`); client
-    k > 0 draws from stream k of the seed among the images no earlier client holds. The pool is the
-    whole dataset, or its attack part for a `trained` victim.
-    """
-    pool = partition(dataset).attack if trained else None
-    first = sample_batch(dataset, batch_size, seed, pool=pool)
-    if clients == 1:
-        return first
-    everything = np.arange(len(dataset)) if pool is None else np.asarray(pool)
-    if clients * batch_size > len(everything):
-        where = " in its attack part" if trained else ""
-        raise ConfigError(f"{clients} clients of {batch_size} images need {clients * batch_size} distinct images; "
-                          f"dataset {dataset.name!r} offers {len(everything)}{where}")
-    batches = [first]
-    for k in range(1, clients):
-        taken = np.fromiter((i for b in batches for i in b.indices), dtype=np.int64)
-        batches.append(sample_batch(dataset, batch_size, seed, pool=np.setdiff1d(everything, taken), stream=k))
-    return concat_batches(batches)
 
 
 def victim_key(spec: CellSpec, dataset: ImageDataset) -> dict[str, Any]:

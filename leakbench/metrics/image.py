@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from leakbench.errors import LeakbenchError
+from leakbench.core.errors import LeakbenchError
 
 PEAK = 1.0
 """Peak signal value used by PSNR (images live in [0, 1])."""

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from leakbench.errors import LeakbenchError
+from leakbench.core.errors import LeakbenchError
 
 NETS = ("alex", "vgg")
 """LPIPS trunks offered: alex (breaching's and the SPEAR paper's choice), vgg (the CPA paper's)."""

@@ -14,7 +14,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
-from leakbench.errors import LeakbenchError
+from leakbench.core.errors import LeakbenchError
 
 MATCHING = "hungarian-mse"
 """Name of the matching rule, for reports."""

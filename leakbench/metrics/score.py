@@ -19,11 +19,11 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from leakbench.errors import LeakbenchError
+from leakbench.core.errors import LeakbenchError
+from leakbench.core.reconstruction import ANSWERED
 from leakbench.metrics.image import exact, mse, psnr, ssim
 from leakbench.metrics.lpips_metric import LpipsScorer
 from leakbench.metrics.matching import UNMATCHED, apply_matching, match_by_mse
-from leakbench.reconstruction import ANSWERED
 
 IMAGE_COLUMNS = ("image", "matched_recon", "mse", "psnr", "ssim", "lpips", "exact")
 """Columns of :func:`score_images`."""

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 
 import torch
 
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
+from leakbench.core.registry import Registry
 from leakbench.models.base import ImageVictim
 from leakbench.models.conv import ConvNet, build_conv
 from leakbench.models.fc import FCNet, build_fc
 from leakbench.models.outside import PluginVictim, VictimFactory
 from leakbench.models.resnet import ResNet, build_resnet
 from leakbench.plugins import load_victim_plugins
-from leakbench.registry import Registry
 
 Builder = Callable[..., ImageVictim]
 """(input_shape, num_classes, *, width, depth, seed, dtype) → the victim, its init drawn from `seed`."""

@@ -69,7 +69,7 @@ refused with one line instead of an allocation error (per-sample DP gradients mu
 
 def check_parameter_count(count: int, what: str) -> None:
     """Raise a ConfigError before allocating a victim of more than MAX_PARAMETERS parameters."""
-    from leakbench.errors import ConfigError
+    from leakbench.core.errors import ConfigError
 
     if count > MAX_PARAMETERS:
         raise ConfigError(f"{what} would hold {count:,} parameters, more than the {MAX_PARAMETERS:,} allowed "

@@ -14,7 +14,7 @@ import math
 import torch
 from torch import nn
 
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 from leakbench.models.base import ImageVictim, build_seeded, check_parameter_count
 
 FEATURE_SIDE = 8

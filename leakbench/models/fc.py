@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 from leakbench.models.base import ImageVictim, build_seeded, check_parameter_count
 
 

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 from leakbench.models.base import ImageVictim, build_seeded
 
 Build = Callable[[tuple[int, int, int], int, int, int], nn.Module]

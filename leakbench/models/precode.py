@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 from leakbench.models.base import ImageVictim
 
 NOISE_MIX = 0x9E3779B97F4A7C15

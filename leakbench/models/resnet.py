@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 from leakbench.models.base import build_seeded
 from leakbench.models.conv import ConvNet
 

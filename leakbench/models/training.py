@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from leakbench.errors import ConfigError
-from leakbench.harness.limits import MAX_SEED
+from leakbench.core.errors import ConfigError
+from leakbench.core.limits import MAX_SEED
+from leakbench.core.ranges import MAX_WEIGHT, Ranged, ranged
 from leakbench.models.base import ImageVictim, training_loss
-from leakbench.ranges import MAX_WEIGHT, Ranged, ranged
 
 if TYPE_CHECKING:  # annotations only: the update transforms load the plugins when first used
     from leakbench.fl.transform import UpdateTransform
@@ -54,7 +54,7 @@ class TrainRecipe(Ranged):
     owner: ClassVar[str] = "training"
 
     def __post_init__(self) -> None:
-        super().__post_init__()  # declared ranges (leakbench.ranges)
+        super().__post_init__()  # declared ranges (leakbench.core.ranges)
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"training optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
 

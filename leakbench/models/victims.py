@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from leakbench.errors import LeakbenchWarning
+from leakbench.core.errors import LeakbenchWarning
 from leakbench.models.training import TrainRecipe, UpdateRule, accuracy, train
 
 CACHE_ENV = "LEAKBENCH_VICTIM_CACHE"

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from leakbench.reconstruction import Reconstruction
+from leakbench.core.reconstruction import Reconstruction
 
 RECONSTRUCTION_FILE = "reconstruction.npz"
 ATTACK_FILE = "attack.json"

@@ -1,28 +1,22 @@
 """A cell folder: its files written all or nothing and sealed, its manifest, and where it lies in a run.
 
 A cell folder holds reconstruction.npz and attack.json (the attack's answer: `records.artifacts`),
-records.parquet, summary.json and manifest.json (its scoring), and seal.json (`records.seal`). It is
-written to a temporary folder beside its place first and sealed; only the complete folder replaces
-the old one, and only a folder leakbench wrote is ever replaced (`records.folders`).
+records.parquet, summary.json and manifest.json (its scoring), and seal.json (`records.seal`). The runner
+builds these files from a scored cell (`harness.manifest`); the store writes them to a temporary folder
+beside their place first and seals it; only the complete folder replaces the old one, and only a folder
+leakbench wrote is ever replaced (`records.folders`).
 """
 
 from __future__ import annotations
 
-import io
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from leakbench.errors import ConfigError, LeakbenchError
-from leakbench.records.artifacts import attack_output_files, json_bytes
-from leakbench.records.environment import environment
+from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.records.folders import replace_folder, temp_folder
 from leakbench.records.seal import CELL_FILES, foreign_cell_entries, is_cell_folder, write_seal
-
-if TYPE_CHECKING:
-    from leakbench.harness.scoring import CellResult
 
 CELLS_DIR = "cells"
 
@@ -46,26 +40,6 @@ def check_cell_out(out: Path) -> None:
                           "leakbench replaces only its own output: choose a new or empty folder")
 
 
-def manifest(result: CellResult, selection: list[int] | None = None) -> dict[str, Any]:
-    """Versions, seeds, settings, timing, machine and grid selection for one cell."""
-    from leakbench.harness.job import attack_seed  # the runner's seed rule; loaded only when a cell is written
-    from leakbench.harness.spec import spec_dict
-
-    seed = result.spec.seed
-    return {
-        **environment(),
-        "cell_id": result.summary["cell_id"],
-        "spec": spec_dict(result.spec),
-        "seeds": {"batch": seed, "model_init": seed, "attack": attack_seed(result.summary["cell_id"]),
-                  **({"dp_noise": seed} if result.spec.dp else {}),
-                  **({"train_shuffle": result.spec.recipe.seed} if result.spec.recipe else {})},
-        "dataset_indices": [int(i) for i in result.records["dataset_index"]],
-        "grid_selection": selection,
-        "summary": result.summary,
-        **result.provenance,  # attack_code, batch_fingerprint: checked before the cell is reused (harness.reuse)
-    }
-
-
 @dataclass(frozen=True)
 class CellFiles:
     """A cell folder's content before it is stored: the cell's id and each file's bytes by name (unsealed).
@@ -75,16 +49,6 @@ class CellFiles:
 
     cell_id: str
     files: dict[str, bytes]
-
-
-def cell_files(result: CellResult, selection: list[int] | None = None) -> CellFiles:
-    """The cell's stored answer (reconstruction.npz, attack.json) and its scoring (records.parquet,
-    summary.json, manifest.json with the grid's pre-drawn batch positions `selection`)."""
-    records = io.BytesIO()
-    result.records.to_parquet(records, index=False)
-    return CellFiles(result.summary["cell_id"], {
-        **attack_output_files(result.output), "records.parquet": records.getvalue(),
-        "summary.json": json_bytes(result.summary), "manifest.json": json_bytes(manifest(result, selection))})
 
 
 def write_cell_files(cell: CellFiles, out: Path, extra: Callable[[Path], None] | None = None) -> None:
@@ -110,9 +74,3 @@ def write_cell_files(cell: CellFiles, out: Path, extra: Callable[[Path], None] |
         replace_folder(tmp, out, foreign_cell_entries)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def write_cell(result: CellResult, out: Path, selection: list[int] | None = None,
-               extra: Callable[[Path], None] | None = None) -> None:
-    """Write the cell's files (`cell_files`) into `out`, all or nothing (`write_cell_files`)."""
-    write_cell_files(cell_files(result, selection), out, extra)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 """A folder name leakbench makes from a name it was given: at most 100 characters (with the suffixes

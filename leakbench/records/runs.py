@@ -22,11 +22,11 @@ from typing import Any
 
 import pandas as pd
 
-from leakbench.errors import ConfigError, LeakbenchError
-from leakbench.harness.limits import MAX_GRID_IMAGES, check_int, check_seed
-from leakbench.harness.selection import check_selection
+from leakbench.cell.selection import check_selection
+from leakbench.core.errors import ConfigError, LeakbenchError
+from leakbench.core.limits import MAX_GRID_IMAGES, check_int, check_seed
+from leakbench.core.ranges import INT64
 from leakbench.metrics.score import recovered
-from leakbench.ranges import INT64
 from leakbench.records.atomic import write_parquet_atomic
 from leakbench.records.cells import CELLS_DIR, cell_path
 from leakbench.records.folders import check_owned, folder_name, remove_leftovers

@@ -1,7 +1,7 @@
 """A stored cell's ground truth beside its stored answer, for grids and comparison figures.
 
 Ground truth is never stored: it is re-derived from the cell's spec (dataset, image size, batch size,
-seed, clients, trained or not) as scoring derived it (`harness.victim.draw_client_batches`). The stored
+seed, clients, trained or not) as scoring derived it (`cell.draw.draw_client_batches`). The stored
 reconstruction (`records.artifacts`) and its stored matching (the records' `matched_recon`, one per
 ground-truth image) align the two. Loads datasets and the
 victim's batch code (when a truth is drawn) only: no attack and none of the harness runner.
@@ -25,7 +25,7 @@ from leakbench.records.artifacts import AttackOutput, load_attack_output
 from leakbench.records.cells import CELLS_DIR, cell_path
 
 if TYPE_CHECKING:  # specs, datasets and models load when a truth is drawn, not when reports import this
-    from leakbench.harness.spec import CellSpec
+    from leakbench.cell.spec import CellSpec
 
 
 @dataclass(frozen=True)
@@ -55,17 +55,17 @@ def cell_folder(path: Path, cell_id: str) -> Path:
 
 def stored_spec(cell_dir: Path, data_root: str | None = None) -> CellSpec:
     """The spec a cell folder's manifest stores (its dataset found under `data_root` when given)."""
-    from leakbench.harness.spec import spec_from_dict
+    from leakbench.cell.spec import spec_from_dict
 
     spec = spec_from_dict(json.loads((cell_dir / "manifest.json").read_text())["spec"])
     return spec if data_root is None else dataclasses.replace(spec, data_root=data_root)
 
 
 def truth_images(spec: CellSpec) -> torch.Tensor:
-    """The cell's ground truth (`harness.spec.truth_size` images: every client's batch), re-derived from
+    """The cell's ground truth (`cell.spec.truth_size` images: every client's batch), re-derived from
     its dataset, image size, batch size, seed, number of clients and whether its victim is trained (its
     batch then comes from the attack part); cached: the attacks of one setting share a batch."""
-    from leakbench.harness.spec import client_count
+    from leakbench.cell.spec import client_count
 
     return _truth(spec.dataset, spec.data_root, spec.image_size, spec.batch_size, spec.seed, client_count(spec),
                   spec.train_epochs > 0)
@@ -74,8 +74,8 @@ def truth_images(spec: CellSpec) -> torch.Tensor:
 @lru_cache(maxsize=16)
 def _truth(dataset: str, data_root: str | None, image_size: int | None, batch_size: int, seed: int, clients: int,
            trained: bool) -> torch.Tensor:
+    from leakbench.cell.draw import draw_client_batches
     from leakbench.datasets import load_dataset
-    from leakbench.harness.victim import draw_client_batches
 
     data = load_dataset(dataset, data_root=Path(data_root) if data_root else None, image_size=image_size)
     return draw_client_batches(data, batch_size, seed, clients, trained=trained).images

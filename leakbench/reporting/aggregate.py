@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from leakbench.core.reconstruction import ANSWERED
 from leakbench.metrics.score import recovered
 from leakbench.metrics.stats import describe
 from leakbench.models import victim_label
-from leakbench.reconstruction import ANSWERED
 from leakbench.reporting.order import level_key
 
 LPIPS_MISSING = "n/a — weights not available"

@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from leakbench.citation import Citation
+from leakbench.core.citation import Citation
 from leakbench.reporting.render import Cell, Link, Table, markdown, md_escape, md_paragraph
 
 

@@ -4,7 +4,7 @@ A cell folder keeps the attack's answer (`reconstruction.npz`) and its scored re
 `matched_recon` column pairs each ground-truth image with a reconstruction; the ground truth itself is
 re-derived from the cell's spec (never stored). Comparison figures put every attack on the same batch
 and setting side by side — ground truth on top, one row per attack, the images chosen before any
-attack ran (`harness.selection`), PSNR and LPIPS under each tile, failures shown. Truth, answer and
+attack ran (`cell.selection`), PSNR and LPIPS under each tile, failures shown. Truth, answer and
 matching come from `records.truth.load_truth`.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from leakbench.errors import LeakbenchError
+from leakbench.core.errors import LeakbenchError
 from leakbench.records.truth import load_truth
 from leakbench.reporting.aggregate import Key, key_values, psnr_text
 from leakbench.reporting.grid import ComparisonRow, save_comparison, save_grid

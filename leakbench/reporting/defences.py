@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from leakbench.citation import Papers
+from leakbench.core.citation import Papers
 from leakbench.reporting.aggregate import PSNR_CAP, all_exact, fmt, grouped, key_values, model_order, psnr_text
 from leakbench.reporting.board_page import Board, Column, Entry, anchor, number, paper_entry
 from leakbench.reporting.leakage import leakage_key, leakage_stats, shown_exact

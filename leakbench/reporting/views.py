@@ -21,8 +21,8 @@ from typing import Any
 
 import pandas as pd
 
-from leakbench.errors import ConfigError
-from leakbench.registry import Registry
+from leakbench.core.errors import ConfigError
+from leakbench.core.registry import Registry
 from leakbench.reporting.aggregate import failed_cells, incomplete_cells, with_model
 from leakbench.reporting.render import Table, markdown_table
 

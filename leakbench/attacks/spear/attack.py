@@ -32,11 +32,11 @@ from leakbench.attacks.spear.scheduler import ProposalSource, Scheduler, default
 from leakbench.attacks.spear.search import search_columns
 from leakbench.attacks.spear.solve import Solution
 from leakbench.attacks.spear.state import SearchSettings, SearchState, stop_reason
-from leakbench.citation import Citation
-from leakbench.errors import ConfigError
+from leakbench.core.citation import Citation
+from leakbench.core.errors import ConfigError
+from leakbench.core.limits import MAX_DEPTH
+from leakbench.core.ranges import MAX_SECONDS, Ranged, chosen, ranged
 from leakbench.fl.update import ClientUpdate
-from leakbench.harness.limits import MAX_DEPTH
-from leakbench.ranges import MAX_SECONDS, Ranged, chosen, ranged
 
 MAX_DRAWS = 10**12
 """Draws a search may be given (about a week at a million draws per second)."""
@@ -67,7 +67,7 @@ class SearchBudget(Ranged):
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        super().__post_init__()  # declared ranges and choices (leakbench.ranges)
+        super().__post_init__()  # declared ranges and choices (leakbench.core.ranges)
         if self.device.split(":")[0] not in ("cpu", "cuda"):
             raise ConfigError(f"{self.attack_name}: device must be cpu or cuda, got {self.device!r}")
 

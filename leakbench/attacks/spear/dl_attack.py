@@ -12,9 +12,9 @@ from leakbench.attacks.spear.dl import DLTrims, Proposal
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.scheduler import ProposalSource
 from leakbench.attacks.spear.state import SearchSettings
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
+from leakbench.core.ranges import chosen, ranged
 from leakbench.fl.update import ClientUpdate
-from leakbench.ranges import chosen, ranged
 
 INITS = ("subsets", "msp", "msp-only")
 MAX_PROPOSALS = 10**5
@@ -46,7 +46,7 @@ class SpearDLConfig(SpearConfig):
     attack_name: ClassVar[str] = "spear-dl"
 
     def __post_init__(self) -> None:
-        super().__post_init__()  # the init's choices too (leakbench.ranges)
+        super().__post_init__()  # the init's choices too (leakbench.core.ranges)
         ignored = IGNORED_BY_INIT.get(self.init, ())
         changed = [knob for knob in ignored if getattr(self, knob) != SpearDLConfig.__dataclass_fields__[knob].default]
         if changed:

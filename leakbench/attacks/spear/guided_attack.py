@@ -16,7 +16,7 @@ from leakbench.attacks.spear.guided import GuidePool, PatternFits, make_guide
 from leakbench.attacks.spear.residual import ResidualGuides
 from leakbench.attacks.spear.scheduler import ProposalSource
 from leakbench.attacks.spear.state import SearchSettings
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 
 
@@ -106,7 +106,7 @@ def check_guide(cfg: GuidedSpearConfig) -> None:
     """Refuse, when the config is built (so at parse time), a guide that is not a registered attack, and
     guide_options that are not a table or that the guide's own Config refuses (unknown keys, wrong types)."""
     from leakbench.attacks import attack_class  # the registry imports this module
-    from leakbench.settings import build_config
+    from leakbench.core.settings import build_config
 
     if not isinstance(cfg.guide, str):
         raise ConfigError(f"spear-guided: guide must be an attack name, got {cfg.guide!r}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from leakbench.ranges import MAX_LR, MAX_STEPS, MAX_WEIGHT, Ranged, ranged
+from leakbench.core.ranges import MAX_LR, MAX_STEPS, MAX_WEIGHT, Ranged, ranged
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 `[hyperparameters.X]`, and a suite's `dp`, `fedavg`, `inversion`, `train` and `defences` tables
 (`what` names them in messages): unknown and missing keys, wrong types (ints accepted, and stored, as
 floats for float fields, so `1` and `1.0` are one cell) and values outside a field's declared range
-or choices (`leakbench.ranges`, for any Config, plugins' too) are one ConfigError line.
+or choices (`leakbench.core.ranges`, for any Config, plugins' too) are one ConfigError line.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import typing
 from dataclasses import MISSING, Field
 from typing import Any, TypeVar
 
-from leakbench.errors import ConfigError
-from leakbench.ranges import check_ranges
+from leakbench.core.errors import ConfigError
+from leakbench.core.ranges import check_ranges
 
 SIMPLE = {"bool": bool, "int": int, "float": float, "str": str, "dict": dict, "list": list, "tuple": tuple}
 WORDS = {bool: "boolean", int: "integer", float: "number", str: "string"}

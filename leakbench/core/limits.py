@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 
 MAX_SEED = 2**63
 """Seeds lie in [0, 2^63): torch.manual_seed takes a signed 64-bit integer."""

@@ -8,7 +8,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
+from leakbench.core.inversion import InversionConfig
+from leakbench.core.limits import check_depth, check_int, check_seed, check_width
+from leakbench.core.ranges import INT64
 from leakbench.fl import DPConfig, FedAvgConfig
 from leakbench.fl.dp import dp_columns
 from leakbench.fl.fedavg import fedavg_columns
@@ -23,17 +26,14 @@ from leakbench.fl.transform import (
     transform_class,
 )
 from leakbench.fl.update import ThreatModel
-from leakbench.harness.limits import check_depth, check_int, check_seed, check_width
-from leakbench.inversion import InversionConfig
 from leakbench.models import victim_label
 from leakbench.models.training import TrainRecipe, check_epochs
-from leakbench.ranges import INT64
 
 
 @dataclass(frozen=True)
 class CellSpec:
     """Everything that defines one attack run; `seed` drives the batch, the init and the client's noise
-    (DP, FedAvg shuffling); the attack's seed is derived from the cell id (`harness.job.attack_seed`).
+    (DP, FedAvg shuffling); the attack's seed is derived from the cell id (`cell.seeds.attack_seed`).
 
     `dp` None is plain FedSGD; a DPConfig makes the client run one DP-SGD step instead; a
     `fedavg` config makes it run local epochs and share the weight difference (not with DP).
@@ -141,7 +141,7 @@ def check_numbers(spec: CellSpec) -> None:
     """Raise one ConfigError line for the first integer field of `spec` of the wrong type or out of the
     range it can hold (whichever path made the spec: a suite, the command line, a stored manifest read
     back by `spec_from_dict`): seed in [0, 2^63), width and depth within the victims' bounds
-    (`harness.limits`), batch size, layer and image size in [1, 2^63). What each value means (a layer
+    (`core.limits`), batch size, layer and image size in [1, 2^63). What each value means (a layer
     the victim has, an image size the dataset serves) is checked where it is used."""
     check_seed(spec.seed, "seed")
     check_width(spec.width, "width")
@@ -201,7 +201,7 @@ def client_count(spec: CellSpec) -> int:
 
 def truth_size(spec: CellSpec) -> int:
     """How many images the cell's ground truth holds: K·b (every client's batch), what is drawn
-    (`harness.victim.draw_batch`), scored, fingerprinted, shown in grids and re-derived by
+    (`cell.draw.draw_batch`), scored, fingerprinted, shown in grids and re-derived by
     `records.truth`. b for every cell of one client."""
     return spec.batch_size * client_count(spec)
 

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from leakbench.errors import ConfigError
+from leakbench.core.errors import ConfigError
 
 T = TypeVar("T")
 
