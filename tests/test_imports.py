@@ -1,8 +1,13 @@
-"""Reporting reads stored runs through `leakbench.records` only: it never loads an attack nor the harness runner.
+"""The import rules of leakbench's layers (docs/reference/layout.md#layers).
 
-Checked twice: in a fresh interpreter (what importing the reporting modules really loads, through every
-chain of imports) and statically (no file under leakbench/reporting/ names such a module, not even in a
-function body that the first check would not run).
+Reporting reads stored runs through `leakbench.records` only: it never loads an attack nor the harness runner.
+`core/` imports nothing else from leakbench and holds no registry's contents; `cell/` imports only core,
+fl, models and datasets; `records/` only core, cell, metrics and datasets; `fl/`, `models/` and `attacks/`
+never import `harness/`.
+
+Checked twice: in a fresh interpreter (what importing the modules really loads, through every chain of
+imports) and statically (no file of a layer names a module outside its rule, not even in a function body
+that the first check would not run, nor under `if TYPE_CHECKING:`).
 """
 
 from __future__ import annotations
@@ -45,15 +50,25 @@ def test_reporting_and_records_load_no_attack_and_no_runner(module: str) -> None
     assert [m for m in loaded if forbidden(m)] == []
 
 
-def imported_names(tree: ast.AST) -> list[str]:
-    """Every module an import statement in `tree` names (also `from leakbench.harness import run` → .run)."""
+def imported_names(tree: ast.AST, module: str = "", package: bool = False) -> list[str]:
+    """Every module an import statement in `tree` names (also `from leakbench.harness import run` → .run);
+    a relative import is resolved against `module`, the importing module (`package`: its `__init__`)."""
     names = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = module.split(".") if package else module.split(".")[:-1]
+                base = ".".join([*here[:len(here) - node.level + 1], *([base] if base else [])])
+            names += [base, *(f"{base}.{alias.name}" for alias in node.names)]
     return names
+
+
+def file_imports(module: str, path: Path) -> list[str]:
+    """Every module the file `path` of `module` names in an import statement (`imported_names`)."""
+    return imported_names(ast.parse(path.read_text()), module, package=path.name == "__init__.py")
 
 
 def test_no_reporting_file_imports_an_attack_or_the_runner() -> None:
@@ -70,3 +85,102 @@ def test_the_static_check_sees_every_form_of_import() -> None:
     assert [n for n in imported_names(ast.parse(code)) if forbidden(n)] == [
         "leakbench.attacks.spear", "leakbench.harness.run", "leakbench.attacks", "leakbench.harness.job",
         "leakbench.harness.job.attack_seed"]
+
+
+# --------------------------------------------------------------------------- the layers
+
+LAYERS = {
+    "leakbench.core": ("leakbench.core",),
+    "leakbench.cell": ("leakbench.cell", "leakbench.core", "leakbench.fl", "leakbench.models", "leakbench.datasets"),
+    "leakbench.records": ("leakbench.records", "leakbench.core", "leakbench.cell", "leakbench.metrics",
+                          "leakbench.datasets"),
+}
+"""Layer → the only leakbench packages its files may import (itself included). `cell/` names the update's
+transforms (fl), the victim's label and training recipe (models) and draws the batch (datasets);
+`records/` re-loads a cell's dataset to re-derive its ground truth (`records.truth`, datasets)."""
+NEVER_HARNESS = ("leakbench.fl", "leakbench.models", "leakbench.attacks")
+ABOVE_THE_CELL = ("leakbench.harness", "leakbench.attacks", "leakbench.reporting", "leakbench.pipeline",
+                  "leakbench.papers", "leakbench.cli", "leakbench.api", "leakbench.citation", "leakbench.progress")
+"""What neither the cell nor the record store loads when imported."""
+
+
+def within(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def layer_modules(package: str, root: Path = ROOT) -> dict[str, Path]:
+    """Every module of `package` (a folder under `root`) by dotted name; a package's `__init__` is its own."""
+    folder = root.joinpath(*package.split("."))
+    found = {}
+    for path in sorted(folder.rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def outside_imports(package: str, allowed: tuple[str, ...], root: Path = ROOT) -> list[str]:
+    """'module: name' for each leakbench module a file of `package` imports (lazily too) outside `allowed`."""
+    modules = layer_modules(package, root)
+    assert modules, f"no module under {package}"
+    return sorted({f"{module}: {name}" for module, path in modules.items()
+                   for name in file_imports(module, path)
+                   if within(name, ("leakbench",)) and not within(name, allowed)})
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_a_layer_imports_only_what_its_rule_allows(layer: str) -> None:
+    assert outside_imports(layer, LAYERS[layer]) == []
+
+
+@pytest.mark.parametrize("package", NEVER_HARNESS)
+def test_fl_models_and_attacks_never_import_the_harness(package: str) -> None:
+    modules = layer_modules(package)
+    assert modules
+    found = {f"{module}: {name}" for module, path in modules.items()
+             for name in file_imports(module, path) if within(name, ("leakbench.harness",))}
+    assert not found, sorted(found)
+
+
+def test_the_base_layer_holds_no_registry_contents() -> None:
+    """Core has the registry mechanism (`core.registry.Registry`) but no registry: ATTACKS, DATASETS,
+    TRANSFORMS and VICTIMS live with what they register. Checked on the imported modules (no Registry
+    object in any core module) and statically (no core file calls `Registry(...)`)."""
+    modules = sorted(layer_modules("leakbench.core"))
+    code = ("import importlib, json; from leakbench.core.registry import Registry; "
+            f"found = [f'{{m}}.{{n}}' for m in {modules!r} for n, v in vars(importlib.import_module(m)).items() "
+            "if isinstance(v, Registry)]; print(json.dumps(found))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         check=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+    calls = [f"{path.name}:{node.lineno}" for path in layer_modules("leakbench.core").values()
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Registry"]
+    assert calls == []
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_importing_a_layer_loads_nothing_above_it(layer: str) -> None:
+    """Every module of the layer imported in one fresh interpreter: core loads only core, the cell and the
+    record store load neither the runner, nor an attack, nor reporting."""
+    modules = sorted(layer_modules(layer))
+    loaded = loaded_after_import(", ".join(modules))
+    assert set(modules) <= set(loaded)
+    if layer == "leakbench.core":
+        assert [m for m in loaded if m != "leakbench" and not within(m, ("leakbench.core",))] == []
+    else:
+        assert [m for m in loaded if within(m, ABOVE_THE_CELL)] == []
+
+
+@pytest.mark.parametrize("package", NEVER_HARNESS)
+def test_importing_fl_models_or_attacks_loads_no_harness(package: str) -> None:
+    loaded = loaded_after_import(", ".join(sorted(layer_modules(package))))
+    assert [m for m in loaded if within(m, ("leakbench.harness",))] == []
+
+
+def test_the_layer_check_resolves_relative_imports() -> None:
+    code = "from . import spec\nfrom ..harness import run\nfrom ..core.errors import ConfigError\n"
+    assert imported_names(ast.parse(code), "leakbench.cell.draw") == [
+        "leakbench.cell", "leakbench.cell.spec", "leakbench.harness", "leakbench.harness.run",
+        "leakbench.core.errors", "leakbench.core.errors.ConfigError"]
+    assert imported_names(ast.parse("from .spec import CellSpec\n"), "leakbench.cell", package=True) == [
+        "leakbench.cell.spec", "leakbench.cell.spec.CellSpec"]
