@@ -323,9 +323,14 @@ AXES: tuple[Axis, ...] = (
 outermost to the innermost (a new axis goes last: with one level, the plan's order stays)."""
 
 
+def all_axes() -> tuple[Axis, ...]:
+    """`AXES` (read at each call: every derivation below follows the declaration as it is)."""
+    return AXES
+
+
 def axis(key: str) -> Axis:
     """The axis of TOML key `key`."""
-    for one in AXES:
+    for one in all_axes():
         if one.key == key:
             return one
     raise KeyError(key)
@@ -333,13 +338,13 @@ def axis(key: str) -> Axis:
 
 def crossed() -> tuple[Axis, ...]:
     """The axes crossed within each (dataset, attack, model), outermost first: the product's order."""
-    return tuple(a for a in AXES if a.scope != "suite")
+    return tuple(a for a in all_axes() if a.scope != "suite")
 
 
 def key_types() -> dict[str, type]:
     """The suite keys of the axes and their TOML types (lists; the one-level forms their own)."""
     types: dict[str, type] = {}
-    for one in AXES:
+    for one in all_axes():
         types[one.key] = list
         if one.single is not None:
             types[one.single[0]] = one.single[1]
@@ -348,7 +353,7 @@ def key_types() -> dict[str, type]:
 
 def check_lists(raw: Mapping[str, Any]) -> None:
     """Check every axis list the suite gives (`Axis.check_list`)."""
-    for one in AXES:
+    for one in all_axes():
         if one.key in raw:
             one.check_list(raw[one.key])
 
@@ -356,69 +361,72 @@ def check_lists(raw: Mapping[str, Any]) -> None:
 def report_labels() -> dict[str, str]:
     """Report column → its label, one "By …" table each, in declaration order with the outer axes last."""
     labels: dict[str, str] = {}
-    for one in (*crossed(), *(a for a in AXES if a.scope == "suite")):
-        if one.report and one.label:
-            labels.setdefault(one.report, one.label)
+    for one in (*crossed(), *(a for a in all_axes() if a.scope == "suite")):
+        column = one.report or ("" if one.legacy else one.field)
+        if column and one.label:
+            labels.setdefault(column, one.label)
     return labels
 
 
-def declared() -> tuple[Axis, ...]:
-    """The axes declared after the stored ones (`legacy` False): their columns and words derive from here."""
-    return tuple(a for a in AXES if not a.legacy)
+def added() -> tuple[Axis, ...]:
+    """The axes declared after the stored ones (`legacy` False): each records its `field` as a column of that
+    name, away from its default (columns, plan words, report defaults and labels derive from here)."""
+    return tuple(a for a in all_axes() if not a.legacy)
 
 
 def default_fields(axes: Iterable[Axis] | None = None) -> Fields:
-    """The `CellSpec` fields of the default level of `axes` (default: `declared()`): what a cell stored before
+    """The `CellSpec` fields of the default levels of `axes` (default: `added()`): what a cell stored before
     the axis existed ran at, left out of its id (`cell.spec.NEW_FIELD_DEFAULTS`)."""
     fields: Fields = {}
-    for one in declared() if axes is None else axes:
+    for one in added() if axes is None else axes:
         for level in one.levels({}):
             fields.update(one.level_fields(level))
     return fields
 
 
-def record_columns(spec: Any) -> dict[str, Any]:
-    """The record columns of the `declared()` axes of the cell `spec` away from their default (a cell at every
-    default keeps the columns it had before these axes existed)."""
+def _away(spec: Any) -> list[Axis]:
+    """The `added()` axes at which the cell `spec` is away from its default."""
     defaults = default_fields()
-    return {column: getattr(spec, one.field) for one in declared() for column in one.record_columns()
-            if getattr(spec, one.field) != defaults[one.field]}
+    return [one for one in added() if getattr(spec, one.field) != defaults[one.field]]
+
+
+def record_columns(spec: Any) -> dict[str, Any]:
+    """The record columns of the `added()` axes of the cell `spec` away from their default (a cell at every
+    default keeps the columns it had before these axes existed)."""
+    return {one.field: getattr(spec, one.field) for one in _away(spec)}
 
 
 def settings_words(spec: Any) -> list[str]:
-    """The plan-line words ('client_lr=0.05') of the `declared()` axes of `spec` away from their default."""
-    defaults = default_fields()
-    return [f"{one.field}={getattr(spec, one.field)}" for one in declared()
-            if getattr(spec, one.field) != defaults[one.field]]
+    """The plan-line words ('client_lr=0.05') of the `added()` axes of `spec` away from their default."""
+    return [f"{one.field}={getattr(spec, one.field)}" for one in _away(spec)]
 
 
 def with_defaults(cells: pd.DataFrame) -> pd.DataFrame:
-    """`cells` (a cells table) with every `declared()` axis's columns, its default where a cell has none (a cell
-    at the default stores no such column), so report tables can hold it at, or group by, a value."""
+    """`cells` (a cells table) with the column of every `added()` axis, its default where a cell has none (a cell
+    at the default stores none), so report tables can hold it at, or group by, a value."""
     defaults = default_fields()
     cells = cells.copy()
-    for one in declared():
-        for column in one.record_columns():
-            value = defaults[one.field]
-            cells[column] = cells[column].fillna(value) if column in cells else value
+    for one in added():
+        value = defaults[one.field]
+        cells[one.field] = cells[one.field].where(cells[one.field].notna(), value) if one.field in cells else value
     return cells
 
 
 def baselines() -> dict[str, Any]:
-    """The value report tables hold each `declared()` axis at while another axis varies: its default."""
+    """The value report tables hold each `added()` axis at while another axis varies: its default."""
     defaults = default_fields()
-    return {one.report or one.field: defaults[one.field] for one in declared() if one.apart}
+    return {one.field: defaults[one.field] for one in added() if one.apart}
 
 
 def level_words(cells: pd.DataFrame) -> pd.Series:
-    """Per cell (a row of a cells table, after `with_defaults`), ' · field=value' for every `declared()` axis
-    kept apart that is away from its default, '' for none: for the integrator to add to the label that keeps
+    """Per cell (a row of a cells table, after `with_defaults`), ' · field=value' for every `added()` axis kept
+    apart that is away from its default, '' for none: for the integrator to append to the label that keeps
     cells apart in pivots and the leaderboard (`reporting.aggregate.with_model`'s `client`)."""
     import pandas as pd
 
     words = pd.Series("", index=cells.index)
     defaults = default_fields()
-    for one in declared():
+    for one in added():
         if one.apart and one.field in cells:
             column = cells[one.field]
             words = words.where(column == defaults[one.field], words + f" · {one.field}=" + column.astype(str))
@@ -430,7 +438,7 @@ def level_words(cells: pd.DataFrame) -> pd.Series:
 
 def flagged() -> tuple[Axis, ...]:
     """The axes with a `leakbench attack` flag, in declaration order."""
-    return tuple(a for a in AXES if a.flag is not None)
+    return tuple(a for a in all_axes() if a.flag is not None)
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -451,10 +459,10 @@ def check_flags(args: argparse.Namespace) -> None:
 
 
 def flag_fields(args: argparse.Namespace) -> Fields:
-    """The `CellSpec` fields the flags of the `declared()` axes give (the stored axes' flags are read by
+    """The `CellSpec` fields the flags of the `added()` axes give (the stored axes' flags are read by
     `cli.cmd_attack` itself: their defaults depend on other flags)."""
     fields: Fields = {}
-    for one in declared():
+    for one in added():
         if one.flag is not None:
             fields.update(one.level_fields(one.parse(getattr(args, one.flag.dest), one.flag.name, {})))
     return fields

@@ -88,7 +88,7 @@ from typing import Any
 
 from leakbench.attacks import attack_class
 from leakbench.attacks.inversion import inverts
-from leakbench.cell.axes import AXES, Fields, axis, check_lists, crossed, key_types, table
+from leakbench.cell.axes import Fields, all_axes, axis, check_lists, crossed, key_types, table
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.harness.limits import MAX_CELLS, MAX_GRID_IMAGES, check_depth, check_int, check_seed, check_width
 from leakbench.harness.spec import CellSpec, cell_id, cell_settings
@@ -107,8 +107,15 @@ SETTING_KEYS = {"name": str, "description": str, "width": int, "depth": int, "im
                 "plugins": list, "dataset_plugins": list, "defence_plugins": list, "victim_plugins": list,
                 "train": dict, "noise_scale": str}
 """The suite's keys that are not axes (those are declared in `leakbench.cell.axes.AXES`)."""
-KEYS = {**SETTING_KEYS, **key_types()}
-"""Every key a suite may give, with its TOML type."""
+
+
+def suite_keys() -> dict[str, type]:
+    """Every key a suite may give, with its TOML type: its settings and the keys of its axes."""
+    return {**SETTING_KEYS, **key_types()}
+
+
+KEYS = suite_keys()
+"""The keys of `suite_keys` when this module was loaded."""
 REQUIRED = ("name", "attacks", "batch_sizes")
 MODEL_KEYS = {"arch": str, "width": int, "depth": int, "train_epochs": int}
 DEFAULT_GRID_IMAGES = 8
@@ -182,7 +189,7 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
     try:
         _load_plugins(raw)
         _validate(raw)
-        levels = {a.key: a.levels(raw) for a in AXES if a.scope == "cell"}
+        levels = {a.key: a.levels(raw) for a in all_axes() if a.scope == "cell"}
         inversion = table(raw["inversion"], "key 'inversion'", InversionConfig) if "inversion" in raw else None
         recipe = table(raw["train"], "key 'train'", TrainRecipe) if "train" in raw else TrainRecipe()
         victims = _victims(raw)
@@ -190,7 +197,7 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
         if "train" in raw and not any(e for epochs in victims.values() for e in epochs):
             raise ConfigError("key 'train' (a training recipe) needs key 'train_epochs' with a value ≥ 1")
         layerless = tuple(a for a in raw["attacks"] if not _has_layer(a))
-        for one in AXES:
+        for one in all_axes():
             one.check_unique(levels[one.key] if one.scope == "cell" else raw.get(one.key, []))
     except LeakbenchError as exc:
         raise ConfigError(f"suite {path}: {exc}") from None
@@ -201,8 +208,10 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
     def crossing(attack: str, v: Victim) -> list[list[Fields]]:
         """The levels crossed for `attack` on victim `v`, as cell fields, outermost axis first: the attack's
         layers in the model (layer 1 only for an attack without a layer setting), the model's epochs."""
-        per_victim = {"layers": [{"layer": 1}] if attack in layerless else [{"layer": n} for n in layers[v]],
-                      "train_epochs": [{"train_epochs": e, "recipe": recipe if e else None} for e in victims[v]]}
+        layer_levels = [1] if attack in layerless else layers[v]
+        per_victim: dict[str, list[Fields]] = {
+            "layers": [{"layer": n} for n in layer_levels],
+            "train_epochs": [{"train_epochs": e, "recipe": recipe if e else None} for e in victims[v]]}
         return [per_victim[a.key] if a.scope == "victim" else fields[a.key] for a in crossed()]
 
     outer = list(product(datasets, raw["attacks"], victims))
@@ -263,11 +272,12 @@ def _has_layer(attack: str) -> bool:
 
 
 def _validate(raw: dict[str, Any]) -> None:
+    keys = suite_keys()
     for key in raw:
-        if key not in KEYS:
-            raise ConfigError(f"unknown key {key!r} (known: {', '.join(sorted(KEYS))})")
-        if not isinstance(raw[key], KEYS[key]) or isinstance(raw[key], bool):
-            kind = {int: "an integer", str: "a string", list: "a list", dict: "a table"}[KEYS[key]]
+        if key not in keys:
+            raise ConfigError(f"unknown key {key!r} (known: {', '.join(sorted(keys))})")
+        if not isinstance(raw[key], keys[key]) or isinstance(raw[key], bool):
+            kind = {int: "an integer", str: "a string", list: "a list", dict: "a table"}[keys[key]]
             shown = f", got {raw[key]!r}" if isinstance(raw[key], (int, float)) else ""  # 1e400 parses as inf
             raise ConfigError(f"key {key!r} must be {kind}{shown}")
     for key in REQUIRED:
