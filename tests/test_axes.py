@@ -74,7 +74,8 @@ def test_a_declared_axis_is_checked_as_declared(tmp_path: Path, toy: Axis, extra
 
 def test_the_cell_count_is_the_product_of_the_levels(tmp_path: Path, toy: Axis,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    extra = 'bn_modes = ["eval", "train"]\nseeds = [0, 1, 2]\nnoise = [0.0, 1e-4]\nthreat = ["default", {labels = "known"}]\n'
+    extra = ('bn_modes = ["eval", "train"]\nseeds = [0, 1, 2]\nnoise = [0.0, 1e-4]\n'
+             'threat = ["default", {labels = "known"}]\n')
     suite = _load(tmp_path, extra)
     assert len(suite.cells) == math.prod((2, 2, 3, 2, 2))  # batch sizes, bn modes, seeds, noise, threat
     monkeypatch.setattr("leakbench.harness.suite.MAX_CELLS", len(suite.cells) - 1)
@@ -93,7 +94,7 @@ def test_the_default_level_is_the_spec_default() -> None:
 
 def test_every_declared_column_is_a_record_column() -> None:
     """What an axis declares it records is what `cell_columns` writes for a cell away from the defaults."""
-    from leakbench.fl import DPConfig, FedAvgConfig  # noqa: F401 (registers the transforms)
+    from leakbench.fl import DPConfig, FedAvgConfig
     from leakbench.fl.transform import DefenceSetting, transform_class
 
     prune = DefenceSetting("prune", transform_class("prune").Config(fraction=0.5))

@@ -71,13 +71,13 @@ class Axis:
     `scope` says where its levels cross: "suite" axes (datasets, attacks, models) make the outer loops of
     the plan; "victim" axes (layers, train_epochs) have levels that depend on the model and attack, which
     `harness.suite` works out; "cell" axes cross every combination of the others, innermost in declaration
-    order, each level setting `fields(level)` of the cell. `kind` is what the TOML list holds ("names",
-    "integers" ≥ 0, or "levels": values or tables, at least one; `none` is the level that means none, named
-    in that error). `apart`: its levels are different settings that tables never pool (False: repetitions
-    of one setting, pooled: the seeds; every axis's levels are distinct cells with their own ids either
-    way). `legacy`: an axis of the stored records, whose columns, plan words and report label
-    `cell.spec` and `reporting.aggregate` write by hand (so stored tables stay byte-identical); an axis
-    declared later gets those from here.
+    order, each level setting `fields(level)` of the cell. `kind` is what the TOML list holds: "names",
+    "integers" ≥ 0, "levels" (values or tables, at least one; `none` is the level that means none, named in
+    that error) or "tables" (checked by the axis's own code: `models`). `apart`: its levels are different
+    settings that tables never pool (False: repetitions of one setting, pooled: the seeds; every axis's
+    levels are distinct cells with their own ids either way). `legacy`: an axis of the stored records, whose
+    columns, plan words and report label `cell.spec` and `reporting.aggregate` write by hand (so stored
+    tables stay byte-identical); an axis declared later gets those from here.
     """
 
     key: str

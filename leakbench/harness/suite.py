@@ -1,6 +1,10 @@
 """Suite files (shipped: leakbench/suites/*.toml; or a user's file) expanded into cells; a malformed file fails
 before anything runs.
 
+The axes are declared once, in `leakbench.cell.axes.AXES` (key, level parser, cell fields, record columns,
+report label, `leakbench attack` flag): the known keys, the checks of every axis list, the cell count and
+the product below derive from it (docs/reference/suites.md, "Adding an axis").
+
 A suite names attacks (with `[hyperparameters.ATTACK]` tables), datasets, one victim model (or a list,
 `models`, below) and the axes:
 `batch_sizes`, `layers`, `dp` levels and `seeds`. Every combination is a cell, except that the layer
