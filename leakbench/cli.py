@@ -351,7 +351,7 @@ def check_attack_out(out: Path) -> None:
 def defence_options(args: argparse.Namespace) -> dict[str, Any]:
     """The cell fields of `attack`'s update: --dp-* and --fedavg-*, then each --defence NAME with the
     --defence-param settings that follow it, built as a suite's `defences` tables are
-    (`harness.suite.defence_fields`: `dp`, `fedavg` keep their own cell fields; every other step, the noise
+    (`cell.axes.defence_fields`: `dp`, `fedavg` keep their own cell fields; every other step, the noise
     included, runs in the order given)."""
     from leakbench.cell.axes import defence_fields
     from leakbench.errors import ConfigError
