@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from leakbench import __version__
+from leakbench.cell.axes import add_flags
 from leakbench.core.errors import LeakbenchError, LeakbenchWarning
 from leakbench.harness.interrupts import stop_signals_as_interrupt
 
@@ -41,18 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"leakbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     attack = sub.add_parser("attack", help="run one attack on one batch and score it")
-    attack.add_argument("--attack", required=True, help="registered attack (see `leakbench list attacks`)")
-    attack.add_argument("--dataset", default="embedded", help="registered dataset (default: embedded)")
+    add_flags(attack)  # --attack, --dataset, --batch-size, --layer, --seed, --train-epochs: one level of each axis
     attack.add_argument("--data-root", help="folder holding the dataset files")
     attack.add_argument("--image-size", type=int, help="resize images to S×S where the dataset allows it")
-    attack.add_argument("--batch-size", type=int, required=True)
     attack.add_argument("--arch", default="fc",
                         help="victim: fc (FC-depth), conv (VGG-style trunk = layer 1, FC head = layers 2..depth), "
                              "resnet (ResNet-8 with BatchNorm, then the same head) or a victim plugin's name")
     attack.add_argument("--width", type=int, default=200, help="hidden width of the FC layers, 1..65536 (default 200)")
     attack.add_argument("--depth", type=int, help="layers of the victim, at most 64 (default 6 for fc, 3 for conv)")
-    attack.add_argument("--layer", type=int, help="linear layer to attack (default 1 for fc, 2 for conv)")
-    attack.add_argument("--seed", type=int, default=0, help="seed of batch choice, init and attack, in [0, 2^63)")
     attack.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="attack hyperparameter override (repeatable), e.g. max_seconds=60; "
                              "`leakbench show attack NAME` lists them with types, defaults and help")
@@ -81,9 +78,6 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--defence-known", action="store_true",
                         help="threat model: the update lists the defences applied to it (for the adaptive "
                              "attacks, e.g. ig-masked)")
-    attack.add_argument("--train-epochs", type=int, default=0,
-                        help="train the victim N epochs first, 0..1000 "
-                             "(default 0: at init; recipe: TrainRecipe's defaults)")
     attack.add_argument("--invert-steps", type=int, default=0,
                         help="invert recovered features of an inner layer to images with N Adam steps (default 0: off)")
     attack.add_argument("--lpips-weights", type=Path, help="torchvision AlexNet weights for LPIPS")
@@ -270,6 +264,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_attack_out(args.out)
 
+    from leakbench.cell.axes import flag_fields
     from leakbench.cell.spec import CellSpec
     from leakbench.core.inversion import InversionConfig
     from leakbench.harness.cell import build_attack, run_cell
@@ -290,7 +285,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
                     data_root=str(args.data_root) if args.data_root else None, image_size=args.image_size,
                     hyperparameters=parse_params(args.param), arch=args.arch,
                     inversion=InversionConfig(steps=args.invert_steps) if args.invert_steps else None,
-                    train_epochs=args.train_epochs, defence_known=args.defence_known)
+                    train_epochs=args.train_epochs, defence_known=args.defence_known, **flag_fields(args))
     build_attack(spec)  # hyperparameters (nested ones too) checked before any data is loaded
     check_invert_steps(spec)
     scorer, note = lpips_for(args.lpips_weights, args.lpips_net)
@@ -312,9 +307,9 @@ FEDAVG_DEFAULTS: dict[str, Any] = {"minibatch": 0, "lr": 0.1}
 
 def check_attack_options(args: argparse.Namespace) -> None:
     """Refuse sub-options given without the option that enables them, and out-of-bounds sizes and seeds."""
+    from leakbench.cell.axes import check_flags
     from leakbench.core.errors import ConfigError
-    from leakbench.core.limits import check_depth, check_seed, check_width
-    from leakbench.models.training import check_epochs
+    from leakbench.core.limits import check_depth, check_width
 
     for main_flag, prefix, keys in (("--dp-sigma", "dp", DP_DEFAULTS), ("--fedavg-epochs", "fedavg", FEDAVG_DEFAULTS)):
         if getattr(args, f"{prefix}_{'sigma' if prefix == 'dp' else 'epochs'}") is not None:
@@ -323,8 +318,7 @@ def check_attack_options(args: argparse.Namespace) -> None:
         if given:
             raise ConfigError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} {main_flag} "
                               "(ignored without it)")
-    check_seed(args.seed, "--seed")
-    check_epochs(args.train_epochs, "--train-epochs")
+    check_flags(args)  # --seed, --train-epochs, ... as a suite checks a level of their axes
     check_width(args.width, "--width")
     if args.depth is not None:
         check_depth(args.depth, "--depth")
@@ -358,10 +352,10 @@ def check_attack_out(out: Path) -> None:
 def defence_options(args: argparse.Namespace) -> dict[str, Any]:
     """The cell fields of `attack`'s update: --dp-* and --fedavg-*, then each --defence NAME with the
     --defence-param settings that follow it, built as a suite's `defences` tables are
-    (`harness.suite.defence_fields`: `dp`, `fedavg` keep their own cell fields; every other step, the noise
+    (`cell.axes.defence_fields`: `dp`, `fedavg` keep their own cell fields; every other step, the noise
     included, runs in the order given)."""
+    from leakbench.cell.axes import defence_fields
     from leakbench.core.errors import ConfigError
-    from leakbench.harness.suite import defence_fields
 
     tables: list[dict[str, Any]] = []
     params: list[list[str]] = []

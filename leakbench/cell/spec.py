@@ -8,6 +8,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from leakbench.cell.axes import default_fields, record_columns, settings_words
 from leakbench.core.errors import ConfigError
 from leakbench.core.inversion import InversionConfig
 from leakbench.core.limits import check_depth, check_int, check_seed, check_width
@@ -172,17 +173,20 @@ def fold_noise(spec: CellSpec) -> tuple[DefenceSetting, ...]:
 
 NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None, "train_epochs": 0, "recipe": None,
                       "labels_known": False, "batch_size_known": True, "noise": 0.0, "noise_scale": "absolute",
-                      "defences": (), "bn_mode": "eval", "bn_stats_shared": False, "defence_known": False}
-"""Fields added after the first stored runs: left out of ids and manifests at these defaults."""
+                      "defences": (), "bn_mode": "eval", "bn_stats_shared": False, "defence_known": False,
+                      **default_fields()}
+"""Fields added after the first stored runs: left out of ids and manifests at these defaults (those of the axes
+declared in `leakbench.cell.axes` after these: their default levels)."""
 
 
 def cell_columns(spec: CellSpec) -> dict[str, Any]:
-    """The axes of a cell as record columns (numbers as numbers; no DP: σ, C, q, δ NaN, ε ∞)."""
+    """The axes of a cell as record columns (numbers as numbers; no DP: σ, C, q, δ NaN, ε ∞); those of an axis
+    declared later (`cell.axes.record_columns`) only away from its default."""
     return {"cell_id": cell_id(spec), "attack": spec.attack, "dataset": spec.dataset, "arch": spec.arch,
             "batch_size": spec.batch_size, "width": spec.width, "depth": spec.depth, "layer": spec.layer,
             "seed": spec.seed, **dp_columns(spec.dp, spec.batch_size), **fedavg_columns(spec.fedavg),
             "inversion_steps": spec.inversion.steps if spec.inversion else 0, **train_columns(spec),
-            **threat_columns(spec), **defence_columns(spec)}
+            **threat_columns(spec), **defence_columns(spec), **record_columns(spec)}
 
 
 def transforms(spec: CellSpec) -> list[UpdateTransform]:
@@ -271,6 +275,7 @@ def cell_settings(spec: CellSpec, *, hyperparameters: bool = False) -> list[str]
     defences = defence_steps(spec, transforms(spec))  # a client is `client=` above, the noise `noise=`
     if defences:
         settings.append("defence=" + "+".join(d.label().replace(" ", "_") for d in defences))
+    settings += settings_words(spec)  # the axes declared later, away from their defaults
     if hyperparameters and spec.hyperparameters:
         settings.append(json.dumps(spec.hyperparameters, sort_keys=True, separators=(",", ":")))
     return settings

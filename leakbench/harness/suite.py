@@ -1,6 +1,10 @@
 """Suite files (shipped: leakbench/suites/*.toml; or a user's file) expanded into cells; a malformed file fails
 before anything runs.
 
+The axes are declared once, in `leakbench.cell.axes.AXES` (key, level parser, cell fields, record columns,
+report label, `leakbench attack` flag): the known keys, the checks of every axis list, the cell count and
+the product below derive from it (docs/reference/suites.md, "Adding an axis").
+
 A suite names attacks (with `[hyperparameters.ATTACK]` tables), datasets, one victim model (or a list,
 `models`, below) and the axes:
 `batch_sizes`, `layers`, `dp` levels and `seeds`. Every combination is a cell, except that the layer
@@ -76,6 +80,7 @@ versions).
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -83,20 +88,16 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from itertools import product
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from leakbench.attacks import attack_class
 from leakbench.attacks.inversion import inverts
+from leakbench.cell.axes import Fields, all_axes, axis, check_lists, crossed, key_types, table
 from leakbench.cell.spec import CellSpec, cell_id, cell_settings
 from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.core.inversion import InversionConfig
 from leakbench.core.limits import MAX_CELLS, MAX_GRID_IMAGES, check_depth, check_int, check_seed, check_width
 from leakbench.core.settings import build_config
-from leakbench.fl.dp import DPConfig
-from leakbench.fl.fedavg import FedAvgConfig
-from leakbench.fl.noise import check_noise
-from leakbench.fl.transform import TRANSFORMS, DefenceSetting, transform_class
-from leakbench.fl.update import ThreatModel
 from leakbench.models import VICTIMS, architecture, default_depth, known_arch, victim_label
 from leakbench.models.training import TrainRecipe, check_epochs
 from leakbench.records.folders import folder_name
@@ -105,23 +106,23 @@ SUITES: Traversable = files("leakbench.suites")
 """The shipped suites (package data): NAME.toml, and paper/NAME.toml (`leakbench reproduce`)."""
 SUITE_NAME = re.compile(r"^(paper/)?[A-Za-z0-9][\w.-]*$")
 """A shipped suite's name: a file stem, or paper/STEM."""
-KEYS = {"name": str, "description": str, "dataset": str, "datasets": list, "attacks": list,
-        "batch_sizes": list, "layers": list, "layer": int, "seeds": list, "dp": list, "width": int,
-        "depth": int, "image_size": int, "data_root": str, "hyperparameters": dict, "grid_images": int,
-        "grid_seed": int, "arch": str, "fedavg": list, "inversion": dict, "plugins": list, "dataset_plugins": list,
-        "defence_plugins": list, "victim_plugins": list, "defences": list,
-        "train_epochs": list, "train": dict,
-        "threat": list, "noise": list, "noise_scale": str, "models": list}
+SETTING_KEYS = {"name": str, "description": str, "width": int, "depth": int, "image_size": int, "data_root": str,
+                "hyperparameters": dict, "grid_images": int, "grid_seed": int, "arch": str, "inversion": dict,
+                "plugins": list, "dataset_plugins": list, "defence_plugins": list, "victim_plugins": list,
+                "train": dict, "noise_scale": str}
+"""The suite's keys that are not axes (those are declared in `leakbench.cell.axes.AXES`)."""
+
+
+def suite_keys() -> dict[str, type]:
+    """Every key a suite may give, with its TOML type: its settings and the keys of its axes."""
+    return {**SETTING_KEYS, **key_types()}
+
+
+KEYS = suite_keys()
+"""The keys of `suite_keys` when this module was loaded."""
 REQUIRED = ("name", "attacks", "batch_sizes")
-INT_LISTS = ("batch_sizes", "layers", "seeds", "train_epochs")
-THREAT_KEYS = {"labels": ("known", "withheld"), "batch_size": ("known", "estimated"), "bn": ("eval", "train"),
-               "bn_stats": ("private", "shared"), "defence": ("known", "unknown")}
 MODEL_KEYS = {"arch": str, "width": int, "depth": int, "train_epochs": int}
 DEFAULT_GRID_IMAGES = 8
-
-C = TypeVar("C")
-"""A settings dataclass (a `dp`, `fedavg`, `inversion` or `train` table)."""
-
 
 @dataclass(frozen=True)
 class Victim:
@@ -182,8 +183,8 @@ def list_suites() -> list[tuple[str, str]]:
 
 
 def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Suite:
-    """Parse and validate a suite file into its cells (datasets × attacks × models × batch sizes × layers × DP
-    × clients × threats × noise × seeds × train epochs)."""
+    """Parse and validate a suite file into its cells: datasets × attacks × models, each crossed with the
+    levels of the other axes (`leakbench.cell.axes.AXES`, in that order)."""
     try:
         text = path.read_text()
         raw = tomllib.loads(text)
@@ -192,48 +193,44 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
     try:
         _load_plugins(raw)
         _validate(raw)
-        dp_levels = [_dp_level(v, i) for i, v in enumerate(raw.get("dp", ["none"]))]
-        fedavg_levels = [_fedavg_level(v, i) for i, v in enumerate(raw.get("fedavg", ["none"]))]
-        inversion = _table(raw["inversion"], "key 'inversion'", InversionConfig) \
-            if "inversion" in raw else None
-        recipe = _table(raw["train"], "key 'train'", TrainRecipe) if "train" in raw else TrainRecipe()
+        levels = {a.key: a.levels(raw) for a in all_axes() if a.scope == "cell"}
+        inversion = table(raw["inversion"], "key 'inversion'", InversionConfig) if "inversion" in raw else None
+        recipe = table(raw["train"], "key 'train'", TrainRecipe) if "train" in raw else TrainRecipe()
         victims = _victims(raw)
         layers = {v: _victim_layers(raw, v) for v in victims}
         if "train" in raw and not any(e for epochs in victims.values() for e in epochs):
             raise ConfigError("key 'train' (a training recipe) needs key 'train_epochs' with a value ≥ 1")
-        threats = [_threat_level(v, i) for i, v in enumerate(raw.get("threat", ["default"]))]
-        noises = [_noise_level(v, i, raw.get("noise_scale", "absolute")) for i, v in enumerate(raw.get("noise", [0.0]))]
-        defences = [_defence_level(v, i) for i, v in enumerate(raw.get("defences", ["none"]))]
         layerless = tuple(a for a in raw["attacks"] if not _has_layer(a))
-        _no_duplicates({**raw, "dp": dp_levels, "fedavg": fedavg_levels, "threat": threats, "noise": noises,
-                        "defences": [tuple(sorted(d.items())) for d in defences]})
+        for one in all_axes():
+            one.check_unique(levels[one.key] if one.scope == "cell" else raw.get(one.key, []))
     except LeakbenchError as exc:
         raise ConfigError(f"suite {path}: {exc}") from None
     params = raw.get("hyperparameters", {})
     datasets = raw.get("datasets") or [raw["dataset"]]
-    per_batch = sum((1 if a in layerless else len(layers[v])) * len(epochs) for a in raw["attacks"]
-                    for v, epochs in victims.items())
-    count = len(datasets) * per_batch * len(raw["batch_sizes"]) * len(dp_levels) * len(fedavg_levels) \
-        * len(raw.get("seeds", [0])) * len(threats) * len(noises) * len(defences)
+    fields = {key: [axis(key).level_fields(level) for level in values] for key, values in levels.items()}
+
+    def crossing(attack: str, v: Victim) -> list[list[Fields]]:
+        """The levels crossed for `attack` on victim `v`, as cell fields, outermost axis first: the attack's
+        layers in the model (layer 1 only for an attack without a layer setting), the model's epochs."""
+        layer_levels = [1] if attack in layerless else layers[v]
+        per_victim: dict[str, list[Fields]] = {
+            "layers": [{"layer": n} for n in layer_levels],
+            "train_epochs": [{"train_epochs": e, "recipe": recipe if e else None} for e in victims[v]]}
+        return [per_victim[a.key] if a.scope == "victim" else fields[a.key] for a in crossed()]
+
+    outer = list(product(datasets, raw["attacks"], victims))
+    count = sum(math.prod(len(levels) for levels in crossing(attack, v)) for _, attack, v in outer)
     if count > MAX_CELLS:  # refused before expanding, checking or running anything
         raise ConfigError(f"suite {path}: expands to {count:,} cells, more than the {MAX_CELLS:,} a suite may hold; "
                           "split it into several suites")
     cells = []
-    for dataset, attack, v in product(datasets, raw["attacks"], victims):
-        model_layers = layers[v][:1] if attack in layerless else layers[v]  # no layer setting: once per model
-        for b, layer, dp, fedavg, threat, noise, defence, seed, train_epochs in product(
-                raw["batch_sizes"], model_layers, dp_levels, fedavg_levels, threats, noises, defences,
-                raw.get("seeds", [0]), victims[v]):
-            update = {"dp": dp, "fedavg": fedavg, "noise": noise, "noise_scale": raw.get("noise_scale", "absolute"),
-                      **defence}
-            cells.append(CellSpec(**update,
-                attack=attack, dataset=dataset, batch_size=b, seed=seed, width=v.width, depth=v.depth,
-                layer=1 if attack in layerless else layer, data_root=data_root or raw.get("data_root"),
-                image_size=raw.get("image_size"), hyperparameters=dict(params.get(attack, {})), arch=v.arch,
-                inversion=None if attack in layerless else inversion, train_epochs=train_epochs,
-                recipe=recipe if train_epochs else None, labels_known=threat.labels_known,
-                batch_size_known=threat.batch_size_known, bn_mode=threat.bn_mode,
-                bn_stats_shared=threat.bn_stats_shared, defence_known=threat.defence_known))
+    for dataset, attack, v in outer:
+        for combination in product(*crossing(attack, v)):
+            cell = {k: value for level in combination for k, value in level.items()}  # later axes win: defences
+            cells.append(CellSpec(**cell, attack=attack, dataset=dataset, width=v.width, depth=v.depth, arch=v.arch,
+                                  data_root=data_root or raw.get("data_root"), image_size=raw.get("image_size"),
+                                  hyperparameters=dict(params.get(attack, {})),
+                                  inversion=None if attack in layerless else inversion))
     _unique_cells(cells, path)
     _inversion_applies(inversion, cells, path)
     return Suite(name=raw["name"], cells=cells, grid_seed=raw.get("grid_seed", 0),
@@ -253,17 +250,6 @@ def _load_plugins(raw: dict[str, Any]) -> None:
             raise ConfigError(f"key '{key}' must list module paths, like [\"package.module\"]")
         for module in modules:
             load(module)
-
-
-def _no_duplicates(axes: dict[str, Any]) -> None:
-    """Refuse an axis that lists one value twice (its cells would run, and be stored, twice)."""
-    for key in ("datasets", "attacks", "batch_sizes", "layers", "seeds", "dp", "fedavg", "train_epochs", "threat",
-                "noise", "defences"):
-        seen: set[Any] = set()  # levels are frozen dataclasses or None: hashable; linear in the axis length
-        for value in axes.get(key, []):
-            if value in seen:
-                raise ConfigError(f"key {key!r} lists {'none' if value is None else repr(value)} twice")
-            seen.add(value)
 
 
 def _unique_cells(cells: list[CellSpec], path: Path | Traversable) -> None:
@@ -290,11 +276,12 @@ def _has_layer(attack: str) -> bool:
 
 
 def _validate(raw: dict[str, Any]) -> None:
+    keys = suite_keys()
     for key in raw:
-        if key not in KEYS:
-            raise ConfigError(f"unknown key {key!r} (known: {', '.join(sorted(KEYS))})")
-        if not isinstance(raw[key], KEYS[key]) or isinstance(raw[key], bool):
-            kind = {int: "an integer", str: "a string", list: "a list", dict: "a table"}[KEYS[key]]
+        if key not in keys:
+            raise ConfigError(f"unknown key {key!r} (known: {', '.join(sorted(keys))})")
+        if not isinstance(raw[key], keys[key]) or isinstance(raw[key], bool):
+            kind = {int: "an integer", str: "a string", list: "a list", dict: "a table"}[keys[key]]
             shown = f", got {raw[key]!r}" if isinstance(raw[key], (int, float)) else ""  # 1e400 parses as inf
             raise ConfigError(f"key {key!r} must be {kind}{shown}")
     for key in REQUIRED:
@@ -308,19 +295,7 @@ def _validate(raw: dict[str, Any]) -> None:
     if "defences" in raw and any(key in raw for key in ("dp", "fedavg", "noise")):
         raise ConfigError("give the update's settings in key 'defences' or in keys 'dp' / 'fedavg' / 'noise', "
                           "not both")
-    for key in ("dp", "fedavg", "threat", "noise", "defences"):
-        if key in raw and not raw[key]:
-            none = {"threat": '"default"', "noise": "0.0"}.get(key, '"none"')
-            raise ConfigError(f"key {key!r} must list at least one level ({none} for none)")
-    for key in ("attacks", "datasets"):
-        if key in raw and (not raw[key] or not all(isinstance(v, str) for v in raw[key])):
-            raise ConfigError(f"key {key!r} must list names")
-    for key in INT_LISTS:
-        values = raw.get(key, [1])
-        if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
-            raise ConfigError(f"key {key!r} must list integers ≥ 0")
-    for i, seed in enumerate(raw.get("seeds", [])):
-        check_seed(seed, f"key 'seeds[{i}]'")
+    check_lists(raw)  # each axis list: names, integers ≥ 0 or at least one level
     if "width" in raw:
         check_width(raw["width"], "key 'width'")
     if "depth" in raw:
@@ -336,13 +311,13 @@ def _validate(raw: dict[str, Any]) -> None:
     check_seed(raw.get("grid_seed", 0), "key 'grid_seed'")
     for attack in raw["attacks"]:
         attack_class(attack)  # unknown attack: ConfigError naming it
-    for attack, table in raw.get("hyperparameters", {}).items():
-        if attack not in raw["attacks"] or not isinstance(table, dict):
+    for attack, settings in raw.get("hyperparameters", {}).items():
+        if attack not in raw["attacks"] or not isinstance(settings, dict):
             raise ConfigError(f"key 'hyperparameters.{attack}' must be a table for a listed attack")
-        if "layer" in table:
+        if "layer" in settings:
             raise ConfigError(f"key 'hyperparameters.{attack}.layer': set the attacked layer with 'layers'")
         try:  # types, ranges and nested options (spear-guided's guide and guide_options) at parse time
-            build_config(attack_class(attack).Config, table)
+            build_config(attack_class(attack).Config, settings)
         except ConfigError as exc:
             raise ConfigError(f"key 'hyperparameters.{attack}': {exc}") from None
 
@@ -356,7 +331,7 @@ def _check_arch(arch: Any, where: str) -> str:
 def _victims(raw: dict[str, Any]) -> dict[Victim, list[int]]:
     """The suite's victim models, in order, each with its training epochs: the top-level model with
     `train_epochs`, or the entries of `models` (an entry without `train_epochs` takes the top-level list)."""
-    epochs = [check_epochs(e, f"key 'train_epochs[{i}]'") for i, e in enumerate(raw.get("train_epochs", [0]))]
+    epochs: list[int] = axis("train_epochs").levels(raw)
     arch = raw.get("arch", "fc")
     if "models" not in raw:
         return {Victim(arch, raw.get("width", 200), raw.get("depth", default_depth(arch))): epochs}
@@ -402,119 +377,6 @@ def _victim_layers(raw: dict[str, Any], victim: Victim) -> list[int]:
             raise ConfigError(f"key 'layers': layer {layer} is not attackable in {victim.arch} depth {victim.depth} "
                               f"(valid: {valid[0]}..{valid[-1]})")
     return layers
-
-
-def _dp_level(value: Any, index: int) -> DPConfig | None:
-    """One entry of `dp`: "none" or a table {sigma, clip[, delta, q, steps]}."""
-    return _level(value, f"key 'dp[{index}]'", "sigma and clip", DPConfig)
-
-
-def _threat_level(value: Any, index: int) -> ThreatModel:
-    """One entry of `threat`: "default" or a table {labels = "known"|"withheld", batch_size = "known"|"estimated",
-    defence = "known"|"unknown"}."""
-    where = f"key 'threat[{index}]'"
-    if value == "default":
-        return ThreatModel()
-    if not isinstance(value, dict) or not value:
-        raise ConfigError(f"{where} must be \"default\" or a table with labels and/or batch_size")
-    for key, val in value.items():
-        if key not in THREAT_KEYS or val not in THREAT_KEYS[key]:
-            known = "; ".join(f"{k} = {' | '.join(map(repr, v))}" for k, v in THREAT_KEYS.items())
-            raise ConfigError(f"{where}: {key} = {val!r} is not a threat setting (known: {known})")
-    return ThreatModel(batch_size_known=value.get("batch_size", "known") == "known",
-                       labels_known=value.get("labels", "withheld") == "known", bn_mode=value.get("bn", "eval"),
-                       bn_stats_shared=value.get("bn_stats", "private") == "shared",
-                       defence_known=value.get("defence", "unknown") == "known")
-
-
-def _noise_level(value: Any, index: int, scale: Any) -> float:
-    """One entry of `noise`: a number σ in [0, 10^6] (0 is no noise; `ranges.MAX_NOISE_STD`)."""
-    try:
-        check_noise(value, scale)
-    except ConfigError as exc:
-        raise ConfigError(f"key 'noise[{index}]': {exc}") from None
-    return float(value)
-
-
-def _defence_level(value: Any, index: int) -> dict[str, Any]:
-    """One entry of `defences`: "none", a table {name = "...", settings...} or a list of such tables
-    (applied in order), as the cell fields it sets (`defence_fields`)."""
-    where = f"key 'defences[{index}]'"
-    if value == "none":
-        return {}
-    tables = value if isinstance(value, list) else [value]
-    return defence_fields(tables, [f"{where}[{i}]" if isinstance(value, list) else where for i in range(len(tables))],
-                          where)
-
-
-def defence_fields(tables: list[Any], wheres: list[str], where: str) -> dict[str, Any]:
-    """The cell fields that update transforms given as tables {name = "...", settings...} set, applied in
-    order: `dp` and `fedavg` for those clients (the client computes the update: it runs first, wherever
-    written), `defences` for every other step in the order written, the noise included (`CellSpec`
-    keeps a noise step that comes before every defence as its `noise`, so those cells keep their ids:
-    `spec.fold_noise`). `wheres` names each table in errors, `where` all of them (a suite's `defences`
-    level, or `attack --defence`)."""
-    fields: dict[str, Any] = {"defences": ()}
-    clients: list[str] = []
-    named: set[str] = set()
-    for table, table_where in zip(tables, wheres, strict=True):
-        name, config = _transform_table(table, table_where)
-        if name in ("dp", "fedavg", "noise") and name in named:
-            raise ConfigError(f"{where} names {name!r} twice")
-        named.add(name)
-        if name in ("dp", "fedavg") or transform_class(name).makes_update:
-            clients.append(name)
-        if name in ("dp", "fedavg"):
-            fields[name] = config
-        elif transform_class(name).makes_update:  # the client runs first
-            fields["defences"] = (DefenceSetting(name, config), *fields["defences"])
-        else:
-            fields["defences"] += (DefenceSetting(name, config),)
-    if len(clients) > 1:
-        raise ConfigError(f"{where}: one client computes the update, not {len(clients)} ({', '.join(clients)})")
-    if fields.get("dp") is not None and any(d.name == "noise" and d.config.sigma for d in fields["defences"]):
-        raise ConfigError(f"{where}: DP-SGD runs alone (it adds its own noise; it is not FedAvg)")
-    return fields
-
-
-def _transform_table(table: Any, where: str) -> tuple[str, Any]:
-    """A table {name = "...", settings...}: the transform's name and its Config, built by the same
-    coercer as an attack's hyperparameters (types, declared ranges)."""
-    if not isinstance(table, dict) or not isinstance(table.get("name"), str):
-        raise ConfigError(f"{where} must be \"none\" or a table with a 'name' (known: {', '.join(TRANSFORMS.names())})")
-    name = table["name"]
-    cls = transform_class(name)
-    if name == "fedsgd":
-        raise ConfigError(f"{where}: {name!r} is the default client (FedSGD): leave it out")
-    try:
-        return name, build_config(cls.Config, {k: v for k, v in table.items() if k != "name"}, "key")
-    except ConfigError as exc:
-        raise ConfigError(f"{where} ({name}): {exc}") from None
-
-
-def _fedavg_level(value: Any, index: int) -> FedAvgConfig | None:
-    """One entry of `fedavg`: "none" (FedSGD) or a table {epochs, minibatch, lr}."""
-    return _level(value, f"key 'fedavg[{index}]'", "epochs, minibatch, lr", FedAvgConfig)
-
-
-def _level(value: Any, where: str, what: str, cls: type[C]) -> C | None:
-    """"none" → None, or a table checked by `_table`."""
-    if value == "none":
-        return None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be \"none\" or a table with {what}")
-    return _table(value, where, cls)
-
-
-def _table(value: Any, where: str, cls: type[C]) -> C:
-    """A TOML table turned into the settings dataclass `cls` by the coercer of every Config
-    (`leakbench.core.settings.build_config`: keys, types, declared ranges)."""
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be a table")
-    try:
-        return build_config(cls, value, "key")
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
 
 
 def plan_lines(suite: Suite) -> list[str]:

