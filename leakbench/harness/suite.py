@@ -87,6 +87,7 @@ from typing import Any, TypeVar
 
 from leakbench.attacks import attack_class
 from leakbench.attacks.inversion import inverts
+from leakbench.datasets import data_fingerprint
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.fl.dp import DPConfig
 from leakbench.fl.fedavg import FedAvgConfig
@@ -218,6 +219,8 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
     if count > MAX_CELLS:  # refused before expanding, checking or running anything
         raise ConfigError(f"suite {path}: expands to {count:,} cells, more than the {MAX_CELLS:,} a suite may hold; "
                           "split it into several suites")
+    root = data_root or raw.get("data_root")
+    fingerprints = {dataset: data_fingerprint(dataset, root) for dataset in datasets}  # each folder read once
     cells = []
     for dataset, attack, v in product(datasets, raw["attacks"], victims):
         model_layers = layers[v][:1] if attack in layerless else layers[v]  # no layer setting: once per model
@@ -228,7 +231,7 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
                       **defence}
             cells.append(CellSpec(**update,
                 attack=attack, dataset=dataset, batch_size=b, seed=seed, width=v.width, depth=v.depth,
-                layer=1 if attack in layerless else layer, data_root=data_root or raw.get("data_root"),
+                layer=1 if attack in layerless else layer, data_root=root, data_fingerprint=fingerprints[dataset],
                 image_size=raw.get("image_size"), hyperparameters=dict(params.get(attack, {})), arch=v.arch,
                 inversion=None if attack in layerless else inversion, train_epochs=train_epochs,
                 recipe=recipe if train_epochs else None, labels_known=threat.labels_known,
