@@ -17,8 +17,8 @@ from leakbench import api
 from leakbench.citation import registered_papers
 from leakbench.datasets import load_dataset
 from leakbench.errors import ConfigError, DatasetError
-from leakbench.harness.spec import cell_id
-from leakbench.harness.suite import load_suite
+from leakbench.harness.spec import CellSpec, cell_id
+from leakbench.harness.suite import load_suite, plan_lines
 from leakbench.reporting.leaderboard import write_leaderboard
 
 SUITE = ('name = "{name}"\ndataset = "imagefolder"\nimage_size = 16\nattacks = ["spear"]\nbatch_sizes = [1]\n'
@@ -47,6 +47,8 @@ def test_two_folders_of_the_same_layout_get_different_ids(tmp_path: Path) -> Non
     """Same class folders, same file names, other pixels: other cell ids (both planned, no cell run)."""
     train, test = image_root(tmp_path / "train", 0), image_root(tmp_path / "test", 1)
     assert set(suite_ids(tmp_path, train)).isdisjoint(suite_ids(tmp_path, test))
+    plans = [plan_lines(load_suite(_suite(tmp_path, "plan"), data_root=str(root))) for root in (train, test)]
+    assert plans[0] != plans[1] and all(" data=" in line for plan in plans for line in plan if "spear" in line)
 
 
 def test_a_moved_folder_keeps_its_ids(tmp_path: Path) -> None:
@@ -145,3 +147,19 @@ def test_a_malformed_stored_fingerprint_is_one_line() -> None:
 
     with pytest.raises(ConfigError, match="data fingerprint must be 16 hex digits"):
         spec_from_dict({"attack": "spear", "dataset": "imagefolder", "batch_size": 1, "data_fingerprint": "../x"})
+
+
+def test_trained_victims_of_two_folders_are_two_cache_entries(tmp_path: Path) -> None:
+    """The victim cache's key names the folder's fingerprint: a victim trained on one folder is never reused
+    for another of the same size and shape; a cell of a published dataset keeps the key it had."""
+    from leakbench.harness.victim import victim_key
+
+    train, test = image_root(tmp_path / "train", 0), image_root(tmp_path / "test", 1)
+    suite = tmp_path / "trained.toml"
+    suite.write_text(SUITE.format(name="trained") + "train_epochs = [1]\n")
+    keys = [victim_key(spec, load_dataset("imagefolder", data_root=root, image_size=16))
+            for root in (train, test) for spec in load_suite(suite, data_root=str(root)).cells]
+    assert keys[0] != keys[1] and {k["data_fingerprint"] for k in keys} == {
+        load_dataset("imagefolder", data_root=root).fingerprint for root in (train, test)}
+    embedded = CellSpec(attack="spear", dataset="embedded", batch_size=1, train_epochs=1)
+    assert "data_fingerprint" not in victim_key(embedded, load_dataset("embedded"))

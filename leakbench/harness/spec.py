@@ -278,6 +278,8 @@ def cell_settings(spec: CellSpec, *, hyperparameters: bool = False) -> list[str]
                 f"client={_client_label(spec)}", f"seed={spec.seed}"]
     if spec.image_size is not None:
         settings.append(f"image_size={spec.image_size}")
+    if spec.data_fingerprint:
+        settings.append(f"data={spec.data_fingerprint[:8]}")  # which folder's files, as reports label them
     if spec.inversion is not None:
         settings.append(f"inversion_steps={spec.inversion.steps}")
     if spec.train_epochs:
