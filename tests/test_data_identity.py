@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -101,7 +103,7 @@ def test_a_cell_refuses_a_data_root_whose_files_changed(tmp_path: Path) -> None:
     spec = load_suite(_suite(tmp_path, "refuse"), data_root=str(root)).cells[0]
     shutil.rmtree(root)
     image_root(root, 1)
-    with pytest.raises(DatasetError, match="changed since"):
+    with pytest.raises(DatasetError, match="does not serve the files the cell was planned on"):
         victim(spec, with_model=False)
 
 
@@ -112,11 +114,12 @@ def _suite(tmp_path: Path, name: str) -> Path:
 
 
 @pytest.mark.slow
-def test_two_folders_give_two_leaderboard_rows_and_labelled_reports(tmp_path: Path) -> None:
+def test_two_folders_give_two_leaderboard_rows_and_labelled_reports(tmp_path: Path, cli: Callable[..., Any]) -> None:
     """A training and a test split of the same layout, one run each into one results folder: different cell
     ids, two spear rows on the leaderboard (in two tables, each naming its folder's fingerprint), and each
     report names its own. Resuming a run on the other folder is refused (on the same ids it would have
-    skipped every cell as done and reported the first folder's images)."""
+    skipped every cell as done and reported the first folder's images), and so is rescoring it there (one
+    line, exit 2, nothing written)."""
     train, test = image_root(tmp_path / "train", 0), image_root(tmp_path / "test", 1)
     out, reports = tmp_path / "res", tmp_path / "rep"
     api.run(_suite(tmp_path, "on-train"), data_root=str(train), out=out, reports=reports, progress=False)
@@ -139,6 +142,12 @@ def test_two_folders_give_two_leaderboard_rows_and_labelled_reports(tmp_path: Pa
 
     with pytest.raises(ConfigError, match="finished cells that suite 'on-train' does not plan"):
         api.run(_suite(tmp_path, "on-train"), data_root=str(test), out=out, reports=reports, progress=False)
+    stored_files = {p: p.read_bytes() for p in (out / "on-train").rglob("*") if p.is_file()}
+    proc = cli(["rescore", out / "on-train", "--data-root", test, "--reports", tmp_path / "rep2"], cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "does not serve the files the cell was planned on" in proc.stderr
+    assert not (tmp_path / "rep2").exists()
+    assert {p: p.read_bytes() for p in (out / "on-train").rglob("*") if p.is_file()} == stored_files
 
 
 def test_a_malformed_stored_fingerprint_is_one_line() -> None:

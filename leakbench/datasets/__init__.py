@@ -32,8 +32,8 @@ def load_dataset(name: str, *, data_root: Path | None = None, image_size: int | 
     DatasetError line, never other images under the cell's id."""
     dataset = DATASETS.create(name, data_root=data_root, image_size=image_size)
     if fingerprint is not None and dataset.fingerprint != fingerprint:
-        raise DatasetError(f"{name}: the files under {data_root} changed since the cell was planned (fingerprint "
-                           f"{dataset.fingerprint or 'none'}, planned on {fingerprint}): run it on those files")
+        raise DatasetError(f"{name}: {data_root} does not serve the files the cell was planned on (their fingerprint "
+                           f"{fingerprint}, found {dataset.fingerprint or 'none'}): give it the folder it was run on")
     return dataset
 
 
