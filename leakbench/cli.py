@@ -267,6 +267,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
     from leakbench.cell.axes import flag_fields
     from leakbench.cell.spec import CellSpec
     from leakbench.core.inversion import InversionConfig
+    from leakbench.datasets import data_fingerprint
     from leakbench.harness.cell import build_attack, run_cell
     from leakbench.harness.manifest import write_cell
     from leakbench.models import default_depth
@@ -283,6 +284,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
                     depth=default_depth(args.arch) if args.depth is None else args.depth,
                     layer=default_layer(args) if args.layer is None else args.layer,
                     data_root=str(args.data_root) if args.data_root else None, image_size=args.image_size,
+                    data_fingerprint=data_fingerprint(args.dataset, args.data_root),
                     hyperparameters=parse_params(args.param), arch=args.arch,
                     inversion=InversionConfig(steps=args.invert_steps) if args.invert_steps else None,
                     train_epochs=args.train_epochs, defence_known=args.defence_known, **flag_fields(args))

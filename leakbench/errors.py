@@ -1,4 +1,4 @@
-"""The documented import path of leakbench's errors for plugins (`from leakbench.errors import DatasetError`,
+"""The documented import path of leakbench's errors for plugins (`from leakbench.core.errors import DatasetError`,
 docs/add-a-dataset.md): the errors live in the base layer, `leakbench.core.errors`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The documented import path of the value ranges for plugins (`from leakbench.ranges import Ranged, ranged`,
+"""The documented import path of the value ranges for plugins (`from leakbench.core.ranges import Ranged, ranged`,
 docs/add-a-defence.md, docs/api.md): the ranges live in the base layer, `leakbench.core.ranges`."""
 
 from __future__ import annotations

@@ -220,18 +220,19 @@ def test_the_trust_model_reaches_the_records_the_leaderboard_and_the_report(site
                      for a in ("mean-image", "spear") for d in ("embedded", "imagefolder") for q in ("none", quantise)}
     board = _board(site, tmp_path)
     tables = {part.split("\n", 1)[0]: part for part in board.split("\n## ")}
+    folder = f"imagefolder ({cells['data_fingerprint'].dropna().iloc[0][:8]})"  # its label: datasets.md#data-identity
     undefended = {d: tables[f"Attacks per threat model: {d} · FC-3 w32 · layer 1 · defence: none"]
-                  for d in ("embedded", "imagefolder")}
+                  for d in ("embedded", folder)}
     assert "| plugin: unverified (public images: the attack could embed them) |" in undefended["embedded"]
-    assert "| plugin: verified (private images) |" in undefended["imagefolder"]
-    for dataset in ("embedded", "imagefolder"):
+    assert "| plugin: verified (private images) |" in undefended[folder]
+    for dataset in ("embedded", folder):
         defended = tables[f"Attacks per threat model: {dataset} · FC-3 w32 · layer 1 · defence: {quantise}"]
         assert "spear" in defended and "mean-image" not in defended
     unranked = next(t for title, t in tables.items() if title.startswith("Not ranked"))
     assert unranked.count(f"| {quantise} | mean-image |") == 2
     report = (tmp_path / "rep" / "trust.md").read_text()
     headline = report[report.index("## Headline"):report.index("## Not ranked")]
-    assert f"| imagefolder | {quantise} | spear |" in headline  # mean-image, 100 % exact there, is not named
+    assert f"| {folder} | {quantise} | spear |" in headline  # mean-image, 100 % exact there, is not named
     unranked = report[report.index("## Not ranked: a third-party defence with a third-party attack"):]
     assert unranked.count(f"| {quantise} | mean-image |") == 2
     per_setting = report[report.index("## Per-setting tables"):report.index("## Comparison grids")]

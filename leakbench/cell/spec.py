@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -58,6 +59,11 @@ class CellSpec:
     are its stored form (what cell ids hash, so ids of cells stored before `update` existed stay): a
     noise step that comes before every defence is kept as `noise`; a noise step written after a
     defence stays in `defences`, where it runs (`fold_noise`).
+
+    `data_fingerprint` is the identity of the files the cell reads under `data_root`, for a dataset whose
+    root is a user's own folder (`imagefolder`; `datasets.data_fingerprint`, set where suites and the CLI
+    make cells): in the id, where `data_root` (a location) is not, so two folders never share ids and a
+    moved one keeps them. None for every other dataset (its name says its data; its ids stay).
     """
 
     attack: str
@@ -84,9 +90,11 @@ class CellSpec:
     defences: tuple[DefenceSetting, ...] = ()
     bn_mode: str = "eval"
     bn_stats_shared: bool = False
+    data_fingerprint: str | None = None
 
     def __post_init__(self) -> None:
         check_numbers(self)
+        check_fingerprint(self.data_fingerprint)
         check_epochs(self.train_epochs, "train_epochs")
         check_noise(self.noise, self.noise_scale)
         for defence in self.defences:
@@ -153,6 +161,13 @@ def check_numbers(spec: CellSpec) -> None:
             check_int(value, name.replace("_", " "), 1, INT64 - 1)
 
 
+def check_fingerprint(fingerprint: object) -> None:
+    """One ConfigError line unless `fingerprint` (a cell's `data_fingerprint`, maybe read from a stored
+    manifest) is None or 16 lower-case hex digits (`datasets.data_fingerprint`)."""
+    if fingerprint is not None and not (isinstance(fingerprint, str) and re.fullmatch(r"[0-9a-f]{16}", fingerprint)):
+        raise ConfigError(f"data fingerprint must be 16 hex digits, got {fingerprint!r}")
+
+
 def fold_noise(spec: CellSpec) -> tuple[DefenceSetting, ...]:
     """`spec.defences` in their stored form: a noise step with σ 0 dropped (no noise, the plain update);
     a noise step that comes before every defence (after a client transform only) moved into the cell's own
@@ -174,19 +189,21 @@ def fold_noise(spec: CellSpec) -> tuple[DefenceSetting, ...]:
 NEW_FIELD_DEFAULTS = {"arch": "fc", "fedavg": None, "inversion": None, "train_epochs": 0, "recipe": None,
                       "labels_known": False, "batch_size_known": True, "noise": 0.0, "noise_scale": "absolute",
                       "defences": (), "bn_mode": "eval", "bn_stats_shared": False, "defence_known": False,
-                      **default_fields()}
+                      "data_fingerprint": None, **default_fields()}
 """Fields added after the first stored runs: left out of ids and manifests at these defaults (those of the axes
 declared in `leakbench.cell.axes` after these: their default levels)."""
 
 
 def cell_columns(spec: CellSpec) -> dict[str, Any]:
-    """The axes of a cell as record columns (numbers as numbers; no DP: σ, C, q, δ NaN, ε ∞); those of an axis
+    """The axes of a cell as record columns (numbers as numbers; no DP: σ, C, q, δ NaN, ε ∞; a
+    `data_fingerprint` only for a fingerprinted dataset, so other records stay as they were); those of an axis
     declared later (`cell.axes.record_columns`) only away from its default."""
     return {"cell_id": cell_id(spec), "attack": spec.attack, "dataset": spec.dataset, "arch": spec.arch,
             "batch_size": spec.batch_size, "width": spec.width, "depth": spec.depth, "layer": spec.layer,
             "seed": spec.seed, **dp_columns(spec.dp, spec.batch_size), **fedavg_columns(spec.fedavg),
             "inversion_steps": spec.inversion.steps if spec.inversion else 0, **train_columns(spec),
-            **threat_columns(spec), **defence_columns(spec), **record_columns(spec)}
+            **threat_columns(spec), **defence_columns(spec), **record_columns(spec),
+            **({"data_fingerprint": spec.data_fingerprint} if spec.data_fingerprint else {})}
 
 
 def transforms(spec: CellSpec) -> list[UpdateTransform]:
@@ -264,6 +281,8 @@ def cell_settings(spec: CellSpec, *, hyperparameters: bool = False) -> list[str]
                 f"client={_client_label(spec)}", f"seed={spec.seed}"]
     if spec.image_size is not None:
         settings.append(f"image_size={spec.image_size}")
+    if spec.data_fingerprint:
+        settings.append(f"data={spec.data_fingerprint[:8]}")  # which folder's files, as reports label them
     if spec.inversion is not None:
         settings.append(f"inversion_steps={spec.inversion.steps}")
     if spec.train_epochs:
@@ -290,7 +309,8 @@ def _client_label(spec: CellSpec) -> str:
 
 
 def cell_id(spec: CellSpec) -> str:
-    """A hash of the cell's full configuration (everything but `data_root`, which is only a location)."""
+    """A hash of the cell's full configuration (everything but `data_root`, which is only a location; a
+    folder's files are named by its `data_fingerprint`)."""
     config = {k: v for k, v in spec_dict(spec).items() if k != "data_root"}
     text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -298,10 +318,12 @@ def cell_id(spec: CellSpec) -> str:
 
 def batch_id(spec: CellSpec) -> str:
     """A hash of what chooses the batch (dataset, image size, batch size, seed; the number of clients
-    when above 1): the same for every attack, layer, DP level and client on that batch, so their grids
-    can show the same images side by side."""
+    when above 1; the data fingerprint when there is one): the same for every attack, layer, DP level and
+    client on that batch, so their grids can show the same images side by side."""
     config: dict[str, Any] = {"dataset": spec.dataset, "image_size": spec.image_size, "batch_size": spec.batch_size,
                               "seed": spec.seed}
+    if spec.data_fingerprint:
+        config["data"] = spec.data_fingerprint
     if client_count(spec) > 1:
         config["clients"] = client_count(spec)
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]

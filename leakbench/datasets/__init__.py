@@ -2,18 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+from leakbench.core.errors import DatasetError
 from leakbench.core.registry import Registry
 from leakbench.datasets.base import Batch, ImageDataset, Partition, partition, sample_batch
 from leakbench.plugins import load_dataset_plugins
 
 DATASETS: Registry[ImageDataset] = Registry("dataset", on_first_use=load_dataset_plugins)  # entry-point plugins
+FINGERPRINTS: dict[str, Callable[[Path], str]] = {}
+"""Per dataset whose data root is a user's own folder (`imagefolder`), how to fingerprint the files it
+serves from a root without loading it (what its `ImageDataset.fingerprint` says once loaded)."""
 
 
-def load_dataset(name: str, *, data_root: Path | None = None, image_size: int | None = None) -> ImageDataset:
-    """Load dataset `name`; `data_root` and `image_size` are passed to loaders that use them."""
-    return DATASETS.create(name, data_root=data_root, image_size=image_size)
+def data_fingerprint(name: str, data_root: Path | str | None) -> str | None:
+    """The identity of the data a cell of dataset `name` reads under `data_root`, for its id
+    (`CellSpec.data_fingerprint`): the hash of the served files (16 hex digits) for a dataset in
+    FINGERPRINTS given a root; None for every other (a published dataset: its name says its data, and
+    its cells' ids stay as they were)."""
+    fingerprint = FINGERPRINTS.get(name)
+    return fingerprint(Path(data_root)) if fingerprint is not None and data_root else None
+
+
+def load_dataset(name: str, *, data_root: Path | None = None, image_size: int | None = None,
+                 fingerprint: str | None = None) -> ImageDataset:
+    """Load dataset `name`; `data_root` and `image_size` are passed to loaders that use them. With
+    `fingerprint` (a cell's `data_fingerprint`), files other than those the cell was planned on are one
+    DatasetError line, never other images under the cell's id."""
+    dataset = DATASETS.create(name, data_root=data_root, image_size=image_size)
+    if fingerprint is not None and dataset.fingerprint != fingerprint:
+        raise DatasetError(f"{name}: {data_root} does not serve the files the cell was planned on (their fingerprint "
+                           f"{fingerprint}, found {dataset.fingerprint or 'none'}): give it the folder it was run on")
+    return dataset
 
 
 def list_datasets() -> list[tuple[str, str]]:
@@ -34,9 +55,11 @@ from leakbench.datasets import loaders as _loaders  # noqa: E402,F401
 
 __all__ = [
     "DATASETS",
+    "FINGERPRINTS",
     "Batch",
     "ImageDataset",
     "Partition",
+    "data_fingerprint",
     "describe_dataset",
     "list_datasets",
     "load_dataset",

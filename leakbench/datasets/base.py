@@ -19,6 +19,8 @@ class ImageDataset:
     public: whether anyone can have these images (a published dataset; every shipped one but `imagefolder`),
     so that a third-party attack could carry them (`records.trust`); a dataset plugin serving images its
     submitters cannot have says False.
+    fingerprint: for a dataset read from a user's folder (`imagefolder`), the hash of the files it served
+    (`datasets.data_fingerprint`: what its cells' ids hash); '' for every other (their name says their data).
     """
 
     name: str
@@ -26,6 +28,7 @@ class ImageDataset:
     labels: torch.Tensor
     num_classes: int
     public: bool = True
+    fingerprint: str = ""
 
     def __len__(self) -> int:
         return int(self.images.shape[0])

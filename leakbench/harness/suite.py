@@ -98,6 +98,7 @@ from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.core.inversion import InversionConfig
 from leakbench.core.limits import MAX_CELLS, MAX_GRID_IMAGES, check_depth, check_int, check_seed, check_width
 from leakbench.core.settings import build_config
+from leakbench.datasets import data_fingerprint
 from leakbench.models import VICTIMS, architecture, default_depth, known_arch, victim_label
 from leakbench.models.training import TrainRecipe, check_epochs
 from leakbench.records.folders import folder_name
@@ -223,12 +224,15 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
     if count > MAX_CELLS:  # refused before expanding, checking or running anything
         raise ConfigError(f"suite {path}: expands to {count:,} cells, more than the {MAX_CELLS:,} a suite may hold; "
                           "split it into several suites")
+    root = data_root or raw.get("data_root")
+    fingerprints = {dataset: data_fingerprint(dataset, root) for dataset in datasets}  # each folder read once
     cells = []
     for dataset, attack, v in outer:
         for combination in product(*crossing(attack, v)):
             cell = {k: value for level in combination for k, value in level.items()}  # later axes win: defences
             cells.append(CellSpec(**cell, attack=attack, dataset=dataset, width=v.width, depth=v.depth, arch=v.arch,
-                                  data_root=data_root or raw.get("data_root"), image_size=raw.get("image_size"),
+                                  data_root=root, data_fingerprint=fingerprints[dataset],
+                                  image_size=raw.get("image_size"),
                                   hyperparameters=dict(params.get(attack, {})),
                                   inversion=None if attack in layerless else inversion))
     _unique_cells(cells, path)

@@ -44,7 +44,8 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, ImageVict
     Defences that change the victim (`UpdateTransform.victim`: PRECODE) change it first.
     """
     root = Path(spec.data_root) if spec.data_root else None
-    dataset = load_dataset(spec.dataset, data_root=root, image_size=spec.image_size)
+    dataset = load_dataset(spec.dataset, data_root=root, image_size=spec.image_size,
+                           fingerprint=spec.data_fingerprint)  # the files the cell was planned on
     parts = partition(dataset) if spec.train_epochs else None
     batch = draw_batch(dataset, spec)
     if not with_model:
@@ -65,13 +66,14 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, ImageVict
 
 def victim_key(spec: CellSpec, dataset: ImageDataset) -> dict[str, Any]:
     """What makes a trained victim's weights (the victim cache's key): data, partition, model, init seed,
-    recipe, epochs, and the defences that change the model (only when there are some, so the keys of
-    earlier victims stay) — never the batch, the attack or where the data lies."""
+    recipe, epochs, the defences that change the model and a folder's data fingerprint (each only when
+    there is one, so the keys of earlier victims stay) — never the batch, the attack or where the data lies."""
     from leakbench.datasets.base import PARTITION_FRACTIONS, PARTITION_SEED
 
     rule = training_rule(spec, dataset)
     changing = [{"name": t.name, **asdict(t.config)} for t in transforms(spec) if t.changes_victim]
     return {**({"victim_defences": changing} if changing else {}),
+            **({"data_fingerprint": spec.data_fingerprint} if spec.data_fingerprint else {}),
             "dataset": spec.dataset, "dataset_size": len(dataset), "image_shape": list(dataset.image_shape),
             "partition": [PARTITION_SEED, *PARTITION_FRACTIONS], "arch": spec.arch, "width": spec.width,
             "depth": spec.depth, "init_seed": spec.seed, "recipe": asdict(spec.recipe) if spec.recipe else None,

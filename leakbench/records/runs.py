@@ -181,13 +181,26 @@ class StoredRun:
 
 def read_run(run_dir: Path, cell_ids: list[str] | None = None) -> StoredRun:
     """A run's records and cells: of the intact cell folders among `cell_ids` (in that order, damaged
-    ones left out), or, without `cell_ids`, its consolidated tables (`read_table`)."""
+    ones left out), or, without `cell_ids`, its consolidated tables (`read_table`); the cells' budgets,
+    trust columns and data labels (`with_data_labels`) filled in."""
     damaged: dict[str, str] = {}
     if cell_ids is None:
         records, cells = read_table(run_dir, "records.parquet"), read_table(run_dir, "cells.parquet")
     else:
         records, cells, damaged = collect(run_dir, cell_ids)
-    return StoredRun(records, with_trust(run_dir, with_budgets(run_dir, cells)), damaged)
+    return StoredRun(records, with_data_labels(with_trust(run_dir, with_budgets(run_dir, cells))), damaged)
+
+
+def with_data_labels(cells: pd.DataFrame) -> pd.DataFrame:
+    """`cells` with the `dataset` of every cell that has a data fingerprint (an `imagefolder`'s: the files it
+    read) labelled with its first 8 hex digits, 'imagefolder (3f2a9c1b)': what reports and the leaderboard
+    group and key by, so two folders of the same layout are two rows, never merged. `data_fingerprint`
+    keeps the whole; cells without one (every other dataset) stay as they were."""
+    if "data_fingerprint" not in cells or "dataset" not in cells:
+        return cells
+    fingerprint = cells["data_fingerprint"]
+    labelled = cells["dataset"].astype(str) + " (" + fingerprint.astype(str).str[:8] + ")"
+    return cells.assign(dataset=cells["dataset"].where(fingerprint.isna() | (fingerprint == ""), labelled))
 
 
 def with_trust(run_dir: Path, cells: pd.DataFrame) -> pd.DataFrame:

@@ -68,16 +68,17 @@ def truth_images(spec: CellSpec) -> torch.Tensor:
     from leakbench.cell.spec import client_count
 
     return _truth(spec.dataset, spec.data_root, spec.image_size, spec.batch_size, spec.seed, client_count(spec),
-                  spec.train_epochs > 0)
+                  spec.train_epochs > 0, spec.data_fingerprint)
 
 
 @lru_cache(maxsize=16)
 def _truth(dataset: str, data_root: str | None, image_size: int | None, batch_size: int, seed: int, clients: int,
-           trained: bool) -> torch.Tensor:
+           trained: bool, fingerprint: str | None) -> torch.Tensor:
     from leakbench.cell.draw import draw_client_batches
     from leakbench.datasets import load_dataset
 
-    data = load_dataset(dataset, data_root=Path(data_root) if data_root else None, image_size=image_size)
+    data = load_dataset(dataset, data_root=Path(data_root) if data_root else None, image_size=image_size,
+                        fingerprint=fingerprint)
     return draw_client_batches(data, batch_size, seed, clients, trained=trained).images
 
 
