@@ -22,7 +22,7 @@ from leakbench.errors import LeakbenchError
 from leakbench.records.truth import load_truth
 from leakbench.reporting.aggregate import Key, key_values, psnr_text
 from leakbench.reporting.grid import ComparisonRow, save_comparison, save_grid
-from leakbench.reporting.order import level_key
+from leakbench.reporting.order import level_sorter
 
 GROUP = ["dataset", "model", "batch_size", "seed", "layer", "dp", "client"]
 """Cells that share these share a batch and a setting: one comparison figure."""
@@ -64,7 +64,8 @@ def comparison_figures(run_dir: Path, manifest: dict[str, Any], records: pd.Data
     picks = {c["cell_id"]: c["grid_selection"] for c in manifest["cells"]}
     with_images = cells[(cells["space"] == "image") | (cells["inversion_steps"] > 0)]
     out = []
-    for group_key, group in sorted(with_images.groupby(GROUP, sort=True), key=lambda g: level_key(g[0])):
+    order = level_sorter(cells)
+    for group_key, group in sorted(with_images.groupby(GROUP, sort=True), key=lambda g: order(g[0])):
         key = key_values(group_key)
         dataset, model, b, seed, layer, dp, client = key
         name = grid_name(dataset, model, b, layer, dp, client, seed)

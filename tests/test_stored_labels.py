@@ -1,0 +1,164 @@
+"""Issue 42: reports and the leaderboard read labels, papers and budgets from the stored records, never
+from a registry. A run that used a victim plugin, a defence plugin and an attack plugin (each with its
+paper) is reported and ranked in a fresh process without any of them importable: the victim keeps its
+name, the defence and the attack their papers, the levels their order.
+
+The run is made once per module (about 30 s): a subprocess with the plugins' folder on PYTHONPATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import CLI_TIMEOUT_S, REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+VICTIM = '''\
+"""A victim plugin: a small MLP built from torch modules only (nothing of this module is pickled)."""
+from collections import OrderedDict
+
+from torch import nn
+
+from leakbench.models import VictimFactory, register_victim
+
+
+def build(input_shape, num_classes, width, depth):
+    c, h, w = input_shape
+    return nn.Sequential(OrderedDict(flat=nn.Flatten(), fc1=nn.Linear(c * h * w, 24), relu=nn.ReLU(),
+                                     fc2=nn.Linear(24, num_classes)))
+
+
+register_victim("bncnn", VictimFactory(build=build, linear_layers=("fc1", "fc2"), relu_after=("fc1",),
+                                       description="a tiny MLP from a plugin"))
+'''
+
+DEFENCE = '''\
+"""A defence plugin with a paper: every gradient tensor times a factor."""
+import dataclasses
+from dataclasses import dataclass
+
+from leakbench.citation import Citation
+from leakbench.fl import UpdateTransform
+from leakbench.fl.transform import register_transform
+from leakbench.ranges import Ranged, ranged
+
+
+@dataclass(frozen=True)
+class ScaleConfig(Ranged):
+    """factor: multiply every gradient by it."""
+
+    factor: float = ranged(1.0, 0.0, 100.0)
+
+
+@register_transform
+class Scale(UpdateTransform):
+    name = "gscale"
+    Config = ScaleConfig
+    paper = Citation("Doe et al., PLUG 2030", "https://example.org/gscale")
+
+    def apply(self, update, client):
+        return dataclasses.replace(update, gradients={k: g * self.config.factor for k, g in update.gradients.items()})
+'''
+
+ATTACK = '''\
+"""An attack plugin with a paper: every image mid-grey."""
+from dataclasses import dataclass
+
+import torch
+
+from leakbench.attacks import Attack, Reconstruction, register_attack
+from leakbench.citation import Citation
+
+
+@dataclass(frozen=True)
+class GreyConfig:
+    """level: the grey level of every image."""
+
+    level: float = 0.5
+
+
+@register_attack
+class Grey(Attack):
+    name = "grey-guess"
+    description = "every image mid-grey"
+    Config = GreyConfig
+    paper = Citation("Roe et al., PLUG 2031", "https://example.org/grey")
+
+    def reconstruct(self, update, *, seed):
+        images = torch.full((int(update.batch_size), *update.model.input_shape), self.config.level)
+        return Reconstruction(status="ok", space="image", images=images, layer=1)
+'''
+
+SUITE = '''\
+name = "plugged"
+victim_plugins = ["bncnn_victim"]
+defence_plugins = ["scale_defence"]
+plugins = ["grey_attack"]
+dataset = "embedded"
+arch = "bncnn"
+layer = 2
+attacks = ["spear", "grey-guess"]
+batch_sizes = [1]
+defences = ["none", { name = "gscale", factor = 10.0 }, { name = "gscale", factor = 2.0 }]
+'''
+
+
+def _leakbench(cwd: Path, *args: str, path: tuple[Path, ...] = ()) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(str(p) for p in (*path, REPO_ROOT))}
+    env.pop("LEAKBENCH_PLUGINS", None)
+    return subprocess.run([sys.executable, "-m", "leakbench", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=CLI_TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding res/plugged, run with the three plugins importable; they are deleted afterwards."""
+    root = tmp_path_factory.mktemp("labels")
+    plugins = root / "plugins"
+    plugins.mkdir()
+    for name, source in (("bncnn_victim", VICTIM), ("scale_defence", DEFENCE), ("grey_attack", ATTACK)):
+        (plugins / f"{name}.py").write_text(source)
+    (root / "suite.toml").write_text(SUITE)
+    proc = _leakbench(root, "run", "suite.toml", "--out", "res", "--reports", "rep", path=(plugins,))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for module in plugins.iterdir():  # uninstalled: no process below can import them
+        module.unlink() if module.is_file() else None
+    return root
+
+
+def test_the_records_keep_the_update_the_victim_and_the_papers(run: Path) -> None:
+    cells = run / "res" / "plugged" / "cells"
+    summaries = [json.loads((c / "summary.json").read_text()) for c in sorted(cells.iterdir())]
+    scaled = [s for s in summaries if s["attack"] == "spear" and s.get("defence") == "gscale factor=2"]
+    assert len(scaled) == 1
+    labels = scaled[0]["labels"]
+    assert labels["victim"] == "bncnn"
+    assert labels["update"] == [["fedsgd", {}], ["gscale", {"factor": 2.0}]]
+    assert labels["papers"]["update"]["gscale"] == {"short": "Doe et al., PLUG 2030", "url": "https://example.org/gscale"}
+    grey = next(s for s in summaries if s["attack"] == "grey-guess")
+    assert grey["labels"]["papers"]["attack"] == {"short": "Roe et al., PLUG 2031", "url": "https://example.org/grey"}
+
+
+def test_report_without_the_plugins(run: Path) -> None:
+    proc = _leakbench(run, "report", "res/plugged", "--reports", "again")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    page = (run / "again" / "plugged.md").read_text()
+    assert "bncnn" in page and "gscale factor=10" in page
+    assert page.index("gscale factor=2") < page.index("gscale factor=10")  # 2 before 10: numbers as numbers
+
+
+def test_leaderboard_without_the_plugins(run: Path) -> None:
+    proc = _leakbench(run, "leaderboard", "--results", "res", "--reports", "board")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    board = (run / "board" / "leaderboard.md").read_text()
+    assert "embedded · bncnn · layer 2 · defence: gscale factor=2" in board
+    assert board.index("defence: gscale factor=2\n") < board.index("defence: gscale factor=10\n")
+    assert "https://example.org/gscale" in board  # the defence's paper, from the records
+    html = (run / "board" / "leaderboard.html").read_text()
+    assert "https://example.org/grey" in html  # the attack plugin's paper (its cells stand under 'not ranked'
+    # behind the plugin defence, ranked on the undefended board)
