@@ -3,7 +3,9 @@ from a registry. A run that used a victim plugin, a defence plugin and an attack
 paper) is reported and ranked in a fresh process without any of them importable: the victim keeps its
 name, the defence and the attack their papers, the levels their order.
 
-The run is made once per module (about 30 s): a subprocess with the plugins' folder on PYTHONPATH."""
+The run is made once per module (about 30 s): a subprocess with the plugins' folder on PYTHONPATH. The
+fast tests below check the pieces on tables made here, and that a run stored before the labels existed (the
+golden records, no cell folders) still reports as it did."""
 
 from __future__ import annotations
 
@@ -13,10 +15,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import CLI_TIMEOUT_S, REPO_ROOT
 
-pytestmark = pytest.mark.slow
+from leakbench.citation import Citation, Papers
+from leakbench.records.labels import labels_data, stored_columns, stored_papers
+from leakbench.reporting.aggregate import model_order, with_model
+from leakbench.reporting.leaderboard import board_order, level_papers, load_results
+from leakbench.reporting.order import defence_levels, level_key, level_sorter, update_key
+
+GOLDEN = REPO_ROOT / "tests" / "golden"
 
 VICTIM = '''\
 """A victim plugin: a small MLP built from torch modules only (nothing of this module is pickled)."""
@@ -131,6 +140,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_the_records_keep_the_update_the_victim_and_the_papers(run: Path) -> None:
     cells = run / "res" / "plugged" / "cells"
     summaries = [json.loads((c / "summary.json").read_text()) for c in sorted(cells.iterdir())]
@@ -144,6 +154,7 @@ def test_the_records_keep_the_update_the_victim_and_the_papers(run: Path) -> Non
     assert grey["labels"]["papers"]["attack"] == {"short": "Roe et al., PLUG 2031", "url": "https://example.org/grey"}
 
 
+@pytest.mark.slow
 def test_report_without_the_plugins(run: Path) -> None:
     proc = _leakbench(run, "report", "res/plugged", "--reports", "again")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -152,6 +163,7 @@ def test_report_without_the_plugins(run: Path) -> None:
     assert page.index("gscale factor=2") < page.index("gscale factor=10")  # 2 before 10: numbers as numbers
 
 
+@pytest.mark.slow
 def test_leaderboard_without_the_plugins(run: Path) -> None:
     proc = _leakbench(run, "leaderboard", "--results", "res", "--reports", "board")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -162,3 +174,56 @@ def test_leaderboard_without_the_plugins(run: Path) -> None:
     html = (run / "board" / "leaderboard.html").read_text()
     assert "https://example.org/grey" in html  # the attack plugin's paper (its cells stand under 'not ranked'
     # behind the plugin defence, ranked on the undefended board)
+
+
+PAPER = Citation("Doe et al., PLUG 2030", "https://example.org/gscale")
+
+
+def _cells(*cells: tuple[str, str, list[list[object]]]) -> pd.DataFrame:
+    """Cells as a report reads them: (client label, defence label, stored update) each, plugin victim 'bncnn'."""
+    rows = [{"cell_id": f"c{i}", "attack": "spear", "arch": "bncnn", "depth": 3, "width": 200, "train_epochs": 0,
+             "client": client, "defence": defence, "dp": "none", "threat": "default",
+             **stored_columns({"labels": labels_data("bncnn", [(n, s) for n, s in update], None,
+                                                     {"gscale": PAPER})})}
+            for i, (client, defence, update) in enumerate(cells)]
+    return pd.DataFrame(rows)
+
+
+def test_levels_are_ordered_by_their_stored_values_not_their_labels() -> None:
+    """Two labels that read in the other order as text ('gscale x-a' < 'gscale x-b'): the stored factors
+    (1 for x-b, 2 for x-a) decide; the undefended update comes first."""
+    cells = with_model(_cells(("fedsgd", "gscale x-a", [["fedsgd", {}], ["gscale", {"factor": 2.0}]]),
+                              ("fedsgd", "gscale x-b", [["fedsgd", {}], ["gscale", {"factor": 1.0}]]),
+                              ("fedsgd", "", [["fedsgd", {}]])))
+    levels = list(defence_levels(cells))
+    assert levels == ["gscale x-a", "gscale x-b", "none"]
+    assert sorted(levels, key=level_key) == ["none", "gscale x-a", "gscale x-b"]  # the text rule
+    assert sorted(levels, key=level_sorter(cells)) == ["none", "gscale x-b", "gscale x-a"]
+    assert list(cells["model"]) == ["bncnn"] * 3  # the stored name: no registry knows 'bncnn' here
+    assert update_key([("fedsgd", {})]) < update_key([("fedsgd", {})], "labels known")
+
+
+def test_papers_are_found_by_transform_name_from_the_records() -> None:
+    """A label that does not start with its transform's name ('Scaled ×2') still finds the paper the cells
+    stored; FedSGD, which the level does not name, cites nothing."""
+    cells = _cells(("fedsgd", "Scaled ×2", [["fedsgd", {}], ["gscale", {"factor": 2.0}]]))
+    papers = stored_papers(list(cells["attack"]), list(cells["papers"]))
+    assert papers == Papers({}, {"gscale": PAPER})
+    assert level_papers("Scaled ×2", cells, papers) == [("gscale", PAPER)]
+    assert level_papers("Scaled ×2", cells.drop(columns="update"), papers) == []  # the label's text finds none
+
+
+def test_a_run_stored_before_the_labels_reports_as_before(tmp_path: Path) -> None:
+    """The golden records (no cell folders, so no stored labels): victims named by the registry, levels in
+    the text order."""
+    run = tmp_path / "res" / "axes-client"
+    run.mkdir(parents=True)
+    for table in ("records.parquet", "cells.parquet"):
+        (run / table).write_bytes((GOLDEN / "axes-client" / table).read_bytes())
+    _, cells = load_results(tmp_path / "res")
+    assert set(cells["update"]) == {""} and set(cells["victim"]) == {""}
+    assert "FC-3 w64" in set(cells["model"])  # the registry's name, as before
+    rank = {m: i for i, m in enumerate(model_order(cells))}
+    keys = board_order(cells)
+    assert len({k[3] for k in keys}) >= 3
+    assert keys == sorted(keys, key=lambda k: (k[0], rank[k[1]], *[level_key(v) for v in k[2:]]))  # the text rule

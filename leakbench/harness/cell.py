@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from leakbench.attacks import Attack, attack_budget
+from leakbench.citation import Citation
 from leakbench.datasets.loaders import data_locations
 from leakbench.errors import LeakbenchError
 from leakbench.harness.fingerprint import attack_origin, code_origin, provenance
@@ -15,7 +16,6 @@ from leakbench.harness.job import AttackJob, attack_cell, attack_seed, configure
 from leakbench.harness.scoring import CellResult, score_cell
 from leakbench.harness.spec import CellSpec, cell_id, transforms
 from leakbench.harness.victim import prepare
-from leakbench.citation import Citation
 from leakbench.metrics import LpipsScorer
 from leakbench.models import victim_label
 from leakbench.plugins import named_plugins

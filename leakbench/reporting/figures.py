@@ -18,9 +18,8 @@ import pandas as pd
 
 from leakbench.records.folders import honour_umask
 from leakbench.reporting.aggregate import PSNR_CAP
-from leakbench.reporting.defences import NONE
 from leakbench.reporting.findings import family
-from leakbench.reporting.order import ordered
+from leakbench.reporting.order import NONE, ordered
 from leakbench.reporting.palette import colour, colours
 
 if TYPE_CHECKING:

@@ -19,8 +19,7 @@ from typing import Any
 import pandas as pd
 
 from leakbench.reporting.aggregate import all_exact, fmt, grouped, model_order, psnr_text
-from leakbench.reporting.defences import NONE, defence_levels
-from leakbench.reporting.order import level_sorter
+from leakbench.reporting.order import NONE, defence_levels, level_sorter
 from leakbench.reporting.pivot import shown_psnr
 from leakbench.reporting.render import Table, Text
 

@@ -53,9 +53,9 @@ from leakbench.reporting.board_page import (
     text,
 )
 from leakbench.reporting.compare import grid_name
-from leakbench.reporting.defences import defence_levels, defence_ranking, psnr_entry
+from leakbench.reporting.defences import defence_ranking, psnr_entry
 from leakbench.reporting.leakage import leakage_stats, shown_exact, shown_median
-from leakbench.reporting.order import level_sorter
+from leakbench.reporting.order import defence_levels, level_sorter
 from leakbench.reporting.palette import colour
 from leakbench.reporting.pivot import not_isolated, ranks
 from leakbench.reporting.render import Table, markdown
@@ -123,12 +123,10 @@ def level_papers(level: str, cells: pd.DataFrame, papers: Papers) -> list[tuple[
     (a leading FedSGD, which the level does not name, left out), found by the transform names their stored
     updates list (`records.labels`); transforms without a paper in `papers` give none. Only for cells stored
     without their update: the names that start the parts of its label ('DP σ=1 C=1 + prune p=0.5' → dp, prune)."""
-    names: list[str] = []
-    for text in cells["update"] if "update" in cells else ():
-        steps = update_steps(text)
-        names += [name for i, (name, _) in enumerate(steps or ()) if i or name != "fedsgd"]
-    if not any(update_steps(text) for text in (cells["update"] if "update" in cells else ())):
-        names = [part.split(" ")[0].lower() for part in re.split(r" \+ | · ", level)]  # stored before `update`
+    stored = [steps for steps in map(update_steps, cells["update"] if "update" in cells else ()) if steps]
+    names = [name for steps in stored for i, (name, _) in enumerate(steps) if i or name != "fedsgd"]
+    if not stored:  # cells stored before `update`
+        names = [part.split(" ")[0].lower() for part in re.split(r" \+ | · ", level)]
     return [(name, papers.defences[name]) for name in dict.fromkeys(names) if name in papers.defences]
 
 

@@ -44,10 +44,10 @@ from leakbench.reporting.aggregate import (
     with_model,
 )
 from leakbench.reporting.compare import comparison_figures
-from leakbench.reporting.defences import NONE, defence_blocks, defence_levels, privacy_utility_data
+from leakbench.reporting.defences import defence_blocks, privacy_utility_data
 from leakbench.reporting.figures import axis_figure, defence_figure, privacy_utility_figure
 from leakbench.reporting.findings import findings_block, headline_table, settings
-from leakbench.reporting.order import level_sorter, ordered
+from leakbench.reporting.order import NONE, defence_levels, level_sorter, ordered
 from leakbench.reporting.pivot import pivot_table, triple
 from leakbench.reporting.render import Block, Images, Section, Table, Text, html_document, markdown
 from leakbench.reporting.target import check_report_target, foreign_report_entries, write_marker
