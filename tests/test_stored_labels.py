@@ -161,6 +161,8 @@ def test_report_without_the_plugins(run: Path) -> None:
     page = (run / "again" / "plugged.md").read_text()
     assert "bncnn" in page and "gscale factor=10" in page
     assert page.index("gscale factor=2") < page.index("gscale factor=10")  # 2 before 10: numbers as numbers
+    unranked = page[page.index("## Not ranked"):]  # the plugin attack behind the plugin defence: by level too
+    assert unranked.index("| gscale factor=2 | grey-guess |") < unranked.index("| gscale factor=10 | grey-guess |")
 
 
 @pytest.mark.slow
