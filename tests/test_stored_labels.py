@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from conftest import CLI_TIMEOUT_S, REPO_ROOT
 
-from leakbench.citation import Citation, Papers
+from leakbench.citation import Citation, Papers, stored_citation
 from leakbench.records.labels import labels_data, stored_columns, stored_papers
 from leakbench.reporting.aggregate import model_order, with_model
 from leakbench.reporting.leaderboard import board_order, level_papers, load_results
@@ -229,3 +229,17 @@ def test_a_run_stored_before_the_labels_reports_as_before(tmp_path: Path) -> Non
     keys = board_order(cells)
     assert len({k[3] for k in keys}) >= 3
     assert keys == sorted(keys, key=lambda k: (k[0], rank[k[1]], *[level_key(v) for v in k[2:]]))  # the text rule
+
+
+def test_a_paper_from_data_links_only_to_http() -> None:
+    """Papers read back from records or from a plugin attack's description (the sandboxed worker's word) are
+    links on the leaderboard's page: only http(s) ones are taken."""
+    from leakbench.attacks import attack_class
+    from leakbench.attacks.described import describe, described_attack
+
+    bad = {"short": "x", "url": "javascript:alert(1)"}
+    assert stored_citation(bad) is None and stored_citation({"short": "x", "url": "https://e.org/"}) is not None
+    assert stored_papers(["a"], [json.dumps({"attack": bad, "update": {"t": bad}})]) == Papers()
+    spear = attack_class("spear")
+    assert spear.paper is not None and described_attack(describe(spear)).paper == spear.paper
+    assert described_attack({**describe(spear), "paper": bad}).paper is None

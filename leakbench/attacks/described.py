@@ -21,7 +21,7 @@ from typing import Any
 
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
 from leakbench.attacks.params import field_help
-from leakbench.citation import Citation
+from leakbench.citation import Citation, stored_citation
 from leakbench.errors import LeakbenchError
 from leakbench.ranges import Range, field_choices, field_range
 
@@ -46,14 +46,7 @@ def described_attack(data: dict[str, Any]) -> type[Attack]:
         "name": str(data["name"]), "description": str(data["description"]), "Config": config,
         "requires": Requirements(**data["requires"]), "reconstruct": reconstruct,
         "__module__": str(data["module"]), "__doc__": f"{data['name']} (described by the attack worker)",
-        "code_hash": data.get("code_hash"), "described": True, "paper": _paper(data.get("paper"))})
-
-
-def _paper(data: object) -> Citation | None:
-    """The described attack's paper (a citation's two strings), None without one."""
-    if isinstance(data, dict) and isinstance(data.get("short"), str) and isinstance(data.get("url"), str):
-        return Citation(data["short"], data["url"])
-    return None
+        "code_hash": data.get("code_hash"), "described": True, "paper": stored_citation(data.get("paper"))})
 
 
 def _describe_field(f: Field[Any]) -> dict[str, Any]:

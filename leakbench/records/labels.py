@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from leakbench.citation import Citation, Papers
+from leakbench.citation import Citation, Papers, stored_citation
 
 LABELS = "labels"
 """The summary.json key holding a cell's `labels_data`."""
@@ -66,11 +66,11 @@ def stored_papers(attacks: Sequence[object], papers: Sequence[object]) -> Papers
         data = _json(text)
         if not isinstance(data, dict):
             continue
-        if (paper := _citation(data.get("attack"))) is not None:
+        if (paper := stored_citation(data.get("attack"))) is not None:
             found_attacks.setdefault(str(attack), paper)
         update = data.get("update")
         for name, entry in (update.items() if isinstance(update, dict) else ()):
-            if (paper := _citation(entry)) is not None:
+            if (paper := stored_citation(entry)) is not None:
                 found_transforms.setdefault(str(name), paper)
     return Papers(found_attacks, found_transforms)
 
@@ -83,12 +83,6 @@ def _json(text: object) -> object:
         return json.loads(text)
     except ValueError:
         return None
-
-
-def _citation(data: object) -> Citation | None:
-    if isinstance(data, dict) and isinstance(data.get("short"), str) and isinstance(data.get("url"), str):
-        return Citation(data["short"], data["url"])
-    return None
 
 
 def _steps(data: object) -> list[Step] | None:
