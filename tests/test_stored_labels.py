@@ -1,9 +1,9 @@
 """Issue 42: reports and the leaderboard read labels, papers and budgets from the stored records, never
 from a registry. A run that used a victim plugin, a defence plugin and an attack plugin (each with its
-paper) is reported and ranked in a fresh process without any of them importable: the victim keeps its
-name, the defence and the attack their papers, the levels their order.
+paper) and a dataset plugin is reported and ranked in a fresh process without any of them importable: the
+victim keeps its name, the defence and the attack their papers, the levels their order.
 
-The run is made once per module (about 30 s): a subprocess with the plugins' folder on PYTHONPATH. The
+The run is made once per module (about 60 s): a subprocess with the plugins' folder on PYTHONPATH. The
 fast tests below check the pieces on tables made here, and that a run stored before the labels existed (the
 golden records, no cell folders) still reports as it did."""
 
@@ -103,12 +103,28 @@ class Grey(Attack):
         return Reconstruction(status="ok", space="image", images=images, layer=1)
 '''
 
+DATASET = '''\
+"""A dataset plugin: 16 random 3×8×8 images, 2 classes."""
+import torch
+
+from leakbench.datasets import DATASETS, ImageDataset
+
+
+def load(*, data_root=None, image_size=None):
+    images = torch.rand(16, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    return ImageDataset(name="tinyflat", images=images, labels=torch.arange(16) % 2, num_classes=2)
+
+
+DATASETS.register("tinyflat", load, "a dataset plugin: 16 random images")
+'''
+
 SUITE = '''\
 name = "plugged"
 victim_plugins = ["bncnn_victim"]
 defence_plugins = ["scale_defence"]
 plugins = ["grey_attack"]
-dataset = "embedded"
+dataset_plugins = ["tinyflat_data"]
+datasets = ["embedded", "tinyflat"]
 arch = "bncnn"
 layer = 2
 attacks = ["spear", "grey-guess"]
@@ -130,7 +146,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("labels")
     plugins = root / "plugins"
     plugins.mkdir()
-    for name, source in (("bncnn_victim", VICTIM), ("scale_defence", DEFENCE), ("grey_attack", ATTACK)):
+    for name, source in (("bncnn_victim", VICTIM), ("scale_defence", DEFENCE), ("grey_attack", ATTACK),
+                         ("tinyflat_data", DATASET)):
         (plugins / f"{name}.py").write_text(source)
     (root / "suite.toml").write_text(SUITE)
     proc = _leakbench(root, "run", "suite.toml", "--out", "res", "--reports", "rep", path=(plugins,))
@@ -144,7 +161,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_records_keep_the_update_the_victim_and_the_papers(run: Path) -> None:
     cells = run / "res" / "plugged" / "cells"
     summaries = [json.loads((c / "summary.json").read_text()) for c in sorted(cells.iterdir())]
-    scaled = [s for s in summaries if s["attack"] == "spear" and s.get("defence") == "gscale factor=2"]
+    scaled = [s for s in summaries if s["attack"] == "spear" and s.get("defence") == "gscale factor=2"
+              and s["dataset"] == "embedded"]
     assert len(scaled) == 1
     labels = scaled[0]["labels"]
     assert labels["victim"] == "bncnn"
@@ -173,6 +191,7 @@ def test_leaderboard_without_the_plugins(run: Path) -> None:
     assert "embedded · bncnn · layer 2 · defence: gscale factor=2" in board
     assert board.index("defence: gscale factor=2\n") < board.index("defence: gscale factor=10\n")
     assert "https://example.org/gscale" in board  # the defence's paper, from the records
+    assert "tinyflat · bncnn · layer 2 · defence: gscale factor=10" in board  # the dataset plugin's cells
     html = (run / "board" / "leaderboard.html").read_text()
     assert "https://example.org/grey" in html  # the attack plugin's paper (its cells stand under 'not ranked'
     # behind the plugin defence, ranked on the undefended board)
