@@ -179,6 +179,10 @@ def test_report_without_the_plugins(run: Path) -> None:
     page = (run / "again" / "plugged.md").read_text()
     assert "bncnn" in page and "gscale factor=10" in page
     assert page.index("gscale factor=2") < page.index("gscale factor=10")  # 2 before 10: numbers as numbers
+    start = page.index("## Comparison grids")  # the defence plugin's cells too; the dataset plugin's: none
+    grids = page[start:page.find("\n## ", start) % (len(page) + 1)]
+    assert "gscale" in grids and "No grids for tinyflat: unknown dataset 'tinyflat'" in grids
+    assert "embedded" in grids and "tinyflat · bncnn" not in grids
     unranked = page[page.index("## Not ranked"):]  # the plugin attack behind the plugin defence: by level too
     assert unranked.index("| gscale factor=2 | grey-guess |") < unranked.index("| gscale factor=10 | grey-guess |")
 

@@ -264,11 +264,11 @@ def grids(run_dir: Path, manifest: dict[str, Any], records: pd.DataFrame, cells:
           suite: str) -> Images:
     """One comparison figure per batch and setting: every attack on the same pre-drawn images."""
     try:
-        figures = comparison_figures(run_dir, manifest, records, with_model(cells), folder)
+        figures, missing = comparison_figures(run_dir, manifest, records, with_model(cells), folder)
     except LeakbenchError as exc:  # the dataset the truth is re-derived from is not here
         return Images("Comparison grids (uncherry-picked)", [], [f"No grids: {exc}"])
     items = [(f"{suite}/grids/{name}", caption) for name, caption, _ in figures]
-    return Images("Comparison grids (uncherry-picked)", items, [
+    return Images("Comparison grids (uncherry-picked)", items, [*(f"No grids for {m}" for m in missing),
         f"The images of each grid were drawn by a seeded RNG from the batch (grid seed {manifest['grid_seed']}, "
         f"{manifest['grid_images']} per batch) when the sweep was planned, before any attack ran, so every attack "
         "on a batch shows the same images; all are shown, failed reconstructions as grey tiles with a red X. "
