@@ -20,6 +20,7 @@ from leakbench.cell.axes import AXES, Axis, Flag
 from leakbench.cell.spec import CellSpec, cell_columns, cell_id, cell_settings
 from leakbench.core.errors import ConfigError
 from leakbench.harness.suite import load_suite, plan_lines, suite_keys
+from leakbench.reporting.aggregate import with_model
 
 BASE = 'name = "axes"\ndataset = "embedded"\nattacks = ["cpa"]\nbatch_sizes = [2, 4]\nwidth = 32\ndepth = 3\n'
 
@@ -132,6 +133,8 @@ def test_a_declared_axis_is_recorded_planned_and_reported(tmp_path: Path, toy: A
     cells = pd.DataFrame({"cell_id": ["a", "b"], "bn_mode": [None, "train"]})
     assert list(axes.with_defaults(cells)["bn_mode"]) == ["eval", "train"]
     assert list(axes.level_words(axes.with_defaults(cells))) == ["", " · bn_mode=train"]
+    stored = cells.assign(arch="fc", depth=3, width=32, client="fedsgd")
+    assert list(with_model(stored)["client"]) == ["fedsgd", "fedsgd · bn_mode=train"]  # never pooled in tables
 
 
 def test_the_report_tables_are_the_declared_ones() -> None:

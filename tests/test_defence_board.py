@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from leakbench.reporting.aggregate import with_model
-from leakbench.reporting.defences import NONE, defence_blocks, defence_levels, privacy_utility_data
+from leakbench.reporting.defences import defence_blocks, privacy_utility_data
 from leakbench.reporting.figures import privacy_utility_figure
+from leakbench.reporting.order import NONE, defence_levels
 from leakbench.reporting.render import Table, markdown
 from leakbench.reporting.views import apply_view
 

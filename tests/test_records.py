@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from leakbench.records.runs import cell_budget, cell_row, with_budgets
+from leakbench.records.runs import cell_row, cell_summary, with_budgets
 from leakbench.records.schema import AXIS_COLUMNS, CELL_EXTRA_COLUMNS, SUMMARY_COLUMNS, axis_columns, per_image_columns
 
 
@@ -32,5 +32,5 @@ def test_the_budget_is_read_from_summary_json_and_never_from_a_foreign_id(tmp_pa
         (tmp_path / "cells" / cid / "summary.json").write_text(json.dumps(summary))
     cells = pd.DataFrame({"cell_id": ["a", "b", "missing", "../a", None]})
     assert list(with_budgets(tmp_path, cells)["budget"]) == ["3 steps", "", "", "", ""]
-    assert cell_budget(tmp_path / "nowhere") == ""
+    assert cell_summary(tmp_path / "nowhere") == {}
     assert "budget" not in with_budgets(tmp_path, pd.DataFrame())

@@ -4,7 +4,7 @@ Plugin attacks are imported only inside the sandboxed attack worker (`leakbench.
 `describe(cls)` turns each into JSON: name, description, module, its Config's fields (type, default,
 declared range or choices, help) and its requirements. In the harness,
 `described_attack(data)` rebuilds a stand-in class with the same name, Config and requirements (and
-so the same capabilities, `Attack.layered`, derived from the Config), so
+so the same capabilities, `Attack.layered`, derived from the Config) and paper, so
 that listing, `show`, suite parsing and hyperparameter checks work as for a shipped attack; its
 `reconstruct` refuses to run (the worker runs the real one); `code_hash` is the harness's hash of its
 plugin's files (`leakbench.harness.fingerprint.plugin_code`, set in `leakbench.plugins`; the worker's
@@ -21,6 +21,7 @@ from typing import Any
 
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
 from leakbench.attacks.params import field_help
+from leakbench.core.citation import Citation, stored_citation
 from leakbench.core.errors import LeakbenchError
 from leakbench.core.ranges import Range, field_choices, field_range
 
@@ -29,7 +30,8 @@ def describe(cls: type[Attack]) -> dict[str, Any]:
     """An attack class as plain JSON data (see `described_attack`)."""
     return {"name": cls.name, "description": cls.description, "module": cls.__module__,
             "config": cls.Config.__name__, "help": field_help(cls.Config),
-            "fields": [_describe_field(f) for f in fields(cls.Config)], "requires": asdict(cls.requires)}
+            "fields": [_describe_field(f) for f in fields(cls.Config)], "requires": asdict(cls.requires),
+            "paper": asdict(cls.paper) if isinstance(cls.paper, Citation) else None}
 
 
 def described_attack(data: dict[str, Any]) -> type[Attack]:
@@ -44,7 +46,7 @@ def described_attack(data: dict[str, Any]) -> type[Attack]:
         "name": str(data["name"]), "description": str(data["description"]), "Config": config,
         "requires": Requirements(**data["requires"]), "reconstruct": reconstruct,
         "__module__": str(data["module"]), "__doc__": f"{data['name']} (described by the attack worker)",
-        "code_hash": data.get("code_hash"), "described": True})
+        "code_hash": data.get("code_hash"), "described": True, "paper": stored_citation(data.get("paper"))})
 
 
 def _describe_field(f: Field[Any]) -> dict[str, Any]:

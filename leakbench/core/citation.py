@@ -21,6 +21,23 @@ class Citation:
     url: str
 
 
+MAX_CITATION_TEXT = 500
+"""The longest `short` or `url` a citation read back from data (`stored_citation`) may have."""
+
+
+def stored_citation(data: object) -> Citation | None:
+    """A citation written as data (`{"short": ..., "url": ...}`: stored in a cell's records, or in a plugin
+    attack's description from the sandboxed worker), or None unless both are strings of at most
+    `MAX_CITATION_TEXT` characters and the url is http(s): such text comes from code leakbench does not
+    trust, and pages link to it."""
+    if not isinstance(data, dict):
+        return None
+    short, url = data.get("short"), data.get("url")
+    if not (isinstance(short, str) and isinstance(url, str)) or max(len(short), len(url)) > MAX_CITATION_TEXT:
+        return None
+    return Citation(short, url) if url.startswith(("https://", "http://")) else None
+
+
 @dataclass(frozen=True)
 class Papers:
     """The papers tables link to: attack name → citation, update transform (defence) name → citation.

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from leakbench.attacks import Attack, attack_budget
 from leakbench.cell.seeds import attack_seed
 from leakbench.cell.spec import CellSpec, cell_id, transforms
+from leakbench.core.citation import Citation
 from leakbench.core.errors import LeakbenchError
 from leakbench.datasets.loaders import data_locations
 from leakbench.harness.fingerprint import attack_origin, code_origin, provenance
@@ -15,8 +18,10 @@ from leakbench.harness.job import AttackJob, attack_cell, configure_attack, reso
 from leakbench.harness.scoring import CellResult, score_cell
 from leakbench.harness.victim import prepare
 from leakbench.metrics import LpipsScorer
+from leakbench.models import victim_label
 from leakbench.plugins import named_plugins
 from leakbench.progress import enabled as progress_enabled
+from leakbench.records.labels import LABELS, labels_data
 from leakbench.records.trust import PLUGIN, SHIPPED
 
 
@@ -64,7 +69,17 @@ def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: st
     attack_class = resolve_class(job)
     result.provenance = provenance(attack_class, batch)
     result.summary.update(code_origins(spec, attack_class, evaluated=job.attack_ref is not None))
+    result.summary[LABELS] = cell_labels(spec, attack_class)
     return with_budget(result)
+
+
+def cell_labels(spec: CellSpec, attack: type[Attack]) -> dict[str, Any]:
+    """What reports read instead of a registry (`records.labels`): the victim's name, the update's ordered
+    (transform name, settings) steps, and the papers of the attack and of each transform, as known now."""
+    papers = {t.name: t.paper for t in transforms(spec) if isinstance(t.paper, Citation)}
+    paper = attack.paper if isinstance(attack.paper, Citation) else None
+    return labels_data(victim_label(spec.arch, spec.depth, spec.width, spec.train_epochs),
+                       [(step.name, asdict(step.config)) for step in spec.update], paper, papers)
 
 
 def code_origins(spec: CellSpec, attack: type[Attack], *, evaluated: bool) -> dict[str, str]:

@@ -28,6 +28,7 @@ from leakbench.plugins import load_client_plugin
 from leakbench.records.artifacts import RECONSTRUCTION_FILE, load_attack_output
 from leakbench.records.cells import cell_path
 from leakbench.records.folders import held_folder
+from leakbench.records.labels import LABELS
 from leakbench.records.runs import consolidate, finished_cells, read_run_manifest
 from leakbench.records.trust import stored_origins
 
@@ -53,6 +54,8 @@ def rescore_cell(cell_dir: Path, *, lpips_weights: str | None = None, data_root:
     result = score_cell(spec, output, batch, model, lpips=lpips, lpips_note=lpips_note)
     result.provenance = {k: manifest[k] for k in PROVENANCE if k in manifest}  # what the stored answer came from
     result.summary.update(stored_origins(cell_dir, stored, manifest))  # no attack runs here: whose code ran is kept
+    if LABELS in stored:  # and so are the labels and papers known when it ran (`records.labels`)
+        result.summary[LABELS] = stored[LABELS]
     write_cell(with_budget(result), cell_dir, selection=manifest.get("grid_selection"))
 
 

@@ -30,6 +30,7 @@ from leakbench.metrics.score import recovered
 from leakbench.records.atomic import write_parquet_atomic
 from leakbench.records.cells import CELLS_DIR, cell_path
 from leakbench.records.folders import check_owned, folder_name, remove_leftovers
+from leakbench.records.labels import STORED_COLUMNS, stored_columns
 from leakbench.records.schema import SUMMARY_COLUMNS, TIMING_COLUMNS, axis_columns
 from leakbench.records.seal import damage, foreign_cell_entries
 from leakbench.records.trust import TRUST_COLUMNS, derived, read_manifest
@@ -171,8 +172,9 @@ def read_table(run_dir: Path, name: str) -> pd.DataFrame:
 @dataclass(frozen=True)
 class StoredRun:
     """A run's records and cells as reports read them; `cells` carries a `budget` column (the attack's
-    budget in words, from each cell's summary.json; '' for cells stored without one), which is never
-    written to cells.parquet. `damaged`: cells left out (id → why)."""
+    budget in words, from each cell's summary.json; '' for cells stored without one) and the columns
+    `labels.STORED_COLUMNS` (what reports need instead of a registry), which are never written to
+    cells.parquet. `damaged`: cells left out (id → why)."""
 
     records: pd.DataFrame
     cells: pd.DataFrame
@@ -220,11 +222,14 @@ def with_trust(run_dir: Path, cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def with_budgets(run_dir: Path, cells: pd.DataFrame) -> pd.DataFrame:
-    """`cells` with a `budget` column read from each cell folder's summary.json ('' where there is none)."""
+    """`cells` with a `budget` column and the `labels.STORED_COLUMNS` (victim, update, papers), read from each
+    cell folder's summary.json ('' where there is none)."""
     if "cell_id" not in cells:
         return cells
-    budgets = [cell_budget(cell_path(run_dir, cid)) if _plain(cid) else "" for cid in cells["cell_id"]]
-    return cells.assign(budget=budgets)
+    stored = [cell_summary(cell_path(run_dir, cid)) if _plain(cid) else {} for cid in cells["cell_id"]]
+    budgets = [s.get("budget", "") if isinstance(s.get("budget", ""), str) else "" for s in stored]
+    labels = pd.DataFrame([stored_columns(s) for s in stored], index=cells.index, columns=list(STORED_COLUMNS))
+    return cells.assign(budget=budgets, **{c: labels[c] for c in STORED_COLUMNS})
 
 
 def _plain(cell_id: object) -> bool:
@@ -232,13 +237,13 @@ def _plain(cell_id: object) -> bool:
     return isinstance(cell_id, str) and bool(cell_id) and "/" not in cell_id and not cell_id.startswith(".")
 
 
-def cell_budget(cell_dir: Path) -> str:
-    """The attack's budget in words as stored in the cell's summary.json ('' when it holds none)."""
+def cell_summary(cell_dir: Path) -> dict[str, Any]:
+    """A cell folder's summary.json ({} when it is missing or unreadable)."""
     try:
-        budget = json.loads((cell_dir / "summary.json").read_text()).get("budget", "")
-    except (OSError, ValueError, AttributeError):
-        return ""
-    return budget if isinstance(budget, str) else ""
+        summary = json.loads((cell_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
 
 
 def records_difference(a: Path, b: Path) -> str:

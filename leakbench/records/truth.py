@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from leakbench.core.errors import LeakbenchError
 from leakbench.metrics.score import aligned_to_truth, stored_matching
 from leakbench.records.artifacts import AttackOutput, load_attack_output
 from leakbench.records.cells import CELLS_DIR, cell_path
@@ -30,8 +31,9 @@ if TYPE_CHECKING:  # specs, datasets and models load when a truth is drawn, not 
 
 @dataclass(frozen=True)
 class CellTruth:
-    """A cell's re-derived ground truth (`truth`, the batch's images), its spec, its stored answer and
-    its stored matching (`matching[i]`: the reconstruction paired with ground-truth image i, or UNMATCHED)."""
+    """A cell's re-derived ground truth (`truth`, the batch's images), the spec of its batch (`stored_spec`),
+    its stored answer and its stored matching (`matching[i]`: the reconstruction paired with ground-truth
+    image i, or UNMATCHED)."""
 
     spec: CellSpec
     truth: torch.Tensor
@@ -53,11 +55,19 @@ def cell_folder(path: Path, cell_id: str) -> Path:
     return cell_path(path, cell_id) if (path / CELLS_DIR).is_dir() else path
 
 
+BATCH_FIELDS = ("attack", "dataset", "batch_size", "seed", "data_root", "image_size", "train_epochs", "recipe",
+                "data_fingerprint")
+"""The fields of a stored spec that choose a cell's batch (with the number of clients: `load_truth`)."""
+
+
 def stored_spec(cell_dir: Path, data_root: str | None = None) -> CellSpec:
-    """The spec a cell folder's manifest stores (its dataset found under `data_root` when given)."""
+    """The spec of the batch a cell folder's manifest stores: its `BATCH_FIELDS`, each checked as a suite's
+    (its dataset found under `data_root` when given). Its update is left out, so no transform is looked up:
+    a cell whose defence came from a plugin that is not installed here still has its truth."""
     from leakbench.cell.spec import spec_from_dict
 
-    spec = spec_from_dict(json.loads((cell_dir / "manifest.json").read_text())["spec"])
+    data = json.loads((cell_dir / "manifest.json").read_text())["spec"]
+    spec = spec_from_dict({k: v for k, v in data.items() if k in BATCH_FIELDS} if isinstance(data, dict) else data)
     return spec if data_root is None else dataclasses.replace(spec, data_root=data_root)
 
 
@@ -88,8 +98,15 @@ def cell_matching(cell_dir: Path) -> np.ndarray:
 
 
 def load_truth(path: Path, cell_id: str, *, data_root: str | None = None) -> CellTruth:
-    """Cell `cell_id` of a run folder (or the cell folder `path` itself): its re-derived ground truth, its
-    stored reconstruction and its stored matching."""
+    """Cell `cell_id` of a run folder (or the cell folder `path` itself): its re-derived ground truth (K·b
+    images: the number of clients K from its records, one row per ground-truth image), its stored
+    reconstruction and its stored matching."""
     cell_dir = cell_folder(Path(path), cell_id)
-    spec = stored_spec(cell_dir, data_root)
-    return CellTruth(spec, truth_images(spec), load_attack_output(cell_dir), cell_matching(cell_dir))
+    spec, matching = stored_spec(cell_dir, data_root), cell_matching(cell_dir)
+    clients, rest = divmod(len(matching), spec.batch_size)
+    if clients < 1 or rest:
+        raise LeakbenchError(f"cell {cell_id}: its records hold {len(matching)} images, not a multiple of its "
+                             f"batch size {spec.batch_size}")
+    truth = _truth(spec.dataset, spec.data_root, spec.image_size, spec.batch_size, spec.seed, clients,
+                   spec.train_epochs > 0, spec.data_fingerprint)
+    return CellTruth(spec, truth, load_attack_output(cell_dir), matching)

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from leakbench.cell.axes import level_words, with_defaults
 from leakbench.core.reconstruction import ANSWERED
 from leakbench.metrics.score import recovered
 from leakbench.metrics.stats import describe
-from leakbench.models import victim_label
-from leakbench.reporting.order import level_key
+from leakbench.reporting.order import level_sorter
 
 LPIPS_MISSING = "n/a — weights not available"
 
@@ -95,13 +95,14 @@ def key_values(key: Hashable) -> Key:
 
 
 def grouped(records: pd.DataFrame, cells: pd.DataFrame, by: Sequence[str]) -> list[tuple[Key, dict[str, Any]]]:
-    """`group_stats` for every combination of `by` present in `cells`, in `order.level_key` order (numbers as
-    numbers: noise 1e-05 before 0.0001)."""
+    """`group_stats` for every combination of `by` present in `cells`, in `order.level_sorter` order (stored
+    updates by their values; numbers as numbers: noise 1e-05 before 0.0001)."""
     out = []
     for key, cell_group in cells.groupby(list(by), sort=True, dropna=False):
         ids = set(cell_group["cell_id"])
         out.append((key_values(key), group_stats(records[records["cell_id"].isin(ids)], cell_group)))
-    return sorted(out, key=lambda kv: level_key(kv[0]))
+    order = level_sorter(cells)
+    return sorted(out, key=lambda kv: order(kv[0]))
 
 
 def dp_order(cells: pd.DataFrame) -> list[str]:
@@ -120,8 +121,10 @@ def epsilon_labels(cells: pd.DataFrame) -> dict[Hashable, str]:
 def with_model(cells: pd.DataFrame) -> pd.DataFrame:
     """`cells` with a readable `model` column ('FC-6 w200', 'conv-3 w200', 'FC-6 w200 trained 5 ep') and
     a `client` naming the update's noise, defences and threat model when not the default ('fedsgd + noise
-    σ=0.0001×max|g| + prune keep=0.5 · labels known'), so tables and grids never pool them; runs stored before the
-    arch and client axes existed get their defaults."""
+    σ=0.0001×max|g| + prune keep=0.5 · labels known', then ' · field=value' of each axis declared later in
+    `cell.axes` away from its default), so tables and grids never pool them; runs stored before the
+    arch and client axes existed get their defaults. The victim's name is the one the cell stored when it ran
+    (`records.labels`: no registry entry needed, a plugin's victim named without the plugin installed)."""
     cells = cells.copy()
     for column, default in (("arch", "fc"), ("client", "fedsgd")):
         cells[column] = cells[column].fillna(default) if column in cells else default
@@ -136,11 +139,26 @@ def with_model(cells: pd.DataFrame) -> pd.DataFrame:
     if "threat" in cells:
         threat = cells["threat"].fillna("default")
         cells["client"] = cells["client"].where(threat == "default", cells["client"] + " · " + threat)
+    cells["client"] = cells["client"] + level_words(with_defaults(cells))  # axes declared later, kept apart
     # a trained victim is another model (and other batches): its own tables, grids
     epochs = cells["train_epochs"].fillna(0).astype(int) if "train_epochs" in cells else pd.Series(0, index=cells.index)
-    cells["model"] = [victim_label(*victim)
-                      for victim in zip(cells["arch"], cells["depth"], cells["width"], epochs, strict=True)]
+    stored = cells["victim"].fillna("") if "victim" in cells else pd.Series("", index=cells.index)
+    cells["model"] = [name if isinstance(name, str) and name else _victim_label(*victim)
+                      for name, *victim in zip(stored, cells["arch"], cells["depth"], cells["width"], epochs,
+                                               strict=True)]
     return cells
+
+
+def _victim_label(arch: str, depth: int, width: int, epochs: int) -> str:
+    """The name of a victim of a cell stored without one (before `records.labels`): the registry's
+    (`models.victim_label`) when it knows the architecture, else the architecture's own name."""
+    from leakbench.core.errors import ConfigError
+    from leakbench.models import victim_label
+
+    try:
+        return victim_label(arch, depth, width, epochs)
+    except ConfigError:
+        return f"{arch} trained {epochs} ep" if epochs else str(arch)
 
 
 def model_order(cells: pd.DataFrame) -> list[str]:

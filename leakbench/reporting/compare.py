@@ -22,7 +22,7 @@ from leakbench.core.errors import LeakbenchError
 from leakbench.records.truth import load_truth
 from leakbench.reporting.aggregate import Key, key_values, psnr_text
 from leakbench.reporting.grid import ComparisonRow, save_comparison, save_grid
-from leakbench.reporting.order import level_key
+from leakbench.reporting.order import level_sorter
 
 GROUP = ["dataset", "model", "batch_size", "seed", "layer", "dp", "client"]
 """Cells that share these share a batch and a setting: one comparison figure."""
@@ -59,25 +59,33 @@ def grid_name(dataset: str, model: str, b: int, layer: int, dp: str, client: str
 
 
 def comparison_figures(run_dir: Path, manifest: dict[str, Any], records: pd.DataFrame, cells: pd.DataFrame,
-                       folder: Path) -> list[tuple[str, str, Key]]:
-    """One figure per batch and setting with every attack that has images; (file name, caption, key)."""
+                       folder: Path) -> tuple[list[tuple[str, str, Key]], list[str]]:
+    """One figure per batch and setting with every attack that has images; (file name, caption, key) each,
+    and why the settings left out have none ('tinyflat: unknown dataset …', once per dataset and reason:
+    a dataset not found here, so their ground truth cannot be re-derived)."""
     picks = {c["cell_id"]: c["grid_selection"] for c in manifest["cells"]}
     with_images = cells[(cells["space"] == "image") | (cells["inversion_steps"] > 0)]
     out = []
-    for group_key, group in sorted(with_images.groupby(GROUP, sort=True), key=lambda g: level_key(g[0])):
+    missing: dict[str, None] = {}
+    order = level_sorter(cells)
+    for group_key, group in sorted(with_images.groupby(GROUP, sort=True), key=lambda g: order(g[0])):
         key = key_values(group_key)
         dataset, model, b, seed, layer, dp, client = key
         name = grid_name(dataset, model, b, layer, dp, client, seed)
         first = group.iloc[0]
         selection = picks[first["cell_id"]]
-        truth = load_truth(run_dir, first["cell_id"]).truth[selection]
+        try:
+            truth = load_truth(run_dir, first["cell_id"]).truth[selection]
+        except LeakbenchError as exc:  # its dataset (a plugin's, a data root) is not here: no truth, no grid
+            missing[f"{dataset}: {exc}"] = None
+            continue
         rows = [_row(run_dir, cell, records[records["cell_id"] == cell["cell_id"]], selection)
                 for _, cell in group.sort_values("attack").iterrows()]  # rows by name, as every table lists ties
         caption = (f"{dataset} · {model} · b={b} · layer {layer} · dp {dp} · {client} · seed {seed} · images "
                    f"{selection} of the batch, drawn before any attack ran (grid seed {manifest['grid_seed']})")
         save_comparison(folder / name, truth, rows, caption=caption)
         out.append((name, caption, key))
-    return out
+    return out, list(missing)
 
 
 def _image_row(by_image: pd.DataFrame, image: int) -> pd.Series:

@@ -15,7 +15,7 @@ then highest PSNR median), over every attack and attacked layer of the board.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -25,25 +25,13 @@ from leakbench.core.citation import Papers
 from leakbench.reporting.aggregate import PSNR_CAP, all_exact, fmt, grouped, key_values, model_order, psnr_text
 from leakbench.reporting.board_page import Board, Column, Entry, anchor, number, paper_entry
 from leakbench.reporting.leakage import leakage_key, leakage_stats, shown_exact
-from leakbench.reporting.order import level_key
+from leakbench.reporting.order import NONE, defence_levels, level_sorter
 from leakbench.reporting.palette import colour
 from leakbench.reporting.pivot import ranks, shown_psnr
 from leakbench.reporting.render import Block, Table
 
-NONE = "none"
-"""The label of the undefended level (plain FedSGD, no DP, no noise, no defence)."""
 DEFENCE_BOARD = ["suite", "dataset", "model", "batch_size"]
 """What one defence board holds fixed; its rows are the defence levels, ranked."""
-
-
-def defence_levels(cells: pd.DataFrame) -> pd.Series:
-    """Each cell's defence level label, from the `client` column `aggregate.with_model` writes (noise,
-    defences, threat model after 'fedsgd') and the DP label."""
-    client = cells["client"].fillna("fedsgd").astype(str) if "client" in cells else pd.Series("fedsgd", cells.index)
-    rest = client.str.replace(r"^fedsgd( \+ )?", "", regex=True).str.replace(r"^ · ", "", regex=True)
-    dp = cells["dp"].fillna("none").astype(str) if "dp" in cells else pd.Series("none", cells.index)
-    parts = [[*([f"DP {d}"] if d != "none" else []), *([r] if r else [])] for d, r in zip(dp, rest, strict=True)]
-    return pd.Series([" + ".join(p) if p else NONE for p in parts], index=cells.index, dtype=object)
 
 
 def _leakage_key(s: dict[str, Any]) -> tuple[float, float]:
@@ -67,7 +55,8 @@ def level_rows(records: pd.DataFrame, cells: pd.DataFrame) -> list[dict[str, Any
     cells = cells.assign(level=defence_levels(cells))
     base = _accuracy(cells[cells["level"] == NONE])
     rows = []
-    for level, sub in sorted(cells.groupby("level", sort=True), key=lambda g: level_key(g[0])):
+    order = level_sorter(cells)
+    for level, sub in sorted(cells.groupby("level", sort=True), key=lambda g: order(g[0])):
         attacks = grouped(records, sub, ["attack", "layer"])
         # the strongest; among equally strong ones (as shown) the first by name
         (attack, layer), worst = min(attacks, key=lambda a: (tuple(-v for v in _leakage_key(a[1])), a[0]))
@@ -79,11 +68,11 @@ def level_rows(records: pd.DataFrame, cells: pd.DataFrame) -> list[dict[str, Any
     return rows
 
 
-def _ranked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Least worst leakage first, then smallest accuracy cost (unknown last), then label."""
+def _ranked(rows: list[dict[str, Any]], order: Callable[[object], tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Least worst leakage first, then smallest accuracy cost (unknown last), then level (`order`)."""
     def key(r: dict[str, Any]) -> tuple[Any, ...]:
         cost = r["cost"] if not math.isnan(r["cost"]) else math.inf
-        return (*_leakage_key(r["worst"]), cost, level_key(r["level"]))
+        return (*_leakage_key(r["worst"]), cost, order(r["level"]))
     return sorted(rows, key=key)
 
 
@@ -110,7 +99,7 @@ def defence_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     suite, dataset, model, b = board
     rows = level_rows(records, cells)
     body = []
-    ranked = _ranked(rows)
+    ranked = _ranked(rows, level_sorter(cells))
     shown = [(_leakage_key(r["worst"]), fmt(100 * r["cost"], 1)) for r in ranked]  # equal as shown: equal rank
     for rank, r in zip(ranks(shown), ranked, strict=True):
         s = r["worst"]
@@ -177,7 +166,8 @@ def defence_ranking(records: pd.DataFrame, cells: pd.DataFrame, papers: Papers |
 
     levels = defence_levels(cells)
     boards = []
-    groups = sorted(cells.groupby(RANKING_BOARD, sort=True), key=lambda g: board_order_key(cells, key_values(g[0])))
+    order = board_order_key(cells)
+    groups = sorted(cells.groupby(RANKING_BOARD, sort=True), key=lambda g: order(key_values(g[0])))
     for key, sub in groups:
         if (levels[sub.index] == NONE).all():
             continue
@@ -208,6 +198,7 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     strongest = _strongest(records, undefended)
     base = _accuracy(undefended)
     rows: list[dict[str, Any]] = []
+    order = level_sorter(cells)
     for level, sub in cells.groupby("level", sort=True):
         target = None
         if strongest:
@@ -225,12 +216,12 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
         cost = r["cost"] if not math.isnan(r["cost"]) else math.inf
         unmeasured = strongest is not None and r["target"] is None  # never ranked above a level it was measured on
         return (unmeasured, leakage_key(r["target"]), leakage_key(r["worst"][1] if r["worst"] else None), cost,
-                level_key(r["level"]))
+                order(r["level"]))
     ranked = sorted(rows, key=key)
     several_layers = cells["layer"].nunique() > 1
     body = []
     for rank, r in zip(ranks([key(r)[:4] for r in ranked]), ranked, strict=True):
-        cited = level_papers(r["level"], papers)
+        cited = level_papers(r["level"], cells[cells["level"] == r["level"]], papers)
         name = Entry(r["level"] + r["epsilon"], None, cited[0][1].url if cited else None,
                      "; ".join(f"{n}: {c.short}" for n, c in cited))
         worst_attack = w[0][0] if (w := r["worst"]) else ""

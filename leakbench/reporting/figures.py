@@ -18,9 +18,8 @@ import pandas as pd
 
 from leakbench.records.folders import honour_umask
 from leakbench.reporting.aggregate import PSNR_CAP
-from leakbench.reporting.defences import NONE
 from leakbench.reporting.findings import family
-from leakbench.reporting.order import ordered
+from leakbench.reporting.order import NONE, level_sorter, ordered
 from leakbench.reporting.palette import colour, colours
 
 if TYPE_CHECKING:
@@ -127,15 +126,16 @@ def tick_labels(name: str, levels: list[str]) -> list[str]:
 
 def defence_figure(per_cell: pd.DataFrame, path: Path, title: str) -> Path | None:
     """Exact % (top row) and PSNR (below) against each defence's strength: one panel per defence with
-    at least one level besides 'none', its levels in `order.level_key` order after 'none'; one line per
-    attack in its `palette.colour`. `per_cell`: one row per cell with attack, level, psnr, exact_pct.
+    at least one level besides 'none', its levels in `order.level_sorter` order after 'none'; one line per
+    attack in its `palette.colour`. `per_cell`: one row per cell with attack, level, psnr, exact_pct (and the
+    cell's client and stored update, which order the levels).
     None (nothing drawn) when no defence has a level."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    levels = ordered(per_cell["level"])
+    levels = ordered(per_cell["level"], level_sorter(per_cell))
     families = list(dict.fromkeys(family(lv) for lv in levels if lv != NONE))
     if not families:
         return None

@@ -19,8 +19,7 @@ from typing import Any
 import pandas as pd
 
 from leakbench.reporting.aggregate import all_exact, fmt, grouped, model_order, psnr_text
-from leakbench.reporting.defences import NONE, defence_levels
-from leakbench.reporting.order import level_key
+from leakbench.reporting.order import NONE, defence_levels, level_sorter
 from leakbench.reporting.pivot import shown_psnr
 from leakbench.reporting.render import Table, Text
 
@@ -94,13 +93,14 @@ def _best_layer(entries: list[tuple[int, Stats]]) -> tuple[int, Stats]:
 
 def settings(records: pd.DataFrame, cells: pd.DataFrame) -> list[Setting]:
     """Every dataset × victim × defence level of `cells` (with `model` and `client`, as
-    `aggregate.with_model` makes them), datasets by name, victims in `model_order`, levels in `level_key`
+    `aggregate.with_model` makes them), datasets by name, victims in `model_order`, levels in `level_sorter`
     order (undefended first)."""
     cells = cells.assign(level=defence_levels(cells))
     rank: dict[Hashable, int] = {m: i for i, m in enumerate(model_order(cells))}
     out = []
+    order = level_sorter(cells)
     groups = sorted(cells.groupby(["dataset", "model", "level"], sort=True),
-                    key=lambda g: (g[0][0], rank[g[0][1]], level_key(g[0][2])))
+                    key=lambda g: (g[0][0], rank[g[0][1]], order(g[0][2])))
     for (dataset, model, level), sub in groups:
         per: dict[str, dict[int, list[tuple[int, Stats]]]] = {}
         for (attack, b, layer), s in grouped(records, sub, ["attack", "batch_size", "layer"]):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import pandas as pd
 from leakbench.core.citation import Citation, Papers
 from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.records.atomic import write_text_atomic
+from leakbench.records.labels import stored_papers, update_steps
 from leakbench.records.runs import read_run
 from leakbench.reporting.aggregate import (
     INCOMPLETE_NOTE,
@@ -52,9 +53,9 @@ from leakbench.reporting.board_page import (
     text,
 )
 from leakbench.reporting.compare import grid_name
-from leakbench.reporting.defences import defence_levels, defence_ranking, psnr_entry
+from leakbench.reporting.defences import defence_ranking, psnr_entry
 from leakbench.reporting.leakage import leakage_stats, shown_exact, shown_median
-from leakbench.reporting.order import level_key
+from leakbench.reporting.order import defence_levels, level_sorter
 from leakbench.reporting.palette import colour
 from leakbench.reporting.pivot import not_isolated, ranks
 from leakbench.reporting.render import Table, markdown
@@ -117,15 +118,25 @@ def _check_columns(run: Path, cells: pd.DataFrame, records: pd.DataFrame) -> Non
 
 # --------------------------------------------------------------------------- papers
 
-def level_papers(level: str, papers: Papers) -> list[tuple[str, Citation]]:
-    """The papers of the update transforms a defence level names ('DP σ=1 C=1 + prune p=0.5' → dp, prune),
-    each once, in order; parts naming a transform without a paper in `papers` give none."""
-    found: dict[str, Citation] = {}
-    for part in re.split(r" \+ | · ", level):
-        name = part.split(" ")[0].lower()
-        if name not in found and name in papers.defences:
-            found[name] = papers.defences[name]
-    return list(found.items())
+def level_papers(level: str, cells: pd.DataFrame, papers: Papers) -> list[tuple[str, Citation]]:
+    """The papers of the update transforms of a defence level's `cells`, each once, in the order they run
+    (a leading FedSGD, which the level does not name, left out), found by the transform names their stored
+    updates list (`records.labels`); transforms without a paper in `papers` give none. Only for cells stored
+    without their update: the names that start the parts of its label ('DP σ=1 C=1 + prune p=0.5' → dp, prune)."""
+    stored = [steps for steps in map(update_steps, cells["update"] if "update" in cells else ()) if steps]
+    names = [name for steps in stored for i, (name, _) in enumerate(steps) if i or name != "fedsgd"]
+    if not stored:  # cells stored before `update`
+        names = [part.split(" ")[0].lower() for part in re.split(r" \+ | · ", level)]
+    return [(name, papers.defences[name]) for name in dict.fromkeys(names) if name in papers.defences]
+
+
+def with_stored_papers(cells: pd.DataFrame, papers: Papers) -> Papers:
+    """`papers` and, for every attack and transform it lacks, the paper the cells stored when they ran
+    (`records.labels`: a plugin's, even when the plugin is not installed here)."""
+    if "papers" not in cells:
+        return papers
+    stored = stored_papers(list(cells["attack"]), list(cells["papers"]))
+    return Papers({**stored.attacks, **papers.attacks}, {**stored.defences, **papers.defences})
 
 
 # --------------------------------------------------------------------------- one threat model
@@ -223,7 +234,7 @@ def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: Key, eps: dic
     if third:
         notes.append(THIRD_PARTY_NOTE)
     return Board(title, _columns(batch_sizes, metrics, incomplete, third), body, notes,
-                 level_papers(str(level), papers), anchor("t", *board))
+                 level_papers(str(level), cells, papers), anchor("t", *board))
 
 
 def _grid(cells: pd.DataFrame, reports: Path | None, board: Key, b: int, attack: str) -> str | None:
@@ -239,17 +250,19 @@ def _grid(cells: pd.DataFrame, reports: Path | None, board: Key, b: int, attack:
     return target if (reports / target).is_file() else None
 
 
-def board_order_key(cells: pd.DataFrame, key: Key) -> tuple[Any, ...]:
-    """Sort key of a table keyed (dataset, model, then anything): dataset, victim (`model_order`), then the
-    rest in `order.level_key` order (numbers numerically, 'none' first)."""
+def board_order_key(cells: pd.DataFrame) -> Callable[[Key], tuple[Any, ...]]:
+    """Sort key of tables keyed (dataset, model, then anything) over `cells`: dataset, victim (`model_order`),
+    then the rest in `order.level_sorter` order (stored updates by their values, numbers numerically,
+    'none' first)."""
     rank = {m: i for i, m in enumerate(model_order(cells))}
-    return (key[0], rank[key[1]], *[level_key(k) for k in key[2:]])
+    order = level_sorter(cells)
+    return lambda key: (key[0], rank[key[1]], *[order(k) for k in key[2:]])
 
 
 def board_order(cells: pd.DataFrame) -> list[Key]:
     """The threat models of `cells` by dataset, victim (`model_order`), layer and defence level."""
     keys = [key_values(k) for k in cells.groupby(BOARD, sort=True).groups]
-    return sorted(keys, key=lambda k: board_order_key(cells, k))
+    return sorted(keys, key=board_order_key(cells))
 
 
 def leaderboard_boards(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None = None,
@@ -324,6 +337,7 @@ def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Pa
     the cells that may be ranked (`trust.ranked`), then the cells that may not (a third-party defence with a
     third-party attack)."""
     all_records, all_cells = records, cells
+    papers = with_stored_papers(cells, papers)
     records, cells = ranked(records, cells)
     sections = []
     if len(cells):

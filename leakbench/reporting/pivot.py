@@ -23,7 +23,7 @@ from leakbench.reporting.aggregate import (
     incomplete_text,
     psnr_text,
 )
-from leakbench.reporting.order import level_key
+from leakbench.reporting.order import level_sorter
 from leakbench.reporting.render import Cell, Table
 
 Stats = dict[str, Any]
@@ -85,14 +85,16 @@ def ranks(keys: Sequence[Any]) -> list[int]:
 
 def column_order(cells: pd.DataFrame, columns: Sequence[str]) -> Callable[[Key], Key]:
     """Sort key for column settings: batch size ascending, DP from none to most noise, any other level in
-    `order.level_key` order (numbers as numbers)."""
+    `order.level_sorter` order (stored updates by their values, numbers as numbers)."""
     sigma = {dp: (-1.0 if math.isnan(s) else float(s)) for dp, s in
              cells.drop_duplicates("dp").set_index("dp")["dp_sigma"].items()} if "dp" in cells else {}
+
+    order = level_sorter(cells)
 
     def key(setting: Key) -> Key:
         out: list[Any] = []
         for name, value in zip(columns, setting, strict=True):
-            out += [sigma.get(value, 0.0), str(value)] if name == "dp" else [level_key(value)]
+            out += [sigma.get(value, 0.0), str(value)] if name == "dp" else [order(value)]
         return tuple(out)
     return key
 

@@ -45,10 +45,10 @@ from leakbench.reporting.aggregate import (
     with_model,
 )
 from leakbench.reporting.compare import comparison_figures
-from leakbench.reporting.defences import NONE, defence_blocks, defence_levels, privacy_utility_data
+from leakbench.reporting.defences import defence_blocks, privacy_utility_data
 from leakbench.reporting.figures import axis_figure, defence_figure, privacy_utility_figure
 from leakbench.reporting.findings import findings_block, headline_table, settings
-from leakbench.reporting.order import level_key, ordered
+from leakbench.reporting.order import NONE, defence_levels, level_sorter, ordered
 from leakbench.reporting.pivot import pivot_table, triple
 from leakbench.reporting.render import Block, Images, Section, Table, Text, html_document, markdown
 from leakbench.reporting.target import check_report_target, foreign_report_entries, write_marker
@@ -100,8 +100,9 @@ def pivot_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
     blocks: list[Block] = []
     rank: dict[Hashable, int] = {m: i for i, m in enumerate(model_order(cells))}
     dps: dict[Hashable, int] = {d: i for i, d in enumerate(dp_order(cells))}
+    order = level_sorter(cells)
     groups = sorted(cells.groupby(PIVOT_FIXED, sort=True),
-                    key=lambda g: (g[0][0], rank[g[0][1]], g[0][2], dps[g[0][3]], level_key(g[0][4])))
+                    key=lambda g: (g[0][0], rank[g[0][1]], g[0][2], dps[g[0][3]], order(g[0][4])))
     for setting, sub in groups:
         dataset, model, layer, dp, client = setting
         title = (f"{dataset} · {model} · layer {layer} · DP {eps.get(dp, dp)}"
@@ -190,7 +191,7 @@ def figures(figure_data: dict[str, pd.DataFrame], records: pd.DataFrame, cells: 
             continue  # a single level is a table row, not a figure; defences get their own figure below
         data = subset.join(per_cell, on="cell_id")
         order = dp_order(subset) if axis == "dp" else model_order(subset) if axis == "model" \
-            else ordered(subset[axis])
+            else ordered(subset[axis], level_sorter(subset))
         if axis == "dp":
             data = data.assign(dp=data["dp"].map(eps))
             order = [eps[o] for o in order]
@@ -266,11 +267,11 @@ def grids(run_dir: Path, manifest: dict[str, Any], records: pd.DataFrame, cells:
           suite: str) -> Images:
     """One comparison figure per batch and setting: every attack on the same pre-drawn images."""
     try:
-        figures = comparison_figures(run_dir, manifest, records, with_model(cells), folder)
+        figures, missing = comparison_figures(run_dir, manifest, records, with_model(cells), folder)
     except LeakbenchError as exc:  # the dataset the truth is re-derived from is not here
         return Images("Comparison grids (uncherry-picked)", [], [f"No grids: {exc}"])
     items = [(f"{suite}/grids/{name}", caption) for name, caption, _ in figures]
-    return Images("Comparison grids (uncherry-picked)", items, [
+    return Images("Comparison grids (uncherry-picked)", items, [*(f"No grids for {m}" for m in missing),
         f"The images of each grid were drawn by a seeded RNG from the batch (grid seed {manifest['grid_seed']}, "
         f"{manifest['grid_images']} per batch) when the sweep was planned, before any attack ran, so every attack "
         "on a batch shows the same images; all are shown, failed reconstructions as grey tiles with a red X. "

@@ -13,6 +13,7 @@ from leakbench.records.trust import PAIRING_REASON, SHIPPED, pairings, third_par
 from leakbench.reporting.board_page import Column, Entry, number, text
 from leakbench.reporting.defences import psnr_entry
 from leakbench.reporting.leakage import leakage_stats
+from leakbench.reporting.order import level_sorter
 
 UNRANKED_TITLE = "Not ranked: a third-party defence with a third-party attack"
 UNRANKED_NOTE = (f"{PAIRING_REASON} (docs/reference/sandbox.md, 'Trust model'). Its cells are kept out of every "
@@ -49,11 +50,13 @@ UNRANKED_COLUMNS = [Column("threat model", numeric=False), Column("defence", num
 
 def unranked_rows(records: pd.DataFrame, cells: pd.DataFrame) -> list[list[Entry]]:
     """One row per threat model, defence level, attack and batch size of the paired cells (`cells` carries the
-    `model` and `level` columns of `aggregate.with_model` and `defences.defence_levels`)."""
+    `model` and `level` columns of `aggregate.with_model` and `order.defence_levels`), in `order.level_sorter`
+    order."""
     paired = cells[pairings(cells)]
     rows = []
     by = ["dataset", "model", "layer", "level", "attack", "batch_size"]
-    for key, sub in paired.groupby(by, sort=True):
+    order = level_sorter(paired)
+    for key, sub in sorted(paired.groupby(by, sort=True), key=lambda g: order(g[0])):
         dataset, model, layer, level, attack, _ = key
         b = int(sub["batch_size"].iloc[0])
         s = leakage_stats(records[records["cell_id"].isin(set(sub["cell_id"]))], sub)

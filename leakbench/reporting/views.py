@@ -229,7 +229,7 @@ def defences_view(cells: pd.DataFrame) -> View:
     """Per defence level (DP, noise, defences: `reporting.defences.defence_levels`) and attack, with batch size
     and model: the victims' test accuracy % (NaN at init), cells, failed, incomplete, exact %, mean PSNR and mean
     LPIPS."""
-    from leakbench.reporting.defences import defence_levels
+    from leakbench.reporting.order import defence_levels
 
     _require(cells, "defences", (*BASE, "batch_size", "psnr_mean", "lpips_mean", "test_accuracy"))
     frame = with_model(cells)
