@@ -16,7 +16,7 @@ from spear_helpers import layer_problem
 
 from leakbench.attacks import Reconstruction
 from leakbench.attacks.spear.attack import verified_samples
-from leakbench.attacks.spear.deflation import SampleState
+from leakbench.attacks.spear.samples import SampleState
 from leakbench.datasets import Batch
 from leakbench.harness.isolation import _check_meta
 from leakbench.harness.rescore import rescore_run

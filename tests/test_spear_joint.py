@@ -7,7 +7,7 @@ import torch
 
 from leakbench.attacks import create_attack
 from leakbench.attacks.spear.candidates import zero_tolerance
-from leakbench.attacks.spear.deflation import verify_batch
+from leakbench.attacks.spear.completion import verify_batch
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.joint import next_layer_residuals, refine_batch
 from leakbench.attacks.spear.solve import solve_from_samples

@@ -25,9 +25,9 @@ from typing_extensions import TypeVar
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
 from leakbench.attacks.spear.active import find_batch_span
 from leakbench.attacks.spear.candidates import zero_tolerance
-from leakbench.attacks.spear.deflation import SampleState, nearest_known
 from leakbench.attacks.spear.factors import LayerProblem, factorize
 from leakbench.attacks.spear.joint import next_layer_residuals
+from leakbench.attacks.spear.samples import SampleState, nearest_known
 from leakbench.attacks.spear.scheduler import ProposalSource, Scheduler, default_sources, search_samples
 from leakbench.attacks.spear.search import search_columns
 from leakbench.attacks.spear.solve import Solution

@@ -27,10 +27,11 @@ import numpy as np
 import torch
 from scipy.optimize import minimize
 
-from leakbench.attacks.spear.deflation import null_basis, patterns_in_row_space, row_space
+from leakbench.attacks.spear.deflation import null_basis
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import bias_direction
 from leakbench.attacks.spear.guided import Guide, match_guides
+from leakbench.attacks.spear.rowspace import patterns_in_row_space, row_space
 from leakbench.attacks.spear.scheduler import Search, shares_turn
 from leakbench.attacks.spear.tolerances import TOLERANCES
 
@@ -134,7 +135,7 @@ class GuideDescent:
     guide's patterns agree with the true ones too little for a pattern fit (72 of 350 fitted); its estimates are
     close enough (median 0.38 off, relative) for the descent to reach the true row.
 
-    It takes over from the guide-pattern fits once they have found `deflation.OUTLIER_MIN_FOUND` samples, a reference
+    It takes over from the guide-pattern fits once they have found `Tolerances.outlier_min_found` samples, a reference
     to judge its fits by (guided.PatternFits pauses while it has starts). Before any fit: on the trained TinyImageNet
     victim (5 epochs, b = 100, the suite cell's seed) it accepted, with no found samples to judge residuals by, a fit
     1.4e-4 off a missing sample (residual 3.3e-6, conditioning 6e-3) and the search ended at 82 of 100. After all the

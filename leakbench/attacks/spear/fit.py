@@ -21,7 +21,7 @@ each cost O(m·b²) per pattern with large constants). Two shortcuts, both givin
   removes those coordinates, so the fit runs on the other rows with V orthonormalised there. The
   residual is recomputed from the fitted c directly (never from the normal equations), so the
   acceptance test keeps full precision; only c itself carries the ε/cond² error of the normal
-  equations, ≤ 5e-10 relative at the lowest floor any accepted fit passes (NOISE_COND_FLOOR = 5e-4).
+  equations, ≤ 5e-10 relative at the lowest floor any accepted fit passes (`Tolerances.noise_cond_floor` = 5e-4).
 * **No refit of a pattern already fitted** (`FitCache`): many draws of one sample refine to the same
   exact zero set; the fit of a (zero set, free rows) pair is deterministic, so it is done once.
 """
@@ -34,6 +34,7 @@ import torch
 
 from leakbench.attacks.spear.candidates import pattern_keys
 from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.tolerances import TOLERANCES
 
 
 @dataclass(frozen=True)
@@ -47,23 +48,8 @@ class SampleFit:
     cond: torch.Tensor
 
 
-COND_FLOOR = 1e-2
-"""Fits with σ_min/σ_max under this are refused (residual inf), where rounding noise would be amplified
-past 8-bit precision; deflation.keep_samples lowers it to `LOW_COND_FLOOR` for fits in line with the samples found
-and to `NOISE_COND_FLOOR` for fits at the gradient's noise level."""
-
-LOW_COND_FLOOR = 5e-3
-"""The floor for a fit whose residual is in line with those of the samples already found (deflation.keep_samples)."""
-
-NOISE_COND_FLOOR = 5e-4
-"""The floor for a fit whose residual is at the gradient's noise level, `LayerProblem.slack` (deflation.keep_samples):
-the search fits every pattern down to it. Measured (TinyImageNet FC-6 width 400 trained 5 epochs, b = 100): the
-least-conditioned true pattern fitted at 5.9e-4 and 1.8e-5 off; patterns whose fit is singular (σ_min/σ_max ≈ 1e-16:
-fewer active neurons than unknowns) are left to the remembered directions."""
-
-
 def fit_samples(problem: LayerProblem, zero: torch.Tensor, *, residual_tol: float,
-                free: torch.Tensor | None = None, rounds: int = 3, cond_floor: float = COND_FLOOR) -> SampleFit:
+                free: torch.Tensor | None = None, rounds: int = 3, cond_floor: float = TOLERANCES.cond_floor) -> SampleFit:
     """Fit one sample per zero pattern (k, m) and test it; requires `problem.P_next`.
 
     Rows in `free` (m,) are uncertain (their gradient entry is at the noise level): in the
@@ -111,7 +97,7 @@ BLOCK_BYTES = 256e6
 
 
 def fit_once_normal(problem: LayerProblem, zero: torch.Tensor, free: torch.Tensor | None = None,
-                    cond_floor: float = COND_FLOOR
+                    cond_floor: float = TOLERANCES.cond_floor
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Least-squares c per zero pattern (k, m) with `free` rows' activations as extra unknowns, the
     relative residual, z = A c + bias, and the conditioning σ_min/σ_max; residual inf where the system

@@ -33,18 +33,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from leakbench.attacks.spear.acceptance import accept_fits
 from leakbench.attacks.spear.candidates import new_patterns
-from leakbench.attacks.spear.deflation import (
-    OUTLIER_MIN_FOUND,
-    SampleState,
-    accept_fits,
-    accept_patterns,
-    draw_patterns,
-    null_basis,
-    reduced_rows,
-)
+from leakbench.attacks.spear.deflation import accept_patterns, draw_patterns, null_basis, reduced_rows
 from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.samples import SampleState
 from leakbench.attacks.spear.scheduler import Search, shares_turn
+from leakbench.attacks.spear.tolerances import TOLERANCES
 
 if TYPE_CHECKING:
     from leakbench.attacks.spear.residual import ResidualGuides
@@ -127,7 +122,7 @@ class GuidePool:
     guide is not matched to a found sample. Passes the turn when no guide is left to follow (all
     matched, or all exhausted), so that SPEAR's own sources take over.
 
-    Once `SHARE_AFTER` guided turns in a row found nothing (samples the guides do not separate), the
+    Once `Tolerances.guide_share_after` guided turns in a row found nothing (samples the guides do not separate), the
     pool shares its turns (`shares_turn`) until a guided turn finds a sample again. The count is the
     pool's, not a guide's: a residual guide (residual.py) replaces a stalled one after every few fruitless
     turns, and when each new guide counted afresh SPEAR's own draws never had a turn. Measured
@@ -147,7 +142,7 @@ class GuidePool:
         self.misses = 0
 
     def turn(self, search: Search, asked: int) -> bool:
-        if shares_turn(asked, self.misses >= SHARE_AFTER):
+        if shares_turn(asked, self.misses >= TOLERANCES.guide_share_after):
             return False
         found = search.state.found
         if not guided_chunk(search, self.guides.guide(search.state.samples), self.growth, self.refine_first):
@@ -189,9 +184,6 @@ def guided_chunk(search: Search, guide: Guide, growth: float, refine_first: bool
     return True
 
 
-SHARE_AFTER = 2
-
-
 def fit_guide_patterns(problem: LayerProblem, guide: Guide, state: SampleState, residual_tol: float, rounds: int,
                        max_seconds: float, start: int = 0, stop: Callable[[], bool] | None = None,
                        block: int = 32) -> int:
@@ -218,7 +210,7 @@ class PatternFits:
     """Guide-pattern fits as a proposal source (scheduler.py), from the search's first turn (none if `rounds` is 0).
 
     `pause` (the descent from the guide's estimates, descent.GuideDescent.has_starts): once the found samples give a
-    reference to judge fits by (deflation.OUTLIER_MIN_FOUND), the fits stop after the current block and pass their
+    reference to judge fits by (`Tolerances.outlier_min_found`), the fits stop after the current block and pass their
     turns while `pause(search)` holds, then go on with the guides still open. The descent finds a sample for far less
     than a pattern fit of a large batch (measured at width 2000, seed 0: b = 450, 128 samples in the fits' 311 s, then
     312 in the descent's 127 s); before the reference it accepted a fit 1.4e-4 off (descent.GuideDescent).
@@ -250,7 +242,7 @@ class PatternFits:
     def stops(self, search: Search) -> bool:
         """Whether the fits stop for the descent after this block: the found samples give a reference and it has
         starts."""
-        return self.pause is not None and search.state.found >= OUTLIER_MIN_FOUND and self.pause(search)
+        return self.pause is not None and search.state.found >= TOLERANCES.outlier_min_found and self.pause(search)
 
     def stats(self) -> dict[str, Any]:
         return {"pattern_fit_patterns": self.patterns, "pattern_fit_found": self.found,

@@ -22,7 +22,7 @@ import torch
 
 from leakbench.attacks.spear.candidates import kernel_on, one_per_direction, unique_kernel, zero_masks
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.fit import COND_FLOOR, NOISE_COND_FLOOR, SampleFit, bias_direction, project_out_next
+from leakbench.attacks.spear.fit import SampleFit, bias_direction, project_out_next
 from leakbench.attacks.spear.select import select_independent
 from leakbench.attacks.spear.tolerances import TOLERANCES
 
@@ -134,7 +134,7 @@ def solve_columns(problem: LayerProblem, C_known: torch.Tensor, span: torch.Tens
 
 def determined_columns(problem: LayerProblem, C_known: torch.Tensor, span: torch.Tensor) -> torch.Tensor:
     """Whether each known sample's zero rows fix its column (`known_columns`): σ_min/σ_max of its zero-row
-    system above TOLERANCES.column_cond.
+    system above `Tolerances.column_cond`.
 
     Measured (TinyImageNet FC-6 width 400 trained 20 epochs, b = 100, random true samples taken as found):
     a sample with fewer zero rows than the k unknowns (41 of them for k = 70) has conditioning 1e-20 and its
@@ -232,11 +232,11 @@ def complement(columns: torch.Tensor) -> torch.Tensor:
     return B
 
 
-def fit_in_row_space(problem: LayerProblem, active: torch.Tensor, B: torch.Tensor, cond_floor: float = COND_FLOOR,
+def fit_in_row_space(problem: LayerProblem, active: torch.Tensor, B: torch.Tensor, cond_floor: float = TOLERANCES.cond_floor,
                      rounds: int = 1) -> SampleFit:
     """Next-layer fits of samples c = B w with ReLU patterns `active` (j, m, 1 = active), B (b × k) for all or
     (j, b, k) one per fit: c (j, b), the relative residual (inf where σ_min < cond_floor·σ_max, or where σ_min <
-    fit.COND_FLOOR·σ_max and the pattern has fewer than `Tolerances.row_space_spare` active rows beyond the k
+    `Tolerances.cond_floor`·σ_max and the pattern has fewer than `Tolerances.row_space_spare` active rows beyond the k
     unknowns: the residual tests only those), whether each pattern reproduces itself (`consistent`) and the
     conditioning σ_min/σ_max.
 
@@ -273,14 +273,14 @@ def fit_once_in_row_space(problem: LayerProblem, active: torch.Tensor, B: torch.
     S = torch.linalg.svdvals(M)
     cond = S[:, -1] / S[:, 0]
     spare = active.sum(dim=1) - B.shape[-1]  # equations the residual tests beyond the unknowns
-    residual[(cond <= cond_floor) | ((cond < COND_FLOOR) & (spare < TOLERANCES.row_space_spare))] = float("inf")
+    residual[(cond <= cond_floor) | ((cond < TOLERANCES.cond_floor) & (spare < TOLERANCES.row_space_spare))] = float("inf")
     clear = z.abs() > problem.slack * z.abs().amax(dim=1, keepdim=True)
     stable = (((z > 0) == (active > 0)) | ~clear).all(dim=1)
     return SampleFit(c=c, residual=residual, consistent=stable, cond=cond)
 
 
 def samples_from_directions(problem: LayerProblem, space: RowSpace, q: torch.Tensor, tol: torch.Tensor,
-                            cond_floor: float = NOISE_COND_FLOOR) -> SampleFit:
+                            cond_floor: float = TOLERANCES.noise_cond_floor) -> SampleFit:
     """Missing samples from their column directions `q` (j, b) while others are still missing (`fit_in_row_space`:
     c, residual, whether each pattern reproduces itself, conditioning).
 

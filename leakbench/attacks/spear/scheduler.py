@@ -30,22 +30,17 @@ from typing import Any, Protocol
 
 import torch
 
+from leakbench.attacks.spear.acceptance import accept_fits
 from leakbench.attacks.spear.active import BatchSpan, draw_active
 from leakbench.attacks.spear.candidates import new_patterns
-from leakbench.attacks.spear.deflation import (
-    SampleState,
-    accept_fits,
-    accept_patterns,
-    complete_batch,
-    draw_patterns,
-    null_basis,
-    try_directions,
-    try_outliers,
-)
+from leakbench.attacks.spear.completion import complete_batch, try_directions, try_outliers
+from leakbench.attacks.spear.deflation import accept_patterns, draw_patterns, null_basis
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import FitCache
+from leakbench.attacks.spear.samples import SampleState
 from leakbench.attacks.spear.solve import Solution
 from leakbench.attacks.spear.state import SearchSettings, out_of_budget, search_bar, show_progress
+from leakbench.attacks.spear.tolerances import TOLERANCES
 
 
 @dataclass
@@ -183,14 +178,10 @@ class ZeroDraws:
         return {}
 
 
-ZERO_ROUTE_TAIL = 4
-"""With at most this many samples missing, two-sided draws share the turns with zero draws (sampler "auto")."""
-
-
 class TwoSided:
     """Two-sided draws (active.py) for deep layers, where samples have fewer than b−1 zeros.
 
-    sampler "actives": every turn. "auto": every turn while more than `ZERO_ROUTE_TAIL` samples are
+    sampler "actives": every turn. "auto": every turn while more than `Tolerances.zero_route_tail` samples are
     missing, then every other turn (zero draws need only a few rows there, and remembered directions
     complete samples whose next-layer fit is ill-conditioned: measured on two samples of TinyImageNet
     b = 20, layer 5, seed 1 that two-sided draws essentially never isolate); patterns are re-examined
@@ -226,7 +217,7 @@ class TwoSided:
         if self.sampler == "actives":
             return True
         if self.sampler == "auto":
-            if search.missing > ZERO_ROUTE_TAIL:
+            if search.missing > TOLERANCES.zero_route_tail:
                 return True
             if not self.tail:
                 self.tail = True
