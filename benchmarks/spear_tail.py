@@ -35,8 +35,8 @@ import time
 import torch
 
 from leakbench.attacks import create_attack
-from leakbench.attacks.spear import attack as spear_attack
 from leakbench.attacks.spear import acceptance, completion, guided_attack, rowspace, scheduler
+from leakbench.attacks.spear import attack as spear_attack
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.completion import direction_pool, verify_batch
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows

@@ -47,7 +47,7 @@ def test_verified_samples_are_the_rows_that_pass_their_own_next_layer_check() ->
 
 
 def test_verified_samples_include_the_outliers_set_aside() -> None:
-    """A fit set aside as an outlier among the found samples (`deflation.set_aside`) passed the same per-sample
+    """A fit set aside as an outlier among the found samples (`acceptance.set_aside`) passed the same per-sample
     check: it comes back too, unless it is a near-copy of a found sample or fails the check."""
     problem, X = layer_problem(6, 64)
     C = X @ problem.R.T

@@ -10,9 +10,9 @@ from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import null_basis
 from leakbench.attacks.spear.descent import RowSpaceDescent, affine_row_space, descend, random_starts
 from leakbench.attacks.spear.fit import fit_samples
+from leakbench.attacks.spear.last_column import missing_row_space
 from leakbench.attacks.spear.rowspace import patterns_in_row_space
 from leakbench.attacks.spear.samples import SampleState
-from leakbench.attacks.spear.last_column import missing_row_space
 from leakbench.attacks.spear.scheduler import Search
 
 

@@ -155,8 +155,8 @@ def test_guide_pattern_fits_find_samples_from_a_noisy_guide() -> None:
 
 def test_pattern_fits_pause_for_the_descent_once_found_samples_give_a_reference() -> None:
     """With a pause (the descent's starts left), the fits stop after the block that gives the reference
-    (`Tolerances.outlier_min_found` found), pass while the pause holds, then fit only the guides still open; without one, a turn
-    fits every guide."""
+    (`Tolerances.outlier_min_found` found), pass while the pause holds, then fit only the guides still open; without
+    one, a turn fits every guide."""
     from types import SimpleNamespace
 
     from leakbench.attacks.spear.candidates import zero_tolerance

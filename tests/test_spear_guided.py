@@ -108,8 +108,8 @@ def test_guided_exact_on_tinyimagenet_b50(tinyimagenet_root: Path) -> None:
 
 
 def test_stalled_guides_share_turns_with_spear() -> None:
-    """After `Tolerances.guide_share_after` fruitless guided turns, every other turn goes to SPEAR's own sources, even when
-    every turn brings a new guide (residual guides replace stalled ones): the stall is the pool's."""
+    """After `Tolerances.guide_share_after` fruitless guided turns, every other turn goes to SPEAR's own sources, even
+    when every turn brings a new guide (residual guides replace stalled ones): the stall is the pool's."""
     from types import SimpleNamespace
 
     from leakbench.attacks.spear.guided import GuidePool

@@ -1,4 +1,4 @@
-"""Joint refinement of a complete batch (joint.py) and the verification around it (deflation.verify_batch)."""
+"""Joint refinement of a complete batch (joint.py) and the verification around it (completion.verify_batch)."""
 
 from __future__ import annotations
 

@@ -46,9 +46,10 @@ def test_the_bar_follows_the_found_samples_median() -> None:
 
 
 def test_the_first_samples_are_judged_once_there_is_a_reference() -> None:
-    """With fewer than `Tolerances.outlier_min_found` samples found there is no reference: every consistent fit is kept. Once
-    there is one, a sample kept before it that is an outlier among the found ones is dropped (`drop_outliers`;
-    measured: a guide-pattern fit 1.1e-4 off, kept in the first turn, let a completion verify a sample 12 % off)."""
+    """With fewer than `Tolerances.outlier_min_found` samples found there is no reference: every consistent fit is
+    kept. Once there is one, a sample kept before it that is an outlier among the found ones is dropped
+    (`drop_outliers`; measured: a guide-pattern fit 1.1e-4 off, kept in the first turn, let a completion verify a
+    sample 12 % off)."""
     state, rows = _state(TOLERANCES.outlier_min_found - 3)
     assert _offer(state, rows[20], 4.6e-5)
     assert state.found == TOLERANCES.outlier_min_found - 2
@@ -60,8 +61,8 @@ def test_the_first_samples_are_judged_once_there_is_a_reference() -> None:
 
 
 def test_an_ill_conditioned_fit_needs_a_reference() -> None:
-    """A fit between `Tolerances.low_cond_floor` and `cond_floor` (conditioning 9.5e-3 in the measured case, 1.6e-6 off) is
-    kept once the found samples give a reference and its residual is in line with theirs; before that, or
+    """A fit between `Tolerances.low_cond_floor` and `cond_floor` (conditioning 9.5e-3 in the measured case, 1.6e-6
+    off) is kept once the found samples give a reference and its residual is in line with theirs; before that, or
     with an outlying residual, it is refused like any fit under the floor."""
     cond = torch.tensor([9.5e-3], dtype=torch.float64)
     early, rows = _state(TOLERANCES.outlier_min_found - 1)
@@ -143,7 +144,8 @@ def test_outliers_are_set_aside_and_complete_the_batch() -> None:
 def test_an_ill_conditioned_fit_is_an_outlier_by_its_residual_over_its_conditioning() -> None:
     """The measured case (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 100): a row-space fit at 17× the found samples'
     median residual and conditioning 6.4e-3 was 5.5e-4 off. Its error grows as 1 / conditioning, so under
-    `Tolerances.cond_floor` its residual counts scaled by cond_floor / conditioning: set aside; at conditioning 2e-2 kept."""
+    `Tolerances.cond_floor` its residual counts scaled by cond_floor / conditioning: set aside; at conditioning 2e-2
+    kept."""
     problem, X = layer_problem(b=12, width=96)
     C = X @ problem.R.T
 

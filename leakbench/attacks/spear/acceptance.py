@@ -104,8 +104,8 @@ def outlying_fits(state: SampleState, residual: torch.Tensor) -> torch.Tensor:
 
 def noise_level_fits(problem: LayerProblem, fit: SampleFit) -> torch.Tensor:
     """Fits under `Tolerances.cond_floor` that are sound without a reference (`keep_samples`): residual at the
-    gradient's noise level (≤ `LayerProblem.slack`), and the fitted sample's own zero set is a column's exact zero set: the
-    rows of L where its pre-activation is ≤ 0 have a one-dimensional kernel q (the layer's own evidence, as for
+    gradient's noise level (≤ `LayerProblem.slack`), and the fitted sample's own zero set is a column's exact zero
+    set: the rows of L where its pre-activation is ≤ 0 have a one-dimensional kernel q (the layer's own evidence, as for
     a drawn pattern: candidates.refine), and q vanishes on no other row.
 
     Why the column test (a fit at the noise level can be far off): docs/notebook/spear-measurements.md.

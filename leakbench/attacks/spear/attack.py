@@ -312,10 +312,10 @@ def verified_samples(problem: LayerProblem, state: SampleState, residual_tol: fl
     Each row c_i of `state.samples` was accepted by its own next-layer fit (fit.fit_samples: relative
     residual ≤ max(residual_tol, slack) and a self-reproducing ReLU pattern; the bias row c·u = 1 pins its
     scale and sign), so x_i = c_i R as `solve.solve_from_samples` computes X = C R for a whole batch. Banned
-    samples and the closed-form last one are never there (`deflation.complete_batch` drops both on a failed
+    samples and the closed-form last one are never there (`completion.complete_batch` drops both on a failed
     verification). The checks of a whole batch (ReLU violations through Q = C⁻¹, the bias-gradient scale)
     need every sample; the per-sample check is done again here (`joint.next_layer_residuals`), and a row
-    that fails it is left out. The fits set aside as outliers among the found samples (`deflation.set_aside`)
+    that fails it is left out. The fits set aside as outliers among the found samples (`acceptance.set_aside`)
     passed the same fit and come too, unless they are near-copies of a found sample. The paper route (columns of
     Q, scaled by the whole batch) has no such samples.
     """

@@ -62,12 +62,8 @@ def weak_last_sample(problem: LayerProblem, C: torch.Tensor) -> float | None:
     """The last sample's share of the gradient, ‖column of Dᵀ = L C⁻¹‖ over the others' median, if under
     `Tolerances.weak_share`.
 
-    A sample the victim predicts confidently barely moves the gradient: measured (TinyImageNet FC-6 width 400
-    trained 20 epochs, b = 100, the suite's seed, `benchmarks/spear_tail.py`), sample 80, predicted at p = 0.998, has
-    a gradient column 6.1e-4 of the median one (the closed form's: 1.5e-2); with the other 99 found and true (≤ 2e-5
-    off), its closed form is 83 % off and the batch fails verification (484 ReLU violations), and banning the found
-    sample with the most violations dropped a true one for good (no new sample lifts the ban). The found samples'
-    rounding, not a wrong one, decides such a sample, so none is banned."""
+    A sample the victim predicts confidently barely moves the gradient; the found samples' rounding, not a wrong
+    one, decides its closed form, so none is banned (measured: docs/notebook/spear-measurements.md)."""
     norms = (problem.L @ torch.linalg.inv(C)).norm(dim=0)
     share = float(norms[-1] / norms[:-1].median())
     return share if share < TOLERANCES.weak_share else None
@@ -98,10 +94,8 @@ def explained(problem: LayerProblem, C: torch.Tensor, residual_tol: float) -> bo
     """Whether every sample of C explains the next layer's gradient as an accepted fit must (relative residual ≤
     max(residual_tol, slack)); True without a next layer.
 
-    A batch completed from remembered directions can pass the batch checks with a sample far off: measured
-    (TinyImageNet FC-6 width 400 trained 20 epochs, b = 100, two missing), a sample the victim predicts at p = 0.998
-    has a gradient column 4.6e-4 of the median one, and the completed batch verified with it 40 % off — its
-    next-layer residual was 2.1e-2, where the true samples' are ≤ 9.5e-5.
+    A batch completed from remembered directions can pass the batch checks with a sample far off, which its
+    next-layer residual gives away (measured: docs/notebook/spear-measurements.md).
     """
     return problem.P_next is None or float(next_layer_residuals(problem, C).max()) <= max(residual_tol, problem.slack)
 
@@ -121,9 +115,7 @@ def try_outliers(problem: LayerProblem, state: SampleState, tol: torch.Tensor, r
     """Complete the batch with the best-fitting outliers (`set_aside`) independent of the found samples and of one
     another, and the last sample in closed form if they are one short (`complete_last_sample`), and verify it; each
     choice once per search state (one short: the last sample as `complete_batch` finds it with b − 1 found).
-
-    Measured (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 64, the suite's cell `paper/spear-trained-cifar10`):
-    61 found in 4 s, then 900 s without another; with the last 3 set aside and completed here, exact in 4 s."""
+    Measured: docs/notebook/spear-measurements.md."""
     known = state.found
     k = problem.b - known
     if k < 1 or state.outliers.shape[0] < k - 1:
@@ -163,11 +155,7 @@ def try_directions(problem: LayerProblem, state: SampleState, tol: torch.Tensor,
     Directions inside the current null space are either missing columns or mixtures of them; one
     per zero pattern (copies of one column differ in rounding), the k sparsest independent ones are
     tried (verification decides), each choice once per search state (the samples found, their
-    residuals and the bans). Any k: measured
-    (TinyImageNet FC-6 width 400 at init, b = 150, seed 1, `benchmarks/spear_tail.py`), the search
-    stalled with 27 samples missing, 26 of them with a next-layer fit just under the conditioning
-    floor (σ_min/σ_max 0.68–1.0e-2, the fit has ≈ 200 active rows for b = 150 unknowns), while every
-    one of the 27 directions had been remembered.
+    residuals and the bans). Any k (why: docs/notebook/spear-measurements.md).
     """
     b, known = problem.b, state.samples.shape[0]
     k = b - known

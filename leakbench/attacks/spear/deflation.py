@@ -110,9 +110,7 @@ def accept_patterns(problem: LayerProblem, N: torch.Tensor, masks: torch.Tensor,
     """Refine reduced-space patterns to exact zero sets, fit samples, keep the new consistent ones.
 
     `doubt` > 0: zero rows with |Ln_r·q| above doubt × their tolerance are free in the first fit
-    round (one fit per pattern), like rows that are not live. Measured (spear-dl, TinyImageNet
-    b = 50, width 400): one active neuron with a tiny gradient entry read as zero at 0.66× the
-    tolerance, while the true zeros sat below 0.064×, and that one row moved the fit 40 % off.
+    round (one fit per pattern), like rows that are not live (measured: docs/notebook/spear-measurements.md).
     """
     if masks.shape[0] == 0:
         return

@@ -9,10 +9,8 @@ residual orders of magnitude above rounding.
 The fit is solved by normal equations, and a (pattern, free rows) pair is fitted once per search
 (leakbench addition, issue 16; the one fit of every route since issue 26).
 
-Measured (cProfile, TinyImageNet FC-6 width 2000 at init, b = 150, guided SPEAR, seed 0): 478 of
-535 s went to `fit.fit_samples` — 3 264 patterns × 3 rounds of a batched least squares on the
-(m+1)×b system M = [P_next(a⊙A); w·u] (QR in `lstsq`, the projection P_next(a⊙A) and `svdvals`
-each cost O(m·b²) per pattern with large constants). Two shortcuts, both giving the same fits:
+The fit dominated the search's time on large batches (measured: docs/notebook/spear-measurements.md); two shortcuts,
+both giving the same fits:
 
 * **Normal equations** (`fit_once_normal`): MᵀM = Aᵀdiag(a)A − BᵀB + w²uuᵀ with B = Vᵀdiag(a)A, formed
   with two batched matrix products per pattern block, then one b×b `eigh` that gives both the solve
@@ -49,7 +47,8 @@ class SampleFit:
 
 
 def fit_samples(problem: LayerProblem, zero: torch.Tensor, *, residual_tol: float,
-                free: torch.Tensor | None = None, rounds: int = 3, cond_floor: float = TOLERANCES.cond_floor) -> SampleFit:
+                free: torch.Tensor | None = None, rounds: int = 3,
+                cond_floor: float = TOLERANCES.cond_floor) -> SampleFit:
     """Fit one sample per zero pattern (k, m) and test it; requires `problem.P_next`.
 
     Rows in `free` (m,) are uncertain (their gradient entry is at the noise level): in the

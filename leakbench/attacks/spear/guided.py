@@ -16,11 +16,9 @@ them: even from the guide's most confident rows that almost never happens (docs/
 b = 100"). The next-layer fit needs no such luck: given a pattern it solves for the sample in least
 squares (fit.py), and the fitted sample's own ReLU pattern is the next pattern to fit. Started from a
 guide's predicted pattern (ẑ < 0) — CPA gets ≈ 6 % of the signs wrong there — this fixed-point iteration
-lands on the true sample for many guides. Measured with the ground truth (TinyImageNet FC-6 width 400 at
-init, layer 1, b = 150, seed 0, CPA guide): 3 rounds: 14 consistent fits; 10 rounds: 90 consistent fits,
-all within 2e-6 (relative) of a true sample; 30 rounds: 98. Every consistent fit goes through the usual
-acceptance (fit residual, pattern stability, known and banned samples) and, with the rest of the batch,
-the final verification.
+lands on the true sample for many guides (measured: docs/notebook/spear-measurements.md). Every consistent fit goes
+through the usual acceptance (fit residual, pattern stability, known and banned samples) and, with the rest of the
+batch, the final verification.
 """
 
 from __future__ import annotations
@@ -125,12 +123,9 @@ class GuidePool:
     Once `Tolerances.guide_share_after` guided turns in a row found nothing (samples the guides do not separate), the
     pool shares its turns (`shares_turn`) until a guided turn finds a sample again. The count is the
     pool's, not a guide's: a residual guide (residual.py) replaces a stalled one after every few fruitless
-    turns, and when each new guide counted afresh SPEAR's own draws never had a turn. Measured
-    (TinyImageNet FC-6 width 400 trained 5 epochs, b = 100, seed 0, the paper/spear-trained cell,
-    `benchmarks/spear_tail.py`): 232 residual guides took all 482 turns in 900 s and the search stopped at
-    92 of 100; three of the 8 missing samples had 118–149 zero rows among 367 live, where 7 are needed.
-    `refine_first`: before drawing, hand each open guide's whole pool to SPEAR's refinement as a
-    zero set (least-squares kernel on all its rows, then the exact zero set): one "draw" per
+    turns, and when each new guide counted afresh SPEAR's own draws never had a turn (measured:
+    docs/notebook/spear-measurements.md). `refine_first`: before drawing, hand each open guide's whole pool to SPEAR's
+    refinement as a zero set (least-squares kernel on all its rows, then the exact zero set): one "draw" per
     guide that succeeds when the pool holds no active neuron; draws follow only if nothing new
     was found.
     """
@@ -212,8 +207,8 @@ class PatternFits:
     `pause` (the descent from the guide's estimates, descent.GuideDescent.has_starts): once the found samples give a
     reference to judge fits by (`Tolerances.outlier_min_found`), the fits stop after the current block and pass their
     turns while `pause(search)` holds, then go on with the guides still open. The descent finds a sample for far less
-    than a pattern fit of a large batch (measured at width 2000, seed 0: b = 450, 128 samples in the fits' 311 s, then
-    312 in the descent's 127 s); before the reference it accepted a fit 1.4e-4 off (descent.GuideDescent).
+    than a pattern fit of a large batch, but before the reference it accepts fits far off (measured:
+    docs/notebook/spear-measurements.md).
     """
 
     name = "pattern_fits"

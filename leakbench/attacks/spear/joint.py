@@ -2,9 +2,8 @@
 
 Each sample found by the search was fitted on its own through the next layer's gradient (fit.py).
 That fit is only as precise as the next layer's gradient row space, and the row space is poorly
-determined along directions where that gradient has small singular values (measured: FC-6 layer 5,
-TinyImageNet b = 20, seed 1: σ_b/σ_1 = 2e-6 for dL/dW_next, so the *true* patterns of two samples fit
-with relative c errors 5e-5–7e-5 and the batch fails the noise-free verification).
+determined along directions where that gradient has small singular values (measured:
+docs/notebook/spear-measurements.md).
 
 The attacked layer's own gradient holds what those fits ignore: with Q = C⁻¹, Dᵀ = L Q must vanish
 wherever a sample's pre-activation A c_i + bias is negative. Those zeros couple all samples (Q
@@ -16,9 +15,8 @@ C (b² unknowns) minimises, with the patterns of the current C,
 h_i = 1_{P_i} ⊙ (A c_i + bias), u = L⁺ dL/db. Each sample's next-layer weight is w_i = ρ / max(r_i, ρ),
 r_i its next-layer residual before refinement and ρ = `Tolerances.joint_floor_multiple` × the gradient's noise estimate:
 a sample that already explains the next layer to the noise level keeps it (weight 1), one whose fit
-is off (the ill-conditioned ones) is moved by the zeros instead. Measured on layer 5, seeds 1 and 2
-with the true patterns: a uniform weight 1e-2 leaves c errors up to 1.4e-5 and 5.6e-5 (the well-fitted
-samples are dragged from 4e-7 to ~1e-5); the per-sample weights give 2.2e-7 and 5.4e-7.
+is off (the ill-conditioned ones) is moved by the zeros instead (measured against a uniform weight:
+docs/notebook/spear-measurements.md).
 The refined batch is verified like any other (solve.py) and, because the zeros alone may be about as
 many as b² at deep layers, its next-layer residuals must also stay within the acceptance tolerance
 (`next_layer_residuals`).

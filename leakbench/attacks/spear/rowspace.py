@@ -34,24 +34,11 @@ def fits_in_row_space(problem: LayerProblem, N: torch.Tensor, q: torch.Tensor, t
     sound ones (`keep_samples`); whether each was sound.
 
     A missing sample's row is orthogonal to the found samples' columns, so its fit has b − found unknowns
-    instead of b: past half the batch that fits true patterns whose fit over all b failed — singular or
-    ill-conditioned, and (on TinyImageNet 5 epochs, b = 100, the 17 it rescued there) at conditioning 1.2e-2 … 3.1e-2,
-    where the fit over all b ended on another pattern or an outlying residual.
-    Measured with the ground truth (TinyImageNet FC-6 width 400 trained 20 epochs, b = 100, the found samples
-    drawn at random among the true ones; fits with σ_min/σ_max ≥ 1e-2 and residual ≤ 1e-4;
-    `benchmarks/spear_true_fits.py --train-epochs 20 --row-space`): of the missing samples' true patterns,
-    19 of 90 fit over all b and 30 in the row space with 10 found, 18 vs 41 of 80 with 20 found, 18 vs 36 of 70
-    with 30 found, 8 vs 39 of 50 with 50 found, 0 vs 10 of 10 with 90 found — as many as with the true columns,
-    once the columns their zero rows do not fix are left out (`last_column.determined_columns`: with them, 4 of 70
-    with 30 found), hence `Tolerances.row_space_from` = 0.1.
-
-    From b = `Tolerances.row_space_from_b` on, the row space is also orthogonal to the remembered directions that are
-    missing columns for sure (`sure_remembered`), and a fit is judged as one over all b (`keep_samples` with its
-    conditioning, down to `Tolerances.noise_cond_floor`). Measured (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 100, seed 0,
-    the search stopped at 15 found with the directions of 20 missing samples remembered to 1e-8, `benchmarks/
-    spear_tail.py --dump`): in the row space of the found columns alone their fits were singular or off; with the
-    other 19 sure directions each fitted at residual 7e-8 … 1.3e-6 and conditioning 2.3e-3 … 1.6e-2, 1.6e-6 … 2.8e-5
-    off, and one call took the search from 15 to 35 found, all true.
+    instead of b: that fits true patterns whose fit over all b failed (singular or ill-conditioned, or ended on
+    another pattern or an outlying residual). From b = `Tolerances.row_space_from_b` on, the row space is also
+    orthogonal to the remembered directions that are missing columns for sure (`sure_remembered`), and a fit is
+    judged as one over all b (`keep_samples` with its conditioning, down to `Tolerances.noise_cond_floor`).
+    Measured: docs/notebook/spear-measurements.md.
     """
     wide = problem.b >= TOLERANCES.row_space_from_b  # below: the found columns alone, and the usual floor
     fit = samples_from_directions(problem, row_space(problem, state, N, tol, sure=wide), q, tol,

@@ -58,11 +58,7 @@ def split_kernels(Ln: torch.Tensor, idx: torch.Tensor, tol: torch.Tensor, gen: t
     A draw's kernel holds the column of every sample whose zero set holds all the drawn rows. When it has
     dimension d+1 ≥ 2, several samples are in it, and SPEAR's draw returns an arbitrary mixture of them: a miss.
     The same draw inside the kernel K (b × (d+1)) needs only d more rows, among the rows that do not vanish
-    on K: `tries` such draws per kernel (leakbench addition, issue 26). Measured with the ground truth
-    (TinyImageNet FC-6 width 400 trained 5 epochs, b = 100, 9 random samples missing, `benchmarks/spear_true_fits.py
-    --tail-draws 9`): of 180 draws of 8 rows among a missing sample's zero rows (every row inactive for it), 47 left
-    a kernel of dimension ≥ 2 (trained victims' sparse samples leave many rows active for few of the missing
-    samples), and splitting turned 46 of those 47 into a missing sample's column.
+    on K: `tries` such draws per kernel (leakbench addition, issue 26). Measured: docs/notebook/spear-measurements.md.
     """
     found = []
     for rows in idx:

@@ -17,7 +17,7 @@ draws), always takes the turn, so the search never idles (the attack builds ever
 descent.py: the fits pause for the descent once found samples give a reference; RowSpaceDescent passes below 48
 visible samples and until a sample is found.)
 Between turns the loop tries to finish the batch: the closed-form completion once b−1 samples are known
-(deflation.complete_batch) and the remembered directions (deflation.try_directions). The budget is the
+(completion.complete_batch) and the remembered directions (completion.try_directions). The budget is the
 search's (draws and seconds, state.out_of_budget); a source with a budget of its own (guide pools that
 grow until they hold every live row, dictionary learning down to a number of missing samples) passes
 once it is spent. A new idea is a new source: a class with `name`, `turn` and `stats` in a source list.
@@ -108,7 +108,7 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
     The last sample needs no search: it follows from the other b−1 (`complete_last_sample`). When
     the search itself found all b (common under noise, where the closed form is less accurate than
     the fits), those are verified first. When the completed batch fails verification, the found
-    sample with the most ReLU violations is set aside (deflation.complete_batch) and the search goes
+    sample with the most ReLU violations is set aside (completion.complete_batch) and the search goes
     on. Each (pattern, free rows) is fitted once per search (fit.FitCache).
     """
     b = problem.b
@@ -162,9 +162,8 @@ class ZeroDraws:
 
         Row r of the gradient is L_r = Σ_i D_ir c_i over the samples for which neuron r passed a
         gradient, so rows with a small norm tend to be inactive for more of the remaining samples, and
-        b−1 of them lie in one sample's zero set far more often (measured with ground truth on
-        TinyImageNet FC-6, b = 20, power 2: 8× more hits at layer 1, 40× at layer 2, > 1000× at
-        layer 3). Uniform chunks alternate with weighted ones so that a sample whose zeros sit on large
+        b−1 of them lie in one sample's zero set far more often (measured: docs/notebook/spear-measurements.md).
+        Uniform chunks alternate with weighted ones so that a sample whose zeros sit on large
         rows is never found more than 2× slower than by SPEAR's uniform draws.
         """
         self.chunks += 1
@@ -183,9 +182,9 @@ class TwoSided:
 
     sampler "actives": every turn. "auto": every turn while more than `Tolerances.zero_route_tail` samples are
     missing, then every other turn (zero draws need only a few rows there, and remembered directions
-    complete samples whose next-layer fit is ill-conditioned: measured on two samples of TinyImageNet
-    b = 20, layer 5, seed 1 that two-sided draws essentially never isolate); patterns are re-examined
-    once on that switch. "both": 7 of 8 turns to the route that found a sample more recently (1:1 on a tie).
+    complete samples whose next-layer fit is ill-conditioned; measured: docs/notebook/spear-measurements.md); patterns
+    are re-examined once on that switch. "both": 7 of 8 turns to the route that found a sample more recently (1:1 on a
+    tie).
     """
 
     name = "two_sided"

@@ -150,7 +150,8 @@ class Tolerances:
     residual_from_b: int = 96
     """... for b ≥ residual_from_b only."""
     pattern_fit_rounds: int = 10
-    """Fits of each guide's whole predicted pattern, each refitted with its own pattern (guided.fit_guide_patterns) ..."""
+    """Fits of each guide's whole predicted pattern, each refitted with its own pattern (guided.fit_guide_patterns)
+    ..."""
     pattern_fit_from_b: int = 64
     """... from this b on, in the search's first turn; the descent from the guide's estimates (descent.GuideDescent)
     from the same b."""
