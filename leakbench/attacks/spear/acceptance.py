@@ -25,7 +25,7 @@ def fits_with_free_rows(problem: LayerProblem, exact: torch.Tensor, free: torch.
 
 
 def accept_fits(problem: LayerProblem, zero: torch.Tensor, state: SampleState, residual_tol: float,
-                free: torch.Tensor | None = None, rounds: int = 3) -> SampleFit:
+                free: torch.Tensor | None = None, rounds: int = TOLERANCES.fit_rounds) -> SampleFit:
     """Fit a sample to each zero pattern (k, m); keep the consistent ones not known or banned yet.
 
     A fit within `Tolerances.same_sample` (relative) of a known sample is that sample again; it replaces the known
@@ -79,7 +79,7 @@ def keep_samples(state: SampleState, c: torch.Tensor, residual: torch.Tensor, co
     good = torch.nonzero(consistent).flatten()
     for i in good[torch.argsort(residual[good])].tolist():
         ci, ri = c[i], residual[i:i + 1]
-        if bool(same_samples(ci[None], state.banned[state.ban_until > state.admitted], rel_tol=1e-5)[0]):
+        if bool(same_samples(ci[None], state.banned[state.ban_until > state.admitted], rel_tol=t.same_banned)[0]):
             continue
         if add_sample(state, ci, ri):
             state.admitted += 1

@@ -207,9 +207,12 @@ class SpearSearch(Attack[BudgetT]):
                 return "", solution.X, stats
             reason = (f"verification failed ({solution.violations} ReLU violations, bias-gradient scale "
                       f"{'ok' if solution.scale_ok else 'wrong'}) when the budget ran out")
-        if not isinstance(state, SampleState):  # the column search: no sample is verified on its own
-            return reason, None, stats
-        return reason, verified_samples(problem, state, settings.tolerances.residual_tol), stats
+        return reason, self._verified(problem, state, settings), stats
+
+    def _verified(self, problem: LayerProblem, state: SearchState, settings: SearchSettings) -> torch.Tensor | None:
+        """The inputs of the samples an incomplete search verified one by one, or None: SPEAR's column search
+        verifies none on its own (its columns are scaled by the whole batch)."""
+        return None
 
     def _find(self, problem: LayerProblem, seed: int, update: ClientUpdate, tol: torch.Tensor,
               settings: SearchSettings, gen: torch.Generator
@@ -249,6 +252,13 @@ class DeflatedSpear(SpearSearch[SpearConfigT]):
             return super()._find(problem, seed, update, tol, settings, gen)
         state, solution, stats = self._deflated(problem, seed, update, tol, settings, gen)
         return state, solution, stats, "deflation+next-layer"
+
+    def _verified(self, problem: LayerProblem, state: SearchState, settings: SearchSettings) -> torch.Tensor | None:
+        """The samples the deflated search verified one by one (`verified_samples`); none where the column search
+        ran instead."""
+        if not isinstance(state, SampleState):
+            return super()._verified(problem, state, settings)
+        return verified_samples(problem, state, settings.tolerances.residual_tol)
 
     def _deflated(self, problem: LayerProblem, seed: int, update: ClientUpdate, tol: torch.Tensor,
                   settings: SearchSettings, gen: torch.Generator

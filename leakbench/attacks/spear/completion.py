@@ -121,7 +121,7 @@ def try_outliers(problem: LayerProblem, state: SampleState, tol: torch.Tensor, r
     if k < 1 or state.outliers.shape[0] < k - 1:
         return None
     N = null_basis(state.samples, problem.b)
-    picked = select_independent(state.outliers @ N, -state.outlier_residuals, k, rtol=1e-3)
+    picked = select_independent(state.outliers @ N, -state.outlier_residuals, k, rtol=TOLERANCES.select_rtol)
     attempt = (*found_key(state), float(state.outlier_residuals[picked].sum()))
     if picked.shape[0] < max(k - 1, 1) or attempt == state.outliers_tried:
         return None
@@ -143,7 +143,7 @@ def direction_pool(problem: LayerProblem, state: SampleState, N: torch.Tensor, t
     k = problem.b - state.samples.shape[0]
     index, masks = inside_directions(problem, state, N, tol)
     inside = state.directions[index]
-    return inside, masks, select_independent(inside, masks.sum(1), k, rtol=1e-3, pool=4 * k)
+    return inside, masks, select_independent(inside, masks.sum(1), k, rtol=TOLERANCES.select_rtol, pool=4 * k)
 
 
 def try_directions(problem: LayerProblem, state: SampleState, tol: torch.Tensor,

@@ -57,7 +57,7 @@ def reduced_rows(problem: LayerProblem, N: torch.Tensor, tol: torch.Tensor
     LN = problem.L @ N
     norms = LN.norm(dim=1)
     scale = problem.L.norm(dim=1) / norms.clamp_min(1e-300)
-    live = norms > 10 * tol * problem.L.norm(dim=1)
+    live = norms > TOLERANCES.live_rows * tol * problem.L.norm(dim=1)
     return LN / norms.clamp_min(1e-300)[:, None], tol * scale, live
 
 

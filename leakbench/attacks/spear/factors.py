@@ -55,8 +55,8 @@ class LayerProblem:
 
 
 def factorize(G: torch.Tensor, g: torch.Tensor, W: torch.Tensor, bias: torch.Tensor, b: int,
-              *, G_next: torch.Tensor | None = None, dead_tol: float = 1e-9,
-              next_rank_tol: float = 1e-6) -> LayerProblem:
+              *, G_next: torch.Tensor | None = None, dead_tol: float = TOLERANCES.dead_row,
+              next_rank_tol: float = TOLERANCES.next_rank_tol) -> LayerProblem:
     """Drop dead neurons (rows with negligible gradient) and keep the top-b SVD components."""
     G, g, W, bias = (t.to(torch.float64) for t in (G, g, W, bias))
     norms = torch.sqrt((G * G).sum(1) + g * g)

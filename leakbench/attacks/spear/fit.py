@@ -47,7 +47,7 @@ class SampleFit:
 
 
 def fit_samples(problem: LayerProblem, zero: torch.Tensor, *, residual_tol: float,
-                free: torch.Tensor | None = None, rounds: int = 3,
+                free: torch.Tensor | None = None, rounds: int = TOLERANCES.fit_rounds,
                 cond_floor: float = TOLERANCES.cond_floor) -> SampleFit:
     """Fit one sample per zero pattern (k, m) and test it; requires `problem.P_next`.
 
@@ -76,7 +76,7 @@ def project_out_next(problem: LayerProblem, X: torch.Tensor) -> torch.Tensor:
     return X - V @ (V.T @ X)
 
 
-def same_samples(c: torch.Tensor, known: torch.Tensor, rel_tol: float = 1e-6) -> torch.Tensor:
+def same_samples(c: torch.Tensor, known: torch.Tensor, rel_tol: float = TOLERANCES.same_known) -> torch.Tensor:
     """Mask of rows of `c` (k,b) equal (up to rel_tol) to a row of `known` (j,b)."""
     if known.shape[0] == 0:
         return torch.zeros(c.shape[0], dtype=torch.bool, device=c.device)
@@ -115,7 +115,7 @@ def fit_once_normal(problem: LayerProblem, zero: torch.Tensor, free: torch.Tenso
         active_full = active_full * keep.to(A.dtype)
         A_, bias_, active = A[keep], bias[keep], active_full[:, keep]
         U, S, _ = torch.linalg.svd(V[keep], full_matrices=False)
-        V_ = U[:, S > 1e-10 * S.max()] if S.numel() else U
+        V_ = U[:, S > TOLERANCES.fit_rank_tol * S.max()] if S.numel() else U
     else:
         A_, bias_, active, V_ = A, bias, active_full, V
     u = bias_direction(problem)

@@ -87,7 +87,7 @@ def match_guides(guide: Guide, problem: LayerProblem, C: torch.Tensor) -> None:
     """Close the guides that found samples: greedy one-to-one matching on ReLU-pattern agreement."""
     guide.open[:] = True
     if guide.known is not None and guide.known.shape[0] and C.shape[0]:
-        C = C[torch.cdist(C, guide.known.to(C)).amin(dim=1) > 1e-6 * C.norm(dim=1)]
+        C = C[torch.cdist(C, guide.known.to(C)).amin(dim=1) > TOLERANCES.same_known * C.norm(dim=1)]
     if C.shape[0] == 0:
         return
     zero = ((C @ problem.A.T + problem.bias) <= 0).cpu()

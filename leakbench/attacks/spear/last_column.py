@@ -59,7 +59,7 @@ def last_column_candidates(problem: LayerProblem, Q_known: torch.Tensor) -> torc
 
 
 def complete_last_sample(problem: LayerProblem, C_known: torch.Tensor, tol: torch.Tensor,
-                         *, determined: float = 1e-3) -> torch.Tensor:
+                         *, determined: float = TOLERANCES.last_determined) -> torch.Tensor:
     """The last sample's c, once b−1 samples are known; returns C with the new row last.
 
     The missing column q_j of Q = C⁻¹ is the null vector of the known rows. Every other column
@@ -196,7 +196,7 @@ def sure_directions(problem: LayerProblem, q: torch.Tensor, clean: torch.Tensor,
     kept = torch.nonzero(clean & ~dominated).flatten()
     kept = kept[torch.argsort(count[kept], descending=True, stable=True)]
     kept = kept[one_per_direction(q[kept], TOLERANCES.direction_cos, q.shape[0])]
-    return kept[select_independent(q[kept], count[kept], q.shape[0], rtol=1e-3)]
+    return kept[select_independent(q[kept], count[kept], q.shape[0], rtol=TOLERANCES.select_rtol)]
 
 
 def clean_kernels(problem: LayerProblem, q: torch.Tensor, tol: torch.Tensor, block: int = 64) -> torch.Tensor:
@@ -281,7 +281,7 @@ def samples_from_directions(problem: LayerProblem, space: RowSpace, q: torch.Ten
     Measured: docs/notebook/spear-measurements.md.
     """
     active = ((problem.Ln @ q.T).abs() > tol[:, None]).T.to(problem.A.dtype)  # (j, m)
-    own = (q @ space.sure.T).abs() >= 1 - 1e-6  # (j, s): q is that sure direction
+    own = (q @ space.sure.T).abs() >= 1 - TOLERANCES.same_direction  # (j, s): q is that sure direction
     mine = own.any(dim=1)
     c, residual, cond = q.new_zeros(q.shape), q.new_full((q.shape[0],), float("inf")), q.new_zeros(q.shape[0])
     stable = torch.zeros(q.shape[0], dtype=torch.bool, device=q.device)

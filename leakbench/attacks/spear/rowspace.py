@@ -97,7 +97,7 @@ def inside_directions(problem: LayerProblem, state: SampleState, N: torch.Tensor
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """Indices into `state.directions` of the remembered directions inside the null space N of the found samples, one
     per zero pattern (copies of a column differ in rounding), and their zero masks."""
-    index = torch.nonzero((state.directions @ N).norm(dim=1) > 1 - 1e-6).flatten()
+    index = torch.nonzero((state.directions @ N).norm(dim=1) > 1 - TOLERANCES.same_direction).flatten()
     masks = zero_masks(problem.Ln, state.directions[index], tol)
     first = first_of_each_pattern(masks).to(index.device)
     return index[first], masks[first]

@@ -145,7 +145,7 @@ def ban_sample(state: SampleState, i: int) -> None:
     c, residual = state.samples[i], state.residuals[i:i + 1]
     state.samples = torch.cat([state.samples[:i], state.samples[i + 1:]])
     state.residuals = torch.cat([state.residuals[:i], state.residuals[i + 1:]])
-    before = torch.nonzero((state.banned - c).norm(dim=1) <= 1e-5 * c.norm()).flatten()
+    before = torch.nonzero((state.banned - c).norm(dim=1) <= TOLERANCES.same_banned * c.norm()).flatten()
     if before.numel():  # banned before, lifted since
         j = int(before[0])
         state.ban_strikes[j] += 1
@@ -169,5 +169,5 @@ def lift_bans(state: SampleState) -> None:
 
 def remember_directions(state: SampleState, q: torch.Tensor) -> None:
     """Keep unit column directions whose pattern was sound but whose sample fit was not."""
-    fresh = is_new(q, state.directions, cos_tol=1e-6)
+    fresh = is_new(q, state.directions)
     state.directions = torch.cat([state.directions, q[fresh]])

@@ -170,7 +170,7 @@ class ZeroDraws:
         if self.power <= 0 or self.chunks % 2 == 0:
             return None
         norms = (problem.L @ N)[live].norm(dim=1)
-        weights: torch.Tensor = (norms / norms.max()).clamp_min(1e-6).pow(-self.power)
+        weights: torch.Tensor = (norms / norms.max()).clamp_min(TOLERANCES.weight_floor).pow(-self.power)
         return weights
 
     def stats(self) -> dict[str, Any]:

@@ -40,8 +40,24 @@ class Tolerances:
     independent_rtol: float = 1e-9
     """The column search keeps a column unless it is this close to dependent on those kept (search.select_columns):
     true columns of Q = C⁻¹ can be ill-conditioned."""
+    select_rtol: float = 1e-3
+    """The same test where the deflated search picks fits set aside or remembered directions to complete the batch
+    (completion.try_outliers, direction_pool) and the sure directions (last_column.sure_directions)."""
+    same_direction: float = 1e-6
+    """Two unit directions within this (1 − |cos|) are one (candidates.is_new, samples.remember_directions,
+    last_column.samples_from_directions); a unit direction lies in a subspace when its projection there has norm
+    above 1 − same_direction (rowspace.inside_directions)."""
+    live_rows: float = 10.0
+    """A row of L N is live (drawn and counted) when its norm is above live_rows × its zero tolerance × |L_r|; below,
+    its neuron was active only for samples already found (deflation.reduced_rows)."""
 
     # --- the layer's noise and visible samples (factors.py, joint.py)
+    dead_row: float = 1e-9
+    """A neuron whose gradient row (with its bias entry) has norm under dead_row × the largest is dead: dropped before
+    the factorisation (factors.factorize)."""
+    next_rank_tol: float = 1e-6
+    """The next layer's gradient shows a sample when its singular value there is above next_rank_tol·σ_1, or above
+    visible_gap × its rounding when that is lower (factors.next_floor)."""
     noise_multiple: float = 30.0
     """Relative slack of every exactness check under gradient noise: noise_multiple × the noise estimate
     (factors.LayerProblem.slack)."""
@@ -78,14 +94,37 @@ class Tolerances:
     guided.PatternFits pauses from there)."""
     same_sample: float = 1e-2
     """A fit within this distance (relative) of a known sample is that sample again (samples.nearest_known)."""
+    fit_rounds: int = 3
+    """Fits of a drawn pattern in all, each refitted with the fitted sample's own pattern (fit.fit_samples,
+    acceptance.accept_fits)."""
+    same_known: float = 1e-6
+    """A row within this distance (relative) of a known one is that row (fit.same_samples; guided.match_guides: a
+    guide's own sample)."""
+    fit_rank_tol: float = 1e-10
+    """The next layer's basis restricted to a fit's held rows keeps the directions above fit_rank_tol × its largest
+    singular value (fit.fit_once_normal, with free rows)."""
+    same_banned: float = 1e-5
+    """A fit within this distance (relative) of a banned sample is that sample: refused while banned
+    (acceptance.keep_samples), a second strike when banned again (samples.ban_sample)."""
     ban_lifetime: int = 2
     """A sample banned for the n-th time is refused until the search has added n × ban_lifetime new samples
     (samples.ban_sample)."""
 
     # --- completion and verification (completion.py, joint.py)
+    relu_margin: float = 1e-9
+    """Verification: a pre-activation below −relu_margin·max|Z| (−max(relu_margin, slack)·max|Z| under noise) with a
+    non-zero gradient is a ReLU violation (solve.solve_batch, solve_from_samples)."""
+    scale_tol: float = 1e-3
+    """Verification: the bias gradient recomputed from the batch must match dL/db within max(scale_tol, slack)
+    (relative; solve.solve_from_samples)."""
+    scale_nonzero: float = 1e-12
+    """The column search's scales s (g = L Q̂ s) must all be above scale_nonzero × the largest (solve.column_scales)."""
     weak_share: float = 0.05
     """A closed-form last sample whose gradient column is below this fraction of the median one is too weak to
     verify: no found sample is banned for its failure, and the search stops (completion.weak_last_sample)."""
+    last_determined: float = 1e-3
+    """In the closed-form last sample, a column q_i counts as fixed by sample i's zeros when L q_j on those zeros has
+    norm above last_determined × |L q_j| (last_column.complete_last_sample)."""
     joint_max_b: int = 32
     """Largest batch refined jointly after a failed verification (completion.verify_batch; joint.refine_batch's least
     squares has b² unknowns)."""
@@ -131,9 +170,25 @@ class Tolerances:
     """... at most this many draws a chunk ..."""
     split_tries: int = 8
     """... and this many draws in each one's kernel."""
+    weight_floor: float = 1e-6
+    """Row-norm weighted draws weigh row r by max(|L_r N| / max, weight_floor)^−power (scheduler.ZeroDraws.weights)."""
     zero_route_tail: int = 4
     """With at most this many samples missing, two-sided draws share the turns with zero draws (sampler "auto",
     scheduler.TwoSided)."""
+
+    # --- two-sided draws for deep layers (active.py)
+    span_max_resid: float = 1e-2
+    """Neurons active for the whole batch fit the batch-span regression better than this (relative residual) ...
+    (active.find_batch_span)"""
+    span_min_gap: float = 10.0
+    """... below a gap of at least this factor in the sorted residuals, with at least b + 4 of them."""
+    active_zero_tol: float = 1e-4
+    """A two-sided draw's kernel direction must make its side's equation vanish to this on at least b + 2 informative
+    neurons (active.draw_active) ..."""
+    active_rel_tol: float = 1e-3
+    """... and its sample is kept when V a matches ReLU(A c + bias) within active_rel_tol of its scale ..."""
+    active_slack: float = 0.02
+    """... on all but this fraction of the neurons."""
 
     # --- guides (spear-guided: guided.py, residual.py, descent.py)
     pool_start: float = 1.5
@@ -155,6 +210,8 @@ class Tolerances:
     pattern_fit_from_b: int = 64
     """... from this b on, in the search's first turn; the descent from the guide's estimates (descent.GuideDescent)
     from the same b."""
+    ica_tol: float = 1e-4
+    """FastICA's convergence tolerance for the residual guides (residual.residual_directions)."""
     descent_starts: int = 16
     """Random starts of a row-space descent turn (descent.RowSpaceDescent)."""
     descent_iterations: int = 300
