@@ -57,7 +57,8 @@ def keep_samples(state: SampleState, c: torch.Tensor, residual: torch.Tensor, co
                  cond: torch.Tensor | None = None, noise_level: torch.Tensor | None = None) -> torch.Tensor:
     """Add the consistent fitted samples c (j, b) that are not outliers (`outlying_fits`), best residual
     first, unless banned; a near-copy of a known sample replaces it when its residual is smaller. Each new
-    sample counts in `state.admitted` and may lift bans (`lift_bans`). Returns the mask of the fits judged sound.
+    sample counts in `state.admitted` and may lift bans (`samples.lift_bans`). Returns the mask of the fits judged
+    sound.
 
     `cond` (σ_min/σ_max of each fit, fit.fit_samples) and `noise_level` (`noise_level_fits`): a fit under
     `Tolerances.cond_floor` is sound only if it is no outlier — its residual scaled by cond_floor / cond, as its
@@ -132,7 +133,7 @@ def drop_outliers(state: SampleState) -> None:
 
 def set_aside(state: SampleState, c: torch.Tensor, residual: torch.Tensor) -> None:
     """Keep sound fits c (j, b) that are outliers among the found samples in `state.outliers` (a near-copy of one kept
-    replaces it when its residual is smaller); `try_outliers` completes the batch from them.
+    replaces it when its residual is smaller); `completion.try_outliers` completes the batch from them.
 
     An outlier is not used to deflate: one 1e-4 off moves the null space off the missing columns. But it may be a
     true sample that the victim fits less well than the others (measured: docs/notebook/spear-measurements.md).

@@ -28,7 +28,7 @@ def complete_batch(problem: LayerProblem, state: SampleState, tol: torch.Tensor,
     """With ≥ b−1 samples found: verify them (all b if found, else b−1 plus the closed-form last).
 
     On success `state.samples` becomes the batch. On failure the sample with the most ReLU
-    violations is dropped and banned for a while (`ban_sample`), so the search goes on with b−2 samples —
+    violations is dropped and banned for a while (`samples.ban_sample`), so the search goes on with b−2 samples —
     unless the closed-form last sample is too weak in the gradient to verify (`weak_last_sample`): then no found
     sample is blamed, and `state.unverifiable` says why the search stops.
     """
@@ -112,9 +112,9 @@ def take_completion(problem: LayerProblem, state: SampleState, C: torch.Tensor, 
 
 
 def try_outliers(problem: LayerProblem, state: SampleState, tol: torch.Tensor, residual_tol: float) -> Solution | None:
-    """Complete the batch with the best-fitting outliers (`set_aside`) independent of the found samples and of one
-    another, and the last sample in closed form if they are one short (`complete_last_sample`), and verify it; each
-    choice once per search state (one short: the last sample as `complete_batch` finds it with b − 1 found).
+    """Complete the batch with the best-fitting outliers (`acceptance.set_aside`) independent of the found samples and
+    of one another, and the last sample in closed form if they are one short (`complete_last_sample`), and verify it;
+    each choice once per search state (one short: the last sample as `complete_batch` finds it with b − 1 found).
     Measured: docs/notebook/spear-measurements.md."""
     known = state.found
     k = problem.b - known
@@ -138,8 +138,9 @@ def try_outliers(problem: LayerProblem, state: SampleState, tol: torch.Tensor, r
 
 def direction_pool(problem: LayerProblem, state: SampleState, N: torch.Tensor, tol: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The remembered directions inside the null space N of the found samples (`inside_directions`), their zero masks,
-    and the indices of the k = b − found sparsest independent ones (`try_directions` completes or fits from those)."""
+    """The remembered directions inside the null space N of the found samples (`rowspace.inside_directions`), their
+    zero masks, and the indices of the k = b − found sparsest independent ones (`try_directions` completes or fits
+    from those)."""
     k = problem.b - state.samples.shape[0]
     index, masks = inside_directions(problem, state, N, tol)
     inside = state.directions[index]

@@ -31,13 +31,13 @@ from leakbench.attacks.spear.tolerances import TOLERANCES
 def fits_in_row_space(problem: LayerProblem, N: torch.Tensor, q: torch.Tensor, tol: torch.Tensor, state: SampleState,
                       residual_tol: float) -> torch.Tensor:
     """Fit the samples of column directions q (j, b) in the missing samples' row space (`row_space`), keep the
-    sound ones (`keep_samples`); whether each was sound.
+    sound ones (`acceptance.keep_samples`); whether each was sound.
 
     A missing sample's row is orthogonal to the found samples' columns, so its fit has b − found unknowns
     instead of b: that fits true patterns whose fit over all b failed (singular or ill-conditioned, or ended on
     another pattern or an outlying residual). From b = `Tolerances.row_space_from_b` on, the row space is also
     orthogonal to the remembered directions that are missing columns for sure (`sure_remembered`), and a fit is
-    judged as one over all b (`keep_samples` with its conditioning, down to `Tolerances.noise_cond_floor`).
+    judged as one over all b (`acceptance.keep_samples` with its conditioning, down to `Tolerances.noise_cond_floor`).
     Measured: docs/notebook/spear-measurements.md.
     """
     wide = problem.b >= TOLERANCES.row_space_from_b  # below: the found columns alone, and the usual floor
@@ -58,8 +58,9 @@ def patterns_in_row_space(problem: LayerProblem, N: torch.Tensor, active: torch.
 
 def keep_row_space_fits(problem: LayerProblem, state: SampleState, fit: SampleFit, residual_tol: float
                         ) -> torch.Tensor:
-    """`keep_samples` for row-space fits: sound when consistent, with residual ≤ max(residual_tol, slack), and judged
-    with their conditioning (down to `Tolerances.noise_cond_floor`: `noise_level_fits`); each counts as a fit."""
+    """`acceptance.keep_samples` for row-space fits: sound when consistent, with residual ≤ max(residual_tol, slack),
+    and judged with their conditioning (down to `Tolerances.noise_cond_floor`: `acceptance.noise_level_fits`); each
+    counts as a fit."""
     state.fits += int(fit.c.shape[0])
     fit = replace(fit, consistent=fit.consistent & (fit.residual <= max(residual_tol, problem.slack)))
     return keep_samples(state, fit.c, fit.residual, fit.consistent, fit.cond, noise_level_fits(problem, fit))

@@ -36,15 +36,15 @@ class SampleState(SearchState):
     banned: samples dropped after a failed verification, refused until their ban lifts (`ban_sample`,
     `lift_bans`: each row keeps its residual, the `admitted` count at which its ban lifts, −1 once
     lifted, NEVER for a ban given here, and how often it was banned);
-    directions: unit columns of Q whose pattern was sound but whose fit was not (`try_directions`), and whether each
-    has a clean kernel (`direction_clean`, filled in by `clean_directions` when first needed);
+    directions: unit columns of Q whose pattern was sound but whose fit was not (`completion.try_directions`), and
+    whether each has a clean kernel (`direction_clean`, filled in by `rowspace.clean_directions` when first needed);
     directions_tried: the last completion tried from them, with the search state (never tried twice);
     from_directions: samples completed from directions in the verified batch;
-    outliers: sound fits kept out of the found samples as outliers among them (`outlying_fits`, `set_aside`), with
-    their `outlier_residuals`; outliers_tried: the last batch completed from them (`try_outliers`);
-    from_outliers: samples taken from them in the verified batch;
+    outliers: sound fits kept out of the found samples as outliers among them (`acceptance.outlying_fits`,
+    `acceptance.set_aside`), with their `outlier_residuals`; outliers_tried: the last batch completed from them
+    (`completion.try_outliers`); from_outliers: samples taken from them in the verified batch;
     fits: next-layer fits run; retries: verifications failed; kernels_split: rank-deficient draws drawn again
-    inside their kernel (`draw_patterns`); fit_cache: the (pattern, free rows)
+    inside their kernel (`deflation.draw_patterns`); fit_cache: the (pattern, free rows)
     pairs fitted so far (fit.FitCache; scheduler.search_samples gives every search one).
     """
 
