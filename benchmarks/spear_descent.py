@@ -34,11 +34,12 @@ from pathlib import Path
 
 import torch
 
-from leakbench.attacks.spear.deflation import null_basis, row_space
+from leakbench.attacks.spear.deflation import null_basis
 from leakbench.attacks.spear.descent import AffineRowSpace, affine_row_space, descend, guide_starts, random_starts
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import project_out_next
 from leakbench.attacks.spear.guided import Guide, match_guides
+from leakbench.attacks.spear.rowspace import row_space
 
 
 def torch_descend(problem: LayerProblem, space: AffineRowSpace, starts: torch.Tensor, iterations: int) -> torch.Tensor:
@@ -94,9 +95,10 @@ def unit_descent(problem: LayerProblem, C: torch.Tensor, count: int, true_row: f
     many end on a missing sample and how many distinct ones, within 1e-6 (the bound before issue 42) and within
     `true_row`, and how many new samples the acceptance keeps from the patterns they end on (all of them true?)."""
     from leakbench.attacks.spear.candidates import zero_tolerance
-    from leakbench.attacks.spear.deflation import SampleState, patterns_in_row_space
     from leakbench.attacks.spear.fit import fit_samples
     from leakbench.attacks.spear.last_column import missing_row_space
+    from leakbench.attacks.spear.rowspace import patterns_in_row_space
+    from leakbench.attacks.spear.samples import SampleState
 
     N = null_basis(C[:4], problem.b)
     space = affine_row_space(problem, missing_row_space(problem, C[:4], N).basis)
@@ -147,9 +149,9 @@ def unit_guide_descent() -> None:
     from spear_helpers import layer_problem
 
     from leakbench.attacks.spear.candidates import zero_tolerance
-    from leakbench.attacks.spear.deflation import SampleState
     from leakbench.attacks.spear.descent import GuideDescent
     from leakbench.attacks.spear.guided import make_guide
+    from leakbench.attacks.spear.samples import SampleState
     from leakbench.attacks.spear.scheduler import Search
 
     problem, X = layer_problem(64, 256, 0)

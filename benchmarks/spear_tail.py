@@ -35,10 +35,11 @@ import time
 import torch
 
 from leakbench.attacks import create_attack
+from leakbench.attacks.spear import acceptance, completion, guided_attack, rowspace, scheduler
 from leakbench.attacks.spear import attack as spear_attack
-from leakbench.attacks.spear import deflation, guided_attack, scheduler
 from leakbench.attacks.spear.candidates import zero_tolerance
-from leakbench.attacks.spear.deflation import null_basis, reduced_rows, verify_batch
+from leakbench.attacks.spear.completion import direction_pool, verify_batch
+from leakbench.attacks.spear.deflation import null_basis, reduced_rows
 from leakbench.attacks.spear.fit import fit_samples
 from leakbench.attacks.spear.joint import next_layer_residuals
 from leakbench.attacks.spear.last_column import complete_last_sample, complete_samples, samples_from_directions
@@ -55,8 +56,8 @@ def is_true(C_true: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
 
 
 def trace_bans(model, batch) -> None:
-    """Print, with the ground truth, every failed completion of `deflation.complete_batch` and its ban."""
-    original = deflation.complete_batch
+    """Print, with the ground truth, every failed completion of `completion.complete_batch` and its ban."""
+    original = completion.complete_batch
 
     def complete(problem, state, tol, residual_tol):
         C_true = true_rows(problem, model, batch)
@@ -77,8 +78,8 @@ def trace_bans(model, batch) -> None:
               f"draws {state.draws}", flush=True)
         return solution
 
-    deflation.complete_batch = scheduler.complete_batch = complete
-    keep = deflation.keep_samples
+    completion.complete_batch = scheduler.complete_batch = complete
+    keep = acceptance.keep_samples
 
     def keep_traced(state, c, residual, consistent, cond=None, *args, **kwargs):
         before = state.samples.clone()
@@ -96,7 +97,7 @@ def trace_bans(model, batch) -> None:
     def C_true() -> torch.Tensor:
         return truth["C"]
 
-    deflation.keep_samples = keep_traced
+    acceptance.keep_samples = rowspace.keep_samples = keep_traced
     original_search = spear_attack.search_samples
 
     def search(problem, *args, **kwargs):
@@ -141,7 +142,11 @@ def trace_turns() -> None:
 
 def override_tolerances(values: dict) -> None:
     """Run every deflated SPEAR search of this process (spear, spear-guided, spear-dl) with these
-    `tolerances.Tolerances` fields replaced."""
+    `tolerances.Tolerances` fields replaced: in the settings each search is given, and in the shared
+    `TOLERANCES` object the steps without settings read (a what-if probe: the frozen object is changed in place;
+    default arguments bound at import, such as fit.fit_samples's `cond_floor`, keep their values)."""
+    for name, value in values.items():
+        object.__setattr__(TOLERANCES, name, value)
     original = spear_attack.DeflatedSpear._settings
 
     def settings(self, problem):
@@ -227,7 +232,7 @@ def report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, residual_tol
                   f"largest {float(next_layer_residuals(problem, C_true).max()):.1e})")
     if state.outliers.shape[0]:
         off = (torch.cdist(state.outliers, C_true) / C_true.norm(dim=1)).min(dim=1)
-        print(f"set aside as outliers (deflation.set_aside): {state.outliers.shape[0]}; off the nearest true sample "
+        print(f"set aside as outliers (acceptance.set_aside): {state.outliers.shape[0]}; off the nearest true sample "
               f"{[f'{float(e):.1e}' for e in off.values]} (samples {off.indices.tolist()}), residuals "
               f"{[f'{float(r):.1e}' for r in state.outlier_residuals]}")
     for i in torch.nonzero(rel.amin(dim=0) >= 1e-4).flatten().tolist() if found.shape[0] else []:
@@ -261,11 +266,11 @@ def column_pattern(problem, q: torch.Tensor, zero: torch.Tensor, tol: torch.Tens
     false, missed = read & ~zero, zero & ~read
     worst = f"{float(ratio[false].max()):.1e}" if bool(false.any()) else "-"
     fits = [fit_samples(problem, read[None], residual_tol=residual_tol, free=free, rounds=3)
-            for free in (None, read & (ratio > deflation.DOUBT))]
+            for free in (None, read & (ratio > TOLERANCES.doubt))]
     print(f"      its column's zero rows: {int(read.sum())}, of them active {int(false.sum())} (largest |Ln q|/tol "
           f"{worst}), inactive rows not read as zero {int(missed.sum())}; fit of that pattern: residual "
           f"{float(fits[0].residual[0]):.1e} accepted {bool(fits[0].consistent[0])}, with rows above "
-          f"{deflation.DOUBT}× tol free: residual {float(fits[1].residual[0]):.1e} "
+          f"{TOLERANCES.doubt}× tol free: residual {float(fits[1].residual[0]):.1e} "
           f"accepted {bool(fits[1].consistent[0])}")
     if bool(false.any()):
         print(f"      |Ln q|/tol: inactive rows up to {float(ratio[zero].max()):.1e}, active rows read as zero from "
@@ -297,7 +302,7 @@ def directions_report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, r
     missing = torch.nonzero(~found).flatten()
     k = problem.b - state.samples.shape[0]
     N = null_basis(state.samples, problem.b)
-    inside, _, picked = deflation.direction_pool(problem, state, N, tol)
+    inside, _, picked = direction_pool(problem, state, N, tol)
     if k < 2 or missing.numel() != k or inside.shape[0] == 0:
         return
     Q = torch.linalg.inv(C_true)[:, missing]
@@ -310,7 +315,7 @@ def directions_report(problem, state, C_true: torch.Tensor, tol: torch.Tensor, r
     for name, chosen in (("picked", inside[picked]), ("nearest", inside[cos.argmax(dim=0)]), ("true", columns)):
         if chosen.shape[0] == k:
             completion_report(problem, state, C_true, missing, chosen, name, tol, residual_tol)
-        fit = samples_from_directions(problem, deflation.row_space(problem, state, N, tol), chosen, tol)
+        fit = samples_from_directions(problem, rowspace.row_space(problem, state, N, tol), chosen, tol)
         off = torch.cdist(fit.c, C_true[missing]).amin(dim=1) / C_true[missing].norm(dim=1).min()
         print(f"  row-space fits of the {name} directions: residual {[f'{float(r):.1e}' for r in fit.residual]}, "
               f"conditioning {[f'{float(r):.1e}' for r in fit.cond]}, stable {fit.consistent.tolist()}, "
@@ -346,10 +351,11 @@ def main() -> None:
                              "lie from the factor's span (what any route could find exactly); no search")
     parser.add_argument("--cond-floor", type=float, default=None,
                         help="what-if probe: the next-layer fit's conditioning floor, for every fit "
-                             "(fit.COND_FLOOR, LOW_COND_FLOOR and NOISE_COND_FLOOR as the search reads them)")
+                             "(Tolerances.cond_floor, low_cond_floor and noise_cond_floor where the search reads them)")
     args = parser.parse_args()
     if args.cond_floor is not None:
-        deflation.COND_FLOOR = deflation.LOW_COND_FLOOR = deflation.NOISE_COND_FLOOR = args.cond_floor
+        override_tolerances({"cond_floor": args.cond_floor, "low_cond_floor": args.cond_floor,
+                             "noise_cond_floor": args.cond_floor})
     if args.tolerance:
         override_tolerances({k: json.loads(v) for k, _, v in (p.partition("=") for p in args.tolerance)})
     spec = CellSpec(attack="spear-guided", dataset=args.dataset, batch_size=args.b, seed=args.seed,

@@ -10,13 +10,13 @@ Builds the cell (TinyImageNet or CIFAR-10, FC-6, layer 1, seed 0; trained with p
 * draws --chunks × 2,000 uniform zero draws in the full space, refines them to exact zero sets as the search does,
   fits those patterns the same way and prints, per conditioning band, the residuals of the true and false fits.
 
-The figures behind `deflation.noise_level_fits` and `fit.NOISE_COND_FLOOR` (docs/notebook/spear.md, "Trained
+The figures behind `acceptance.noise_level_fits` and `Tolerances.noise_cond_floor` (docs/notebook/spear.md, "Trained
 victims at b = 100").
 
 --row-space: with a random part of the true samples taken as found (30, 50, 70, 90 %), how many of the missing
 samples' true patterns fit (σ_min/σ_max ≥ 1e-2, residual ≤ residual_tol) over all b unknowns and in the missing
 samples' row space (`last_column.missing_row_space`, `fit_in_row_space`): the figures behind
-`deflation.fits_in_row_space` and `Tolerances.row_space_from`.
+`rowspace.fits_in_row_space` and `Tolerances.row_space_from`.
 
 --tail-draws K: with K random true samples missing (the others found), 20 draws of b'−1 rows among each missing
 sample's live zero rows (b' = K): how many draws leave a kernel of dimension ≥ 2 (`sampling.kernel_directions`),
@@ -72,7 +72,7 @@ def row_space_fits(problem: LayerProblem, C: torch.Tensor, gen: torch.Generator)
     b = problem.b
     zero = (C @ problem.A.T + problem.bias) <= 0
     full = fit_samples(problem, zero, residual_tol=TOLERANCES.residual_tol)
-    full_ok = full.residual <= TOLERANCES.residual_tol  # inf under fit.COND_FLOOR
+    full_ok = full.residual <= TOLERANCES.residual_tol  # inf under Tolerances.cond_floor
     for frac in (0.1, 0.2, 0.3, 0.5, 0.7, 0.9):
         perm = torch.randperm(b, generator=gen)
         known, missing = perm[: int(frac * b)], perm[int(frac * b):]

@@ -16,7 +16,7 @@ from spear_helpers import layer_problem
 
 from leakbench.attacks import Reconstruction
 from leakbench.attacks.spear.attack import verified_samples
-from leakbench.attacks.spear.deflation import SampleState
+from leakbench.attacks.spear.samples import SampleState
 from leakbench.datasets import Batch
 from leakbench.harness.isolation import _check_meta
 from leakbench.harness.rescore import rescore_run
@@ -47,7 +47,7 @@ def test_verified_samples_are_the_rows_that_pass_their_own_next_layer_check() ->
 
 
 def test_verified_samples_include_the_outliers_set_aside() -> None:
-    """A fit set aside as an outlier among the found samples (`deflation.set_aside`) passed the same per-sample
+    """A fit set aside as an outlier among the found samples (`acceptance.set_aside`) passed the same per-sample
     check: it comes back too, unless it is a near-copy of a found sample or fails the check."""
     problem, X = layer_problem(6, 64)
     C = X @ problem.R.T

@@ -7,10 +7,12 @@ import torch
 from spear_helpers import TRUE_ROW, layer_problem, nearest_rows  # tests/ is on the path
 
 from leakbench.attacks.spear.candidates import zero_tolerance
-from leakbench.attacks.spear.deflation import SampleState, null_basis, patterns_in_row_space
+from leakbench.attacks.spear.deflation import null_basis
 from leakbench.attacks.spear.descent import RowSpaceDescent, affine_row_space, descend, random_starts
 from leakbench.attacks.spear.fit import fit_samples
 from leakbench.attacks.spear.last_column import missing_row_space
+from leakbench.attacks.spear.rowspace import patterns_in_row_space
+from leakbench.attacks.spear.samples import SampleState
 from leakbench.attacks.spear.scheduler import Search
 
 

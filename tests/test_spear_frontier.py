@@ -131,8 +131,8 @@ def test_spear_dl_seeds_are_the_cells_spear_dl_would_hold_on_seeds_1_2() -> None
 
 def test_guide_pattern_fits_find_samples_from_a_noisy_guide() -> None:
     """Fits started from the guide's predicted patterns land on true samples; a bad guide finds none wrong."""
-    from leakbench.attacks.spear.deflation import SampleState
     from leakbench.attacks.spear.guided import fit_guide_patterns
+    from leakbench.attacks.spear.samples import SampleState
 
     problem, X = _problem()
     C = X @ problem.R.T
@@ -155,14 +155,15 @@ def test_guide_pattern_fits_find_samples_from_a_noisy_guide() -> None:
 
 def test_pattern_fits_pause_for_the_descent_once_found_samples_give_a_reference() -> None:
     """With a pause (the descent's starts left), the fits stop after the block that gives the reference
-    (OUTLIER_MIN_FOUND found), pass while the pause holds, then fit only the guides still open; without one, a turn
-    fits every guide."""
+    (`Tolerances.outlier_min_found` found), pass while the pause holds, then fit only the guides still open; without
+    one, a turn fits every guide."""
     from types import SimpleNamespace
 
     from leakbench.attacks.spear.candidates import zero_tolerance
-    from leakbench.attacks.spear.deflation import OUTLIER_MIN_FOUND, SampleState
     from leakbench.attacks.spear.guided import PatternFits
+    from leakbench.attacks.spear.samples import SampleState
     from leakbench.attacks.spear.scheduler import Search
+    from leakbench.attacks.spear.tolerances import TOLERANCES
 
     problem, X = _problem(64, 256)
     gen = torch.Generator().manual_seed(0)
@@ -176,7 +177,7 @@ def test_pattern_fits_pause_for_the_descent_once_found_samples_give_a_reference(
 
     paused = {"on": True}
     source, s = PatternFits(make_guide(problem, noisy, 1.5), 10, pause=lambda _: paused["on"]), search()
-    assert source.turn(s, 1) and s.state.found >= OUTLIER_MIN_FOUND and 0 < source.next < problem.b
+    assert source.turn(s, 1) and s.state.found >= TOLERANCES.outlier_min_found and 0 < source.next < problem.b
     first = source.patterns
     assert not source.turn(s, 2)
     paused["on"] = False
@@ -190,7 +191,7 @@ def test_pattern_fits_pause_for_the_descent_once_found_samples_give_a_reference(
 
 
 def _state_missing(problem, C, k: int, directions: torch.Tensor):
-    from leakbench.attacks.spear.deflation import SampleState
+    from leakbench.attacks.spear.samples import SampleState
     return SampleState(samples=C[:-k].clone(), residuals=torch.zeros(C.shape[0] - k, dtype=C.dtype),
                        directions=directions)
 
@@ -200,7 +201,7 @@ def test_directions_complete_many_missing_samples_once() -> None:
     mixtures, try_directions completes and verifies the batch; without one of them it does not; the
     same choice in the same search state is never verified twice."""
     from leakbench.attacks.spear.candidates import zero_tolerance
-    from leakbench.attacks.spear.deflation import try_directions
+    from leakbench.attacks.spear.completion import try_directions
 
     problem, X = _problem(b=12, width=96)
     C = X @ problem.R.T
@@ -281,7 +282,7 @@ def test_one_pattern_per_direction_the_sparsest() -> None:
 def test_a_completed_sample_must_explain_the_next_layer() -> None:
     """`try_directions` keeps a completed batch only if each completed sample's next-layer residual is that of an
     accepted fit: true rows pass, a row 1 % off does not (a weak sample's completion verified 40 % off)."""
-    from leakbench.attacks.spear.deflation import explained
+    from leakbench.attacks.spear.completion import explained
 
     problem, X = _problem(b=12, width=96)
     C = X @ problem.R.T
@@ -319,7 +320,7 @@ def test_row_space_fits_refine_their_pattern() -> None:
 def test_weak_last_sample_is_the_share_of_its_gradient_column() -> None:
     """The last sample's share is the norm of its column of Dᵀ = L C⁻¹ over the others' median: none is weak at
     init; a last row 100× too large shrinks its column 100× under the threshold."""
-    from leakbench.attacks.spear.deflation import weak_last_sample
+    from leakbench.attacks.spear.completion import weak_last_sample
     from leakbench.attacks.spear.tolerances import TOLERANCES
 
     problem, X = _problem(b=12, width=96)
@@ -337,8 +338,9 @@ def test_a_weak_closed_form_bans_no_one(monkeypatch) -> None:
     """With b − 1 true samples found, a closed-form last sample that fails verification bans the found sample with
     the most ReLU violations — unless it is too weak to verify: then no one is banned and the search says why it
     stops (`state.unverifiable`, in the cell's reason)."""
-    from leakbench.attacks.spear import deflation
+    from leakbench.attacks.spear import completion
     from leakbench.attacks.spear.candidates import zero_tolerance
+    from leakbench.attacks.spear.samples import SampleState
     from leakbench.attacks.spear.state import SearchSettings, stop_reason
 
     problem, X = _problem(b=12, width=96)
@@ -346,10 +348,10 @@ def test_a_weak_closed_form_bans_no_one(monkeypatch) -> None:
     tol = zero_tolerance(problem, 1e-5, 10.0)
     wrong = C[-1] + 0.3 * C[0]
 
-    def state_with_last(row: torch.Tensor) -> deflation.SampleState:
-        monkeypatch.setattr(deflation, "complete_last_sample", lambda p, known, t: torch.cat([known, row[None]]))
-        state = deflation.SampleState(samples=C[:-1].clone(), residuals=torch.zeros(11, dtype=C.dtype))
-        assert not deflation.complete_batch(problem, state, tol, 1e-4).ok
+    def state_with_last(row: torch.Tensor) -> SampleState:
+        monkeypatch.setattr(completion, "complete_last_sample", lambda p, known, t: torch.cat([known, row[None]]))
+        state = SampleState(samples=C[:-1].clone(), residuals=torch.zeros(11, dtype=C.dtype))
+        assert not completion.complete_batch(problem, state, tol, 1e-4).ok
         return state
 
     blamed = state_with_last(wrong)

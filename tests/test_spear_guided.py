@@ -108,11 +108,12 @@ def test_guided_exact_on_tinyimagenet_b50(tinyimagenet_root: Path) -> None:
 
 
 def test_stalled_guides_share_turns_with_spear() -> None:
-    """After SHARE_AFTER fruitless guided turns, every other turn goes to SPEAR's own sources, even when
-    every turn brings a new guide (residual guides replace stalled ones): the stall is the pool's."""
+    """After `Tolerances.guide_share_after` fruitless guided turns, every other turn goes to SPEAR's own sources, even
+    when every turn brings a new guide (residual guides replace stalled ones): the stall is the pool's."""
     from types import SimpleNamespace
 
-    from leakbench.attacks.spear.guided import SHARE_AFTER, GuidePool
+    from leakbench.attacks.spear.guided import GuidePool
+    from leakbench.attacks.spear.tolerances import TOLERANCES
 
     problem, X = _problem()
     made: list[object] = []
@@ -122,7 +123,7 @@ def test_stalled_guides_share_turns_with_spear() -> None:
         return made[-1]
 
     pool = GuidePool(SimpleNamespace(guide=fresh_guide), growth=1.25)  # type: ignore[arg-type]
-    pool.misses = SHARE_AFTER
+    pool.misses = TOLERANCES.guide_share_after
     search = SimpleNamespace(state=SimpleNamespace(samples=None, found=0))  # never touched on a shared turn
     assert pool.turn(search, asked=2) is False  # type: ignore[arg-type]
     assert pool.turn(search, asked=4) is False  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""Joint refinement of a complete batch (joint.py) and the verification around it (deflation.verify_batch)."""
+"""Joint refinement of a complete batch (joint.py) and the verification around it (completion.verify_batch)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 
 from leakbench.attacks import create_attack
 from leakbench.attacks.spear.candidates import zero_tolerance
-from leakbench.attacks.spear.deflation import verify_batch
+from leakbench.attacks.spear.completion import verify_batch
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.joint import next_layer_residuals, refine_batch
 from leakbench.attacks.spear.solve import solve_from_samples

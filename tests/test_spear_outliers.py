@@ -7,15 +7,10 @@ import dataclasses
 import torch
 from spear_helpers import TRUE_ROW, layer_problem  # tests/ is on the path
 
-from leakbench.attacks.spear.deflation import (
-    OUTLIER_MIN_FOUND,
-    OUTLIER_RATIO,
-    SampleState,
-    keep_samples,
-    noise_level_fits,
-    outlying_fits,
-)
+from leakbench.attacks.spear.acceptance import keep_samples, noise_level_fits, outlying_fits
 from leakbench.attacks.spear.fit import SampleFit
+from leakbench.attacks.spear.samples import SampleState
+from leakbench.attacks.spear.tolerances import TOLERANCES
 
 
 def _state(k: int, b: int = 16) -> tuple[SampleState, torch.Tensor]:
@@ -33,51 +28,52 @@ def _offer(state: SampleState, c: torch.Tensor, residual: float) -> bool:
 def test_a_fit_far_above_the_found_residuals_is_not_kept() -> None:
     """The measured case: residual 4.6e-5 (within the acceptance tolerance 1e-4) among found samples at
     2e-7 is refused, a fit at the found samples' level is kept."""
-    state, rows = _state(OUTLIER_MIN_FOUND + 4)
+    state, rows = _state(TOLERANCES.outlier_min_found + 4)
     assert not _offer(state, rows[20], 4.6e-5)
-    assert state.found == OUTLIER_MIN_FOUND + 4
+    assert state.found == TOLERANCES.outlier_min_found + 4
     assert _offer(state, rows[21], 3e-7)
-    assert state.found == OUTLIER_MIN_FOUND + 5 and bool((state.samples[-1] == rows[21]).all())
+    assert state.found == TOLERANCES.outlier_min_found + 5 and bool((state.samples[-1] == rows[21]).all())
 
 
 def test_the_bar_follows_the_found_samples_median() -> None:
     """Under gradient noise every residual is larger: the bar moves with the median, not a fixed number."""
-    state, _ = _state(OUTLIER_MIN_FOUND)
+    state, _ = _state(TOLERANCES.outlier_min_found)
     median = float(state.residuals.median())
-    below, above = 0.9 * OUTLIER_RATIO * median, 1.1 * OUTLIER_RATIO * median
+    below, above = 0.9 * TOLERANCES.outlier_ratio * median, 1.1 * TOLERANCES.outlier_ratio * median
     assert outlying_fits(state, torch.tensor([below, above], dtype=torch.float64)).tolist() == [False, True]
     state.residuals = state.residuals * 1e3
     assert outlying_fits(state, torch.tensor([above], dtype=torch.float64)).tolist() == [False]
 
 
 def test_the_first_samples_are_judged_once_there_is_a_reference() -> None:
-    """With fewer than OUTLIER_MIN_FOUND samples found there is no reference: every consistent fit is kept. Once
-    there is one, a sample kept before it that is an outlier among the found ones is dropped (`drop_outliers`;
-    measured: a guide-pattern fit 1.1e-4 off, kept in the first turn, let a completion verify a sample 12 % off)."""
-    state, rows = _state(OUTLIER_MIN_FOUND - 3)
+    """With fewer than `Tolerances.outlier_min_found` samples found there is no reference: every consistent fit is
+    kept. Once there is one, a sample kept before it that is an outlier among the found ones is dropped
+    (`drop_outliers`; measured: a guide-pattern fit 1.1e-4 off, kept in the first turn, let a completion verify a
+    sample 12 % off)."""
+    state, rows = _state(TOLERANCES.outlier_min_found - 3)
     assert _offer(state, rows[20], 4.6e-5)
-    assert state.found == OUTLIER_MIN_FOUND - 2
+    assert state.found == TOLERANCES.outlier_min_found - 2
     assert _offer(state, rows[21], 3e-7)
     assert _offer(state, rows[22], 3e-7)
-    assert state.found == OUTLIER_MIN_FOUND - 1
+    assert state.found == TOLERANCES.outlier_min_found - 1
     assert not bool((torch.cdist(state.samples, rows[20][None]) < 1e-12).any())
     assert bool(state.residuals.max() < 1e-6)
 
 
 def test_an_ill_conditioned_fit_needs_a_reference() -> None:
-    """A fit between LOW_COND_FLOOR and COND_FLOOR (conditioning 9.5e-3 in the measured case, 1.6e-6 off) is
-    kept once the found samples give a reference and its residual is in line with theirs; before that, or
+    """A fit between `Tolerances.low_cond_floor` and `cond_floor` (conditioning 9.5e-3 in the measured case, 1.6e-6
+    off) is kept once the found samples give a reference and its residual is in line with theirs; before that, or
     with an outlying residual, it is refused like any fit under the floor."""
     cond = torch.tensor([9.5e-3], dtype=torch.float64)
-    early, rows = _state(OUTLIER_MIN_FOUND - 1)
+    early, rows = _state(TOLERANCES.outlier_min_found - 1)
     assert not bool(keep_samples(early, rows[20][None], torch.tensor([3e-7], dtype=torch.float64),
                                  torch.tensor([True]), cond)[0])
-    late, rows = _state(OUTLIER_MIN_FOUND + 2)
+    late, rows = _state(TOLERANCES.outlier_min_found + 2)
     assert not bool(keep_samples(late, rows[20][None], torch.tensor([4.6e-5], dtype=torch.float64),
                                  torch.tensor([True]), cond)[0])
     assert bool(keep_samples(late, rows[21][None], torch.tensor([3e-7], dtype=torch.float64),
                              torch.tensor([True]), cond)[0])
-    assert late.found == OUTLIER_MIN_FOUND + 3
+    assert late.found == TOLERANCES.outlier_min_found + 3
 
 
 def test_an_ill_conditioned_fit_at_the_noise_level_needs_no_reference() -> None:
@@ -116,7 +112,7 @@ def test_outliers_are_set_aside_and_complete_the_batch() -> None:
     (`set_aside`), and `try_outliers` completes the batch from them (one short: the last in closed form); a mixture
     set aside with two of them does not verify, and the same choice is not tried twice."""
     from leakbench.attacks.spear.candidates import zero_tolerance
-    from leakbench.attacks.spear.deflation import try_outliers
+    from leakbench.attacks.spear.completion import try_outliers
 
     problem, X = layer_problem(b=12, width=96)
     C = X @ problem.R.T
@@ -148,7 +144,8 @@ def test_outliers_are_set_aside_and_complete_the_batch() -> None:
 def test_an_ill_conditioned_fit_is_an_outlier_by_its_residual_over_its_conditioning() -> None:
     """The measured case (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 100): a row-space fit at 17× the found samples'
     median residual and conditioning 6.4e-3 was 5.5e-4 off. Its error grows as 1 / conditioning, so under
-    fit.COND_FLOOR its residual counts scaled by COND_FLOOR / conditioning: set aside; at conditioning 2e-2 kept."""
+    `Tolerances.cond_floor` its residual counts scaled by cond_floor / conditioning: set aside; at conditioning 2e-2
+    kept."""
     problem, X = layer_problem(b=12, width=96)
     C = X @ problem.R.T
 

@@ -17,7 +17,7 @@ Paper step → function (both searches use the same step functions where the ste
                 exact zero set, unique kernel, not known yet          candidates.refine, candidates.is_new
                 (the column search's chain of the above)              search.consider
     select      greedy: sparsest first, linearly independent          select.select_independent
-                                                                      (search.select_columns; deflation.try_directions)
+                                                                      (search.select_columns; completion.try_directions)
                 second greedy stage: swaps raising sparsity matching  select.improve_by_swaps, sparsity_matching
     scale       s from dL/db = L Q̂ s                                  solve.column_scales
     solve       X = Q⁻¹ R and the ReLU check                          solve.solve_batch
@@ -38,36 +38,45 @@ Leakbench addition → function:
     row-norm weighted draws                                 scheduler.ZeroDraws
     two-sided draws for deep layers                         active.find_batch_span, active.draw_active
                                                             (scheduler.TwoSided)
-    acceptance of fitted samples                            deflation.accept_patterns, accept_fits
+    acceptance of fitted samples                            deflation.accept_patterns, acceptance.accept_fits,
+                                                            keep_samples
+    found, banned and set-aside samples                     samples.SampleState, ban_sample, lift_bans
     closed-form last sample(s)                              last_column.complete_last_sample, complete_samples
-                                                            (deflation.complete_batch, try_directions)
+                                                            (completion.complete_batch, try_directions)
     samples from remembered directions, others missing      last_column.samples_from_directions, known_columns
-                                                            (deflation.try_directions)
+                                                            (completion.try_directions)
     fits in the missing row space (past b/10 found)         last_column.missing_row_space, fit_in_row_space
-                                                            (deflation.fits_in_row_space, row_space)
+                                                            (rowspace.fits_in_row_space, row_space)
     missing columns known for sure shrink it (b ≥ 64)       last_column.sure_directions, clean_kernels
-                                                            (deflation.sure_remembered)
+                                                            (rowspace.sure_remembered)
     rank-deficient draws split in their kernel (b ≥ 64)     sampling.kernel_directions, split_kernels
                                                             (deflation.draw_patterns)
-    outlying fits set aside, the batch completed from them  deflation.outlying_fits, set_aside, try_outliers
-    joint refinement of a failed batch                      joint.refine_batch (deflation.verify_batch)
-    verification without ground truth, set aside and retry  solve.solve_from_samples, deflation.complete_batch
-    a weak closed-form last sample: no ban, the search stops  deflation.weak_last_sample (state.stop_reason)
+    outlying fits set aside, the batch completed from them  acceptance.outlying_fits, set_aside,
+                                                            completion.try_outliers
+    joint refinement of a failed batch                      joint.refine_batch (completion.verify_batch)
+    verification without ground truth, set aside and retry  solve.solve_from_samples, completion.complete_batch
+    a weak closed-form last sample: no ban, the search stops  completion.weak_last_sample (state.stop_reason)
     guides (another attack's reconstruction)                guided.make_guide, guided.GuidePool
     fit cache (each pattern fitted once)                    fit.FitCache
     residual guides (FastICA on the deflated factor)        residual.ResidualGuides
     guide-pattern fits (fit each guide's whole pattern)     guided.fit_guide_patterns, guided.PatternFits
     row-space descent from the guide's estimates            descent.guide_starts, descent.GuideDescent
     row-space descent (L-BFGS on the next-layer misfit)     descent.descend, descent.RowSpaceDescent
-                                                            (deflation.patterns_in_row_space)
+                                                            (rowspace.patterns_in_row_space)
     dictionary-learning proposals (spear-dl)                dl.propose, dl.DLTrims
     budget and progress bar (both searches)                 state.out_of_budget, state.search_bar
     theory: expected draws, failure bound                   theory.expected_draws, theory.failure_bound
 
 Knobs: every field of `attack.SearchBudget`, `SpearConfig` and their subclasses is documented once, in
-its docstring; the numbers no one varies (tolerances, schedules) are one object, `tolerances.TOLERANCES`.
-State: `search.ColumnState.columns` holds unit columns of Q (column search), `deflation.SampleState
-.samples` rows of C = Q⁻¹ (deflated search); counters common to both are in `state.SearchState`.
+its docstring; the numbers no one varies (tolerances, thresholds, schedules) are one object,
+`tolerances.TOLERANCES`, each field documented there (the measurements behind them:
+docs/notebook/spear-measurements.md). State: `search.ColumnState.columns` holds unit columns of Q (column search),
+`samples.SampleState.samples` rows of C = Q⁻¹ (deflated search); counters common to both are in
+`state.SearchState`.
+
+The deflated search by mechanism: deflation.py (the deflated space and its draws), samples.py (its state),
+acceptance.py (which fits are kept), rowspace.py (fits in the missing samples' row space), completion.py (the
+batch's completion and verification), scheduler.py (which proposal source runs when).
 """
 
 from leakbench.attacks import register_attack

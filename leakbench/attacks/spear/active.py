@@ -27,6 +27,7 @@ import torch
 
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import bias_direction
+from leakbench.attacks.spear.tolerances import TOLERANCES
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ def equations(problem: LayerProblem) -> tuple[torch.Tensor, torch.Tensor, torch.
     return f, g, scale
 
 
-def find_batch_span(problem: LayerProblem, *, max_resid: float = 1e-2, min_gap: float = 10.0,
+def find_batch_span(problem: LayerProblem, *, max_resid: float = TOLERANCES.span_max_resid,
+                    min_gap: float = TOLERANCES.span_min_gap,
                     fractions: tuple[float, ...] = (0.5, 0.3, 0.2, 0.12), steps: int = 10) -> BatchSpan | None:
     """F0 from the neurons active for the whole batch, found by least trimmed squares.
 
@@ -61,9 +63,9 @@ def find_batch_span(problem: LayerProblem, *, max_resid: float = 1e-2, min_gap: 
     best-fitting neurons, re-rank, repeat) from the plain least-squares fit find those neurons
     when they are a fair share; h runs through `fractions` of the neurons. The fitting neurons are
     those below the widest gap (≥ `min_gap`×) in the sorted relative residuals, if at least b+4 of
-    them fit better than `max_resid` (measured: ≤ 3e-4 for them, ≥ 2e-2 for the others on
-    TinyImageNet FC-6). Then W = span of (M c, c, u·c). None when no such fit exists (e.g. at the
-    first layer, where few neurons are active for every sample).
+    them fit better than `max_resid` (measured: docs/notebook/spear-measurements.md). Then W = span of
+    (M c, c, u·c). None when no such fit exists (e.g. at the first layer, where few neurons are active for every
+    sample).
     """
     assert problem.V_next is not None  # the deflated search runs only with the next layer's gradient
     b = problem.b
@@ -106,7 +108,8 @@ def gap_split(resid: torch.Tensor, min_count: int, max_resid: float, min_gap: fl
 
 
 def draw_active(problem: LayerProblem, span: BatchSpan, count: int, gen: torch.Generator, *,
-                rel_tol: float = 1e-3, slack: float = 0.02, zero_tol: float = 1e-4) -> torch.Tensor:
+                rel_tol: float = TOLERANCES.active_rel_tol, slack: float = TOLERANCES.active_slack,
+                zero_tol: float = TOLERANCES.active_zero_tol) -> torch.Tensor:
     """Zero patterns (k, m') of candidate samples from `count` draws of b−1 informative neurons.
 
     Each drawn neuron contributes f_r or g_r (a fair coin); the kernel direction y in W must make

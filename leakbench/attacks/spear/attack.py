@@ -25,9 +25,9 @@ from typing_extensions import TypeVar
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
 from leakbench.attacks.spear.active import find_batch_span
 from leakbench.attacks.spear.candidates import zero_tolerance
-from leakbench.attacks.spear.deflation import SampleState, nearest_known
 from leakbench.attacks.spear.factors import LayerProblem, factorize
 from leakbench.attacks.spear.joint import next_layer_residuals
+from leakbench.attacks.spear.samples import SampleState, nearest_known
 from leakbench.attacks.spear.scheduler import ProposalSource, Scheduler, default_sources, search_samples
 from leakbench.attacks.spear.search import search_columns
 from leakbench.attacks.spear.solve import Solution
@@ -207,9 +207,12 @@ class SpearSearch(Attack[BudgetT]):
                 return "", solution.X, stats
             reason = (f"verification failed ({solution.violations} ReLU violations, bias-gradient scale "
                       f"{'ok' if solution.scale_ok else 'wrong'}) when the budget ran out")
-        if not isinstance(state, SampleState):  # the column search: no sample is verified on its own
-            return reason, None, stats
-        return reason, verified_samples(problem, state, settings.tolerances.residual_tol), stats
+        return reason, self._verified(problem, state, settings), stats
+
+    def _verified(self, problem: LayerProblem, state: SearchState, settings: SearchSettings) -> torch.Tensor | None:
+        """The inputs of the samples an incomplete search verified one by one, or None: SPEAR's column search
+        verifies none on its own (its columns are scaled by the whole batch)."""
+        return None
 
     def _find(self, problem: LayerProblem, seed: int, update: ClientUpdate, tol: torch.Tensor,
               settings: SearchSettings, gen: torch.Generator
@@ -249,6 +252,13 @@ class DeflatedSpear(SpearSearch[SpearConfigT]):
             return super()._find(problem, seed, update, tol, settings, gen)
         state, solution, stats = self._deflated(problem, seed, update, tol, settings, gen)
         return state, solution, stats, "deflation+next-layer"
+
+    def _verified(self, problem: LayerProblem, state: SearchState, settings: SearchSettings) -> torch.Tensor | None:
+        """The samples the deflated search verified one by one (`verified_samples`); none where the column search
+        ran instead."""
+        if not isinstance(state, SampleState):
+            return super()._verified(problem, state, settings)
+        return verified_samples(problem, state, settings.tolerances.residual_tol)
 
     def _deflated(self, problem: LayerProblem, seed: int, update: ClientUpdate, tol: torch.Tensor,
                   settings: SearchSettings, gen: torch.Generator
@@ -312,10 +322,10 @@ def verified_samples(problem: LayerProblem, state: SampleState, residual_tol: fl
     Each row c_i of `state.samples` was accepted by its own next-layer fit (fit.fit_samples: relative
     residual ≤ max(residual_tol, slack) and a self-reproducing ReLU pattern; the bias row c·u = 1 pins its
     scale and sign), so x_i = c_i R as `solve.solve_from_samples` computes X = C R for a whole batch. Banned
-    samples and the closed-form last one are never there (`deflation.complete_batch` drops both on a failed
+    samples and the closed-form last one are never there (`completion.complete_batch` drops both on a failed
     verification). The checks of a whole batch (ReLU violations through Q = C⁻¹, the bias-gradient scale)
     need every sample; the per-sample check is done again here (`joint.next_layer_residuals`), and a row
-    that fails it is left out. The fits set aside as outliers among the found samples (`deflation.set_aside`)
+    that fails it is left out. The fits set aside as outliers among the found samples (`acceptance.set_aside`)
     passed the same fit and come too, unless they are near-copies of a found sample. The paper route (columns of
     Q, scaled by the whole batch) has no such samples.
     """

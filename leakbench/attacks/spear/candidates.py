@@ -13,6 +13,7 @@ from scipy.optimize import linprog
 
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.state import SearchSettings, SearchState
+from leakbench.attacks.spear.tolerances import TOLERANCES
 
 
 def zero_masks(Ln: torch.Tensor, q: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
@@ -88,7 +89,7 @@ def canonical(q: torch.Tensor) -> torch.Tensor:
     return q * torch.sign(q.gather(1, pivot[:, None]))
 
 
-def is_new(q: torch.Tensor, known: torch.Tensor, *, cos_tol: float = 1e-6) -> torch.Tensor:
+def is_new(q: torch.Tensor, known: torch.Tensor, *, cos_tol: float = TOLERANCES.same_direction) -> torch.Tensor:
     """Mask of unit directions in `q` (k,b) not already in `known` (j,b)."""
     if known.shape[0] == 0:
         return torch.ones(q.shape[0], dtype=torch.bool, device=q.device)

@@ -1,21 +1,16 @@
 """Row-space descent (two proposal sources, scheduler.py): missing samples found by minimising their next-layer misfit.
 
-A missing sample's row c lies in the missing samples' row space (`deflation.row_space`: c = B w) with c·u = 1
+A missing sample's row c lies in the missing samples' row space (`rowspace.row_space`: c = B w) with c·u = 1
 (fit.bias_direction), and its activation ReLU(A c + bias) lies in the next layer's row space: P_next·ReLU(A c + bias)
 = 0. A pattern fit solves that for one given ReLU pattern, so it needs a pattern within a few percent of the true one;
 this source solves it for c itself — L-BFGS on the relative misfit ‖P_next a‖² / ‖a‖² from random starts in the row
 space — and hands the pattern each start ends on to the row-space fit and its acceptance
-(`deflation.patterns_in_row_space`), as any other proposal. A leakbench addition (issue 26), for trained victims:
+(`rowspace.patterns_in_row_space`), as any other proposal. A leakbench addition (issue 26), for trained victims:
 it takes turns only from b = `Tolerances.descent_from_b` visible samples, once a sample is found (the starts' scale
 is the found samples'). `GuideDescent` starts the same descent from the guide's own estimates of the rows instead
 (spear-guided, b ≥ 64, each estimate once): it took width 1000 at init from 27 of 400 to exact at b = 400.
 
-Measured (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 100, seed 0, the suite cell stopped at 45 found; `benchmarks/
-spear_tail.py --dump`, then this descent by hand): the guide's patterns agree with the missing samples' on 72 % of
-neurons (median), and pattern fits from them — even from true patterns with 3 % of the neurons flipped — end on no
-missing sample; from 200 random starts the descent ended on a missing sample 184 times (17 distinct), and 16 starts
-a turn took the search from 45 to 89 found in 35 s, all true. On CIFAR-10 trained 20 epochs, b = 64 (58 visible,
-`factors.next_visible_rank`), the guides stopped at 3 found and 12 such turns took it to 27, all true.
+Measured: docs/notebook/spear-measurements.md.
 """
 
 from __future__ import annotations
@@ -27,10 +22,11 @@ import numpy as np
 import torch
 from scipy.optimize import minimize
 
-from leakbench.attacks.spear.deflation import null_basis, patterns_in_row_space, row_space
+from leakbench.attacks.spear.deflation import null_basis
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import bias_direction
 from leakbench.attacks.spear.guided import Guide, match_guides
+from leakbench.attacks.spear.rowspace import patterns_in_row_space, row_space
 from leakbench.attacks.spear.scheduler import Search, shares_turn
 from leakbench.attacks.spear.tolerances import TOLERANCES
 
@@ -80,10 +76,7 @@ def descend(problem: LayerProblem, space: AffineRowSpace, starts: torch.Tensor, 
     line search stalls the batch: 3 of 200 random starts ended on a missing sample, against 184 one at a time).
 
     SciPy's L-BFGS-B with the misfit's gradient in closed form, no early stop on small steps or gradients; on the CPU
-    (a start is a few hundred products of an m × k matrix). Measured (`benchmarks/spear_descent.py` on three
-    `benchmarks/spear_tail.py --dump` states of the trained CIFAR-10 cells, 48 random starts each): 7–10 ms a start
-    against 0.22–0.34 s for torch's L-BFGS (strong Wolfe line search, autograd), ending on a missing sample as often
-    (3/0, 4/3 and 43/45 starts; 2/0, 3/3 and 9/11 distinct samples)."""
+    (a start is a few hundred products of an m × k matrix). Measured: docs/notebook/spear-measurements.md."""
     objective = Misfit(problem, space)
     options = {"maxiter": iterations, "maxfun": 10 * iterations, "ftol": 0.0, "gtol": 0.0}
     ends = [minimize(objective, v0, jac=True, method="L-BFGS-B", options=options).x
@@ -105,7 +98,7 @@ def random_starts(space: AffineRowSpace, found: torch.Tensor, count: int, gen: t
 
 def descend_and_fit(search: Search, N: torch.Tensor, space: AffineRowSpace, starts: torch.Tensor) -> None:
     """Descend from `starts` (`descend`), then hand the pattern each ends on to the row-space fit and its acceptance
-    (`deflation.patterns_in_row_space`); each start counts as a pattern and a draw."""
+    (`rowspace.patterns_in_row_space`); each start counts as a pattern and a draw."""
     problem, state = search.problem, search.state
     c = descend(problem, space, starts, TOLERANCES.descent_iterations)
     active = (c @ problem.A.T + problem.bias > 0).to(c.dtype)
@@ -128,20 +121,11 @@ class GuideDescent:
     not matched is a start, once; `Tolerances.guide_descent_starts` a turn, from the b where the guide-pattern fits
     start (`Tolerances.pattern_fit_from_b`), until every estimate was tried. A leakbench addition (issue 26).
 
-    Measured (TinyImageNet FC-6 width 1000 at init, b = 350, seed 0, the suite cell stopped after the guide-pattern
-    fits at 72 found; `benchmarks/spear_tail.py --dump`, then `benchmarks/spear_descent.py --guide`): 273 of the 278
-    open guides' estimates end on a missing sample (272 distinct), 0.1 s a start; 0 of 16 random starts do. The
-    guide's patterns agree with the true ones too little for a pattern fit (72 of 350 fitted); its estimates are
-    close enough (median 0.38 off, relative) for the descent to reach the true row.
+    Measured: docs/notebook/spear-measurements.md.
 
-    It takes over from the guide-pattern fits once they have found `deflation.OUTLIER_MIN_FOUND` samples, a reference
-    to judge its fits by (guided.PatternFits pauses while it has starts). Before any fit: on the trained TinyImageNet
-    victim (5 epochs, b = 100, the suite cell's seed) it accepted, with no found samples to judge residuals by, a fit
-    1.4e-4 off a missing sample (residual 3.3e-6, conditioning 6e-3) and the search ended at 82 of 100. After all the
-    fits, the first turn alone cost 311 s at width 2000 b = 450 and the search stopped at 497 of 500 at b = 500 (seed
-    0). After the reference (`benchmarks/spear_tail.py`, seed 0, the suite cells' seeds): width 2000 b = 500 exact in
-    640 s, width 1000 b = 400 in 220 s (269 s), the trained TinyImageNet cells exact in 4–26 s, including 20 epochs
-    b = 100, which stopped at 99 of 100 after all the fits.
+    It takes over from the guide-pattern fits once they have found `Tolerances.outlier_min_found` samples, a reference
+    to judge its fits by (guided.PatternFits pauses while it has starts); measured against starting before any fit
+    and after all of them: docs/notebook/spear-measurements.md.
     """
 
     name = "guide_descent"

@@ -30,9 +30,10 @@ import numpy as np
 import torch
 
 from leakbench.attacks.spear.candidates import extra_zeros, new_patterns, zero_masks
-from leakbench.attacks.spear.deflation import DOUBT, accept_patterns, null_basis, reduced_rows
+from leakbench.attacks.spear.deflation import accept_patterns, null_basis, reduced_rows
 from leakbench.attacks.spear.sampling import count_zeros
 from leakbench.attacks.spear.scheduler import Search, shares_turn
+from leakbench.attacks.spear.tolerances import TOLERANCES
 
 
 def msp_directions(Ln: torch.Tensor, gen: torch.Generator, *, iterations: int = 100) -> torch.Tensor:
@@ -114,17 +115,13 @@ def propose(LNn: torch.Tensor, gen: torch.Generator, proposal: Proposal) -> torc
     return trimmed_directions(LNn, y, trim_schedule(m, proposal.start_keep, fraction, proposal.steps, proposal.hold))
 
 
-SHARE_BELOW = 16
-"""At most this many samples missing, a round that found nothing lets SPEAR's draws have every other turn."""
-
-
 class DLTrims:
     """Dictionary-learning proposals as a source (scheduler.py): one round of `propose` in the space left
     by the samples found so far, rounded to loose zero patterns and handed to SPEAR's `accept_patterns`
     (refinement to the exact zero set, next-layer fit, acceptance).
 
     Passes the turn once fewer than `min_remaining` samples are missing, and shares its turns
-    (`shares_turn`) after a round that found nothing while at most `SHARE_BELOW` are missing (measured:
+    (`shares_turn`) after a round that found nothing while at most `Tolerances.dl_share_below` are missing (measured:
     b = 50, width 2000 stalled with 6 missing without it). With more missing, SPEAR's draws are not
     tried: they need ≈ 2^(b'−1) draws per sample, and one chunk of them cost ~20 s of refinement at
     b' = 100 (width 2000) against 3.4 s for a round of proposals.
@@ -144,7 +141,7 @@ class DLTrims:
         N = null_basis(state.samples, problem.b)
         bp = N.shape[1]
         self.rounds = asked
-        if bp < self.proposal.min_remaining or shares_turn(asked, bp <= SHARE_BELOW and self.misses > 0):
+        if bp < self.proposal.min_remaining or shares_turn(asked, bp <= TOLERANCES.dl_share_below and self.misses > 0):
             return False
         LNn, tol_r, live = reduced_rows(problem, N, tol)
         y = propose(LNn[live], search.gen, self.proposal)
@@ -157,7 +154,7 @@ class DLTrims:
         masks = zero_masks(LNn, y, loose)
         before = state.found
         fresh = masks[new_patterns(masks, state, settings.tolerances.max_new_per_chunk)]
-        accept_patterns(problem, N, fresh, tol, state, search.residual_tol, doubt=DOUBT)
+        accept_patterns(problem, N, fresh, tol, state, search.residual_tol, doubt=TOLERANCES.doubt)
         found = state.found - before
         self.found += max(found, 0)
         self.misses = 0 if found > 0 else self.misses + 1

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import torch
 
-NOISE_MULTIPLE = 30.0
+from leakbench.attacks.spear.tolerances import TOLERANCES
 
 
 @dataclass(frozen=True)
@@ -39,12 +39,11 @@ class LayerProblem:
 
     @property
     def slack(self) -> float:
-        """Relative slack for exactness checks under gradient noise: NOISE_MULTIPLE × `noise`.
+        """Relative slack for exactness checks under gradient noise: `Tolerances.noise_multiple` × `noise`.
 
-        Measured (TinyImageNet b=8, Gaussian noise on the gradient): a true sample's next-layer fit
-        leaves a relative residual ≈ 10× the noise estimate, a mixture of two samples ≈ 0.2.
+        Measured: docs/notebook/spear-measurements.md.
         """
-        return NOISE_MULTIPLE * self.noise
+        return TOLERANCES.noise_multiple * self.noise
 
     @property
     def b(self) -> int:
@@ -56,8 +55,8 @@ class LayerProblem:
 
 
 def factorize(G: torch.Tensor, g: torch.Tensor, W: torch.Tensor, bias: torch.Tensor, b: int,
-              *, G_next: torch.Tensor | None = None, dead_tol: float = 1e-9,
-              next_rank_tol: float = 1e-6) -> LayerProblem:
+              *, G_next: torch.Tensor | None = None, dead_tol: float = TOLERANCES.dead_row,
+              next_rank_tol: float = TOLERANCES.next_rank_tol) -> LayerProblem:
     """Drop dead neurons (rows with negligible gradient) and keep the top-b SVD components."""
     G, g, W, bias = (t.to(torch.float64) for t in (G, g, W, bias))
     norms = torch.sqrt((G * G).sum(1) + g * g)
@@ -78,29 +77,18 @@ def factorize(G: torch.Tensor, g: torch.Tensor, W: torch.Tensor, bias: torch.Ten
                         noise=noise, P_next=P, V_next=V)
 
 
-VISIBLE_GAP = 10.0
-"""A sample whose singular value is within this factor of the first discarded one (the noise) is not visible."""
-
-ROUNDING_NOISE = 1e-6
-"""σ_{b+1}/σ_1 at or below this is the gradient's rounding, not added noise (float32 gradients measure 1e-8 … 1e-7)."""
-
-
 def visible_rank(S: torch.Tensor, b: int) -> int:
     """How many of the b samples stand out of the gradient's rounding: the top singular values σ_1 … σ_r
-    above VISIBLE_GAP·σ_{b+1}, at least 1 (one visible sample is the closed form of b = 1: `attack.one_sample`).
-    b when there is no σ_{b+1}, or when σ_{b+1}/σ_1 is above ROUNDING_NOISE: under added noise (a defence) every
-    sample is noisy, and the search's noise slack handles it.
+    above `Tolerances.visible_gap`·σ_{b+1}, at least 1 (one visible sample is the closed form of b = 1:
+    `attack.one_sample`). b when there is no σ_{b+1}, or when σ_{b+1}/σ_1 is above `Tolerances.rounding_noise`: under
+    added noise (a defence) every sample is noisy, and the search's noise slack handles it.
 
-    Measured (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 100, seed 0): one training image is predicted at
-    p = 1 − 6.5e-7, so its loss gradient is 1e-6 of the median one; σ_100/σ_1 = 6.2e-8 with the noise at
-    σ_101/σ_1 = 2.2e-8, and the next layer's σ_100/σ_1 = 4.7e-8. A rank-100 factorisation puts a noise
-    direction among the columns, and the next layer's gradient has rank 99, so the search lost its
-    next-layer fits and found 1 of 100. The attack searches the visible samples and says how many are not.
+    Measured: docs/notebook/spear-measurements.md.
     """
-    if S.numel() <= b or float(S[b]) > ROUNDING_NOISE * float(S[0]):
+    if S.numel() <= b or float(S[b]) > TOLERANCES.rounding_noise * float(S[0]):
         return b
     r = b
-    while r > 1 and float(S[r - 1]) < VISIBLE_GAP * float(S[b]):
+    while r > 1 and float(S[r - 1]) < TOLERANCES.visible_gap * float(S[b]):
         r -= 1
     return r
 
@@ -122,41 +110,28 @@ def next_spectrum(G_next: torch.Tensor, b: int, batch: int, rank_tol: float) -> 
 
 def next_floor(S_next: torch.Tensor, batch: int, rank_tol: float) -> float:
     """The singular value of the next layer's gradient (S_next) a sample needs to be shown there: rank_tol·σ_1, or
-    VISIBLE_GAP times its σ_{batch+1} (its rounding, for the whole batch) when that is lower — the test
+    `Tolerances.visible_gap` times its σ_{batch+1} (its rounding, for the whole batch) when that is lower — the test
     `visible_rank` applies to this layer. Under added noise σ_{batch+1} is high and rank_tol·σ_1 decides.
 
-    Measured (CIFAR-10 FC-6 width 400 trained 20 epochs, b = 64, seed 0, with the ground truth): the next layer's
-    σ_59/σ_1 = 6.7e-7 and σ_60/σ_1 = 3.7e-7 are 55 and 30 times its rounding σ_65 but under 1e-6·σ_1. Searched as 58
-    samples, 50 of the 64 inputs lie within 6e-5 of the factor's span (the others 2e-4 … 0.7 off it: weak samples
-    pushed out with the two); as 60, 55 do, and the found ones sit 5e-7 off it instead of 2e-6.
+    Measured: docs/notebook/spear-measurements.md.
     """
     floor = rank_tol * float(S_next[0])
-    return min(floor, VISIBLE_GAP * float(S_next[batch])) if S_next.numel() > batch else floor
+    return min(floor, TOLERANCES.visible_gap * float(S_next[batch])) if S_next.numel() > batch else floor
 
 
 def next_visible_rank(S: torch.Tensor, spectrum: NextSpectrum | None, b: int, noise: float) -> int:
     """How many of the b visible samples (`visible_rank`; S this layer's singular values) the next layer's gradient
     (`spectrum`) shows too: its singular values above its floor (`next_floor`) — when the ones it does not show are
-    weak here as well (σ_{r+1}/σ_1 ≤ WEAK_SAMPLE). b otherwise, and b when there is no next layer, when it has fewer
-    than b singular values (a narrower layer), or under added noise (`noise`, σ_{b+1}/σ_1 of the batch, above
-    ROUNDING_NOISE, as in `visible_rank`): there the column search runs as before.
+    weak here as well (σ_{r+1}/σ_1 ≤ `Tolerances.weak_sample`). b otherwise, and b when there is no next layer, when
+    it has fewer than b singular values (a narrower layer), or under added noise (`noise`, σ_{b+1}/σ_1 of the batch,
+    above `Tolerances.rounding_noise`, as in `visible_rank`): there the column search runs as before.
 
-    Measured (CIFAR-10 FC-6 width 400 trained 20 epochs, b = 64, seed 0): the victim predicts its training images at
-    1 − p down to 1.8e-14; this layer's σ_57/σ_1 = 4.4e-6 falls to 1.3e-7 at σ_61 (60 visible), the next layer's
-    σ_60/σ_1 = 3.7e-7 was under a 1e-6·σ_1 rank test, so the search had no next-layer fits and found 0 of 60. With the
-    58 that test showed as the batch (the other 6 as noise, σ_59/σ_1 = 8.4e-7), guided SPEAR found 3 and row-space
-    descent (descent.py) took it to 27 in 12 turns, all true (`benchmarks/spear_tail.py --dump`, then by hand); the
-    rounding-relative floor (`next_floor`) shows all 60.
+    Measured: docs/notebook/spear-measurements.md.
     """
-    if spectrum is None or noise > ROUNDING_NOISE or spectrum.S.numel() < b:
+    if spectrum is None or noise > TOLERANCES.rounding_noise or spectrum.S.numel() < b:
         return b
     seen = max(1, int((spectrum.S[:b] > spectrum.floor).sum()))
-    return seen if float(S[seen]) <= WEAK_SAMPLE * float(S[0]) else b
-
-
-WEAK_SAMPLE = 1e-5
-"""σ_{r+1}/σ_1 at or below this: the samples past r are weak enough in this layer to count as its noise
-(`next_visible_rank`; the trained CIFAR-10 victim's measure 8.4e-7)."""
+    return seen if float(S[seen]) <= TOLERANCES.weak_sample * float(S[0]) else b
 
 
 def next_layer_basis(spectrum: NextSpectrum | None, b: int) -> torch.Tensor | None:

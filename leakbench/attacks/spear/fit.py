@@ -9,10 +9,8 @@ residual orders of magnitude above rounding.
 The fit is solved by normal equations, and a (pattern, free rows) pair is fitted once per search
 (leakbench addition, issue 16; the one fit of every route since issue 26).
 
-Measured (cProfile, TinyImageNet FC-6 width 2000 at init, b = 150, guided SPEAR, seed 0): 478 of
-535 s went to `fit.fit_samples` — 3 264 patterns × 3 rounds of a batched least squares on the
-(m+1)×b system M = [P_next(a⊙A); w·u] (QR in `lstsq`, the projection P_next(a⊙A) and `svdvals`
-each cost O(m·b²) per pattern with large constants). Two shortcuts, both giving the same fits:
+The fit dominated the search's time on large batches (measured: docs/notebook/spear-measurements.md); two shortcuts,
+both giving the same fits:
 
 * **Normal equations** (`fit_once_normal`): MᵀM = Aᵀdiag(a)A − BᵀB + w²uuᵀ with B = Vᵀdiag(a)A, formed
   with two batched matrix products per pattern block, then one b×b `eigh` that gives both the solve
@@ -21,7 +19,7 @@ each cost O(m·b²) per pattern with large constants). Two shortcuts, both givin
   removes those coordinates, so the fit runs on the other rows with V orthonormalised there. The
   residual is recomputed from the fitted c directly (never from the normal equations), so the
   acceptance test keeps full precision; only c itself carries the ε/cond² error of the normal
-  equations, ≤ 5e-10 relative at the lowest floor any accepted fit passes (NOISE_COND_FLOOR = 5e-4).
+  equations, ≤ 5e-10 relative at the lowest floor any accepted fit passes (`Tolerances.noise_cond_floor` = 5e-4).
 * **No refit of a pattern already fitted** (`FitCache`): many draws of one sample refine to the same
   exact zero set; the fit of a (zero set, free rows) pair is deterministic, so it is done once.
 """
@@ -34,6 +32,7 @@ import torch
 
 from leakbench.attacks.spear.candidates import pattern_keys
 from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.tolerances import TOLERANCES
 
 
 @dataclass(frozen=True)
@@ -47,23 +46,9 @@ class SampleFit:
     cond: torch.Tensor
 
 
-COND_FLOOR = 1e-2
-"""Fits with σ_min/σ_max under this are refused (residual inf), where rounding noise would be amplified
-past 8-bit precision; deflation.keep_samples lowers it to `LOW_COND_FLOOR` for fits in line with the samples found
-and to `NOISE_COND_FLOOR` for fits at the gradient's noise level."""
-
-LOW_COND_FLOOR = 5e-3
-"""The floor for a fit whose residual is in line with those of the samples already found (deflation.keep_samples)."""
-
-NOISE_COND_FLOOR = 5e-4
-"""The floor for a fit whose residual is at the gradient's noise level, `LayerProblem.slack` (deflation.keep_samples):
-the search fits every pattern down to it. Measured (TinyImageNet FC-6 width 400 trained 5 epochs, b = 100): the
-least-conditioned true pattern fitted at 5.9e-4 and 1.8e-5 off; patterns whose fit is singular (σ_min/σ_max ≈ 1e-16:
-fewer active neurons than unknowns) are left to the remembered directions."""
-
-
 def fit_samples(problem: LayerProblem, zero: torch.Tensor, *, residual_tol: float,
-                free: torch.Tensor | None = None, rounds: int = 3, cond_floor: float = COND_FLOOR) -> SampleFit:
+                free: torch.Tensor | None = None, rounds: int = TOLERANCES.fit_rounds,
+                cond_floor: float = TOLERANCES.cond_floor) -> SampleFit:
     """Fit one sample per zero pattern (k, m) and test it; requires `problem.P_next`.
 
     Rows in `free` (m,) are uncertain (their gradient entry is at the noise level): in the
@@ -91,7 +76,7 @@ def project_out_next(problem: LayerProblem, X: torch.Tensor) -> torch.Tensor:
     return X - V @ (V.T @ X)
 
 
-def same_samples(c: torch.Tensor, known: torch.Tensor, rel_tol: float = 1e-6) -> torch.Tensor:
+def same_samples(c: torch.Tensor, known: torch.Tensor, rel_tol: float = TOLERANCES.same_known) -> torch.Tensor:
     """Mask of rows of `c` (k,b) equal (up to rel_tol) to a row of `known` (j,b)."""
     if known.shape[0] == 0:
         return torch.zeros(c.shape[0], dtype=torch.bool, device=c.device)
@@ -111,7 +96,7 @@ BLOCK_BYTES = 256e6
 
 
 def fit_once_normal(problem: LayerProblem, zero: torch.Tensor, free: torch.Tensor | None = None,
-                    cond_floor: float = COND_FLOOR
+                    cond_floor: float = TOLERANCES.cond_floor
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Least-squares c per zero pattern (k, m) with `free` rows' activations as extra unknowns, the
     relative residual, z = A c + bias, and the conditioning σ_min/σ_max; residual inf where the system
@@ -130,7 +115,7 @@ def fit_once_normal(problem: LayerProblem, zero: torch.Tensor, free: torch.Tenso
         active_full = active_full * keep.to(A.dtype)
         A_, bias_, active = A[keep], bias[keep], active_full[:, keep]
         U, S, _ = torch.linalg.svd(V[keep], full_matrices=False)
-        V_ = U[:, S > 1e-10 * S.max()] if S.numel() else U
+        V_ = U[:, S > TOLERANCES.fit_rank_tol * S.max()] if S.numel() else U
     else:
         A_, bias_, active, V_ = A, bias, active_full, V
     u = bias_direction(problem)

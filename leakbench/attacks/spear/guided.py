@@ -16,11 +16,9 @@ them: even from the guide's most confident rows that almost never happens (docs/
 b = 100"). The next-layer fit needs no such luck: given a pattern it solves for the sample in least
 squares (fit.py), and the fitted sample's own ReLU pattern is the next pattern to fit. Started from a
 guide's predicted pattern (ẑ < 0) — CPA gets ≈ 6 % of the signs wrong there — this fixed-point iteration
-lands on the true sample for many guides. Measured with the ground truth (TinyImageNet FC-6 width 400 at
-init, layer 1, b = 150, seed 0, CPA guide): 3 rounds: 14 consistent fits; 10 rounds: 90 consistent fits,
-all within 2e-6 (relative) of a true sample; 30 rounds: 98. Every consistent fit goes through the usual
-acceptance (fit residual, pattern stability, known and banned samples) and, with the rest of the batch,
-the final verification.
+lands on the true sample for many guides (measured: docs/notebook/spear-measurements.md). Every consistent fit goes
+through the usual acceptance (fit residual, pattern stability, known and banned samples) and, with the rest of the
+batch, the final verification.
 """
 
 from __future__ import annotations
@@ -33,18 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from leakbench.attacks.spear.acceptance import accept_fits
 from leakbench.attacks.spear.candidates import new_patterns
-from leakbench.attacks.spear.deflation import (
-    OUTLIER_MIN_FOUND,
-    SampleState,
-    accept_fits,
-    accept_patterns,
-    draw_patterns,
-    null_basis,
-    reduced_rows,
-)
+from leakbench.attacks.spear.deflation import accept_patterns, draw_patterns, null_basis, reduced_rows
 from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.samples import SampleState
 from leakbench.attacks.spear.scheduler import Search, shares_turn
+from leakbench.attacks.spear.tolerances import TOLERANCES
 
 if TYPE_CHECKING:
     from leakbench.attacks.spear.residual import ResidualGuides
@@ -94,7 +87,7 @@ def match_guides(guide: Guide, problem: LayerProblem, C: torch.Tensor) -> None:
     """Close the guides that found samples: greedy one-to-one matching on ReLU-pattern agreement."""
     guide.open[:] = True
     if guide.known is not None and guide.known.shape[0] and C.shape[0]:
-        C = C[torch.cdist(C, guide.known.to(C)).amin(dim=1) > 1e-6 * C.norm(dim=1)]
+        C = C[torch.cdist(C, guide.known.to(C)).amin(dim=1) > TOLERANCES.same_known * C.norm(dim=1)]
     if C.shape[0] == 0:
         return
     zero = ((C @ problem.A.T + problem.bias) <= 0).cpu()
@@ -127,15 +120,12 @@ class GuidePool:
     guide is not matched to a found sample. Passes the turn when no guide is left to follow (all
     matched, or all exhausted), so that SPEAR's own sources take over.
 
-    Once `SHARE_AFTER` guided turns in a row found nothing (samples the guides do not separate), the
+    Once `Tolerances.guide_share_after` guided turns in a row found nothing (samples the guides do not separate), the
     pool shares its turns (`shares_turn`) until a guided turn finds a sample again. The count is the
     pool's, not a guide's: a residual guide (residual.py) replaces a stalled one after every few fruitless
-    turns, and when each new guide counted afresh SPEAR's own draws never had a turn. Measured
-    (TinyImageNet FC-6 width 400 trained 5 epochs, b = 100, seed 0, the paper/spear-trained cell,
-    `benchmarks/spear_tail.py`): 232 residual guides took all 482 turns in 900 s and the search stopped at
-    92 of 100; three of the 8 missing samples had 118–149 zero rows among 367 live, where 7 are needed.
-    `refine_first`: before drawing, hand each open guide's whole pool to SPEAR's refinement as a
-    zero set (least-squares kernel on all its rows, then the exact zero set): one "draw" per
+    turns, and when each new guide counted afresh SPEAR's own draws never had a turn (measured:
+    docs/notebook/spear-measurements.md). `refine_first`: before drawing, hand each open guide's whole pool to SPEAR's
+    refinement as a zero set (least-squares kernel on all its rows, then the exact zero set): one "draw" per
     guide that succeeds when the pool holds no active neuron; draws follow only if nothing new
     was found.
     """
@@ -147,7 +137,7 @@ class GuidePool:
         self.misses = 0
 
     def turn(self, search: Search, asked: int) -> bool:
-        if shares_turn(asked, self.misses >= SHARE_AFTER):
+        if shares_turn(asked, self.misses >= TOLERANCES.guide_share_after):
             return False
         found = search.state.found
         if not guided_chunk(search, self.guides.guide(search.state.samples), self.growth, self.refine_first):
@@ -189,9 +179,6 @@ def guided_chunk(search: Search, guide: Guide, growth: float, refine_first: bool
     return True
 
 
-SHARE_AFTER = 2
-
-
 def fit_guide_patterns(problem: LayerProblem, guide: Guide, state: SampleState, residual_tol: float, rounds: int,
                        max_seconds: float, start: int = 0, stop: Callable[[], bool] | None = None,
                        block: int = 32) -> int:
@@ -218,10 +205,10 @@ class PatternFits:
     """Guide-pattern fits as a proposal source (scheduler.py), from the search's first turn (none if `rounds` is 0).
 
     `pause` (the descent from the guide's estimates, descent.GuideDescent.has_starts): once the found samples give a
-    reference to judge fits by (deflation.OUTLIER_MIN_FOUND), the fits stop after the current block and pass their
+    reference to judge fits by (`Tolerances.outlier_min_found`), the fits stop after the current block and pass their
     turns while `pause(search)` holds, then go on with the guides still open. The descent finds a sample for far less
-    than a pattern fit of a large batch (measured at width 2000, seed 0: b = 450, 128 samples in the fits' 311 s, then
-    312 in the descent's 127 s); before the reference it accepted a fit 1.4e-4 off (descent.GuideDescent).
+    than a pattern fit of a large batch, but before the reference it accepts fits far off (measured:
+    docs/notebook/spear-measurements.md).
     """
 
     name = "pattern_fits"
@@ -250,7 +237,7 @@ class PatternFits:
     def stops(self, search: Search) -> bool:
         """Whether the fits stop for the descent after this block: the found samples give a reference and it has
         starts."""
-        return self.pause is not None and search.state.found >= OUTLIER_MIN_FOUND and self.pause(search)
+        return self.pause is not None and search.state.found >= TOLERANCES.outlier_min_found and self.pause(search)
 
     def stats(self) -> dict[str, Any]:
         return {"pattern_fit_patterns": self.patterns, "pattern_fit_found": self.found,

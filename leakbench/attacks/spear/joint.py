@@ -2,9 +2,8 @@
 
 Each sample found by the search was fitted on its own through the next layer's gradient (fit.py).
 That fit is only as precise as the next layer's gradient row space, and the row space is poorly
-determined along directions where that gradient has small singular values (measured: FC-6 layer 5,
-TinyImageNet b = 20, seed 1: σ_b/σ_1 = 2e-6 for dL/dW_next, so the *true* patterns of two samples fit
-with relative c errors 5e-5–7e-5 and the batch fails the noise-free verification).
+determined along directions where that gradient has small singular values (measured:
+docs/notebook/spear-measurements.md).
 
 The attacked layer's own gradient holds what those fits ignore: with Q = C⁻¹, Dᵀ = L Q must vanish
 wherever a sample's pre-activation A c_i + bias is negative. Those zeros couple all samples (Q
@@ -14,11 +13,10 @@ C (b² unknowns) minimises, with the patterns of the current C,
     Σ_{(r,i) inactive} (Ln_r·q_i / |q_i|)²  +  Σ_i w_i² |P_next h_i|² / |h_i|²  +  Σ_i (c_i·u − 1)²/|u|²,
 
 h_i = 1_{P_i} ⊙ (A c_i + bias), u = L⁺ dL/db. Each sample's next-layer weight is w_i = ρ / max(r_i, ρ),
-r_i its next-layer residual before refinement and ρ = FLOOR_MULTIPLE × the gradient's noise estimate:
+r_i its next-layer residual before refinement and ρ = `Tolerances.joint_floor_multiple` × the gradient's noise estimate:
 a sample that already explains the next layer to the noise level keeps it (weight 1), one whose fit
-is off (the ill-conditioned ones) is moved by the zeros instead. Measured on layer 5, seeds 1 and 2
-with the true patterns: a uniform weight 1e-2 leaves c errors up to 1.4e-5 and 5.6e-5 (the well-fitted
-samples are dragged from 4e-7 to ~1e-5); the per-sample weights give 2.2e-7 and 5.4e-7.
+is off (the ill-conditioned ones) is moved by the zeros instead (measured against a uniform weight:
+docs/notebook/spear-measurements.md).
 The refined batch is verified like any other (solve.py) and, because the zeros alone may be about as
 many as b² at deep layers, its next-layer residuals must also stay within the acceptance tolerance
 (`next_layer_residuals`).
@@ -30,19 +28,13 @@ import torch
 
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import bias_direction
-
-FLOOR_MULTIPLE = 5.0
-JOINT_MAX_B = 32
-"""Largest batch refined jointly: the Gauss–Newton least squares has b² unknowns and ≈ b·m/2 + b²
-rows, so its cost grows like m·b⁵ (measured: b = 50, width 400, 58 s per call on the loaded 2-core
-CPU; b = 100, width 2000 would need ≈ 8 GB for the Jacobian alone). It is needed at deep layers
-around b = 20; the guided search at b ≥ 50 recovers from a failed verification by banning instead."""
+from leakbench.attacks.spear.tolerances import TOLERANCES
 
 
 def refine_batch(problem: LayerProblem, C: torch.Tensor, *, iterations: int = 3) -> torch.Tensor:
     """Gauss–Newton refinement of all b rows of C together (module docstring); returns the new C."""
     assert problem.P_next is not None
-    floor = max(FLOOR_MULTIPLE * problem.noise, 1e-12)
+    floor = max(TOLERANCES.joint_floor_multiple * problem.noise, 1e-12)
     next_weight = floor / next_layer_residuals(problem, C).clamp_min(floor)
     for _ in range(iterations):
         J, e = _linearise(problem, C, next_weight)

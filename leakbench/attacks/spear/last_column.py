@@ -22,7 +22,7 @@ import torch
 
 from leakbench.attacks.spear.candidates import kernel_on, one_per_direction, unique_kernel, zero_masks
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.fit import COND_FLOOR, NOISE_COND_FLOOR, SampleFit, bias_direction, project_out_next
+from leakbench.attacks.spear.fit import SampleFit, bias_direction, project_out_next
 from leakbench.attacks.spear.select import select_independent
 from leakbench.attacks.spear.tolerances import TOLERANCES
 
@@ -59,7 +59,7 @@ def last_column_candidates(problem: LayerProblem, Q_known: torch.Tensor) -> torc
 
 
 def complete_last_sample(problem: LayerProblem, C_known: torch.Tensor, tol: torch.Tensor,
-                         *, determined: float = 1e-3) -> torch.Tensor:
+                         *, determined: float = TOLERANCES.last_determined) -> torch.Tensor:
     """The last sample's c, once b−1 samples are known; returns C with the new row last.
 
     The missing column q_j of Q = C⁻¹ is the null vector of the known rows. Every other column
@@ -134,12 +134,9 @@ def solve_columns(problem: LayerProblem, C_known: torch.Tensor, span: torch.Tens
 
 def determined_columns(problem: LayerProblem, C_known: torch.Tensor, span: torch.Tensor) -> torch.Tensor:
     """Whether each known sample's zero rows fix its column (`known_columns`): σ_min/σ_max of its zero-row
-    system above TOLERANCES.column_cond.
+    system above `Tolerances.column_cond`.
 
-    Measured (TinyImageNet FC-6 width 400 trained 20 epochs, b = 100, random true samples taken as found):
-    a sample with fewer zero rows than the k unknowns (41 of them for k = 70) has conditioning 1e-20 and its
-    least-squares column is 5 % off (1 − |cos|), which bent the whole row space; every other column has
-    conditioning ≥ 6e-6 and is exact to 1e-10.
+    Measured: docs/notebook/spear-measurements.md.
     """
     return fixed_by(zero_row_systems(problem, C_known, span)[1])
 
@@ -190,11 +187,7 @@ def sure_directions(problem: LayerProblem, q: torch.Tensor, clean: torch.Tensor,
     column with others read as zero under the tolerance — and independent of the sparser ones kept
     (`select.select_independent`). Returns the indices kept.
 
-    Measured (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 100, seed 0, the search stopped at 15 found with 53
-    remembered directions, `benchmarks/spear_tail.py --dump`): the 20 within 1e-8 (1 − |cos|) of a true column have
-    clean kernels (σ_b/σ_{b−1} ≤ 1e-4) and at most 93 % of their zeros inside another direction's; 25 mixtures
-    1e-2 … 0.4 off have clean kernels too, but 99.2–99.7 % of their zeros inside a true column's larger zero set;
-    8 near-copies of one column 2e-4 … 5e-2 off (94–139 zeros, the column has 262) have σ_b/σ_{b−1} ≥ 1e-2.
+    Measured: docs/notebook/spear-measurements.md.
     """
     zero = zero_masks(problem.Ln, q, tol).to(problem.Ln.dtype)
     count = zero.sum(dim=1)
@@ -203,18 +196,16 @@ def sure_directions(problem: LayerProblem, q: torch.Tensor, clean: torch.Tensor,
     kept = torch.nonzero(clean & ~dominated).flatten()
     kept = kept[torch.argsort(count[kept], descending=True, stable=True)]
     kept = kept[one_per_direction(q[kept], TOLERANCES.direction_cos, q.shape[0])]
-    return kept[select_independent(q[kept], count[kept], q.shape[0], rtol=1e-3)]
+    return kept[select_independent(q[kept], count[kept], q.shape[0], rtol=TOLERANCES.select_rtol)]
 
 
 def clean_kernels(problem: LayerProblem, q: torch.Tensor, tol: torch.Tensor, block: int = 64) -> torch.Tensor:
     """Whether each unit direction q (j, b) has a clean one-dimensional kernel on its exact zero set in L: at least
     b − 1 + Tolerances.min_extra_zeros zero rows, σ_{b−1} > unique_gap·σ_1 (candidates.unique_kernel) and
-    σ_b ≤ Tolerances.column_kernel·σ_{b−1} (measured in `sure_directions`).
+    σ_b ≤ Tolerances.column_kernel·σ_{b−1}.
 
-    The row count comes first: on b − 1 rows every direction has a kernel, and its σ_b is no test at all. Measured
-    (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 100, seed 0, the search at 45 found): 14 near-copies of one column,
-    2.5e-4 … 7.3e-3 off, had 98 or 99 zero rows (the column has 262) and passed the σ tests; two of them taken as sure
-    bent the row space so far that 2 of the 54 missing true patterns fitted to 1e-4, against 49 without them."""
+    The row count comes first: on b − 1 rows every direction has a kernel, and its σ_b is no test at all.
+    Measured: docs/notebook/spear-measurements.md."""
     clean = torch.zeros(q.shape[0], dtype=torch.bool, device=q.device)
     for start in range(0, q.shape[0], block):  # (block, m, b) at a time
         zero = zero_masks(problem.Ln, q[start:start + block], tol)
@@ -232,11 +223,11 @@ def complement(columns: torch.Tensor) -> torch.Tensor:
     return B
 
 
-def fit_in_row_space(problem: LayerProblem, active: torch.Tensor, B: torch.Tensor, cond_floor: float = COND_FLOOR,
-                     rounds: int = 1) -> SampleFit:
+def fit_in_row_space(problem: LayerProblem, active: torch.Tensor, B: torch.Tensor,
+                     cond_floor: float = TOLERANCES.cond_floor, rounds: int = 1) -> SampleFit:
     """Next-layer fits of samples c = B w with ReLU patterns `active` (j, m, 1 = active), B (b × k) for all or
     (j, b, k) one per fit: c (j, b), the relative residual (inf where σ_min < cond_floor·σ_max, or where σ_min <
-    fit.COND_FLOOR·σ_max and the pattern has fewer than `Tolerances.row_space_spare` active rows beyond the k
+    `Tolerances.cond_floor`·σ_max and the pattern has fewer than `Tolerances.row_space_spare` active rows beyond the k
     unknowns: the residual tests only those), whether each pattern reproduces itself (`consistent`) and the
     conditioning σ_min/σ_max.
 
@@ -273,25 +264,24 @@ def fit_once_in_row_space(problem: LayerProblem, active: torch.Tensor, B: torch.
     S = torch.linalg.svdvals(M)
     cond = S[:, -1] / S[:, 0]
     spare = active.sum(dim=1) - B.shape[-1]  # equations the residual tests beyond the unknowns
-    residual[(cond <= cond_floor) | ((cond < COND_FLOOR) & (spare < TOLERANCES.row_space_spare))] = float("inf")
+    t = TOLERANCES
+    residual[(cond <= cond_floor) | ((cond < t.cond_floor) & (spare < t.row_space_spare))] = float("inf")
     clear = z.abs() > problem.slack * z.abs().amax(dim=1, keepdim=True)
     stable = (((z > 0) == (active > 0)) | ~clear).all(dim=1)
     return SampleFit(c=c, residual=residual, consistent=stable, cond=cond)
 
 
 def samples_from_directions(problem: LayerProblem, space: RowSpace, q: torch.Tensor, tol: torch.Tensor,
-                            cond_floor: float = NOISE_COND_FLOOR) -> SampleFit:
+                            cond_floor: float = TOLERANCES.noise_cond_floor) -> SampleFit:
     """Missing samples from their column directions `q` (j, b) while others are still missing (`fit_in_row_space`:
     c, residual, whether each pattern reproduces itself, conditioning).
 
     Each is fitted in the missing samples' row space (`missing_row_space`: k unknowns instead of b; a sure
     direction's own sample gets its dual dimension back), with the ReLU pattern of L q (active where |Ln q| > tol).
-    Measured (TinyImageNet FC-6 width 400 trained 1 epoch, b = 64): the fit over all b unknowns is
-    ill-conditioned for the sparse samples (σ_min/σ_max median 8.8e-3 at ≈ 140 active rows), while 24
-    of the 39 missing directions were known.
+    Measured: docs/notebook/spear-measurements.md.
     """
     active = ((problem.Ln @ q.T).abs() > tol[:, None]).T.to(problem.A.dtype)  # (j, m)
-    own = (q @ space.sure.T).abs() >= 1 - 1e-6  # (j, s): q is that sure direction
+    own = (q @ space.sure.T).abs() >= 1 - TOLERANCES.same_direction  # (j, s): q is that sure direction
     mine = own.any(dim=1)
     c, residual, cond = q.new_zeros(q.shape), q.new_full((q.shape[0],), float("inf")), q.new_zeros(q.shape[0])
     stable = torch.zeros(q.shape[0], dtype=torch.bool, device=q.device)

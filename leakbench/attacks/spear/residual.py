@@ -28,6 +28,7 @@ import torch
 from leakbench.attacks.spear.deflation import null_basis, reduced_rows
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.guided import Guide
+from leakbench.attacks.spear.tolerances import TOLERANCES
 
 
 def residual_directions(problem: LayerProblem, C: torch.Tensor, tol: torch.Tensor, seed: int,
@@ -43,7 +44,7 @@ def residual_directions(problem: LayerProblem, C: torch.Tensor, tol: torch.Tenso
     if bp < 2 or X.shape[0] < 2 * bp:
         return None
     ica = FastICA(n_components=bp, whiten="unit-variance", fun="logcosh", random_state=seed, max_iter=max_iter,
-                  tol=1e-4)
+                  tol=TOLERANCES.ica_tol)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from leakbench.attacks.spear.tolerances import TOLERANCES
+
 
 def draw_directions(Ln: torch.Tensor, b: int, count: int, gen: torch.Generator,
                     weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -28,10 +30,6 @@ def draw_rows(m: int, b: int, count: int, gen: torch.Generator, weights: torch.T
     return keys.topk(b - 1, dim=1, sorted=False).indices
 
 
-DEFICIENT = 1e-6
-"""A draw whose LU pivots span more than 1/DEFICIENT (smallest over largest) has a kernel of dimension ≥ 2."""
-
-
 def kernel_directions(Ln: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Unit kernel directions (count, b) of the drawn rows idx (count, b−1) of Ln, and which draws may be rank
     deficient (a singular or nearly singular block: their kernel may have dimension ≥ 2, and the direction is
@@ -49,7 +47,7 @@ def kernel_directions(Ln: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor
     pivot = LU.diagonal(dim1=-2, dim2=-1).abs()
     if pivot.shape[1] == 0:  # b = 1: no row to draw, nothing to split
         return q, info != 0
-    deficient = (pivot.amin(dim=1) <= DEFICIENT * pivot.amax(dim=1)) | (info != 0)
+    deficient = (pivot.amin(dim=1) <= TOLERANCES.deficient * pivot.amax(dim=1)) | (info != 0)
     return q, deficient
 
 
@@ -60,16 +58,12 @@ def split_kernels(Ln: torch.Tensor, idx: torch.Tensor, tol: torch.Tensor, gen: t
     A draw's kernel holds the column of every sample whose zero set holds all the drawn rows. When it has
     dimension d+1 ≥ 2, several samples are in it, and SPEAR's draw returns an arbitrary mixture of them: a miss.
     The same draw inside the kernel K (b × (d+1)) needs only d more rows, among the rows that do not vanish
-    on K: `tries` such draws per kernel (leakbench addition, issue 26). Measured with the ground truth
-    (TinyImageNet FC-6 width 400 trained 5 epochs, b = 100, 9 random samples missing, `benchmarks/spear_true_fits.py
-    --tail-draws 9`): of 180 draws of 8 rows among a missing sample's zero rows (every row inactive for it), 47 left
-    a kernel of dimension ≥ 2 (trained victims' sparse samples leave many rows active for few of the missing
-    samples), and splitting turned 46 of those 47 into a missing sample's column.
+    on K: `tries` such draws per kernel (leakbench addition, issue 26). Measured: docs/notebook/spear-measurements.md.
     """
     found = []
     for rows in idx:
         _, S, Vh = torch.linalg.svd(Ln[rows], full_matrices=True)
-        d = int((S <= DEFICIENT * S[0]).sum())  # extra kernel dimensions beyond the one every draw has
+        d = int((S <= TOLERANCES.deficient * S[0]).sum())  # extra kernel dimensions beyond the one every draw has
         K = Vh[Ln.shape[1] - d - 1:].T
         LK = Ln @ K
         norms = LK.norm(dim=1)

@@ -17,7 +17,7 @@ draws), always takes the turn, so the search never idles (the attack builds ever
 descent.py: the fits pause for the descent once found samples give a reference; RowSpaceDescent passes below 48
 visible samples and until a sample is found.)
 Between turns the loop tries to finish the batch: the closed-form completion once b−1 samples are known
-(deflation.complete_batch) and the remembered directions (deflation.try_directions). The budget is the
+(completion.complete_batch) and the remembered directions (completion.try_directions). The budget is the
 search's (draws and seconds, state.out_of_budget); a source with a budget of its own (guide pools that
 grow until they hold every live row, dictionary learning down to a number of missing samples) passes
 once it is spent. A new idea is a new source: a class with `name`, `turn` and `stats` in a source list.
@@ -30,22 +30,17 @@ from typing import Any, Protocol
 
 import torch
 
+from leakbench.attacks.spear.acceptance import accept_fits
 from leakbench.attacks.spear.active import BatchSpan, draw_active
 from leakbench.attacks.spear.candidates import new_patterns
-from leakbench.attacks.spear.deflation import (
-    SampleState,
-    accept_fits,
-    accept_patterns,
-    complete_batch,
-    draw_patterns,
-    null_basis,
-    try_directions,
-    try_outliers,
-)
+from leakbench.attacks.spear.completion import complete_batch, try_directions, try_outliers
+from leakbench.attacks.spear.deflation import accept_patterns, draw_patterns, null_basis
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.fit import FitCache
+from leakbench.attacks.spear.samples import SampleState
 from leakbench.attacks.spear.solve import Solution
 from leakbench.attacks.spear.state import SearchSettings, out_of_budget, search_bar, show_progress
+from leakbench.attacks.spear.tolerances import TOLERANCES
 
 
 @dataclass
@@ -113,7 +108,7 @@ def search_samples(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
     The last sample needs no search: it follows from the other b−1 (`complete_last_sample`). When
     the search itself found all b (common under noise, where the closed form is less accurate than
     the fits), those are verified first. When the completed batch fails verification, the found
-    sample with the most ReLU violations is set aside (deflation.complete_batch) and the search goes
+    sample with the most ReLU violations is set aside (completion.complete_batch) and the search goes
     on. Each (pattern, free rows) is fitted once per search (fit.FitCache).
     """
     b = problem.b
@@ -167,34 +162,29 @@ class ZeroDraws:
 
         Row r of the gradient is L_r = Σ_i D_ir c_i over the samples for which neuron r passed a
         gradient, so rows with a small norm tend to be inactive for more of the remaining samples, and
-        b−1 of them lie in one sample's zero set far more often (measured with ground truth on
-        TinyImageNet FC-6, b = 20, power 2: 8× more hits at layer 1, 40× at layer 2, > 1000× at
-        layer 3). Uniform chunks alternate with weighted ones so that a sample whose zeros sit on large
+        b−1 of them lie in one sample's zero set far more often (measured: docs/notebook/spear-measurements.md).
+        Uniform chunks alternate with weighted ones so that a sample whose zeros sit on large
         rows is never found more than 2× slower than by SPEAR's uniform draws.
         """
         self.chunks += 1
         if self.power <= 0 or self.chunks % 2 == 0:
             return None
         norms = (problem.L @ N)[live].norm(dim=1)
-        weights: torch.Tensor = (norms / norms.max()).clamp_min(1e-6).pow(-self.power)
+        weights: torch.Tensor = (norms / norms.max()).clamp_min(TOLERANCES.weight_floor).pow(-self.power)
         return weights
 
     def stats(self) -> dict[str, Any]:
         return {}
 
 
-ZERO_ROUTE_TAIL = 4
-"""With at most this many samples missing, two-sided draws share the turns with zero draws (sampler "auto")."""
-
-
 class TwoSided:
     """Two-sided draws (active.py) for deep layers, where samples have fewer than b−1 zeros.
 
-    sampler "actives": every turn. "auto": every turn while more than `ZERO_ROUTE_TAIL` samples are
+    sampler "actives": every turn. "auto": every turn while more than `Tolerances.zero_route_tail` samples are
     missing, then every other turn (zero draws need only a few rows there, and remembered directions
-    complete samples whose next-layer fit is ill-conditioned: measured on two samples of TinyImageNet
-    b = 20, layer 5, seed 1 that two-sided draws essentially never isolate); patterns are re-examined
-    once on that switch. "both": 7 of 8 turns to the route that found a sample more recently (1:1 on a tie).
+    complete samples whose next-layer fit is ill-conditioned; measured: docs/notebook/spear-measurements.md); patterns
+    are re-examined once on that switch. "both": 7 of 8 turns to the route that found a sample more recently (1:1 on a
+    tie).
     """
 
     name = "two_sided"
@@ -226,7 +216,7 @@ class TwoSided:
         if self.sampler == "actives":
             return True
         if self.sampler == "auto":
-            if search.missing > ZERO_ROUTE_TAIL:
+            if search.missing > TOLERANCES.zero_route_tail:
                 return True
             if not self.tail:
                 self.tail = True

@@ -80,18 +80,13 @@ def sample_chunk(problem: LayerProblem, tol: torch.Tensor, state: ColumnState, s
     return masks[new_patterns(masks, state, settings.tolerances.max_new_per_chunk)]
 
 
-INDEPENDENT_RTOL = 1e-9
-"""The selection keeps a column unless it is numerically dependent on those kept: true columns of Q can be
-ill-conditioned (Q = C⁻¹, and the images of a batch are correlated)."""
-
-
 def select_columns(problem: LayerProblem, state: ColumnState, tol: torch.Tensor,
                    settings: SearchSettings) -> torch.Tensor:
     """Select step: indices of up to b accepted columns, sparsest first and linearly independent
     (`select.select_independent`), then with `settings.second_stage` improved by swaps
     (`select.improve_by_swaps`, among every accepted candidate); returned in the order the columns were found."""
     zeros = zero_masks(problem.Ln, state.columns, tol).sum(1)
-    chosen = select_independent(state.columns, zeros, problem.b, rtol=INDEPENDENT_RTOL)
+    chosen = select_independent(state.columns, zeros, problem.b, rtol=settings.tolerances.independent_rtol)
     if settings.second_stage and chosen.numel() == problem.b:
         chosen = improve_by_swaps(problem, state.columns, chosen, zeros, tol)
     return chosen.sort().values

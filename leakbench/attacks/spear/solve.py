@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.tolerances import TOLERANCES
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ def column_scales(problem: LayerProblem, Q_hat: torch.Tensor) -> tuple[torch.Ten
     and whether every scale is clearly non-zero. Batched too: Q̂ (n, b, b) gives s (n, b)."""
     LQ = problem.L @ Q_hat
     s = torch.linalg.lstsq(LQ, problem.g[:, None].expand(*LQ.shape[:-2], -1, 1)).solution[..., 0]
-    return s, bool((s.abs() > 1e-12 * s.abs().amax(-1, keepdim=True)).all())
+    return s, bool((s.abs() > TOLERANCES.scale_nonzero * s.abs().amax(-1, keepdim=True)).all())
 
 
 def solve_batch(problem: LayerProblem, Q_hat: torch.Tensor, zero_tol: torch.Tensor) -> Solution:
@@ -43,7 +44,7 @@ def solve_batch(problem: LayerProblem, Q_hat: torch.Tensor, zero_tol: torch.Tens
     X = torch.linalg.solve(Q, problem.R)
     Z = torch.linalg.solve(Q, problem.A.T) + problem.bias[None, :]
     nonzero_d = ((problem.Ln @ Q_hat).abs() > zero_tol[:, None]).T
-    margin = 1e-9 * Z.abs().max()
+    margin = TOLERANCES.relu_margin * Z.abs().max()
     violations = int(((Z < -margin) & nonzero_d).sum())
     return Solution(X=X, violations=violations, scale_ok=scale_ok)
 
@@ -59,8 +60,8 @@ def solve_from_samples(problem: LayerProblem, C: torch.Tensor, zero_tol: torch.T
     Dt = problem.L @ Q
     Z = C @ problem.A.T + problem.bias[None, :]
     nonzero_d = ((problem.Ln @ (Q / Q.norm(dim=0, keepdim=True))).abs() > zero_tol[:, None] + problem.slack).T
-    margin = max(1e-9, problem.slack) * Z.abs().max()
+    margin = max(TOLERANCES.relu_margin, problem.slack) * Z.abs().max()
     bad = (Z < -margin) & nonzero_d
     bias_error = float((Dt.sum(1) - problem.g).norm() / problem.g.norm())
-    return Solution(X=X, violations=int(bad.sum()), scale_ok=bias_error < max(1e-3, problem.slack),
+    return Solution(X=X, violations=int(bad.sum()), scale_ok=bias_error < max(TOLERANCES.scale_tol, problem.slack),
                     per_sample=bad.sum(1))

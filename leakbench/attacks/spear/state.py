@@ -31,7 +31,7 @@ class SearchSettings:
 @dataclass(kw_only=True)
 class SearchState:
     """What both searches count; each route's state adds what it finds (search.ColumnState: columns
-    of Q, deflation.SampleState: rows of C = Q⁻¹).
+    of Q, samples.SampleState: rows of C = Q⁻¹).
 
     seen: keys of the zero patterns already examined (`candidates.new_patterns`); draws: directions
     drawn or proposed; candidates: those with enough zeros; patterns: new patterns refined;
@@ -51,7 +51,7 @@ class SearchState:
     """Draws charged to the budget without being drawn (counted in `draws`)."""
     unverifiable: str = ""
     """Why the search stopped before its budget with b − 1 samples ('' otherwise): the last one is too weak in the
-    gradient to verify (deflation.weak_last_sample)."""
+    gradient to verify (completion.weak_last_sample)."""
 
     @property
     def seconds(self) -> float:

@@ -1,11 +1,11 @@
-"""The SPEAR family's fixed numbers: tolerances and schedule constants that are not hyperparameters.
+"""The SPEAR family's fixed numbers: every tolerance, threshold and schedule constant that is not a hyperparameter.
 
-Seventeen of these were user-facing knobs until issue 26, and none had ever been run away from its default in
-any suite, test, benchmark or quoted measurement (the knobs users do vary stay in each attack's Config:
-`leakbench show attack spear`); the others are thresholds issue 26's later sessions added, each with the
-measurement behind it. They live here, in one documented object, so that a reader finds every
-number the search depends on in one place, and a benchmark can still try another value
-(`dataclasses.replace(TOLERANCES, ...)` passed where a function takes `tolerances`).
+The knobs users vary stay in each attack's Config (`leakbench show attack spear`); the numbers here were never
+run away from their defaults in any suite, test or quoted measurement. They live in one documented object so
+that a reader finds every number the search depends on in one place, and a benchmark can try another value
+(`dataclasses.replace(TOLERANCES, ...)` passed where a function takes `tolerances`; steps without the run's
+settings read `TOLERANCES` itself). Each field's docstring says what it bounds and where it is read; the
+measurements behind the values are in docs/notebook/spear-measurements.md, under the field's name.
 """
 
 from __future__ import annotations
@@ -15,150 +15,220 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Tolerances:
-    """Zero tests, acceptance and schedules of the SPEAR family (all routes and variants).
+    """Zero tests, fits, acceptance, completion and schedules of the SPEAR family (all routes and variants)."""
 
-    Zero tests and candidate filter (candidates.py, sampling.py):
-        zero_tol: relative floor under which |Ln_r·q| counts as zero (rounding of the gradient).
-        noise_factor: multiple of the estimated gradient noise added to the zero tolerance.
-        sample_tol_factor: looser tolerance for raw sampled directions, before refinement.
-        min_extra_zeros / min_zero_fraction: a candidate needs b−1 zeros plus the larger of these (a
-            count, and a fraction of the live neurons) before it is examined.
-        max_new_per_chunk: at most this many new zero patterns are refined per chunk.
-        unique_gap: a zero set must have a 1-D kernel, σ_{b−1} > unique_gap·σ_1 there: a column of the
-            column search (spear-paper, candidates.refine) and a direction the deflated search remembers
-            (deflation.accept_patterns; it was 1e-3 there until the trained victims, whose true columns
-            measure σ_{b−1}/σ_1 ≈ 5e-4 with σ_b/σ_1 ≈ 1e-8 on CIFAR-10 FC-6 width 400 after 5 epochs).
-    Acceptance (fit.py, deflation.py):
-        residual_tol: largest relative residual of a candidate's next-layer fit for it to count as a sample.
-    Guides (spear-guided: guided.py, residual.py, guided.py):
-        pool_start: each guide draws its rows among its pool_start·(rows needed) most confidently
-            inactive neurons at first; pool_growth: the pool grows by this factor after every turn in
-            which the guide is not matched to a found sample.
-        residual_after / residual_max_missing / residual_from_b: once the guide in use went
-            residual_after guided turns without a new sample, and at most residual_max_missing samples
-            are missing, follow a residual guide (FastICA on the deflated factor); only for b ≥
-            residual_from_b.
-        pattern_fit_rounds / pattern_fit_from_b: for b ≥ pattern_fit_from_b, the search's first turn fits
-            a sample to each guide's whole predicted pattern, refitting pattern_fit_rounds times, until the found
-            samples give a reference (deflation.OUTLIER_MIN_FOUND); the descent from the guide's estimates
-            (descent.GuideDescent) follows, from the same b, and the fits go on with the guides still open after it.
-        Both were 128 until the trained victims (FC-6 width 400 trained 5 epochs, seed 0, 120 s,
-        `benchmarks/spear_tail.py --tolerance`, before deflation.noise_level_fits had its column test):
-        TinyImageNet b = 100 finds 32 of 100 with neither, 89 with
-        pattern fits, 31 with residual guides, and all 100 in 46 s with both; CIFAR-10 b = 64 finds 61 of 64
-        with neither or pattern fits alone, and 52 with residual guides (their FastICA guides replace CPA's
-        too early there), hence the two thresholds.
-    Row-space fits (deflation.fits_in_row_space):
-        row_space_from / row_space_from_b: for b ≥ row_space_from_b, once this fraction of the batch is found, a
-            drawn pattern with a unique kernel whose fit over all b unknowns failed is fitted again in the missing
-            samples' row space (b − found unknowns); measured with the ground truth on a trained victim, that fits
-            1.6–8× as many true patterns as the fit over all b from 10 % of the batch found on
-            (deflation.fits_in_row_space). Plain SPEAR at b = 20 gains nothing from it and paid 7.6 % more search
-            time (median over seeds 0–9, `benchmarks/spear_regression.py`), hence the size threshold. The fits it
-            rescued on TinyImageNet 5 epochs, b = 100 had all failed over all b at conditioning 1.2e-2 … 3.1e-2,
-            not under the floor.
-        row_space_rounds: each row-space fit of a direction's pattern is repeated with the fitted sample's own
-            pattern this many times in all (last_column.samples_from_directions). Measured with the ground truth
-            (`benchmarks/spear_tail.py --dump`, then the fits by hand): on TinyImageNet FC-6 width 400 trained 20
-            epochs, b = 100, the suite's cell stopped at 98 of 100 with the missing samples' directions remembered;
-            one fit of a remembered direction's pattern (|cos| > 1 − 1e-7 to the true column) left residual 0.17 and the
-            sample 62 % off, 3 rounds 1e-5 off, 5 rounds 9.3e-6 off at residual 2.5e-6 (stable). On CIFAR-10 trained 5
-            epochs, b = 100 with 15 found, the true patterns of 29 of the 84 missing samples fit in the row space; with
-            1 % or 3 % of the neurons nearest the boundary flipped none fit in one round and 29 in five.
-        row_space_spare: a row-space fit under fit.COND_FLOOR counts only with at least this many active rows beyond its
-            unknowns (last_column.fit_in_row_space): with none left over any pattern fits and its residual says nothing.
-            Measured (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 64, seed 0, the suite cell): a true pattern with 59
-            active rows for 59 unknowns fitted at residual 9.9e-8 (the found samples' median 2.6e-7) and conditioning
-            1.5e-3, 1.1e-3 off; deflating with it stalled the search at 47 of 64. Of 60 true patterns fitted in the row
-            space under the floor (CIFAR-10 b = 100, `benchmarks/spear_tail.py --dump`), the two with no row left over
-            were 7.9e-5 and 1.1e-3 off, those with 2 … 7 rows left over 3e-6 … 1.4e-5 off.
-        column_cond: a found sample's column (last_column.known_columns) bounds the row space only when its zero
-            rows fix it, σ_min/σ_max of their system above this (last_column.determined_columns). Measured: on a
-            trained victim the undetermined ones sit at 1e-20 and the others at ≥ 6e-6, exact to 1e-10; at 7.7e-9
-            a column was 1.7 % off (tests/test_spear_frontier.py).
-        column_kernel / column_inside: a remembered direction is a missing column for sure (last_column.sure_directions)
-            when its exact zero set has a clean kernel, σ_b ≤ column_kernel·σ_{b−1}, and no more than column_inside of
-            its zeros lie inside another remembered direction's larger zero set; every other sample's row-space fit is
-            then orthogonal to it. Measured (CIFAR-10 FC-6 width 400 trained 5 epochs, b = 100, seed 0, 15 found, 53
-            remembered directions): the 20 true columns among them measure σ_b/σ_{b−1} ≤ 1e-4 and ≤ 93 % of their zeros
-            inside another's; 25 mixtures 1e-2 … 0.4 off a true column have 99.2–99.7 % inside it; 8 near-copies of one
-            column (2e-4 … 5e-2 off) measure σ_b/σ_{b−1} ≥ 1e-2. With the 20 as sure directions, their own samples fit
-            at residuals 7e-8 … 1.3e-6 (conditioning 2.3e-3 … 1.6e-2) and 47 of the 84 missing true patterns fit in the
-            row space, where 29 did without them.
-        The clean kernel needs at least b − 1 + min_extra_zeros zero rows (last_column.clean_kernels): on b − 1 rows
-            every direction has a kernel; at 45 found on that CIFAR-10 cell, 14 near-copies of one column with 98–99
-            zero rows passed the σ test, and the two taken as sure left 2 of the 54 missing true patterns fitting.
-    Row-space descent (descent.py, a source of spear-guided's, once a sample is found):
-        descent_starts / descent_iterations: random starts a turn, and L-BFGS iterations per start. Measured (CIFAR-10
-            FC-6 width 400 trained 5 epochs, b = 100, seed 0, the suite cell stopped at 45 found): 16 starts a turn
-            took it to 89 found in 11 turns (35 s), all true; one start cost 0.1–0.5 s there with torch's L-BFGS and
-            costs 7–10 ms with SciPy's L-BFGS-B and the misfit's gradient in closed form (descent.descend).
-        guide_descent_starts: the guide's estimates descended from in one turn of descent.GuideDescent (each once;
-            a turn is then a few seconds at width 1000, b = 400, so the loop checks its budget and tries the batch's
-            completion between turns).
-        descent_from_b: the fewest visible samples (factors.visible_rank, next_visible_rank) it takes turns for: the
-            trained CIFAR-10 20-epoch batch of 64 showed 58 (60 since factors.next_floor).
-    One pattern per direction (deflation.draw_patterns, one_per_direction):
-        one_per_direction_from_b / direction_cos: for b ≥ one_per_direction_from_b, of a chunk's drawn directions
-            within direction_cos (1 − |cos|) of one another only the sparsest is kept, before the chunk's 256
-            sparsest new patterns are chosen. Measured (TinyImageNet FC-6 width 400 trained 20 epochs, b = 100,
-            `benchmarks/spear_tail.py --turns`): one weak sample (predicted at p = 0.998, its gradient column 5e-4 of
-            the median one) lies near the kernel of every row, so 99 % of the draws returned a direction within 1e-2
-            of its column, each with another loose pattern of 300–390 zeros — sparser than the true samples' ≈ 200 —
-            and they filled every chunk's patterns: the search stopped at 84 of 100; with one per direction it found
-            98 in 26 s. Dropping every draw near a remembered direction instead (a column whose fit had failed)
-            found 98 too, but stalled the frontier at width 400, b = 160, seed 2 at 158 of 160, where the last
-            columns' draws were those directions.
-    A weak last sample (deflation.complete_batch, weak_last_sample):
-        weak_share: a closed-form last sample whose gradient column is below this fraction of the median one is too
-            weak to verify: no found sample is banned for its failure, and the search stops. Measured (TinyImageNet
-            FC-6 width 400 trained 20 epochs, b = 100, `benchmarks/spear_tail.py`): 1.5e-2 for the weak one's closed
-            form (its true share 6.1e-4), ≥ 0.19 for every other sample of the batch.
-    Split kernels (deflation.draw_patterns, sampling.split_kernels):
-        split_from_b / split_max_missing: for b ≥ split_from_b, with at most split_max_missing samples missing,
-            rank-deficient draws are drawn again inside their kernel: split_tries draws each, at most
-            split_max_draws per chunk. Below b = 64 plain SPEAR at b = 20 found its batches with the same draws and
-            paid 9 % more search time (median over seeds 0–9, `benchmarks/spear_regression.py`).
-    Dictionary learning (spear-dl: dl.py):
-        dl_start_keep: the shrinking trim starts from this fraction of the live rows.
-        dl_min_remaining: below this many missing samples, SPEAR's own draws finish the batch.
-    """
-
+    # --- zero tests and the candidate filter (candidates.py, sampling.py, search.py, deflation.py)
     zero_tol: float = 1e-5
+    """Relative floor under which |Ln_r·q| counts as zero (the gradient's rounding): candidates.zero_tolerance."""
     noise_factor: float = 10.0
+    """Multiple of the estimated gradient noise added to the zero tolerance (candidates.zero_tolerance)."""
     sample_tol_factor: float = 10.0
+    """How much looser the zero test of raw drawn directions is than the exact one, before refinement."""
     min_extra_zeros: int = 3
+    """Zeros a candidate needs beyond the b − 1 forced ones (candidates.extra_zeros; last_column.clean_kernels)."""
     min_zero_fraction: float = 0.0
+    """The same as a fraction of the live neurons; the larger of the two counts (candidates.extra_zeros)."""
     max_new_per_chunk: int = 256
+    """New zero patterns refined per chunk at most (candidates.new_patterns); 4× this bounds a chunk's directions
+    before one per direction is kept (deflation.draw_patterns)."""
     unique_gap: float = 1e-5
+    """A zero set's kernel is one-dimensional when σ_{b−1} > unique_gap·σ_1 there (candidates.unique_kernel): a
+    column of the column search, a direction the deflated search remembers, a fit's own zero set."""
+    deficient: float = 1e-6
+    """A draw whose LU pivots (or singular values) fall below deficient × the largest has a kernel of dimension ≥ 2
+    (sampling.kernel_directions, split_kernels)."""
+    independent_rtol: float = 1e-9
+    """The column search keeps a column unless it is this close to dependent on those kept (search.select_columns):
+    true columns of Q = C⁻¹ can be ill-conditioned."""
+    select_rtol: float = 1e-3
+    """The same test where the deflated search picks fits set aside or remembered directions to complete the batch
+    (completion.try_outliers, direction_pool) and the sure directions (last_column.sure_directions)."""
+    same_direction: float = 1e-6
+    """Two unit directions within this (1 − |cos|) are one (candidates.is_new, samples.remember_directions,
+    last_column.samples_from_directions); a unit direction lies in a subspace when its projection there has norm
+    above 1 − same_direction (rowspace.inside_directions)."""
+    live_rows: float = 10.0
+    """A row of L N is live (drawn and counted) when its norm is above live_rows × its zero tolerance × |L_r|; below,
+    its neuron was active only for samples already found (deflation.reduced_rows)."""
+
+    # --- the layer's noise and visible samples (factors.py, joint.py)
+    dead_row: float = 1e-9
+    """A neuron whose gradient row (with its bias entry) has norm under dead_row × the largest is dead: dropped before
+    the factorisation (factors.factorize)."""
+    next_rank_tol: float = 1e-6
+    """The next layer's gradient shows a sample when its singular value there is above next_rank_tol·σ_1, or above
+    visible_gap × its rounding when that is lower (factors.next_floor)."""
+    noise_multiple: float = 30.0
+    """Relative slack of every exactness check under gradient noise: noise_multiple × the noise estimate
+    (factors.LayerProblem.slack)."""
+    visible_gap: float = 10.0
+    """A sample whose singular value is within this factor of the first discarded one (the rounding) is not visible
+    (factors.visible_rank, next_floor)."""
+    rounding_noise: float = 1e-6
+    """σ_{b+1}/σ_1 at or below this is the gradient's rounding, not added noise (factors.visible_rank,
+    next_visible_rank)."""
+    weak_sample: float = 1e-5
+    """σ_{r+1}/σ_1 at or below this: the samples past r are weak enough in this layer to count as its noise
+    (factors.next_visible_rank)."""
+
+    # --- next-layer fits and their acceptance (fit.py, acceptance.py, samples.py)
     residual_tol: float = 1e-4
-    pool_start: float = 1.5
-    pool_growth: float = 1.25
-    residual_after: int = 2
-    residual_max_missing: int = 48
-    residual_from_b: int = 96
-    pattern_fit_rounds: int = 10
-    pattern_fit_from_b: int = 64
-    row_space_from: float = 0.1
-    row_space_from_b: int = 64
-    row_space_rounds: int = 5
-    row_space_spare: int = 3
-    column_cond: float = 1e-6
-    column_kernel: float = 1e-3
-    column_inside: float = 0.98
-    one_per_direction_from_b: int = 64
-    direction_cos: float = 1e-2
+    """Largest relative residual of a candidate's next-layer fit for it to count as a sample (with the noise
+    slack: max(residual_tol, slack))."""
+    cond_floor: float = 1e-2
+    """Fits with σ_min/σ_max under this are refused (fit.fit_samples) or, when kept, judged as outliers by their
+    residual scaled by cond_floor / conditioning (acceptance.keep_samples)."""
+    low_cond_floor: float = 5e-3
+    """The floor for a fit whose residual is in line with those of the samples found (acceptance.keep_samples)."""
+    noise_cond_floor: float = 5e-4
+    """The floor for a fit whose residual is at the gradient's noise level, `LayerProblem.slack`, with a column in its
+    zero set (acceptance.noise_level_fits): the search fits every pattern down to it."""
+    doubt: float = 0.1
+    """Zero rows above this fraction of their tolerance are doubtful: free in the first fit round of spear-dl's
+    patterns, and in the second-chance refit of a failed unique pattern (deflation.accept_patterns)."""
+    outlier_ratio: float = 20.0
+    """A fit whose residual is above this multiple of the found samples' median residual is an outlier
+    (acceptance.outlying_fits): set aside, not deflated with."""
+    outlier_min_found: int = 8
+    """Fits are judged against the found samples' residuals once at least this many are found (acceptance.keep_samples;
+    guided.PatternFits pauses from there)."""
+    same_sample: float = 1e-2
+    """A fit within this distance (relative) of a known sample is that sample again (samples.nearest_known)."""
+    fit_rounds: int = 3
+    """Fits of a drawn pattern in all, each refitted with the fitted sample's own pattern (fit.fit_samples,
+    acceptance.accept_fits)."""
+    same_known: float = 1e-6
+    """A row within this distance (relative) of a known one is that row (fit.same_samples; guided.match_guides: a
+    guide's own sample)."""
+    fit_rank_tol: float = 1e-10
+    """The next layer's basis restricted to a fit's held rows keeps the directions above fit_rank_tol × its largest
+    singular value (fit.fit_once_normal, with free rows)."""
+    same_banned: float = 1e-5
+    """A fit within this distance (relative) of a banned sample is that sample: refused while banned
+    (acceptance.keep_samples), a second strike when banned again (samples.ban_sample)."""
+    ban_lifetime: int = 2
+    """A sample banned for the n-th time is refused until the search has added n × ban_lifetime new samples
+    (samples.ban_sample)."""
+
+    # --- completion and verification (completion.py, joint.py)
+    relu_margin: float = 1e-9
+    """Verification: a pre-activation below −relu_margin·max|Z| (−max(relu_margin, slack)·max|Z| under noise) with a
+    non-zero gradient is a ReLU violation (solve.solve_batch, solve_from_samples)."""
+    scale_tol: float = 1e-3
+    """Verification: the bias gradient recomputed from the batch must match dL/db within max(scale_tol, slack)
+    (relative; solve.solve_from_samples)."""
+    scale_nonzero: float = 1e-12
+    """The column search's scales s (g = L Q̂ s) must all be above scale_nonzero × the largest (solve.column_scales)."""
     weak_share: float = 0.05
+    """A closed-form last sample whose gradient column is below this fraction of the median one is too weak to
+    verify: no found sample is banned for its failure, and the search stops (completion.weak_last_sample)."""
+    last_determined: float = 1e-3
+    """In the closed-form last sample, a column q_i counts as fixed by sample i's zeros when L q_j on those zeros has
+    norm above last_determined × |L q_j| (last_column.complete_last_sample)."""
+    joint_max_b: int = 32
+    """Largest batch refined jointly after a failed verification (completion.verify_batch; joint.refine_batch's least
+    squares has b² unknowns)."""
+    joint_floor_multiple: float = 5.0
+    """A sample whose next-layer residual is under joint_floor_multiple × the noise estimate keeps its next-layer weight
+    in the joint refinement (joint.refine_batch)."""
+
+    # --- the missing samples' row space (rowspace.py, last_column.py)
+    row_space_from: float = 0.1
+    """From this fraction of the batch found (and b ≥ row_space_from_b), a drawn pattern with a unique kernel whose
+    fit over all b failed is fitted again in the missing samples' row space (deflation.accept_patterns)."""
+    row_space_from_b: int = 64
+    """The smallest batch with row-space fits, and whose row space also excludes the sure remembered directions
+    (rowspace.fits_in_row_space)."""
+    row_space_rounds: int = 5
+    """Fits of a pattern in the row space in all, each refitted with the fitted sample's own pattern
+    (last_column.samples_from_directions, rowspace.patterns_in_row_space)."""
+    row_space_spare: int = 3
+    """A row-space fit under cond_floor counts only with at least this many active rows beyond its unknowns
+    (last_column.fit_in_row_space)."""
+    column_cond: float = 1e-6
+    """A found sample's column bounds the row space only when its zero rows fix it: σ_min/σ_max of their system above
+    this (last_column.determined_columns)."""
+    column_kernel: float = 1e-3
+    """A remembered direction is a missing column for sure only if its exact zero set has a clean kernel,
+    σ_b ≤ column_kernel·σ_{b−1}, on at least b − 1 + min_extra_zeros rows (last_column.clean_kernels)."""
+    column_inside: float = 0.98
+    """... and no more than this fraction of its zeros lie inside another remembered direction's larger zero set
+    (last_column.sure_directions)."""
+
+    # --- the deflated search's schedules (deflation.py, scheduler.py)
+    one_per_direction_from_b: int = 64
+    """From this b, of a chunk's drawn directions within direction_cos of one another only the sparsest is kept
+    (deflation.draw_patterns)."""
+    direction_cos: float = 1e-2
+    """Directions closer than this (1 − |cos|) are one direction (candidates.one_per_direction)."""
     split_from_b: int = 64
+    """From this b, with at most split_max_missing samples missing, rank-deficient draws are drawn again inside their
+    kernel (deflation.draw_patterns, sampling.split_kernels) ..."""
     split_max_missing: int = 32
+    """... with at most this many samples missing ..."""
     split_max_draws: int = 64
+    """... at most this many draws a chunk ..."""
     split_tries: int = 8
+    """... and this many draws in each one's kernel."""
+    weight_floor: float = 1e-6
+    """Row-norm weighted draws weigh row r by max(|L_r N| / max, weight_floor)^−power (scheduler.ZeroDraws.weights)."""
+    zero_route_tail: int = 4
+    """With at most this many samples missing, two-sided draws share the turns with zero draws (sampler "auto",
+    scheduler.TwoSided)."""
+
+    # --- two-sided draws for deep layers (active.py)
+    span_max_resid: float = 1e-2
+    """Neurons active for the whole batch fit the batch-span regression better than this (relative residual) ...
+    (active.find_batch_span)"""
+    span_min_gap: float = 10.0
+    """... below a gap of at least this factor in the sorted residuals, with at least b + 4 of them."""
+    active_zero_tol: float = 1e-4
+    """A two-sided draw's kernel direction must make its side's equation vanish to this on at least b + 2 informative
+    neurons (active.draw_active) ..."""
+    active_rel_tol: float = 1e-3
+    """... and its sample is kept when V a matches ReLU(A c + bias) within active_rel_tol of its scale ..."""
+    active_slack: float = 0.02
+    """... on all but this fraction of the neurons."""
+
+    # --- guides (spear-guided: guided.py, residual.py, descent.py)
+    pool_start: float = 1.5
+    """Each guide draws its rows among its pool_start × (rows needed) most confidently inactive neurons at first."""
+    pool_growth: float = 1.25
+    """A guide's pool grows by this factor after every turn in which it is not matched to a found sample."""
+    guide_share_after: int = 2
+    """After this many guided turns in a row without a sample, the guide pool shares its turns (guided.GuidePool)."""
+    residual_after: int = 2
+    """Once the guide in use went this many guided turns without a new sample ..."""
+    residual_max_missing: int = 48
+    """... and at most this many samples are missing, follow a residual guide (FastICA on the deflated factor;
+    residual.ResidualGuides) ..."""
+    residual_from_b: int = 96
+    """... for b ≥ residual_from_b only."""
+    pattern_fit_rounds: int = 10
+    """Fits of each guide's whole predicted pattern, each refitted with its own pattern (guided.fit_guide_patterns)
+    ..."""
+    pattern_fit_from_b: int = 64
+    """... from this b on, in the search's first turn; the descent from the guide's estimates (descent.GuideDescent)
+    from the same b."""
+    ica_tol: float = 1e-4
+    """FastICA's convergence tolerance for the residual guides (residual.residual_directions)."""
     descent_starts: int = 16
+    """Random starts of a row-space descent turn (descent.RowSpaceDescent)."""
     descent_iterations: int = 300
+    """L-BFGS iterations per start (descent.descend)."""
     descent_from_b: int = 48
+    """The fewest visible samples the row-space descent takes turns for (factors.visible_rank, next_visible_rank)."""
     guide_descent_starts: int = 64
+    """The guide's estimates descended from in one turn of descent.GuideDescent (each once)."""
+
+    # --- dictionary learning (spear-dl: dl.py)
     dl_start_keep: float = 0.9
+    """The shrinking trim starts from this fraction of the live rows."""
     dl_min_remaining: int = 10
+    """Below this many missing samples, SPEAR's own draws finish the batch."""
+    dl_share_below: int = 16
+    """With at most this many samples missing, a round of proposals that found nothing lets SPEAR's draws have every
+    other turn (dl.DLTrims)."""
 
 
 TOLERANCES = Tolerances()
