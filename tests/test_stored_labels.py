@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from conftest import CLI_TIMEOUT_S, REPO_ROOT
 
-from leakbench.citation import Citation, Papers, stored_citation
+from leakbench.core.citation import Citation, Papers, stored_citation
 from leakbench.records.labels import labels_data, stored_columns, stored_papers
 from leakbench.reporting.aggregate import model_order, with_model
 from leakbench.reporting.leaderboard import board_order, level_papers, load_results
