@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leakbench.core.registry import Registry
 from leakbench.datasets.base import Batch, ImageDataset, Partition, partition, sample_batch
-from leakbench.plugins import load_dataset_plugins
-
-DATASETS: Registry[ImageDataset] = Registry("dataset", on_first_use=load_dataset_plugins)  # entry-point plugins
+from leakbench.datasets.registry import DATASETS
+from leakbench.plugins import serve
 
 
 def load_dataset(name: str, *, data_root: Path | None = None, image_size: int | None = None) -> ImageDataset:
@@ -29,8 +27,22 @@ def describe_dataset(name: str) -> list[str]:
     return [f"{entry.name}: {entry.description}", "", inspect.getdoc(entry.factory) or ""]
 
 
+def _admit(name: str, obj: object) -> bool:
+    """A dataset entry point's object (`leakbench.plugins`): a loader (any callable) is registered under
+    the entry point's name (unless it is registered already), its docstring's first line its description."""
+    import inspect
+
+    if not callable(obj):
+        return False
+    if name not in DATASETS.names() or DATASETS.entry(name).factory is not obj:
+        DATASETS.register(name, obj, (inspect.getdoc(obj) or name).splitlines()[0])
+    return True
+
+
 # Loaders register themselves on import.
 from leakbench.datasets import loaders as _loaders  # noqa: E402,F401
+
+serve("datasets", DATASETS, _admit, "a loader")  # the shipped loaders are in
 
 __all__ = [
     "DATASETS",
