@@ -150,6 +150,13 @@ def model_order(cells: pd.DataFrame) -> list[str]:
                 .sort_values(keys).drop_duplicates("model")["model"])
 
 
+def board_order_key(cells: pd.DataFrame, key: Key) -> tuple[Any, ...]:
+    """Sort key of a table keyed (dataset, model, then anything): dataset, victim (`model_order`), then the
+    rest in `order.level_key` order (numbers numerically, 'none' first)."""
+    rank = {m: i for i, m in enumerate(model_order(cells))}
+    return (key[0], rank[key[1]], *[level_key(k) for k in key[2:]])
+
+
 def fmt(value: float | None, digits: int = 1) -> str:
     """A number for a table: '–' when missing, '∞' when infinite."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

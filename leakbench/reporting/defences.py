@@ -15,14 +15,24 @@ then highest PSNR median), over every attack and attacked layer of the board.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from leakbench.core.citation import Papers
-from leakbench.reporting.aggregate import PSNR_CAP, all_exact, fmt, grouped, key_values, model_order, psnr_text
+from leakbench.core.citation import Citation, Papers
+from leakbench.reporting.aggregate import (
+    PSNR_CAP,
+    all_exact,
+    board_order_key,
+    fmt,
+    grouped,
+    key_values,
+    model_order,
+    psnr_text,
+)
 from leakbench.reporting.board_page import Board, Column, Entry, anchor, number, paper_entry
 from leakbench.reporting.leakage import leakage_key, leakage_stats, shown_exact
 from leakbench.reporting.order import level_key
@@ -169,12 +179,21 @@ RANKING_BOARD = ["dataset", "model", "batch_size"]
 """What one defence ranking of the leaderboard holds fixed (whatever run the cells come from)."""
 
 
+def level_papers(level: str, papers: Papers) -> list[tuple[str, Citation]]:
+    """The papers of the update transforms a defence level names ('DP σ=1 C=1 + prune p=0.5' → dp, prune),
+    each once, in order; parts naming a transform without a paper in `papers` give none."""
+    found: dict[str, Citation] = {}
+    for part in re.split(r" \+ | · ", level):
+        name = part.split(" ")[0].lower()
+        if name not in found and name in papers.defences:
+            found[name] = papers.defences[name]
+    return list(found.items())
+
+
 def defence_ranking(records: pd.DataFrame, cells: pd.DataFrame, papers: Papers | None = None) -> list[Board]:
     """The leaderboard's view "Defences ranked": per dataset, victim and batch size with a defended level,
     the defence levels ranked by how much they cut the leakage of the strongest attack against the
     undefended client (`cells` with `model`, `client` and `suite`, as the leaderboard loads them)."""
-    from leakbench.reporting.leaderboard import board_order_key
-
     levels = defence_levels(cells)
     boards = []
     groups = sorted(cells.groupby(RANKING_BOARD, sort=True), key=lambda g: board_order_key(cells, key_values(g[0])))
@@ -201,8 +220,6 @@ def _strongest(records: pd.DataFrame, cells: pd.DataFrame) -> tuple[tuple[str, i
 def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, ...], papers: Papers) -> Board:
     """One board of the defence ranking: its levels ranked by the strongest undefended attack's leakage
     under them, then the worst leakage of any attack, then accuracy cost (unknown last), then label."""
-    from leakbench.reporting.leaderboard import level_papers
-
     dataset, model, b = board
     undefended = cells[cells["level"] == NONE]
     strongest = _strongest(records, undefended)

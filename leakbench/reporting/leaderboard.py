@@ -15,20 +15,20 @@ order on disk or host); wall-clock seconds go to a separate file.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from leakbench.core.citation import Citation, Papers
+from leakbench.core.citation import Papers
 from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.records.atomic import write_text_atomic
 from leakbench.records.runs import read_run
 from leakbench.reporting.aggregate import (
     INCOMPLETE_NOTE,
     Key,
+    board_order_key,
     cells_note,
     epsilon_labels,
     fmt,
@@ -36,7 +36,6 @@ from leakbench.reporting.aggregate import (
     incomplete_cells,
     incomplete_text,
     key_values,
-    model_order,
     with_model,
 )
 from leakbench.reporting.board_page import (
@@ -52,9 +51,8 @@ from leakbench.reporting.board_page import (
     text,
 )
 from leakbench.reporting.compare import grid_name
-from leakbench.reporting.defences import defence_levels, defence_ranking, psnr_entry
+from leakbench.reporting.defences import defence_levels, defence_ranking, level_papers, psnr_entry
 from leakbench.reporting.leakage import leakage_stats, shown_exact, shown_median
-from leakbench.reporting.order import level_key
 from leakbench.reporting.palette import colour
 from leakbench.reporting.pivot import not_isolated, ranks
 from leakbench.reporting.render import Table, markdown
@@ -116,17 +114,6 @@ def _check_columns(run: Path, cells: pd.DataFrame, records: pd.DataFrame) -> Non
 
 
 # --------------------------------------------------------------------------- papers
-
-def level_papers(level: str, papers: Papers) -> list[tuple[str, Citation]]:
-    """The papers of the update transforms a defence level names ('DP σ=1 C=1 + prune p=0.5' → dp, prune),
-    each once, in order; parts naming a transform without a paper in `papers` give none."""
-    found: dict[str, Citation] = {}
-    for part in re.split(r" \+ | · ", level):
-        name = part.split(" ")[0].lower()
-        if name not in found and name in papers.defences:
-            found[name] = papers.defences[name]
-    return list(found.items())
-
 
 # --------------------------------------------------------------------------- one threat model
 
@@ -237,13 +224,6 @@ def _grid(cells: pd.DataFrame, reports: Path | None, board: Key, b: int, attack:
     name = grid_name(dataset, model, b, layer, first["dp"], first["client"], first["seed"])
     target = f"{first['suite']}/grids/{name}"
     return target if (reports / target).is_file() else None
-
-
-def board_order_key(cells: pd.DataFrame, key: Key) -> tuple[Any, ...]:
-    """Sort key of a table keyed (dataset, model, then anything): dataset, victim (`model_order`), then the
-    rest in `order.level_key` order (numbers numerically, 'none' first)."""
-    rank = {m: i for i, m in enumerate(model_order(cells))}
-    return (key[0], rank[key[1]], *[level_key(k) for k in key[2:]])
 
 
 def board_order(cells: pd.DataFrame) -> list[Key]:
