@@ -31,8 +31,9 @@ load them too. `loaded_plugins()` is what run and cell manifests record: each pl
 distribution and version, and the names it registered.
 
 This module imports no registry and nothing of the harness (`python benchmarks/import_knot.py`): each
-registry module hands its registry to the loader (`serve`), and the harness installs how attack
-plugins are described outside the attack worker (`set_attack_describer`; `leakbench.harness`).
+registry module hands its registry to the loader (`serve`), and the package root installs how attack
+plugins are described outside the attack worker (`leakbench.core.plugin_hooks`: by the harness's
+sandboxed worker, `leakbench.harness.attack_plugins`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from importlib.metadata import Distribution, EntryPoint, entry_points, packages_
 from typing import Any
 
 from leakbench.core.errors import ConfigError, LeakbenchError
+from leakbench.core.plugin_hooks import attack_describer
 from leakbench.core.registry import DuplicateNameError, Registry
 
 GROUPS = {"attacks": "leakbench.attacks", "datasets": "leakbench.datasets", "defences": "leakbench.defences",
@@ -78,10 +80,6 @@ class Served:
 _SERVED: dict[str, Served] = {}
 """Registry kind (a key of GROUPS) → its registry, filled by the registry modules as they are imported."""
 
-AttackDescriber = Callable[[tuple[str, ...], bool], None]
-"""(modules, entry_points) → None: have a sandboxed attack worker import the attack plugins (`modules`,
-and the attack entry points when `entry_points`) and register their stand-ins here."""
-_DESCRIBER: AttackDescriber | None = None
 
 
 def serve(kind: str, registry: Registry[Any], admit: Callable[[str, object], bool], wanted: str) -> None:
@@ -91,13 +89,6 @@ def serve(kind: str, registry: Registry[Any], admit: Callable[[str, object], boo
     if kind not in GROUPS or kind in _SERVED:
         raise ValueError(f"registry kind {kind!r} is not one of {sorted(GROUPS)} or is served already")
     _SERVED[kind] = Served(registry, admit, wanted, frozenset(registry.registered()))
-
-
-def set_attack_describer(describer: AttackDescriber) -> None:
-    """Install how attack plugins are described outside the attack worker; importing `leakbench.harness`
-    installs its sandboxed worker's description (`leakbench.harness.attack_plugins.describe`)."""
-    global _DESCRIBER
-    _DESCRIBER = describer
 
 
 def enter_attack_worker() -> None:
@@ -193,14 +184,13 @@ def load_in_attack_worker(modules: list[str], entry_points: bool) -> None:
 
 def _describe(modules: tuple[str, ...], *, entry_points: bool) -> None:
     """Have a sandboxed attack worker import the attack plugins and register their stand-ins here
-    (the describer `leakbench.harness` installs); nothing to do without attack plugins."""
+    (`core.plugin_hooks`: the describer the package root installs); nothing to do without attack plugins."""
     if not modules and not (entry_points and list(entry_points_of("attacks"))):
         return
-    if _DESCRIBER is None:
-        raise LeakbenchError("attack plugins are described by a sandboxed attack worker, which the harness "
-                             "provides: import leakbench.harness first (the leakbench command and "
-                             "leakbench.api do)")
-    _DESCRIBER(modules, entry_points)
+    describe = attack_describer()
+    if describe is None:  # the package root installs it: only a process that removed it gets here
+        raise LeakbenchError("attack plugins: no describer is installed (leakbench.core.plugin_hooks)")
+    describe(modules, entry_points)
 
 
 def note_described(plugins: list[dict[str, Any]]) -> None:

@@ -218,8 +218,8 @@ def test_the_knot_finder_sees_a_lazy_cycle(tmp_path: Path) -> None:
 
 
 def test_the_plugin_loader_imports_only_core() -> None:
-    """Registries hand themselves to the loader (`plugins.serve`) and the harness installs how attack plugins
-    are described (`plugins.set_attack_describer`): the loader imports no registry and nothing of the harness."""
+    """Registries hand themselves to the loader (`plugins.serve`) and the package root installs how attack
+    plugins are described (`core.plugin_hooks`): the loader imports no registry and nothing of the harness."""
     found = [name for name in file_imports("leakbench.plugins", ROOT / "leakbench" / "plugins.py")
              if within(name, ("leakbench",)) and not within(name, ("leakbench.core",))]
     assert found == []

@@ -1,8 +1,7 @@
 """Attack plugins seen from the harness: a sandboxed attack worker imports and describes them
 (`leakbench.harness.job.described_plugins`), and the harness registers stand-ins built from those
-descriptions (`leakbench.attacks.described`). `describe` is the describer that importing
-`leakbench.harness` installs in the plugin loader (`leakbench.plugins.set_attack_describer`), which
-itself imports nothing of the harness.
+descriptions (`leakbench.attacks.described`). `describe` is the describer that the package root
+installs for the plugin loader (`leakbench.core.plugin_hooks`), which itself imports nothing of the harness.
 """
 
 from __future__ import annotations

@@ -578,10 +578,8 @@ def search_path() -> list[str]:
 
 
 def leakbench_root() -> str:
-    """The folder that holds the `leakbench` package this process runs."""
-    import leakbench
-
-    return str(Path(leakbench.__file__).resolve().parents[1])
+    """The folder that holds the `leakbench` package this process runs (this file is leakbench/harness/isolation.py)."""
+    return str(Path(__file__).resolve().parents[2])
 
 
 def worker_pythonpath() -> str:
