@@ -16,6 +16,7 @@ from leakbench.attacks.registry import (
     list_attacks,
     register_attack,
 )
+from leakbench.core.settings import build_config  # noqa: F401  (re-exported: `from leakbench.attacks import build_config`)
 from leakbench.plugins import serve
 
 __all__ = ["ATTACKS", "Attack", "Reconstruction", "Requirements", "attack_budget", "attack_class", "create_attack",
