@@ -29,6 +29,11 @@ included), is a ConfigError naming it (one line, exit 2). Modules loaded by name
 variable LEAKBENCH_PLUGINS as well, so worker processes (spawned, they inherit the environment)
 load them too. `loaded_plugins()` is what run and cell manifests record: each plugin's module, its
 distribution and version, and the names it registered.
+
+This module imports no registry and nothing of the harness (`python benchmarks/import_knot.py`): each
+registry module hands its registry to the loader (`serve`), and the package root installs how attack
+plugins are described outside the attack worker (`leakbench.core.plugin_hooks`: by the harness's
+sandboxed worker, `leakbench.harness.attack_plugins`).
 """
 
 from __future__ import annotations
@@ -38,11 +43,13 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache, partial
 from importlib.metadata import Distribution, EntryPoint, entry_points, packages_distributions, version
 from typing import Any
 
 from leakbench.core.errors import ConfigError, LeakbenchError
+from leakbench.core.plugin_hooks import attack_describer
 from leakbench.core.registry import DuplicateNameError, Registry
 
 GROUPS = {"attacks": "leakbench.attacks", "datasets": "leakbench.datasets", "defences": "leakbench.defences",
@@ -54,6 +61,34 @@ ENV_VAR = "LEAKBENCH_PLUGINS"
 _LOADED: dict[str, dict[str, Any]] = {}
 _STARTED: set[str] = set()
 _IN_WORKER = False
+
+
+@dataclass(frozen=True)
+class Served:
+    """One registry as its module hands it to the loader (`serve`)."""
+
+    registry: Registry[Any]
+    admit: Callable[[str, object], bool]
+    """Register the object an entry point loaded (not a module) under the entry point's name, unless
+    that very object is registered already; False when the object is not of this registry's kind."""
+    wanted: str
+    """What an entry point of this kind must load, in words ('an Attack subclass')."""
+    shipped: frozenset[str]
+    """The names registered when the registry was served (its shipped entries)."""
+
+
+_SERVED: dict[str, Served] = {}
+"""Registry kind (a key of GROUPS) → its registry, filled by the registry modules as they are imported."""
+
+
+
+def serve(kind: str, registry: Registry[Any], admit: Callable[[str, object], bool], wanted: str) -> None:
+    """Hand `registry`, of `kind` (a key of GROUPS), to the loader. Its module calls this as its last
+    statement, once the shipped entries are registered: a plugin loaded before the module was imported
+    (which imports it itself) is credited with what it registered beyond those."""
+    if kind not in GROUPS or kind in _SERVED:
+        raise ValueError(f"registry kind {kind!r} is not one of {sorted(GROUPS)} or is served already")
+    _SERVED[kind] = Served(registry, admit, wanted, frozenset(registry.registered()))
 
 
 def enter_attack_worker() -> None:
@@ -108,14 +143,11 @@ def load_client_plugin(module: str) -> None:
     """Import client-side plugin `module` here, in the harness: datasets (they serve the private data)
     and defences (they change the client's update); a suite's `dataset_plugins` and `defence_plugins`.
     A module that registers an attack too is refused: attack code never runs here."""
-    from leakbench.attacks import ATTACKS
-
     _check_module_path(module)
     if module in _LOADED:
         return
-    before = set(ATTACKS.names())
     _register(f"client-side plugin {module!r}", module, lambda: importlib.import_module(module), None)
-    if set(ATTACKS.names()) - before:
+    if _LOADED[module]["attacks"]:  # what it registered in the attack registry (`_register`)
         raise ConfigError(f"client-side plugin {module!r} registers attacks: list it under 'plugins' (attack code "
                           "runs only in the sandboxed attack worker) and its datasets and defences apart")
 
@@ -139,74 +171,32 @@ def _check_module_path(module: str) -> None:
         raise ConfigError(f"plugin {module!r} is not a module path (like 'package.module')")
 
 
-def described_plugins(modules: list[str], entry_points: bool) -> dict[str, Any]:
-    """In the attack worker: import the attack entry points (when `entry_points`) and `modules`,
-    then describe what they registered as JSON data: {"plugins": [...], "attacks": [...]}."""
-    from leakbench.attacks import attack_class
-    from leakbench.attacks.described import describe
-
+def load_in_attack_worker(modules: list[str], entry_points: bool) -> None:
+    """In the attack worker: import the attack entry points (when `entry_points`) and `modules`, for the
+    worker to describe what they registered (`leakbench.harness.job.described_plugins`)."""
     enter_attack_worker()
     _STARTED.add("attacks")
     if entry_points:
         _load_entry_points("attacks")
     for module in modules:
         load_plugin(module)
-    from leakbench.harness.fingerprint import attack_code
-
-    plugins = loaded_plugins()
-    names = sorted({name for p in plugins for name in p["attacks"]})
-    return {"plugins": plugins,
-            "attacks": [{**describe(attack_class(name)), "code_hash": attack_code(attack_class(name))}
-                        for name in names]}
 
 
 def _describe(modules: tuple[str, ...], *, entry_points: bool) -> None:
-    """Have a sandboxed attack worker import the attack plugins and register their stand-ins here."""
-    from leakbench.attacks import ATTACKS
-    from leakbench.attacks.described import described_attack
-
+    """Have a sandboxed attack worker import the attack plugins and register their stand-ins here
+    (`core.plugin_hooks`: the describer the package root installs); nothing to do without attack plugins."""
     if not modules and not (entry_points and list(entry_points_of("attacks"))):
         return
-    from leakbench.harness.isolation import describe_plugins
+    describe = attack_describer()
+    if describe is None:  # the package root installs it: only a process that removed it gets here
+        raise LeakbenchError("attack plugins: no describer is installed (leakbench.core.plugin_hooks)")
+    describe(modules, entry_points)
 
-    found = describe_plugins(list(modules), entry_points)
-    for plugin in found["plugins"]:
-        if plugin["datasets"]:
-            raise ConfigError(f"plugin {plugin['module']!r} registers datasets ({', '.join(plugin['datasets'])}) "
-                              "but is loaded as an attack plugin: list it under a suite's 'dataset_plugins', "
-                              "or declare it under the 'leakbench.datasets' entry point group (dataset code "
-                              "runs beside the data, attack code only in the sandboxed attack worker)")
-    codes = _plugin_codes(found, modules, entry_points)
-    for data in found["attacks"]:
-        try:
-            name = data.get("name") if isinstance(data, dict) else None
-            if isinstance(name, str) and name in codes:
-                data = {**data, "code_hash": codes[name]}
-            ATTACKS.register(data["name"], (lambda cls: lambda: cls)(described_attack(data)), data["description"])
-        except DuplicateNameError as exc:
-            raise ConfigError(f"plugin: {exc} (a shipped attack or another plugin has that name)") from None
-        except (TypeError, KeyError, ValueError, AttributeError) as exc:  # the worker ran a plugin: its word is data
-            raise ConfigError(f"plugin: a malformed attack description ({type(exc).__name__}: {exc})") from None
-    for plugin in found["plugins"]:
+
+def note_described(plugins: list[dict[str, Any]]) -> None:
+    """Record plugins that a sandboxed attack worker described (each as `loaded_plugins` lists one)."""
+    for plugin in plugins:
         _LOADED.setdefault(plugin["module"], plugin)
-
-
-def _plugin_codes(found: dict[str, Any], modules: tuple[str, ...], entry_points: bool) -> dict[str, str]:
-    """Attack name → the hash of its plugin's files, computed here (`fingerprint.plugin_code`, without
-    importing the plugin), for the attacks the worker says a plugin registered when that plugin is one
-    the harness asked for (`modules`, the attack entry points' modules). An attack missing here keeps
-    the worker's hash: its plugin's files could not be found on this process's import path."""
-    from leakbench.harness.fingerprint import plugin_code
-
-    asked = set(modules) | ({point.value.partition(":")[0] for point in entry_points_of("attacks")}
-                            if entry_points else set())
-    codes: dict[str, str] = {}
-    for plugin in found["plugins"]:
-        module = plugin.get("module") if isinstance(plugin, dict) else None
-        if module in asked and isinstance(plugin.get("attacks"), list):
-            code = plugin_code(module)
-            codes.update({name: code for name in plugin["attacks"] if isinstance(name, str) and code})
-    return codes
 
 
 @lru_cache(maxsize=4)
@@ -232,15 +222,10 @@ def loaded_plugins() -> list[dict[str, Any]]:
 
 
 def _register(what: str, module: str, load: Callable[[], Any], dist: Distribution | None) -> None:
-    """Run `load` and note the attacks and datasets it registered; any failure is one ConfigError line."""
-    from leakbench.attacks import ATTACKS
-    from leakbench.datasets import DATASETS
-    from leakbench.fl.transform import TRANSFORMS
-    from leakbench.models import VICTIMS
-
-    registries: dict[str, Registry[Any]] = {"attacks": ATTACKS, "datasets": DATASETS, "defences": TRANSFORMS,
-                                            "victims": VICTIMS}
-    before = {kind: set(_names(registry, kind)) for kind, registry in registries.items()}
+    """Run `load` and note what it registered in each served registry (a registry served while `load` ran,
+    its module imported by the plugin: what it holds beyond its shipped entries); any failure is one
+    ConfigError line."""
+    before = {kind: set(_names(_SERVED[kind].registry, kind)) for kind in GROUPS if kind in _SERVED}
     try:
         load()
     except DuplicateNameError as exc:
@@ -253,8 +238,10 @@ def _register(what: str, module: str, load: Callable[[], Any], dist: Distributio
     name, ver = _distribution(module, dist)
     entry = _LOADED.setdefault(module, {"module": module, "distribution": name, "version": ver,
                                         "attacks": [], "datasets": []})
-    for kind, registry in registries.items():
-        added = sorted(set(_names(registry, kind)) - before[kind])
+    for kind in (kind for kind in GROUPS if kind in _SERVED):
+        served = _SERVED[kind]
+        now = _names(served.registry, kind) if kind in before else served.registry.registered()
+        added = sorted(set(now) - before.get(kind, served.shipped))
         if added or kind not in ("defences", "victims"):  # a plugin without defences or victims: recorded as before
             entry[kind] = entry.get(kind, []) + added
 
@@ -266,31 +253,16 @@ def _names(registry: Registry[Any], kind: str) -> list[str]:
 
 
 def _load_entry_point(point: EntryPoint, kind: str) -> None:
-    """Load one entry point: an Attack subclass or a dataset loader is registered; a module registers itself."""
-    from leakbench.attacks import ATTACKS, Attack, register_attack
-    from leakbench.datasets import DATASETS
-    from leakbench.fl.transform import TRANSFORMS, UpdateTransform, register_transform
-    from leakbench.models import VICTIMS, VictimFactory, register_victim
-
+    """Load one entry point: an object of the kind is registered (its registry's `admit`); a module
+    registers itself."""
+    served = _SERVED.get(kind)
+    if served is None:
+        raise LeakbenchError(f"the {kind} registry is not imported: its entry points cannot be registered")
     obj = point.load()
     if inspect.ismodule(obj):
         return
-    if kind == "attacks" and isinstance(obj, type) and issubclass(obj, Attack):
-        if obj.name not in ATTACKS.names() or ATTACKS.create(obj.name) is not obj:
-            register_attack(obj)
-    elif kind == "datasets" and callable(obj):
-        if point.name not in DATASETS.names() or DATASETS.entry(point.name).factory is not obj:
-            DATASETS.register(point.name, obj, (inspect.getdoc(obj) or point.name).splitlines()[0])
-    elif kind == "defences" and isinstance(obj, type) and issubclass(obj, UpdateTransform):
-        if obj.name not in TRANSFORMS.names() or TRANSFORMS.create(obj.name) is not obj:
-            register_transform(obj)
-    elif kind == "victims" and isinstance(obj, VictimFactory):
-        if point.name not in VICTIMS.registered():
-            register_victim(point.name, obj)
-    else:
-        wanted = {"attacks": "an Attack subclass", "datasets": "a loader", "defences": "an UpdateTransform subclass",
-                  "victims": "a VictimFactory"}
-        raise ConfigError(f"{point.value} is neither a module nor {wanted[kind]}")
+    if not served.admit(point.name, obj):
+        raise ConfigError(f"{point.value} is neither a module nor {served.wanted}")
 
 
 def _distribution(module: str, dist: Distribution | None) -> tuple[str | None, str | None]:

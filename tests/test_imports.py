@@ -3,7 +3,8 @@
 Reporting reads stored runs through `leakbench.records` only: it never loads an attack nor the harness runner.
 `core/` imports nothing else from leakbench and holds no registry's contents; `cell/` imports only core,
 fl, models and datasets; `records/` only core, cell, metrics and datasets; `fl/`, `models/` and `attacks/`
-never import `harness/`.
+never import `harness/`; the plugin loader (`leakbench.plugins`) imports only core. The module knot (modules
+that import each other, `benchmarks/import_knot.py`) stays at most `KNOT_BOUND` modules.
 
 Checked twice: in a fresh interpreter (what importing the modules really loads, through every chain of
 imports) and statically (no file of a layer names a module outside its rule, not even in a function body
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTING = ROOT / "leakbench" / "reporting"
@@ -184,3 +186,68 @@ def test_the_layer_check_resolves_relative_imports() -> None:
         "leakbench.core.errors", "leakbench.core.errors.ConfigError"]
     assert imported_names(ast.parse("from .spec import CellSpec\n"), "leakbench.cell", package=True) == [
         "leakbench.cell.spec", "leakbench.cell.spec.CellSpec"]
+
+
+# --------------------------------------------------------------------------- the module knot
+
+KNOT_BOUND = 2
+"""The most modules one strongly connected component of the import graph (lazy imports included) may hold:
+42 at afdbe90, 41 once the layers moved, 2 after issue 42's inversion of the plugin loader (`attacks.spear.guided`
+and `attacks.spear.residual`, the first for a type annotation only)."""
+
+
+def largest_knot(root: Path = ROOT) -> list[str]:
+    """The largest knot of the checkout `root` (`benchmarks/import_knot.py`), its modules sorted."""
+    knot = load_benchmark("import_knot")
+    return max((c for c in knot.components(knot.graph(root)) if len(c) > 1), key=len, default=[])
+
+
+def test_the_module_knot_stays_small() -> None:
+    found = largest_knot()
+    assert len(found) <= KNOT_BOUND, found
+
+
+def test_the_knot_finder_sees_a_lazy_cycle(tmp_path: Path) -> None:
+    """Two modules that import each other, one of them only inside a function body, are one knot."""
+    package = tmp_path / "leakbench"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from leakbench.b import g\n")
+    (package / "b.py").write_text("def g():\n    from leakbench import a\n")
+    assert largest_knot(tmp_path) == ["leakbench.a", "leakbench.b"]
+
+
+def test_the_plugin_loader_imports_only_core() -> None:
+    """Registries hand themselves to the loader (`plugins.serve`) and the package root installs how attack
+    plugins are described (`core.plugin_hooks`): the loader imports no registry and nothing of the harness."""
+    found = [name for name in file_imports("leakbench.plugins", ROOT / "leakbench" / "plugins.py")
+             if within(name, ("leakbench",)) and not within(name, ("leakbench.core",))]
+    assert found == []
+
+
+LATE_VICTIM = '''"""A victim plugin that is the first to import leakbench.models."""
+from leakbench.models import register_victim
+from leakbench.models.outside import VictimFactory
+
+
+def build(input_shape, num_classes, *, width, depth, seed=0, dtype=None):
+    raise NotImplementedError
+
+
+register_victim("late-victim", VictimFactory(build=build, linear_layers=("1",)))
+'''
+
+
+def test_a_plugin_that_imports_a_registry_first_is_credited_with_its_own_names(tmp_path: Path) -> None:
+    """A registry served while a plugin loads (its module imported by the plugin, not before): the plugin is
+    credited with what it registered, not with the shipped entries (`plugins.serve` notes those)."""
+    (tmp_path / "late_victim.py").write_text(LATE_VICTIM)
+    code = ("import json, sys; from leakbench import plugins; before = 'leakbench.models' in sys.modules; "
+            "plugins.load_client_plugin('late_victim'); print(json.dumps([before, plugins.loaded_plugins()]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         check=True, env={"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin",
+                                          "OMP_NUM_THREADS": "1"})
+    before, loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert before is False
+    assert loaded == [{"module": "late_victim", "distribution": None, "version": None, "attacks": [], "datasets": [],
+                       "victims": ["late-victim"]}]

@@ -1,61 +1,32 @@
-"""Attacks, one registry. `create_attack(name, **hyperparameters)` builds a configured attack."""
+"""Attacks, one registry. `create_attack(name, **hyperparameters)` builds a configured attack.
+
+The registry and its functions live in `leakbench.attacks.registry`; importing this package registers
+the shipped attacks and hands the registry to the plugin loader (`leakbench.plugins.serve`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import fields, is_dataclass
-from typing import Any
-
 from leakbench.attacks.base import Attack, Reconstruction, Requirements
-from leakbench.core.errors import ConfigError
-from leakbench.core.registry import Registry
-from leakbench.core.settings import build_config
-from leakbench.plugins import load_attack_plugins
-
-ATTACKS: Registry[type[Attack]] = Registry("attack", on_first_use=load_attack_plugins)  # entry-point plugins
-
-
-def register_attack(cls: type[Attack]) -> type[Attack]:
-    """Class decorator: register `cls` under `cls.name` (a duplicate name, or a Config that is not a
-    dataclass, raises a ConfigError: plugins register through here too)."""
-    if not is_dataclass(getattr(cls, "Config", None)):
-        raise ConfigError(f"attack {getattr(cls, 'name', cls.__name__)!r}: its Config must be a dataclass "
-                          "(fields with defaults, documented in its docstring)")
-    ATTACKS.register(cls.name, lambda: cls, cls.description)
-    return cls
-
-
-def attack_class(name: str) -> type[Attack]:
-    return ATTACKS.create(name)
-
-
-def create_attack(name: str, **hyperparameters: Any) -> Attack:
-    """Build attack `name` with its Config defaults overridden by `hyperparameters`."""
-    cls = attack_class(name)
-    return cls(build_config(cls.Config, hyperparameters))
-
-
-def attack_budget(name: str, hyperparameters: dict[str, Any]) -> str:
-    """The budget of attack `name` as stored in a record (its full hyperparameters), in words;
-    '' when the attack is not registered here (a plugin not installed) or the values do not fit.
-    A stored field this version's Config no longer has (a record older than a knob's removal) is left
-    out, so old records keep their budget."""
-    try:
-        cls = attack_class(name)
-        known = {f.name for f in fields(cls.Config)}
-        return cls(build_config(cls.Config, {k: v for k, v in hyperparameters.items() if k in known})).budget()
-    except (ConfigError, TypeError, ValueError):
-        return ""
-
-
-def list_attacks() -> list[tuple[str, str]]:
-    return [(e.name, e.description) for e in ATTACKS.entries()]
-
-
-from leakbench.attacks import adaptive as _adaptive  # noqa: E402,F401  (ig-masked, dlg-masked)
-from leakbench.attacks import cpa as _cpa  # noqa: E402,F401
-from leakbench.attacks import gradient_matching as _gradient_matching  # noqa: E402,F401
-from leakbench.attacks import presets as _presets  # noqa: E402,F401  (cpa-released, ig-breaching)
-from leakbench.attacks import spear as _spear  # noqa: E402,F401  (registers on import)
+from leakbench.attacks.registry import (
+    ATTACKS,
+    admit_attack,
+    attack_budget,
+    attack_class,
+    create_attack,
+    list_attacks,
+    register_attack,
+)
+from leakbench.core.settings import build_config  # noqa: F401  (re-exported: `from leakbench.attacks import build_config`)
+from leakbench.plugins import serve
 
 __all__ = ["ATTACKS", "Attack", "Reconstruction", "Requirements", "attack_budget", "attack_class", "create_attack",
            "list_attacks", "register_attack"]
+
+# The shipped attacks register on import (after the names above: `attacks.spear` imports them from here).
+from leakbench.attacks import adaptive as _adaptive  # noqa: F401  (ig-masked, dlg-masked)
+from leakbench.attacks import cpa as _cpa  # noqa: F401
+from leakbench.attacks import gradient_matching as _gradient_matching  # noqa: F401
+from leakbench.attacks import presets as _presets  # noqa: F401  (cpa-released, ig-breaching)
+from leakbench.attacks import spear as _spear  # noqa: F401  (registers on import)
+
+serve("attacks", ATTACKS, admit_attack, "an Attack subclass")  # the shipped attacks are in

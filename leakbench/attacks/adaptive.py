@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 
-from leakbench.attacks import register_attack
 from leakbench.attacks.gradient_matching import DeepLeakageAttack, InvertingGradientsAttack
+from leakbench.attacks.registry import register_attack
 from leakbench.fl.update import ClientUpdate
 
 ZEROING = ("prune", "soteria")

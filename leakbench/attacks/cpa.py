@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from leakbench.attacks import register_attack
 from leakbench.attacks.base import Attack, Checkpoints, Reconstruction, Requirements
+from leakbench.attacks.registry import register_attack
 from leakbench.core.citation import Citation
 from leakbench.core.errors import ConfigError
 from leakbench.core.limits import MAX_DEPTH

@@ -21,10 +21,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from leakbench.attacks import register_attack
 from leakbench.attacks.base import Attack, Checkpoints, ConfigT, Reconstruction, Requirements
 from leakbench.attacks.cpa import total_variation
 from leakbench.attacks.labels import STRATEGIES, find_last_layer, recover_labels
+from leakbench.attacks.registry import register_attack
 from leakbench.core.citation import Citation
 from leakbench.core.errors import ConfigError
 from leakbench.core.ranges import MAX_LR, MAX_STEPS, MAX_WEIGHT, Ranged, chosen, ranged

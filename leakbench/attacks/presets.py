@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any
 
-from leakbench.attacks import register_attack
 from leakbench.attacks.base import Attack
 from leakbench.attacks.cpa import CPAAttack
 from leakbench.attacks.gradient_matching import InvertingGradientsAttack
+from leakbench.attacks.registry import register_attack
 from leakbench.core.errors import ConfigError
 
 

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from leakbench.core.errors import DatasetError
-from leakbench.core.registry import Registry
 from leakbench.datasets.base import Batch, ImageDataset, Partition, partition, sample_batch
-from leakbench.plugins import load_dataset_plugins
-
-DATASETS: Registry[ImageDataset] = Registry("dataset", on_first_use=load_dataset_plugins)  # entry-point plugins
-FINGERPRINTS: dict[str, Callable[[Path], str]] = {}
-"""Per dataset whose data root is a user's own folder (`imagefolder`), how to fingerprint the files it
-serves from a root without loading it (what its `ImageDataset.fingerprint` says once loaded)."""
+from leakbench.datasets.registry import DATASETS, FINGERPRINTS
+from leakbench.plugins import serve
 
 
 def data_fingerprint(name: str, data_root: Path | str | None) -> str | None:
@@ -50,8 +44,22 @@ def describe_dataset(name: str) -> list[str]:
     return [f"{entry.name}: {entry.description}", "", inspect.getdoc(entry.factory) or ""]
 
 
+def _admit(name: str, obj: object) -> bool:
+    """A dataset entry point's object (`leakbench.plugins`): a loader (any callable) is registered under
+    the entry point's name (unless it is registered already), its docstring's first line its description."""
+    import inspect
+
+    if not callable(obj):
+        return False
+    if name not in DATASETS.names() or DATASETS.entry(name).factory is not obj:
+        DATASETS.register(name, obj, (inspect.getdoc(obj) or name).splitlines()[0])
+    return True
+
+
 # Loaders register themselves on import.
 from leakbench.datasets import loaders as _loaders  # noqa: E402,F401
+
+serve("datasets", DATASETS, _admit, "a loader")  # the shipped loaders are in
 
 __all__ = [
     "DATASETS",

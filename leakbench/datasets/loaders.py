@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from PIL import Image
 
 from leakbench.core.errors import DatasetError
-from leakbench.datasets import DATASETS, FINGERPRINTS
 from leakbench.datasets.base import ImageDataset
+from leakbench.datasets.registry import DATASETS, FINGERPRINTS
 
 DEFAULT_CACHE_ROOT = Path.home() / ".cache" / "leakbench" / "data"
 """Where `mnist` and `cifar10` download to when no `data_root` is given."""

@@ -15,7 +15,11 @@ from leakbench.fl.quantise import QuantiseConfig
 from leakbench.fl.secagg import SecAggConfig
 from leakbench.fl.soteria import SoteriaConfig
 from leakbench.fl.transform import TRANSFORMS, Client, UpdateTransform, client_update, register_transform
+from leakbench.fl.transform import admit_transform as _admit
 from leakbench.fl.update import ClientUpdate, ThreatModel, fedsgd_update
+from leakbench.plugins import serve
+
+serve("defences", TRANSFORMS, _admit, "an UpdateTransform subclass")  # the shipped transforms are in
 
 __all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "MixUpConfig", "NoiseConfig",
            "PrecodeConfig", "PruneConfig", "QuantiseConfig", "SecAggConfig", "SoteriaConfig", "ThreatModel",

@@ -138,6 +138,16 @@ def register_transform(cls: type[UpdateTransform]) -> type[UpdateTransform]:
     return cls
 
 
+def admit_transform(name: str, obj: object) -> bool:
+    """A defence entry point's object (`leakbench.plugins`): an UpdateTransform subclass is registered
+    under its own `name` (unless it is registered already); anything else is not a defence."""
+    if not (isinstance(obj, type) and issubclass(obj, UpdateTransform)):
+        return False
+    if obj.name not in TRANSFORMS.names() or TRANSFORMS.create(obj.name) is not obj:
+        register_transform(obj)
+    return True
+
+
 def list_transforms() -> list[tuple[str, str]]:
     """(name, description) of every update transform: the clients, then the defences (`leakbench list defences`)."""
     entries = TRANSFORMS.entries()

@@ -292,7 +292,7 @@ class AttackWorker:
         return output
 
     def describe(self, modules: list[str], entry_points: bool, hidden: list[Path]) -> dict[str, Any]:
-        """The attack plugins (`leakbench.plugins.described_plugins`), imported and described in the sandbox;
+        """The attack plugins (`leakbench.harness.job.described_plugins`), imported and described in the sandbox;
         a ConfigError (one line) when the worker could not describe them or its reply is refused."""
         from leakbench.core.errors import ConfigError
         from leakbench.harness.replies import DESCRIBE_SECONDS, OutOfTime, ReplyRefused
@@ -578,10 +578,8 @@ def search_path() -> list[str]:
 
 
 def leakbench_root() -> str:
-    """The folder that holds the `leakbench` package this process runs."""
-    import leakbench
-
-    return str(Path(leakbench.__file__).resolve().parents[1])
+    """The folder that holds the `leakbench` package this process runs (this file is leakbench/harness/isolation.py)."""
+    return str(Path(__file__).resolve().parents[2])
 
 
 def worker_pythonpath() -> str:
@@ -710,7 +708,8 @@ def _answer(send: Connection, receive: Connection, attack_cell: Any, attack_prog
     """Answer the request that arrives on `receive` (run a cell, or describe the attack plugins); send
     the header (JSON) and arrays (.npz) on `send`."""
     from leakbench.core.errors import LeakbenchError
-    from leakbench.plugins import described_plugins, enter_attack_worker
+    from leakbench.harness.job import described_plugins
+    from leakbench.plugins import enter_attack_worker
 
     enter_attack_worker()  # plugin attacks are imported here, never in the harness
     request = pickle.loads(receive.recv_bytes())

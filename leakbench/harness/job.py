@@ -4,7 +4,8 @@ An `AttackJob` names the attack, its hyperparameters, the attacked layer, the at
 feature-inversion settings, and nothing else: no dataset name, data root, batch indices or the
 seed that chose the batch. The attack's seed is derived from the cell id (`cell.seeds.attack_seed`), so an
 attack cannot re-draw the batch from the seed it is handed. `attack_cell(job, update)` is what
-the isolated attack worker (`leakbench.harness.isolation`) runs; it needs nothing from the client.
+the isolated attack worker (`leakbench.harness.isolation`) runs; it needs nothing from the client. The
+worker's other task, `described_plugins`, imports the attack plugins and describes them for the harness.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from leakbench.core.inversion import InversionConfig
 from leakbench.core.settings import build_config
 from leakbench.fl import ClientUpdate
 from leakbench.fl.update import client_view
-from leakbench.plugins import load_plugin
+from leakbench.plugins import load_in_attack_worker, load_plugin, loaded_plugins
 from leakbench.records.artifacts import AttackOutput
 
 
@@ -124,6 +125,22 @@ def attack_cell(job: AttackJob, update: ClientUpdate) -> AttackOutput:
         output.inverted = invert_features(model, recon.features, recon.layer or job.layer, inversion, seed=job.seed)
         recon.stats["inversion_seconds"] = time.perf_counter() - start
     return output
+
+
+def described_plugins(modules: list[str], entry_points: bool) -> dict[str, Any]:
+    """In the attack worker: import the attack entry points (when `entry_points`) and `modules`, then
+    describe what they registered as JSON data: {"plugins": [...], "attacks": [...]}
+    (`leakbench.attacks.described`; the harness registers stand-ins from it: `harness.attack_plugins`)."""
+    from leakbench.attacks.described import describe
+
+    load_in_attack_worker(modules, entry_points)
+    from leakbench.harness.fingerprint import attack_code
+
+    plugins = loaded_plugins()
+    names = sorted({name for p in plugins for name in p["attacks"]})
+    return {"plugins": plugins,
+            "attacks": [{**describe(attack_class(name)), "code_hash": attack_code(attack_class(name))}
+                        for name in names]}
 
 
 def _reconstruct(attack: Attack, update: ClientUpdate, seed: int) -> Reconstruction:

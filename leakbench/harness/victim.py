@@ -17,8 +17,9 @@ from leakbench.fl.fedavg import FedAvg
 from leakbench.fl.secagg import SecAgg
 from leakbench.fl.transform import FedSGD
 from leakbench.models import ImageVictim, build_model
+from leakbench.models.base import VictimInfo
 from leakbench.models.training import UpdateRule
-from leakbench.models.victims import AT_INIT, VictimInfo, trained_victim
+from leakbench.models.victims import AT_INIT, trained_victim
 
 
 def load_batch(spec: CellSpec) -> Batch:

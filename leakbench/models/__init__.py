@@ -19,7 +19,7 @@ from leakbench.models.conv import ConvNet, build_conv
 from leakbench.models.fc import FCNet, build_fc
 from leakbench.models.outside import PluginVictim, VictimFactory
 from leakbench.models.resnet import ResNet, build_resnet
-from leakbench.plugins import load_victim_plugins
+from leakbench.plugins import load_victim_plugins, serve
 
 Builder = Callable[..., ImageVictim]
 """(input_shape, num_classes, *, width, depth, seed, dtype) → the victim, its init drawn from `seed`."""
@@ -105,6 +105,18 @@ def default_depth(arch: str) -> int:
     """The depth of a victim whose suite gives none: 6 for fc, 3 for conv and resnet."""
     return architecture(arch).default_depth
 
+
+def _admit(name: str, obj: object) -> bool:
+    """A victim entry point's object (`leakbench.plugins`): a VictimFactory is registered under the entry
+    point's name (unless a victim is registered as that already); anything else is not a victim."""
+    if not isinstance(obj, VictimFactory):
+        return False
+    if name not in VICTIMS.registered():
+        register_victim(name, obj)
+    return True
+
+
+serve("victims", VICTIMS, _admit, "a VictimFactory")  # the shipped architectures are in
 
 __all__ = ["VICTIMS", "Architecture", "ConvNet", "FCNet", "ImageVictim", "PluginVictim", "ResNet", "VictimFactory",
            "arch_names", "architecture", "build_conv", "build_fc", "build_model", "build_resnet", "default_depth",

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 from torch import nn
-
-if TYPE_CHECKING:
-    from leakbench.models.victims import VictimInfo
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -20,6 +18,18 @@ class Layered(Protocol):
     depth: int
 
     def layer_param_names(self, layer: int) -> tuple[str, str]: ...
+
+
+@dataclass(frozen=True)
+class VictimInfo:
+    """What a victim's training gave: epochs, top-1 accuracies on the train and test parts, the cache
+    hash ("" at init; accuracies NaN there, nothing was measured) and whether this call trained it."""
+
+    train_epochs: int
+    train_accuracy: float
+    test_accuracy: float
+    victim_hash: str
+    trained_now: bool = False
 
 
 class ImageVictim(nn.Module):

@@ -15,7 +15,6 @@ import json
 import os
 import tempfile
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,24 +22,13 @@ import torch
 from torch import nn
 
 from leakbench.core.errors import LeakbenchWarning
+from leakbench.models.base import VictimInfo
 from leakbench.models.training import TrainRecipe, UpdateRule, accuracy, train
 
 CACHE_ENV = "LEAKBENCH_VICTIM_CACHE"
 DEFAULT_CACHE = Path.home() / ".cache" / "leakbench" / "victims"
 FORMAT = 1
 """Version of the cache key and file layout (part of the hash)."""
-
-
-@dataclass(frozen=True)
-class VictimInfo:
-    """What a victim's training gave: epochs, top-1 accuracies on the train and test parts, the cache
-    hash ("" at init; accuracies NaN there, nothing was measured) and whether this call trained it."""
-
-    train_epochs: int
-    train_accuracy: float
-    test_accuracy: float
-    victim_hash: str
-    trained_now: bool = False
 
 
 AT_INIT = VictimInfo(0, float("nan"), float("nan"), "")

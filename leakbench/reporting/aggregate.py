@@ -10,7 +10,7 @@ as incomplete, never as failed. PSNR mean ± std is over finite values (∞ = bi
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -166,6 +166,15 @@ def model_order(cells: pd.DataFrame) -> list[str]:
     keys = [c for c in ("arch", "depth", "width", "train_epochs") if c in cells]
     return list(cells.assign(**{c: cells[c].fillna(0) for c in keys if c == "train_epochs"})
                 .sort_values(keys).drop_duplicates("model")["model"])
+
+
+def board_order_key(cells: pd.DataFrame) -> Callable[[Key], tuple[Any, ...]]:
+    """Sort key of tables keyed (dataset, model, then anything) over `cells`: dataset, victim (`model_order`),
+    then the rest in `order.level_sorter` order (stored updates by their values, numbers numerically,
+    'none' first)."""
+    rank = {m: i for i, m in enumerate(model_order(cells))}
+    order = level_sorter(cells)
+    return lambda key: (key[0], rank[key[1]], *[order(k) for k in key[2:]])
 
 
 def fmt(value: float | None, digits: int = 1) -> str:

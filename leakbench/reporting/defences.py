@@ -15,14 +15,25 @@ then highest PSNR median), over every attack and attacked layer of the board.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from leakbench.core.citation import Papers
-from leakbench.reporting.aggregate import PSNR_CAP, all_exact, fmt, grouped, key_values, model_order, psnr_text
+from leakbench.core.citation import Citation, Papers
+from leakbench.records.labels import update_steps
+from leakbench.reporting.aggregate import (
+    PSNR_CAP,
+    all_exact,
+    board_order_key,
+    fmt,
+    grouped,
+    key_values,
+    model_order,
+    psnr_text,
+)
 from leakbench.reporting.board_page import Board, Column, Entry, anchor, number, paper_entry
 from leakbench.reporting.leakage import leakage_key, leakage_stats, shown_exact
 from leakbench.reporting.order import NONE, defence_levels, level_sorter
@@ -158,12 +169,22 @@ RANKING_BOARD = ["dataset", "model", "batch_size"]
 """What one defence ranking of the leaderboard holds fixed (whatever run the cells come from)."""
 
 
+def level_papers(level: str, cells: pd.DataFrame, papers: Papers) -> list[tuple[str, Citation]]:
+    """The papers of the update transforms of a defence level's `cells`, each once, in the order they run
+    (a leading FedSGD, which the level does not name, left out), found by the transform names their stored
+    updates list (`records.labels`); transforms without a paper in `papers` give none. Only for cells stored
+    without their update: the names that start the parts of its label ('DP σ=1 C=1 + prune p=0.5' → dp, prune)."""
+    stored = [steps for steps in map(update_steps, cells["update"] if "update" in cells else ()) if steps]
+    names = [name for steps in stored for i, (name, _) in enumerate(steps) if i or name != "fedsgd"]
+    if not stored:  # cells stored before `update`
+        names = [part.split(" ")[0].lower() for part in re.split(r" \+ | · ", level)]
+    return [(name, papers.defences[name]) for name in dict.fromkeys(names) if name in papers.defences]
+
+
 def defence_ranking(records: pd.DataFrame, cells: pd.DataFrame, papers: Papers | None = None) -> list[Board]:
     """The leaderboard's view "Defences ranked": per dataset, victim and batch size with a defended level,
     the defence levels ranked by how much they cut the leakage of the strongest attack against the
     undefended client (`cells` with `model`, `client` and `suite`, as the leaderboard loads them)."""
-    from leakbench.reporting.leaderboard import board_order_key
-
     levels = defence_levels(cells)
     boards = []
     order = board_order_key(cells)
@@ -191,8 +212,6 @@ def _strongest(records: pd.DataFrame, cells: pd.DataFrame) -> tuple[tuple[str, i
 def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, ...], papers: Papers) -> Board:
     """One board of the defence ranking: its levels ranked by the strongest undefended attack's leakage
     under them, then the worst leakage of any attack, then accuracy cost (unknown last), then label."""
-    from leakbench.reporting.leaderboard import level_papers
-
     dataset, model, b = board
     undefended = cells[cells["level"] == NONE]
     strongest = _strongest(records, undefended)

@@ -15,21 +15,21 @@ order on disk or host); wall-clock seconds go to a separate file.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from leakbench.core.citation import Citation, Papers
+from leakbench.core.citation import Papers
 from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.records.atomic import write_text_atomic
-from leakbench.records.labels import stored_papers, update_steps
+from leakbench.records.labels import stored_papers
 from leakbench.records.runs import read_run
 from leakbench.reporting.aggregate import (
     INCOMPLETE_NOTE,
     Key,
+    board_order_key,
     cells_note,
     epsilon_labels,
     fmt,
@@ -37,7 +37,6 @@ from leakbench.reporting.aggregate import (
     incomplete_cells,
     incomplete_text,
     key_values,
-    model_order,
     with_model,
 )
 from leakbench.reporting.board_page import (
@@ -53,9 +52,9 @@ from leakbench.reporting.board_page import (
     text,
 )
 from leakbench.reporting.compare import grid_name
-from leakbench.reporting.defences import defence_ranking, psnr_entry
+from leakbench.reporting.defences import defence_ranking, level_papers, psnr_entry
 from leakbench.reporting.leakage import leakage_stats, shown_exact, shown_median
-from leakbench.reporting.order import defence_levels, level_sorter
+from leakbench.reporting.order import defence_levels
 from leakbench.reporting.palette import colour
 from leakbench.reporting.pivot import not_isolated, ranks
 from leakbench.reporting.render import Table, markdown
@@ -117,18 +116,6 @@ def _check_columns(run: Path, cells: pd.DataFrame, records: pd.DataFrame) -> Non
 
 
 # --------------------------------------------------------------------------- papers
-
-def level_papers(level: str, cells: pd.DataFrame, papers: Papers) -> list[tuple[str, Citation]]:
-    """The papers of the update transforms of a defence level's `cells`, each once, in the order they run
-    (a leading FedSGD, which the level does not name, left out), found by the transform names their stored
-    updates list (`records.labels`); transforms without a paper in `papers` give none. Only for cells stored
-    without their update: the names that start the parts of its label ('DP σ=1 C=1 + prune p=0.5' → dp, prune)."""
-    stored = [steps for steps in map(update_steps, cells["update"] if "update" in cells else ()) if steps]
-    names = [name for steps in stored for i, (name, _) in enumerate(steps) if i or name != "fedsgd"]
-    if not stored:  # cells stored before `update`
-        names = [part.split(" ")[0].lower() for part in re.split(r" \+ | · ", level)]
-    return [(name, papers.defences[name]) for name in dict.fromkeys(names) if name in papers.defences]
-
 
 def with_stored_papers(cells: pd.DataFrame, papers: Papers) -> Papers:
     """`papers` and, for every attack and transform it lacks, the paper the cells stored when they ran
@@ -248,15 +235,6 @@ def _grid(cells: pd.DataFrame, reports: Path | None, board: Key, b: int, attack:
     name = grid_name(dataset, model, b, layer, first["dp"], first["client"], first["seed"])
     target = f"{first['suite']}/grids/{name}"
     return target if (reports / target).is_file() else None
-
-
-def board_order_key(cells: pd.DataFrame) -> Callable[[Key], tuple[Any, ...]]:
-    """Sort key of tables keyed (dataset, model, then anything) over `cells`: dataset, victim (`model_order`),
-    then the rest in `order.level_sorter` order (stored updates by their values, numbers numerically,
-    'none' first)."""
-    rank = {m: i for i, m in enumerate(model_order(cells))}
-    order = level_sorter(cells)
-    return lambda key: (key[0], rank[key[1]], *[order(k) for k in key[2:]])
 
 
 def board_order(cells: pd.DataFrame) -> list[Key]:

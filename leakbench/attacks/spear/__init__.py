@@ -79,7 +79,7 @@ acceptance.py (which fits are kept), rowspace.py (fits in the missing samples' r
 batch's completion and verification), scheduler.py (which proposal source runs when).
 """
 
-from leakbench.attacks import register_attack
+from leakbench.attacks.registry import register_attack
 from leakbench.attacks.spear.attack import SpearAttack, SpearConfig, SpearPaperAttack, SpearPaperConfig
 from leakbench.attacks.spear.dl_attack import SpearDLAttack, SpearDLConfig
 from leakbench.attacks.spear.guided_attack import GuidedSpearAttack, GuidedSpearConfig

@@ -76,7 +76,7 @@ class GuidedSpearAttack(DeflatedSpear[GuidedSpearConfig]):
 
         Public so that a benchmark can measure the guide's quality, or substitute a controlled guide.
         """
-        from leakbench.attacks import create_attack  # the registry imports this module
+        from leakbench.attacks.registry import create_attack
 
         cfg = self.config
         rec: Reconstruction = create_attack(cfg.guide, **guide_options(cfg)).reconstruct(update, seed=seed)
@@ -92,7 +92,7 @@ class GuidedSpearAttack(DeflatedSpear[GuidedSpearConfig]):
 
 def guide_options(cfg: GuidedSpearConfig) -> dict[str, Any]:
     """The guide attack's hyperparameters: `guide_options`, its `layer` set to SPEAR's, CPA's prefilter default."""
-    from leakbench.attacks import attack_class  # the registry imports this module
+    from leakbench.attacks.registry import attack_class
 
     options = dict(cfg.guide_options)
     if attack_class(cfg.guide).layered:
@@ -105,7 +105,7 @@ def guide_options(cfg: GuidedSpearConfig) -> dict[str, Any]:
 def check_guide(cfg: GuidedSpearConfig) -> None:
     """Refuse, when the config is built (so at parse time), a guide that is not a registered attack, and
     guide_options that are not a table or that the guide's own Config refuses (unknown keys, wrong types)."""
-    from leakbench.attacks import attack_class  # the registry imports this module
+    from leakbench.attacks.registry import attack_class
     from leakbench.core.settings import build_config
 
     if not isinstance(cfg.guide, str):
