@@ -143,18 +143,19 @@ def with_model(cells: pd.DataFrame) -> pd.DataFrame:
     # a trained victim is another model (and other batches): its own tables, grids
     epochs = cells["train_epochs"].fillna(0).astype(int) if "train_epochs" in cells else pd.Series(0, index=cells.index)
     stored = cells["victim"].fillna("") if "victim" in cells else pd.Series("", index=cells.index)
-    cells["model"] = [name if isinstance(name, str) and name else _victim_label(*victim)
-                      for name, *victim in zip(stored, cells["arch"], cells["depth"], cells["width"], epochs,
-                                               strict=True)]
+    cells["model"] = [victim_name(*victim) for victim in zip(stored, cells["arch"], cells["depth"], cells["width"],
+                                                             epochs, strict=True)]
     return cells
 
 
-def _victim_label(arch: str, depth: int, width: int, epochs: int) -> str:
-    """The name of a victim of a cell stored without one (before `records.labels`): the registry's
-    (`models.victim_label`) when it knows the architecture, else the architecture's own name."""
+def victim_name(stored: object, arch: str, depth: int, width: int, epochs: int) -> str:
+    """A cell's victim name: the one it `stored` when it ran (`records.labels`); for a cell stored without one,
+    the registry's (`models.victim_label`) when it knows the architecture, else the architecture's own name."""
     from leakbench.core.errors import ConfigError
     from leakbench.models import victim_label
 
+    if isinstance(stored, str) and stored:
+        return stored
     try:
         return victim_label(arch, depth, width, epochs)
     except ConfigError:
