@@ -77,6 +77,7 @@ class MaskedInvertingGradients(InvertingGradientsAttack):
     form, not published): cosine distance restricted to those entries, everything else as `ig`."""
 
     name = "ig-masked"
+    adapts_to = frozenset(ZEROING)
     description = ("Inverting Gradients restricted to the entries a pruning defence left non-zero "
                    "(leakbench's adaptive form, not published)")
 
@@ -90,6 +91,7 @@ class MaskedDeepLeakage(DeepLeakageAttack):
     adaptive form, not published): L2 distance restricted to those entries, everything else as `dlg`."""
 
     name = "dlg-masked"
+    adapts_to = frozenset(ZEROING)
     description = ("Deep Leakage from Gradients restricted to the entries a pruning defence left non-zero "
                    "(leakbench's adaptive form, not published)")
 

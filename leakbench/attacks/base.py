@@ -75,6 +75,10 @@ class Attack(ABC, Generic[ConfigT]):
     """The paper it comes from (`leakbench.citation`): leaderboards link its name there; None: no link."""
     layered: ClassVar[bool] = False
     """Whether the attack has a layer setting (a `layer` field of its Config): set by `__init_subclass__`."""
+    adapts_to: ClassVar[frozenset[str]] = frozenset()
+    """The defences (update-transform names, `leakbench.fl.transform`) this attack adapts to when the threat
+    model grants it the defence (`ThreatModel.defence_known`): against those, its result is an adaptive
+    evaluation of the defence (issue 43). Empty: it attacks every update the same way."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Derive the capabilities of a class that defines its own Config (others inherit them)."""
