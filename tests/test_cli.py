@@ -431,7 +431,7 @@ def test_paper_suites_parse() -> None:
     matrix = load_suite(shipped_suite("paper/defences")).cells  # 5 attacks × 25 levels × 2 victims
     assert len(matrix) == 250 and {c.train_epochs for c in matrix} == {0, 1}
     levels = {tuple(d.name for d in c.defences) for c in matrix}
-    assert {name for level in levels for name in level} >= {"prune", "quantise", "soteria", "precode"}
+    assert {name for level in levels for name in level} >= {"prune", "qsgd", "soteria", "precode"}
     dl = load_suite(shipped_suite("paper/spear-dl")).cells
     assert sorted({c.batch_size for c in dl}) == [25, 50, 100, 200]
     assert {c.width for c in dl} == {2000} and {c.attack for c in dl} == {"spear-dl", "spear-guided"}

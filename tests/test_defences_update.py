@@ -15,12 +15,13 @@ from leakbench.cell.spec import CellSpec, cell_columns, cell_id, cell_settings, 
 from leakbench.cli import main
 from leakbench.core.errors import ConfigError
 from leakbench.core.settings import build_config
+from leakbench.datasets.base import Batch
 from leakbench.fl import Client, ClientUpdate, DPConfig, ThreatModel, client_update
 from leakbench.fl.dp import clip_and_noise, dp_columns
 from leakbench.fl.noise import Noise, NoiseConfig
 from leakbench.fl.prune import Prune, PruneConfig
-from leakbench.fl.quantise import Quantise, QuantiseConfig
-from leakbench.fl.soteria import Soteria, SoteriaConfig, feature_scores
+from leakbench.fl.quantise import QuantiseConfig, UniformQuantise
+from leakbench.fl.soteria import Soteria, SoteriaConfig, SoteriaFirst, SoteriaFirstConfig, feature_scores, soteria_mask
 from leakbench.fl.transform import DefenceSetting, FedSGD, UpdateTransform
 from leakbench.harness.suite import load_suite
 from leakbench.harness.victim import victim
@@ -66,7 +67,7 @@ def test_prune_breaks_ties_by_position() -> None:
 
 @pytest.mark.parametrize("bits", [1, 2, 4])
 def test_stochastic_quantisation_uses_at_most_2_to_the_bits_levels(client: Client, bits: int) -> None:
-    plain, q = _defended(client), _defended(client, Quantise(QuantiseConfig(bits=bits)))
+    plain, q = _defended(client), _defended(client, UniformQuantise(QuantiseConfig(bits=bits)))
     for name, g in plain.gradients.items():
         levels = torch.unique(q.gradients[name])
         assert 1 < levels.numel() <= 2**bits
@@ -85,24 +86,25 @@ def test_stochastic_rounding_is_unbiased() -> None:
 
 
 def test_sign_compression_shares_signs(client: Client) -> None:
-    plain, q = _defended(client), _defended(client, Quantise(QuantiseConfig(mode="sign")))
+    plain, q = _defended(client), _defended(client, UniformQuantise(QuantiseConfig(mode="sign")))
     for name, g in plain.gradients.items():
         assert torch.equal(q.gradients[name], torch.sign(g))
-    assert Quantise(QuantiseConfig(mode="sign")).label() == "quantise sign"
+    assert UniformQuantise(QuantiseConfig(mode="sign")).label() == "uniform-quantise sign"
 
 
 # --------------------------------------------------------------------------- Soteria
 
 
 def _slow_scores(model: Any, images: torch.Tensor, layer: int) -> torch.Tensor:
-    """The released code's loop: one backward pass per feature."""
+    """The released code's loop (`GS_attack/reconstruct_image.py`): one backward pass per feature."""
     x = images.clone().requires_grad_(True)
     r = model.layer_inputs(x, layer)
     scores = torch.zeros(r.shape[1])
     for j in range(r.shape[1]):
         (g,) = torch.autograd.grad(r[:, j].sum(), x, retain_graph=True)
-        ratio = g.reshape(len(x), -1).norm(dim=1) / r[:, j].detach().abs()
-        scores[j] = math.inf if ratio.isnan().all() else torch.nan_to_num(ratio, nan=0.0, posinf=math.inf).sum()
+        # the released code: ‖∂r_j/∂z‖ for z the normalised image (x = z·std + mean), over r_j + 0.1
+        ratio = (g * model.std).reshape(len(x), -1).norm(dim=1) / (r[:, j].detach() + 0.1)
+        scores[j] = ratio.sum().abs()
     return scores
 
 
@@ -122,17 +124,58 @@ def test_soteria_zeroes_the_columns_of_the_lowest_scores(client: Client) -> None
     scores = feature_scores(client.model, client.batch.images, 2)
     cut = sorted(torch.argsort(scores, stable=True)[:round(0.4 * 32)].tolist())
     weight, _ = client.model.layer_param_names(2)
-    assert all((plain.gradients[weight][:, j] != 0).any() for j in cut)  # live features: 0/0 ones score ∞
     assert (defended.gradients[weight][:, cut] == 0).all()
     keep = [j for j in range(32) if j not in cut]
     assert torch.equal(defended.gradients[weight][:, keep], plain.gradients[weight][:, keep])
     assert all(torch.equal(defended.gradients[n], g) for n, g in plain.gradients.items() if n != weight)
 
 
-def test_soteria_defends_the_first_linear_layer_by_default(client: Client) -> None:
-    defended = _defended(client, Soteria(SoteriaConfig(fraction=0.5)))
-    changed = [n for n, g in _defended(client).gradients.items() if not torch.equal(g, defended.gradients[n])]
-    assert changed == [client.model.layer_param_names(1)[0]]
+def _changed(client: Client, defence: UpdateTransform) -> list[str]:
+    defended, plain = _defended(client, defence), _defended(client)
+    return [n for n, g in plain.gradients.items() if not torch.equal(g, defended.gradients[n])]
+
+
+@pytest.mark.parametrize("arch", ["fc", "conv"])
+def test_soteria_defends_the_papers_placement_by_default(arch: str) -> None:
+    """The released code prunes the FC layer that reads the feature extractor's output (`dy_dx[8]` of its
+    LeNet, `input_gradient[-2]` of its ConvNet): the victim's last linear layer, FC-6's layer 6, the conv
+    victim's last head layer."""
+    shape = (3, 8, 8) if arch == "fc" else (3, 16, 16)
+    model = build_fc(shape, 10, width=16, depth=6, seed=0) if arch == "fc" else ConvNet(shape, 10, width=16, depth=3,
+                                                                                        channels=2)
+    images = torch.rand((4, *shape), generator=torch.Generator().manual_seed(1))
+    batch = Batch(images, torch.arange(4), (0, 1, 2, 3), "embedded", 10)
+    client = Client(model, batch, 0, ThreatModel())
+    last = 6 if arch == "fc" else 3
+    assert _changed(client, Soteria(SoteriaConfig(fraction=0.9))) == [model.layer_param_names(last)[0]]
+    first = 1 if arch == "fc" else 2
+    assert _changed(client, SoteriaFirst(SoteriaFirstConfig(fraction=0.5))) == [model.layer_param_names(first)[0]]
+    assert _changed(client, Soteria(SoteriaConfig(fraction=0.5, layer=0))) == [model.layer_param_names(first)[0]]
+
+
+class _Linear(torch.nn.Module):
+    """A victim whose layer 1 reads r = x·A (b = 1, x = e_1): feature 0 has r = 0.01 and ‖∂r/∂x‖ = 1,
+    feature 1 has r = 1 and ‖∂r/∂x‖ = 20."""
+
+    mean, std = 0.0, 1.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.tensor([[0.01, 1.0], [math.sqrt(1 - 0.01**2), math.sqrt(399.0)]]))
+
+    def normalize(self, images: torch.Tensor) -> torch.Tensor:
+        return images.flatten(1)
+
+    def layer_inputs(self, images: torch.Tensor, layer: int) -> torch.Tensor:
+        return images.flatten(1) @ self.a
+
+
+def test_soteria_divides_by_r_plus_a_tenth() -> None:
+    """By ‖∂r/∂x‖ / r feature 0 reveals most (100 against 20) and feature 1 is pruned; by the released code's
+    ‖∂r/∂x‖ / (r + 0.1) it is 9.1 against 18.2, and feature 0 is pruned."""
+    model, x = _Linear(), torch.tensor([[[[1.0, 0.0]]]])
+    torch.testing.assert_close(feature_scores(model, x, 1), torch.tensor([1 / 0.11, 20 / 1.1]))  # type: ignore[arg-type]
+    assert soteria_mask(model, x, 1, 0.5).tolist() == [True, False]  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- DP in the CPA code's convention
@@ -168,7 +211,7 @@ def test_the_opacus_convention_keeps_old_cell_ids() -> None:
 # --------------------------------------------------------------------------- shared behaviour
 
 
-@pytest.mark.parametrize("defence", [Prune(PruneConfig(0.5)), Quantise(QuantiseConfig(bits=2)),
+@pytest.mark.parametrize("defence", [Prune(PruneConfig(0.5)), UniformQuantise(QuantiseConfig(bits=2)),
                                      Soteria(SoteriaConfig(0.5))], ids=lambda d: d.name)
 def test_same_seed_same_update(client: Client, defence: UpdateTransform) -> None:
     a, b = _defended(client, defence), _defended(client, defence)
@@ -176,7 +219,7 @@ def test_same_seed_same_update(client: Client, defence: UpdateTransform) -> None
 
 
 def test_quantisation_draws_from_the_client_seed(client: Client) -> None:
-    q = Quantise(QuantiseConfig(bits=2))
+    q = UniformQuantise(QuantiseConfig(bits=2))
     other = Client(client.model, client.batch, 1, client.threat)
     first, second = _defended(client, q), _defended(other, q)
     assert not torch.equal(first.gradients["body.0.weight"], second.gradients["body.0.weight"])
@@ -186,7 +229,7 @@ def test_quantisation_draws_from_the_client_seed(client: Client) -> None:
     (PruneConfig, {"fraction": 1.0}, "fraction"), (PruneConfig, {"fraction": -0.1}, "fraction"),
     (QuantiseConfig, {"bits": 0}, "bits"), (QuantiseConfig, {"bits": 25}, "bits"),
     (QuantiseConfig, {"mode": "round"}, "mode"), (QuantiseConfig, {"mode": "sign", "bits": 2}, "does not apply"),
-    (SoteriaConfig, {"fraction": 1.0}, "fraction"), (SoteriaConfig, {"layer": -1}, "layer"),
+    (SoteriaConfig, {"fraction": 1.0}, "fraction"), (SoteriaConfig, {"layer": -2}, "layer"),
     (DPConfig, {"sigma": 1.0, "clip": 1.0, "convention": "tf"}, "convention"),
 ])
 def test_bad_settings_are_refused_in_one_line(cls: type, settings: dict[str, Any], message: str) -> None:
@@ -213,8 +256,11 @@ depth = 3
 """
 
 
-@pytest.mark.parametrize("level", ['{ name = "prune", fraction = 0.5 }', '{ name = "quantise", bits = 4 }',
-                                   '{ name = "quantise", mode = "sign" }', '{ name = "soteria", fraction = 0.4 }',
+@pytest.mark.parametrize("level", ['{ name = "prune", fraction = 0.5 }', '{ name = "uniform-quantise", bits = 4 }',
+                                   '{ name = "uniform-quantise", mode = "sign" }',
+                                   '{ name = "soteria", fraction = 0.4 }',
+                                   '{ name = "soteria", fraction = 0.4, layer = 2 }',
+                                   '{ name = "soteria-first", fraction = 0.4 }', '{ name = "qsgd", levels = 16 }',
                                    '{ name = "dp", sigma = 0.1, clip = 1.0, convention = "cpa" }'])
 def test_a_suite_level_of_each_defence_builds_cells(tmp_path: Path, level: str) -> None:
     (tmp_path / "plain.toml").write_text(SUITE)
@@ -243,7 +289,7 @@ def test_the_update_lists_its_defences_only_when_they_are_known(client: Client) 
     assert _defended(client, prune, soteria).defences is None
     known = Client(client.model, client.batch, 0, ThreatModel(defence_known=True))
     assert _defended(known, prune, soteria).defences == ({"name": "prune", "fraction": 0.3},
-                                                         {"name": "soteria", "fraction": 0.2, "layer": 0})
+                                                         {"name": "soteria", "fraction": 0.2, "layer": -1})
     assert _defended(known).defences == ()
 
 
@@ -254,7 +300,10 @@ def test_masks_follow_what_the_attacker_knows(client: Client) -> None:
     unknown = _defended(client, soteria)
     known = _defended(Client(client.model, client.batch, 0, ThreatModel(defence_known=True)), soteria)
     assert nonzero_masks(unknown) == {}  # unknown: the zeros may be ReLUs that are off (information)
-    assert set(nonzero_masks(known)) == {client.model.layer_param_names(1)[0]}  # only the defended weight
+    assert set(nonzero_masks(known)) == {client.model.layer_param_names(3)[0]}  # only the defended weight
+    first = _defended(Client(client.model, client.batch, 0, ThreatModel(defence_known=True)),
+                      SoteriaFirst(SoteriaFirstConfig(0.5)))
+    assert set(nonzero_masks(first)) == {client.model.layer_param_names(1)[0]}
     plain_known = _defended(Client(client.model, client.batch, 0, ThreatModel(defence_known=True)))
     assert nonzero_masks(plain_known) == {}
 
@@ -283,6 +332,7 @@ def test_masked_ig_beats_ig_on_a_pruned_update() -> None:
     (["--defence", "prune", "--defence-param", "fraction"], "KEY=VALUE"),
     (["--defence", "prune", "--defence-param", "fraction=0.1", "--defence-param", "fraction=0.2"], "twice"),
     (["--defence", "nope"], "unknown update transform 'nope'"),
+    (["--defence", "quantise"], "'quantise' is retired"),
     (["--defence", "dp", "--defence-param", "sigma=1", "--defence-param", "clip=1", "--dp-sigma", "1"], "give one"),
 ])
 def test_bad_defence_options_exit_2_in_one_line(argv: list[str], message: str,
@@ -298,22 +348,22 @@ def test_attack_with_a_defence_runs(capsys: pytest.CaptureFixture[str]) -> None:
 
     argv = ["attack", "--attack", "ig", "--batch-size", "1", "--width", "32", "--depth", "2",
             "--param", "iterations=5", "--defence", "prune", "--defence-param", "fraction=0.5",
-            "--defence", "quantise", "--defence-param", "bits=4", "--json"]
+            "--defence", "uniform-quantise", "--defence-param", "bits=4", "--json"]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["defence"] == "prune p=0.5 + quantise 4-bit"
-    assert summary["prune_fraction"] == 0.5 and summary["quantise_bits"] == 4
+    assert summary["defence"] == "prune p=0.5 + uniform-quantise 4-bit"
+    assert summary["prune_fraction"] == 0.5 and summary["uniform_quantise_bits"] == 4
 
 
 def test_defence_options_keep_their_order_and_settings() -> None:
     from leakbench.cli import build_parser, defence_options
 
-    args = build_parser().parse_args(["attack", "--attack", "ig", "--batch-size", "1", "--defence", "quantise",
+    args = build_parser().parse_args(["attack", "--attack", "ig", "--batch-size", "1", "--defence", "uniform-quantise",
                                       "--defence-param", "mode=sign", "--defence", "prune",
                                       "--defence-param", "fraction=0.25", "--defence", "noise",
                                       "--defence-param", "sigma=0.001"])
     fields = defence_options(args)
-    assert [(d.name, d.config) for d in fields["defences"]] == [("quantise", QuantiseConfig(mode="sign")),
+    assert [(d.name, d.config) for d in fields["defences"]] == [("uniform-quantise", QuantiseConfig(mode="sign")),
                                                                 ("prune", PruneConfig(0.25)),
                                                                 ("noise", NoiseConfig(0.001))]
     assert fields["dp"] is None and "noise" not in fields
@@ -415,3 +465,23 @@ def test_noise_twice_or_beside_dp_is_refused(fields: dict[str, Any], message: st
     with pytest.raises(ConfigError, match=message):
         CellSpec(attack="ig", dataset="embedded", batch_size=1, **fields)
 
+
+
+# --------------------------------------------------------------------------- renamed: quantise → uniform-quantise
+
+
+def test_a_suite_naming_quantise_is_refused_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(SUITE + 'defences = ["none", { name = "quantise", bits = 4 }]\n')
+    with pytest.raises(ConfigError, match="'quantise' is retired") as info:
+        load_suite(tmp_path / "s.toml")
+    assert "uniform-quantise" in str(info.value) and "qsgd" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_stored_quantise_cell_reads_back_as_stored() -> None:
+    """Cells run before the rename keep their stored name, label, columns and id."""
+    spec = CellSpec("ig", "embedded", 2, width=32, depth=3,
+                    defences=(DefenceSetting("uniform-quantise", QuantiseConfig(bits=4)),))
+    stored = json.loads(json.dumps(spec_dict(spec)).replace('"uniform-quantise"', '"quantise"'))
+    back = spec_from_dict(stored)
+    assert json.loads(json.dumps(spec_dict(back))) == stored and transforms(back)[-1].label() == "quantise 4-bit"
+    assert cell_columns(back)["quantise_bits"] == 4 and cell_id(back) != cell_id(spec)

@@ -10,7 +10,7 @@ What counts as zeroed depends on the threat model (`ThreatModel.defence_known`):
 
 - defence known (`ClientUpdate.defences` lists the defences applied): the exact zeros of the tensors
   a listed zeroing defence acts on — every tensor for `prune`, the defended layer's weight for
-  `soteria`; with no zeroing defence listed, nothing is masked (the variant is its plain form);
+  `soteria` and `soteria-first`; with no zeroing defence listed, nothing is masked (the variant is its plain form);
 - defence unknown: nothing is masked (the variant is its plain form). Masking every exact zero was
   tried and measured (embedded, FC-6 w200 at init, b = 1): the zeros of an undefended update are
   information (inputs of ReLUs that are off), and dropping them took DLG from 48.8 to 3.4 dB.
@@ -24,7 +24,8 @@ layer 1's gradient: σ₁₇/σ₁ is 1.6e-8 undefended, 7e-6 at 16 bits, 1.1e-4
 σ₁₆/σ₁ = 5.3e-3 for the weakest sample; SPEAR finds 14/16 samples at 16 bits and none at 12 or 8, and
 widening the tolerances `zero_tol` (to 1e-2) and `residual_tol` (to 5e-2; attacks/spear/tolerances.py)
 still finds none at 8 bits, so a
-"spear-quantised" needs more than tolerances set from the known step. Soteria keeps the rank exactly
+"spear-quantised" needs more than tolerances set from the known step (those runs: `quantise`, now
+`uniform-quantise`). Soteria at layer 1 (now `soteria-first`) keeps the rank exactly
 (σ₁₇/σ₁ = 1.6e-8 at p = 0.1: G' = δᵀ(X·M) with M the kept columns), so the disaggregation still
 works, yet SPEAR finds no sample in 15–20 s, deflated or as published (spear-paper). The likely reason (not yet checked
 step by step): what the disaggregation yields is X·M, the images with Soteria's pixels zeroed, and
@@ -42,7 +43,7 @@ from leakbench.attacks.gradient_matching import DeepLeakageAttack, InvertingGrad
 from leakbench.attacks.registry import register_attack
 from leakbench.fl.update import ClientUpdate
 
-ZEROING = ("prune", "soteria")
+ZEROING = ("prune", "soteria", "soteria-first")
 """The shipped defences that replace shared entries by exact zeros."""
 
 
@@ -54,15 +55,15 @@ def zeroed_tensors(update: ClientUpdate) -> set[str]:
     for defence in update.defences:
         if defence["name"] == "prune":
             names |= set(update.gradients)
-        elif defence["name"] == "soteria":
+        elif defence["name"] in ("soteria", "soteria-first"):
             names.add(_soteria_weight(update, defence))
     return names
 
 
 def _soteria_weight(update: ClientUpdate, defence: dict[str, Any]) -> str:
-    from leakbench.fl.soteria import defended_layer
+    from leakbench.fl.soteria import defended_layer, described_layer
 
-    weight, _ = update.model.layer_param_names(defended_layer(update.model, int(defence.get("layer", 0))))
+    weight, _ = update.model.layer_param_names(defended_layer(update.model, described_layer(defence)))
     return weight
 
 

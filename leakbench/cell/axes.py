@@ -261,11 +261,12 @@ def defence_fields(tables: list[Any], wheres: list[str], where: str) -> dict[str
 def _transform_table(value: Any, where: str) -> tuple[str, Any]:
     """A table {name = "...", settings...}: the transform's name and its Config, built by the same
     coercer as an attack's hyperparameters (types, declared ranges)."""
-    from leakbench.fl.transform import TRANSFORMS, transform_class
+    from leakbench.fl.transform import TRANSFORMS, refuse_retired, transform_class
 
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         raise ConfigError(f"{where} must be \"none\" or a table with a 'name' (known: {', '.join(TRANSFORMS.names())})")
     name = value["name"]
+    refuse_retired(name)
     cls = transform_class(name)
     if name == "fedsgd":
         raise ConfigError(f"{where}: {name!r} is the default client (FedSGD): leave it out")

@@ -1,8 +1,8 @@
 """What a client shares: the update and the public model (never its images).
 
 The update transforms (`leakbench.fl.transform`: FedSGD, FedAvg, DP-SGD, additive noise, pruning,
-quantisation, Soteria, MixUp, secure aggregation, and defence plugins) are registered when this
-package is imported.
+quantisation (QSGD, uniform), Soteria, MixUp, secure aggregation, and defence plugins) are registered
+when this package is imported.
 """
 
 from leakbench.fl.dp import DPConfig, dp_update
@@ -11,6 +11,7 @@ from leakbench.fl.mixup import MixUpConfig
 from leakbench.fl.noise import NoiseConfig
 from leakbench.fl.precode import PrecodeConfig
 from leakbench.fl.prune import PruneConfig
+from leakbench.fl.qsgd import QSGDConfig
 from leakbench.fl.quantise import QuantiseConfig
 from leakbench.fl.secagg import SecAggConfig
 from leakbench.fl.soteria import SoteriaConfig
@@ -22,5 +23,6 @@ from leakbench.plugins import serve
 serve("defences", TRANSFORMS, _admit, "an UpdateTransform subclass")  # the shipped transforms are in
 
 __all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "MixUpConfig", "NoiseConfig",
-           "PrecodeConfig", "PruneConfig", "QuantiseConfig", "SecAggConfig", "SoteriaConfig", "ThreatModel",
-           "UpdateTransform", "client_update", "dp_update", "fedavg_update", "fedsgd_update", "register_transform"]
+           "PrecodeConfig", "PruneConfig", "QSGDConfig", "QuantiseConfig", "SecAggConfig", "SoteriaConfig",
+           "ThreatModel", "UpdateTransform", "client_update", "dp_update", "fedavg_update", "fedsgd_update",
+           "register_transform"]

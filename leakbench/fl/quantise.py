@@ -1,16 +1,22 @@
-"""Quantised updates: b-bit unbiased stochastic rounding, or sign compression (signSGD).
+"""Uniform quantisation (leakbench's rounding, not QSGD): b-bit stochastic rounding over ±max|g|, or signs.
+
+Registered as `uniform-quantise`. Until issue 43 it was named `quantise` and cited QSGD, which it is
+not: QSGD (`leakbench.fl.qsgd`) scales buckets by their 2-norm, keeps signs and keeps zeros. A suite
+that still names `quantise` is refused with one line saying what it became (`RETIRED`); cells stored
+under that name keep their stored labels and columns and are read back as they were (`StoredQuantise`).
 
 - "stochastic": each tensor is rounded onto 2^b evenly spaced levels spanning [−s, s], s = its max
   |entry| (step Δ = 2s / (2^b − 1)); an entry between two levels goes to the upper one with
   probability equal to its distance from the lower one over Δ, so the rounding is unbiased
-  (E[q(g)] = g), as in QSGD (Alistarh et al., "QSGD: Communication-Efficient SGD via Gradient
-  Quantization and Encoding", NeurIPS 2017) and stochastic rounding generally. The draws come from
-  a generator seeded with the client's seed: same seed, same update. b = 1 is stochastic sign × s.
+  (E[q(g)] = g), as stochastic rounding generally (Gupta et al., ICML 2015). Zero is no level (the
+  count of levels is even): every exact zero of the gradient becomes ±Δ/2 at random, and the sign of
+  a small entry may flip. The draws come from a generator seeded with the client's seed: same seed,
+  same update. b = 1 is stochastic sign × s.
 - "sign": every entry becomes its sign, −1, 0 or +1 (signSGD: Bernstein, Wang, Azizzadenesheli &
   Anandkumar, "signSGD: Compressed Optimisation for Non-Convex Problems", ICML 2018): the magnitude
   is gone; `bits` does not apply.
 
-The update's `kind` gains "+quantise". (The example plugin's `example-quantise` is a different,
+The update's `kind` gains "+uniform-quantise". (The example plugin's `example-quantise` is a different,
 deterministic rounding.)
 """
 
@@ -24,7 +30,7 @@ import torch
 from leakbench.core.citation import Citation
 from leakbench.core.errors import ConfigError
 from leakbench.core.ranges import Ranged, chosen, ranged
-from leakbench.fl.transform import Client, UpdateTransform, register_transform
+from leakbench.fl.transform import Client, UpdateTransform, register_transform, retire_transform
 from leakbench.fl.update import ClientUpdate
 
 MODES = ("stochastic", "sign")
@@ -51,30 +57,30 @@ def stochastic_round(g: torch.Tensor, bits: int, gen: torch.Generator) -> torch.
 
 @dataclass(frozen=True)
 class QuantiseConfig(Ranged):
-    """Quantisation of every shared tensor.
+    """Uniform quantisation of every shared tensor (leakbench's rounding, not QSGD).
 
-    bits: levels per tensor are 2^bits (1..24; common levels 2, 4, 8) in mode "stochastic".
-    mode: "stochastic" (unbiased b-bit stochastic rounding, QSGD-style) or "sign" (signSGD:
+    bits: levels per tensor are 2^bits over ±max|g| (1..24; common levels 2, 4, 8) in mode "stochastic".
+    mode: "stochastic" (unbiased b-bit stochastic rounding; zero is no level) or "sign" (signSGD:
         every entry becomes −1, 0 or +1; `bits` must then stay at its default).
     """
 
     bits: int = ranged(DEFAULT_BITS, 1, MAX_BITS)
     mode: str = chosen("stochastic", *MODES)
-    owner: ClassVar[str] = "quantise"
+    owner: ClassVar[str] = "uniform-quantise"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.mode == "sign" and self.bits != DEFAULT_BITS:
-            raise ConfigError(f"quantise: bits does not apply with mode = 'sign' (got bits = {self.bits}); "
+            raise ConfigError(f"{self.owner}: bits does not apply with mode = 'sign' (got bits = {self.bits}); "
                               "leave it out")
 
 
 @register_transform
-class Quantise(UpdateTransform):
-    """Quantisation: b-bit unbiased stochastic rounding per tensor, or sign compression (signSGD)."""
+class UniformQuantise(UpdateTransform):
+    """Uniform quantisation (leakbench's rounding, not QSGD): 2^b stochastic levels over ±max|g|, or signs."""
 
-    paper = Citation("Alistarh et al., NeurIPS 2017", "https://arxiv.org/abs/1610.02132")
-    name = "quantise"
+    paper = Citation("Bernstein et al., ICML 2018 (sign mode)", "https://arxiv.org/abs/1802.04434")
+    name = "uniform-quantise"
     Config = QuantiseConfig
     config: QuantiseConfig
 
@@ -85,11 +91,23 @@ class Quantise(UpdateTransform):
         else:
             gen = torch.Generator().manual_seed(client.seed)
             grads = {name: stochastic_round(g, self.config.bits, gen) for name, g in update.gradients.items()}
-        return update.with_gradients(grads, "quantise")
+        return update.with_gradients(grads, self.name)
 
     def label(self) -> str:
-        return "quantise sign" if self.config.mode == "sign" else f"quantise {self.config.bits}-bit"
+        return f"{self.name} sign" if self.config.mode == "sign" else f"{self.name} {self.config.bits}-bit"
 
     def columns(self) -> dict[str, Any]:
-        return {"quantise_bits": 0 if self.config.mode == "sign" else self.config.bits,
-                "quantise_mode": self.config.mode}
+        prefix = self.name.replace("-", "_")
+        return {f"{prefix}_bits": 0 if self.config.mode == "sign" else self.config.bits,
+                f"{prefix}_mode": self.config.mode}
+
+
+class StoredQuantise(UniformQuantise):
+    """`uniform-quantise` under its stored name `quantise` (cells run before issue 43), never registered:
+    a stored spec reads back with its stored label ("quantise 8-bit") and columns (`quantise_bits`)."""
+
+    name = "quantise"
+
+
+retire_transform(StoredQuantise, "'quantise' is retired (it was uniform rounding over ±max|g|, not QSGD): name "
+                 "'uniform-quantise' for that rounding (same settings) or 'qsgd' for QSGD as published")

@@ -154,9 +154,29 @@ def list_transforms() -> list[tuple[str, str]]:
     return [(e.name, e.description) for e in sorted(entries, key=lambda e: not e.factory().makes_update)]
 
 
+RETIRED: dict[str, tuple[type[UpdateTransform], str]] = {}
+"""Retired transform names: name → (the class that reads back cells stored under it, the one-line refusal
+a suite or command line naming it gets). `retire_transform` fills it."""
+
+
+def retire_transform(cls: type[UpdateTransform], message: str) -> None:
+    """Retire `cls.name`: a suite or `--defence` naming it is refused with `message` (`refuse_retired`);
+    stored cell specs naming it still read back through `cls` (never registered, never listed)."""
+    RETIRED[cls.name] = (cls, message)
+
+
+def refuse_retired(name: str) -> None:
+    """A ConfigError (one line: what the name became) when `name` is a retired transform's."""
+    if name in RETIRED:
+        raise ConfigError(RETIRED[name][1])
+
+
 def transform_class(name: str) -> type[UpdateTransform]:
-    """The transform registered as `name` (a ConfigError naming the known ones if none). A name registered
-    already (every shipped one) loads no plugin: installed defence plugins load only when a name is not."""
+    """The transform registered as `name` (a ConfigError naming the known ones if none); a retired name's
+    class for stored cells (`RETIRED`). A name registered already (every shipped one) loads no plugin:
+    installed defence plugins load only when a name is not."""
+    if name in RETIRED:
+        return RETIRED[name][0]
     try:
         return TRANSFORMS.entry_as_registered(name).factory()
     except KeyError:
