@@ -87,10 +87,9 @@ MAX_TRIES = 100_000
 class MixUpConfig(Ranged):
     """MixUp as Huang et al. (NeurIPS 2021) run it.
 
-    k: images per mixture (the private image and k − 1 partners from the client's local data; 4 in the
-    paper, 6 beside pruning; 1 shares the image unmixed). cap: the largest coefficient of a mixture is at
-    most cap (0.65 in the paper; 1: no cap); above 1/k. sign_flip: InstaHide's random sign pattern on
-    every mixed image.
+    k: images per mixture: the private image and k − 1 partners from the client's data (paper: 4; 6 beside pruning).
+    cap: the largest coefficient of a mixture is at most cap, above 1/k (paper: 0.65, GradAttack's c_2; 1: no cap).
+    sign_flip: InstaHide's random ±1 pattern on every mixed image, about the victim's normalisation mean.
     """
 
     k: int = ranged(4, 1, MAX_K)
