@@ -428,10 +428,11 @@ def test_paper_suites_parse() -> None:
         assert {c.hyperparameters["max_seconds"] for c in trained} == {900.0}
     secagg = load_suite(shipped_suite("paper/secagg")).cells
     assert sorted({truth_size(c) for c in secagg}) == [16, 32, 64, 128] and len(secagg) == 24
-    matrix = load_suite(shipped_suite("paper/defences")).cells  # 5 attacks × 25 levels × 2 victims
-    assert len(matrix) == 250 and {c.train_epochs for c in matrix} == {0, 1}
+    matrix = load_suite(shipped_suite("paper/defences")).cells  # 5 attacks × 26 levels × 2 victims
+    assert len(matrix) == 260 and {c.train_epochs for c in matrix} == {0, 1}
     levels = {tuple(d.name for d in c.defences) for c in matrix}
-    assert {name for level in levels for name in level} >= {"prune", "qsgd", "soteria", "precode"}
+    assert {name for level in levels for name in level} >= {"prune", "qsgd", "soteria", "precode", "mixup",
+                                                            "mixup-batch"}
     dl = load_suite(shipped_suite("paper/spear-dl")).cells
     assert sorted({c.batch_size for c in dl}) == [25, 50, 100, 200]
     assert {c.width for c in dl} == {2000} and {c.attack for c in dl} == {"spear-dl", "spear-guided"}

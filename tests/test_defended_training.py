@@ -218,7 +218,8 @@ def test_client_transforms_in_training() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["prune", "qsgd", "uniform-quantise", "soteria", "soteria-first", "mixup"])
+@pytest.mark.parametrize("name", ["prune", "qsgd", "uniform-quantise", "soteria", "soteria-first", "mixup",
+                                  "mixup-batch"])
 def test_every_shipped_defence_trains_a_victim(name: str) -> None:
     """Each shipped defence (at its paper's settings) trains a victim through the harness: deterministic,
     other weights than plain training, a test accuracy recorded."""

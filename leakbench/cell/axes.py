@@ -261,7 +261,7 @@ def defence_fields(tables: list[Any], wheres: list[str], where: str) -> dict[str
 def _transform_table(value: Any, where: str) -> tuple[str, Any]:
     """A table {name = "...", settings...}: the transform's name and its Config, built by the same
     coercer as an attack's hyperparameters (types, declared ranges)."""
-    from leakbench.fl.transform import TRANSFORMS, refuse_retired, transform_class
+    from leakbench.fl.transform import TRANSFORMS, check_retired, refuse_retired, transform_class
 
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         raise ConfigError(f"{where} must be \"none\" or a table with a 'name' (known: {', '.join(TRANSFORMS.names())})")
@@ -271,6 +271,7 @@ def _transform_table(value: Any, where: str) -> tuple[str, Any]:
     if name == "fedsgd":
         raise ConfigError(f"{where}: {name!r} is the default client (FedSGD): leave it out")
     try:
+        check_retired(name, value)
         return name, build_config(cls.Config, {k: v for k, v in value.items() if k != "name"}, "key")
     except ConfigError as exc:
         raise ConfigError(f"{where} ({name}): {exc}") from None

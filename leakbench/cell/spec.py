@@ -25,6 +25,7 @@ from leakbench.fl.transform import (
     UpdateTransform,
     build_transforms,
     check_defences,
+    check_retired,
     transform_class,
 )
 from leakbench.fl.update import ThreatModel
@@ -336,6 +337,8 @@ def spec_from_dict(data: dict[str, Any]) -> CellSpec:
     try:
         fields = {k: (configs[k](**v) if k in configs and v is not None else v) for k, v in data.items()}
         if "defences" in fields:
+            for d in fields["defences"]:  # a cell stored by the transform that had the name before: one line
+                check_retired(d["name"], d["config"])
             fields["defences"] = tuple(DefenceSetting(d["name"], transform_class(d["name"]).Config(**d["config"]))
                                        for d in fields["defences"])
         return CellSpec(**fields)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -40,8 +40,25 @@ class ImageDataset:
 
 
 @dataclass(frozen=True)
+class LocalData:
+    """The client's local data: the images at `indices` (sorted dataset indices) of `images` / `labels`,
+    the whole dataset's tensors (shared, not copied). What a client transform that draws on more than
+    the batch reads (MixUp's partners, `fl.mixup`); private like the batch."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    indices: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+@dataclass(frozen=True)
 class Batch:
-    """The client's private batch. Only the harness and the metrics ever see it. `public`: its dataset's."""
+    """The client's private batch. Only the harness and the metrics ever see it. `public`: its dataset's.
+    `local`: the client's local data the batch was drawn from (`sample_batch` sets it: the whole dataset
+    at init, the attack part for a trained victim); None where no one said (then the batch is all the
+    client holds)."""
 
     images: torch.Tensor
     labels: torch.Tensor
@@ -49,6 +66,7 @@ class Batch:
     dataset: str
     num_classes: int
     public: bool = True
+    local: LocalData | None = field(default=None, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -62,7 +80,8 @@ def sample_batch(dataset: ImageDataset, batch_size: int, seed: int, *, pool: np.
     `pool` (dataset indices) restricts the draw to those images: the same draw is made over the
     pool's positions, and `indices` are dataset indices. Without it the whole dataset is the pool
     (the batches of every cell at init). `stream` k > 0 draws from another random stream of the same
-    seed (client k's batch under secure aggregation; 0 is the draw every cell has always made).
+    seed (client k's batch under secure aggregation; 0 is the draw every cell has always made). The
+    batch's `local` is the pool (the client's local data).
     """
     size = len(dataset) if pool is None else len(pool)
     where = f"the {size} images of dataset {dataset.name!r}" if pool is None else \
@@ -83,6 +102,7 @@ def sample_batch(dataset: ImageDataset, batch_size: int, seed: int, *, pool: np.
         dataset=dataset.name,
         num_classes=dataset.num_classes,
         public=dataset.public,
+        local=LocalData(dataset.images, dataset.labels, np.arange(size) if pool is None else np.sort(pool)),
     )
 
 

@@ -7,7 +7,7 @@ when this package is imported.
 
 from leakbench.fl.dp import DPConfig, dp_update
 from leakbench.fl.fedavg import FedAvgConfig, fedavg_update
-from leakbench.fl.mixup import MixUpConfig
+from leakbench.fl.mixup import MixUpBatchConfig, MixUpConfig
 from leakbench.fl.noise import NoiseConfig
 from leakbench.fl.precode import PrecodeConfig
 from leakbench.fl.prune import PruneConfig
@@ -22,7 +22,7 @@ from leakbench.plugins import serve
 
 serve("defences", TRANSFORMS, _admit, "an UpdateTransform subclass")  # the shipped transforms are in
 
-__all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "MixUpConfig", "NoiseConfig",
-           "PrecodeConfig", "PruneConfig", "QSGDConfig", "QuantiseConfig", "SecAggConfig", "SoteriaConfig",
-           "ThreatModel", "UpdateTransform", "client_update", "dp_update", "fedavg_update", "fedsgd_update",
-           "register_transform"]
+__all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "MixUpBatchConfig", "MixUpConfig",
+           "NoiseConfig", "PrecodeConfig", "PruneConfig", "QSGDConfig", "QuantiseConfig", "SecAggConfig",
+           "SoteriaConfig", "ThreatModel", "UpdateTransform", "client_update", "dp_update", "fedavg_update",
+           "fedsgd_update", "register_transform"]

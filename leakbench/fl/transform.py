@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -83,6 +84,9 @@ class UpdateTransform(ABC):
     """An instance of `Config` (checked when made); each transform narrows the type to its Config."""
     changes_victim: ClassVar[bool] = False
     """True for a defence that changes the victim itself (`victim`): the trained-victim cache keys on it."""
+    retired: ClassVar[dict[str, str]] = {}
+    """Settings an earlier transform of this name took, each with the line that says where it went
+    (`mixup`'s `alpha`: the in-batch form is `mixup-batch` now): `check_retired` refuses them."""
 
     def __init__(self, config: Any) -> None:
         if not isinstance(config, self.Config):
@@ -169,6 +173,15 @@ def refuse_retired(name: str) -> None:
     """A ConfigError (one line: what the name became) when `name` is a retired transform's."""
     if name in RETIRED:
         raise ConfigError(RETIRED[name][1])
+
+
+def check_retired(name: str, settings: Iterable[str]) -> None:
+    """One ConfigError line when `settings` name a setting that transform `name` no longer takes (`retired`):
+    a suite (or stored spec) written for the transform that had that name before, never run as the new one."""
+    retired = transform_class(name).retired
+    for key in settings:
+        if key in retired:
+            raise ConfigError(f"{name!r} takes no {key!r} any more: {retired[key]}")
 
 
 def transform_class(name: str) -> type[UpdateTransform]:

@@ -45,7 +45,7 @@ gradient entry (`leakbench.fl.noise`, not DP: no clipping, no accountant; not wi
 without a `noise` level above 0, where it scales nothing).
 
 `defences` is the update's axis, one level per entry: "none" (FedSGD as it is), a table naming a
-registered update transform (`leakbench.fl.transform`: `dp`, `fedavg`, `noise`, `mixup`, `secagg`, or
+registered update transform (`leakbench.fl.transform`: `dp`, `fedavg`, `noise`, `mixup`, `mixup-batch`, `secagg`, or
 a defence from a plugin) with its settings, or a list of such tables, applied in order after the
 client's update:
 
@@ -53,7 +53,7 @@ client's update:
                 [{ name = "noise", sigma = 1e-6 }, { name = "prune", keep = 0.1 }], { name = "secagg", clients = 4 }]
 
 A level names at most one client transform (one that computes the update: `dp`, `fedavg`, `mixup`,
-`secagg`, a plugin's): it replaces the FedSGD client and runs first. `secagg` with K clients gives
+`mixup-batch`, `secagg`, a plugin's): it replaces the FedSGD client and runs first. `secagg` with K clients gives
 each cell K private batches of b images (K·b scored).
 
 Its `dp`, `fedavg` and `noise` levels are the cells (and cell ids) of the keys of those names, which

@@ -22,6 +22,7 @@ from leakbench.core.ranges import MAX_WEIGHT, Ranged, ranged
 from leakbench.models.base import ImageVictim, training_loss
 
 if TYPE_CHECKING:  # annotations only: the update transforms load the plugins when first used
+    from leakbench.datasets.base import LocalData
     from leakbench.fl.transform import UpdateTransform
     from leakbench.fl.update import ThreatModel
     from leakbench.models.base import ImageVictim
@@ -117,6 +118,7 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, indices:
     opt = _optimizer(model, recipe)
     dtype = next(model.parameters()).dtype
     defended = rule if rule is not None and rule.defended() else None
+    local = _local_data(images, labels, indices) if defended is not None else None
     model.train()
     step = 0
     for _ in range(epochs):
@@ -131,16 +133,24 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, indices:
             if defended is None:
                 training_loss(model, model(x), labels[idx]).backward()  # cross-entropy (+ PRECODE's β·KL)
             else:
-                _defended_gradients(model, x, labels[idx], idx, defended, step_seed(recipe.seed, step))
+                _defended_gradients(model, x, labels[idx], idx, defended, step_seed(recipe.seed, step), local)
             opt.step()
             step += 1
     model.zero_grad(set_to_none=True)
     return model.eval()
 
 
+def _local_data(images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor) -> LocalData:
+    """The training client's local data: the images at `indices` (MixUp's partners come from there)."""
+    from leakbench.datasets.base import LocalData
+
+    return LocalData(images, labels, np.sort(indices.numpy()))
+
+
 def _defended_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, rule: UpdateRule,
-                        seed: int) -> None:
-    """Set each parameter's `.grad` to the update the rule's client shares for the mini-batch (x, y).
+                        seed: int, local: LocalData | None = None) -> None:
+    """Set each parameter's `.grad` to the update the rule's client shares for the mini-batch (x, y), drawn
+    from the client's `local` data.
 
     The client computes it as in ordinary training: in train mode (BatchNorm on the batch's statistics),
     on a copy of the model; what that forward pass changed in the copy's buffers (BatchNorm running
@@ -152,7 +162,7 @@ def _defended_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, idx:
     from leakbench.fl.update import ThreatModel
 
     batch = Batch(images=x, labels=y, indices=tuple(int(i) for i in idx), dataset=rule.dataset,
-                  num_classes=rule.num_classes)
+                  num_classes=rule.num_classes, local=local)
     threat = replace(rule.threat or ThreatModel(), bn_mode="train", bn_stats_shared=True)
     update = client_update(list(rule.transforms), Client(cast(ImageVictim, model), batch, seed, threat))
     for name, param in model.named_parameters():
