@@ -54,18 +54,25 @@ def test_defence_levels_name_dp_noise_and_defences() -> None:
 
 
 def test_defences_ranked_by_their_worst_attack_with_the_accuracy_cost() -> None:
+    """One victim per level (no interval: costs compared as shown), one seed (no spread): DP, noise and none
+    are on the front (each leaks less or costs less than the others), prune is dominated by noise (it leaks
+    more at a higher cost)."""
     records, cells = _tables()
     [table] = defence_blocks(records, cells)
     assert isinstance(table, Table) and table.title == "Defences: cifar10 · FC-6 w200 trained 2 ep · b=4 (suite s)"
-    rows = {row[1]: row for row in table.rows}
-    assert [row[1] for row in table.rows] == ["DP σ=1 C=1", "noise σ=0.01", "prune keep=0.5", "none"]
-    assert rows["DP σ=1 C=1"][2:8] == ["20.0", "20.0", "0", "12.0", "0.500", "ig"]  # ig leaks more than spear
-    assert rows["prune keep=0.5"][3:8] == ["3.0", "50", "30.0", "0.375", "spear"]
-    assert rows["none"][3:5] == ["0.0", "100"]
-    front = {row[1] for row in table.rows if row[-1] == "✓"}
-    assert front == {"DP σ=1 C=1", "noise σ=0.01", "none"}  # prune: noise leaks less at a lower cost
-    text = markdown("board", [], [table])
-    assert "| 1 | DP σ=1 C=1 | 20.0 | 20.0 |" in text
+    rows = {row[1]: dict(zip(table.header, row, strict=True)) for row in table.rows}
+    assert [row[1] for row in table.rows] == ["DP σ=1 C=1 (ε=∞)", "noise σ=0.01", "none", "prune keep=0.5"]
+    assert [row[0] for row in table.rows] == ["1", "1", "1", "2"]
+    dp = rows["DP σ=1 C=1 (ε=∞)"]  # ig leaks more than spear
+    assert [dp[k] for k in ("test acc. %", "accuracy cost (pp)", "worst non-adaptive attack",
+                            "worst non-adaptive exact %", "worst non-adaptive PSNR median (dB)",
+                            "worst non-adaptive LPIPS")] == ["20.0", "20.0", "ig", "0", "12.0", "0.500"]
+    prune = rows["prune keep=0.5"]
+    assert [prune[k] for k in ("accuracy cost (pp)", "worst non-adaptive exact %", "worst non-adaptive attack")] \
+        == ["3.0", "50", "spear"]
+    assert rows["none"]["accuracy cost (pp)"] == "0.0" and rows["none"]["worst non-adaptive exact %"] == "100"
+    assert "| 1 | DP σ=1 C=1 (ε=∞) | no adaptive attack (potentially unreliable) | 20.0 | 20.0 |" \
+        in markdown("board", [], [table])
 
 
 def test_a_board_without_defences_is_left_out() -> None:
@@ -73,7 +80,8 @@ def test_a_board_without_defences_is_left_out() -> None:
     plain = cells[defence_levels(cells) == NONE]
     assert defence_blocks(records[records["cell_id"].isin(plain["cell_id"])], plain) == []
     [at_init] = defence_blocks(records, cells.assign(test_accuracy=np.nan))  # ranked by leakage, no cost
-    assert [row[1] for row in at_init.rows][:2] == ["DP σ=1 C=1", "noise σ=0.01"] and at_init.rows[0][2:4] == ["–", "–"]
+    assert [row[1] for row in at_init.rows][:2] == ["DP σ=1 C=1 (ε=∞)", "noise σ=0.01"]
+    assert "test acc. %" not in at_init.header and at_init.rows[0][3] == "ig"
 
 
 def test_defences_view_and_privacy_utility_data() -> None:

@@ -158,22 +158,26 @@ def test_the_nightly_suite_runs_every_spear_variant() -> None:
     assert draws["spear-guided"] == draws["spear-dl"] == draws["spear"]
 
 
-def test_defences_ranked_by_how_much_they_cut_the_strongest_attack() -> None:
-    """spear leaks most undefended (100 % exact); DP and noise take all of it (DP leaves it the lower PSNR),
-    pruning half; the worst attack against each defence and the accuracy cost stand beside."""
+def test_defences_ranked_on_their_worst_attack_and_accuracy_cost() -> None:
+    """The leaderboard's "Defences ranked" holds the report's verdicts: DP, noise and the undefended level on
+    the front, pruning dominated by noise; no attack adapts to these levels (marked); the worst attack of each
+    level and the accuracy cost beside; DP's paper linked."""
     from test_defence_board import _tables
 
-    from leakbench.reporting.defences import defence_ranking
+    from leakbench.citation import registered_adaptations
+    from leakbench.reporting.defences import NO_ADAPTIVE, defence_ranking
 
     records, cells = _tables()
-    [board] = defence_ranking(records, cells, registered_papers())
+    [board] = defence_ranking(records, cells, registered_papers(), registered_adaptations())
     assert board.title == "cifar10 · FC-6 w200 trained 2 ep · b=4"
-    assert board.columns[2].metric == "strongest undefended attack: spear"
+    assert [c.label for c in board.columns[:6]] == ["rank", "defence", "verdict", "test acc. %",
+                                                    "accuracy cost (pp)", "cost 95 % interval (pp)"]
     rows = [[e.text for e in row] for row in board.rows]
-    assert [r[1] for r in rows] == ["DP σ=1 C=1 (ε=∞)", "noise σ=0.01", "prune keep=0.5", "none"]  # ε as stored
-    assert rows[0] == ["1", "DP σ=1 C=1 (ε=∞)", "0", "10.0", "100", "0", "12.0", "ig", "20.0", "20.0", "2"]
-    assert rows[2][2:8] == ["50", "30.0", "50", "50", "30.0", "spear"]
-    assert rows[3][2:5] == ["100", "exact", "0"] and board.rows[3][3].sort == float("inf")
+    assert [r[1] for r in rows] == ["DP σ=1 C=1 (ε=∞)", "noise σ=0.01", "none", "prune keep=0.5"]  # ε as stored
+    assert rows[0] == ["1", "DP σ=1 C=1 (ε=∞)", NO_ADAPTIVE, "20.0", "20.0", "none (one victim)",
+                       "ig", "0", "12.0", "0.500", "–", "–", "–", "–", "2 of 2", "2"]
+    assert rows[3][:2] == ["2", "prune keep=0.5"] and rows[3][6:9] == ["spear", "50", "30.0"]
+    assert rows[2][6:9] == ["spear", "100", "exact"] and board.rows[2][8].sort == float("inf")
     assert board.rows[0][1].href == "https://arxiv.org/abs/1607.00133"  # DP-SGD's paper
 
 

@@ -21,8 +21,10 @@ verdict is the worst case over the attacks that ran against it with and without 
 - *Rank*: on the privacy–utility front. Level A *dominates* B when A leaks less beyond the seed spread
   (`leakage.compare_leakage`) at an accuracy cost not greater than B's beyond the interval (`costs_more`).
   Rank 1 holds the evaluated, usable levels no other dominates; rank k + 1 those no level left after rank k
-  dominates (non-dominated sorting); levels that share a rank are ties. Unusable levels are ranked after the
-  usable ones in the same way, levels not evaluated are not ranked ('–').
+  dominates (non-dominated sorting); levels that share a rank are ties. A level that an attack answering
+  against the undefended level never ran against is not compared on the same attacks: ranked after the levels
+  measured against all of them. Unusable levels are ranked after the usable ones in the same way, levels not
+  evaluated are not ranked ('–').
 
 `defence_blocks` are the report's defence boards, `defence_ranking` the leaderboard's view "Defences ranked"
 (both the same `verdict_board`); `privacy_utility_data` feeds the report's figure.
@@ -218,6 +220,8 @@ class Verdict:
     usable: bool
     cells: int
     epsilon: str
+    missing: list[str]
+    """Attacks that answered against the undefended level but never ran against this one (not compared)."""
 
     def worst(self, adaptive: bool | None = None) -> Attempt | None:
         """The attempt that leaks most among those that answered (only the adaptive or non-adaptive ones when
@@ -239,12 +243,16 @@ class Verdict:
         out += [] if self.usable else ["unusable: accuracy within 5 pp of chance"]
         if self.defences and self.worst(adaptive=True) is None:
             out.append(ADAPTIVE_FAILED if any(a.adaptive for a in self.attempts) else NO_ADAPTIVE)
+        if self.missing:
+            out.append(f"not run: {', '.join(self.missing)} (ranked after the levels measured against every attack)")
         return out
 
 
 def verdicts(records: pd.DataFrame, cells: pd.DataFrame, adaptations: Adaptations) -> list[Verdict]:
     """One `Verdict` per defence level of one board's `cells` (`verdict_levels` applied), in level order."""
-    base = _victim_accuracies(cells[cells["level"] == NONE])
+    undefended = cells[cells["level"] == NONE]
+    base = _victim_accuracies(undefended)
+    ran = set(undefended.loc[undefended["status"].isin(ANSWERED), "attack"].astype(str))
     floor = chance(cells) + UNUSABLE_PP / 100
     order = level_sorter(cells)
     out = []
@@ -254,7 +262,8 @@ def verdicts(records: pd.DataFrame, cells: pd.DataFrame, adaptations: Adaptation
         cost, low, high = welch_interval(base, accuracies)
         usable = not (accuracies.size and float(accuracies.mean()) <= floor)  # NaN floor: usable
         out.append(Verdict(str(level), defences, attempts(records, sub, defences, adaptations), accuracies,
-                           cost, low, high, usable, len(sub), _epsilon(sub)))
+                           cost, low, high, usable, len(sub), _epsilon(sub),
+                           sorted(ran - set(sub["attack"].astype(str)))))
     return out
 
 
@@ -281,14 +290,18 @@ def dominates(a: Verdict, b: Verdict) -> bool:
 
 def ranked(rows: list[Verdict], order: Callable[[object], tuple[Any, ...]]) -> list[tuple[int | None, Verdict]]:
     """Levels with their rank (`dominates`, non-dominated sorting: the module's doc): usable evaluated levels
-    first, then unusable ones, ranks counting on; levels not evaluated last, unranked (None). Within a rank:
-    least leakage, then smallest cost (unknown last), then level order."""
+    first, then those an attack of the undefended level never ran against (`Verdict.missing`: not compared on
+    the same attacks), then unusable ones, ranks counting on; levels not evaluated last, unranked (None).
+    Within a rank: least leakage, then smallest cost (unknown last), then level order."""
     def within(v: Verdict) -> tuple[Any, ...]:
         w = v.worst()
         return (_order_key(w) if w else (), v.cost if not math.isnan(v.cost) else math.inf, order(v.level))
     out: list[tuple[int | None, Verdict]] = []
     rank = 0
-    for group in ([v for v in rows if v.evaluated and v.usable], [v for v in rows if v.evaluated and not v.usable]):
+    evaluated = [v for v in rows if v.evaluated]
+    tiers = ([v for v in evaluated if v.usable and not v.missing], [v for v in evaluated if v.usable and v.missing],
+             [v for v in evaluated if not v.usable])
+    for group in tiers:
         left = list(group)
         while left:
             front = [v for v in left if not any(dominates(o, v) for o in left if o is not v)] or left  # no cycle
@@ -392,7 +405,8 @@ RANK_NOTE = (
     "standard deviation over seeds is a tie) at an accuracy cost not greater beyond the 95 % interval; levels "
     "that share a rank are ties. Worst attack: over the attacks that answered (failed cells left out, never "
     "counted as no leakage), the adaptive ones (attacker told the defence, attack adapts to it) beside the "
-    "others. Unusable levels (accuracy within 5 pp of chance) rank after the usable ones; levels where every "
+    "others. Levels an attack of the undefended level never ran against rank after those measured against "
+    "every one; unusable levels (accuracy within 5 pp of chance) after the usable ones; levels where every "
     "attack failed are not evaluated and not ranked ('–'). Accuracy cost: undefended victims' mean test "
     "accuracy minus the level's (victims trained with the level on every update), in points, with Welch's 95 % "
     "interval over the training seeds' victims.")
