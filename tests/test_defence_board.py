@@ -64,14 +64,14 @@ def test_defences_ranked_by_their_worst_attack_with_the_accuracy_cost() -> None:
     assert [row[1] for row in table.rows] == ["DP σ=1 C=1 (ε=∞)", "noise σ=0.01", "none", "prune keep=0.5"]
     assert [row[0] for row in table.rows] == ["1", "1", "1", "2"]
     dp = rows["DP σ=1 C=1 (ε=∞)"]  # ig leaks more than spear
-    assert [dp[k] for k in ("test acc. %", "accuracy cost (pp)", "worst non-adaptive attack",
-                            "worst non-adaptive exact %", "worst non-adaptive PSNR median (dB)",
-                            "worst non-adaptive LPIPS")] == ["20.0", "20.0", "ig", "0", "12.0", "0.500"]
+    assert [dp[k] for k in ("accuracy test %", "accuracy cost (pp) [95 % CI]", "worst non-adaptive attack",
+                            "worst non-adaptive exact %", "worst non-adaptive PSNR med. (dB)")] \
+        == ["20.0", "20.0 (1 victim)", "ig", "0", "12.0"]
     prune = rows["prune keep=0.5"]
-    assert [prune[k] for k in ("accuracy cost (pp)", "worst non-adaptive exact %", "worst non-adaptive attack")] \
-        == ["3.0", "50", "spear"]
-    assert rows["none"]["accuracy cost (pp)"] == "0.0" and rows["none"]["worst non-adaptive exact %"] == "100"
-    assert "| 1 | DP σ=1 C=1 (ε=∞) | no adaptive attack (potentially unreliable) | 20.0 | 20.0 |" \
+    assert [prune[k] for k in ("accuracy cost (pp) [95 % CI]", "worst non-adaptive exact %",
+                               "worst non-adaptive attack")] == ["3.0 (1 victim)", "50", "spear"]
+    assert rows["none"]["accuracy cost (pp) [95 % CI]"] == "0.0" and rows["none"]["worst non-adaptive exact %"] == "100"
+    assert "| 1 | DP σ=1 C=1 (ε=∞) | no adaptive attack (potentially unreliable) | 20.0 | 20.0 (1 victim) |" \
         in markdown("board", [], [table])
 
 
@@ -81,7 +81,7 @@ def test_a_board_without_defences_is_left_out() -> None:
     assert defence_blocks(records[records["cell_id"].isin(plain["cell_id"])], plain) == []
     [at_init] = defence_blocks(records, cells.assign(test_accuracy=np.nan))  # ranked by leakage, no cost
     assert [row[1] for row in at_init.rows][:2] == ["DP σ=1 C=1 (ε=∞)", "noise σ=0.01"]
-    assert "test acc. %" not in at_init.header and at_init.rows[0][3] == "ig"
+    assert "accuracy test %" not in at_init.header and at_init.rows[0][3] == "ig"
 
 
 def test_defences_view_and_privacy_utility_data() -> None:

@@ -317,15 +317,15 @@ def _columns(reid: bool) -> list[Column]:
     """The board's columns; `reid`: the records carry re-identification (a 'reid %' per attack group)."""
     def group(name: str) -> list[Column]:
         return [Column(name, "attack", False), *([Column(name, "reid %")] if reid else []), Column(name, "exact %"),
-                Column(name, "PSNR median (dB)"), Column(name, "LPIPS")]
+                Column(name, "PSNR med. (dB)"), Column(name, "LPIPS")]
     return [Column("rank"), Column("defence", numeric=False), Column("verdict", numeric=False),
-            Column("test acc. %"), Column("accuracy cost (pp)"), Column("cost 95 % interval (pp)", numeric=False),
-            *group("worst non-adaptive"), *group("worst adaptive"),
-            Column("attacks answered", numeric=False), Column("cells")]
+            Column(ACCURACY, "test %"), Column(ACCURACY, "cost (pp) [95 % CI]"),
+            *group("worst non-adaptive"), *group("worst adaptive"), Column("attacks answered", numeric=False)]
 
 
-ACCURACY_COLUMNS = 3
-"""test acc., cost and its interval: left out of a board whose victims are all at init."""
+ACCURACY = "accuracy"
+ACCURACY_COLUMNS = 2
+"""test accuracy and cost: left out of a board whose victims are all at init."""
 
 
 def _attempt_entries(a: Attempt | None, several_layers: bool, papers: Papers, reid: bool) -> list[Entry]:
@@ -334,34 +334,52 @@ def _attempt_entries(a: Attempt | None, several_layers: bool, papers: Papers, re
         return [Entry("–"), *([Entry("–")] if reid else []), Entry("–"), Entry("–"), Entry("–")]
     s = a.stats
     name = a.attack + (f" (layer {a.layer})" if several_layers else "")
-    name += f" · {a.cells - a.answered} of {a.cells} cells failed" if a.answered < a.cells else ""
-    name += f" · incomplete: {incomplete_text(s['incomplete'])}" if s.get("incomplete") else ""
-    reid_entry = [number(float(s.get("reid_pct", math.nan)), 0)] if reid else []
+    name += f" (incomplete: {incomplete_text(s['incomplete'])})" if s.get("incomplete") else ""
+    reid_entry = [_spread(number(float(s.get("reid_pct", math.nan)), 0), a.spread[0], 0)] if reid else []
     return [paper_entry(name, papers.attacks.get(a.attack), colour(a.attack)), *reid_entry,
-            number(s["exact_pct"], 0), psnr_entry(s), number(s["lpips_mean"], 3)]
+            _spread(number(s["exact_pct"], 0), a.spread[1], 0), _spread(psnr_entry(s), a.spread[2], 1),
+            number(s["lpips_mean"], 3)]
+
+
+def _spread(entry: Entry, spread: float, digits: int) -> Entry:
+    """A leakage number with ' ± ' its seed spread (`leakage.seed_spread`) when there is one that reads as a
+    number (not past `PSNR_CAP`: an exact seed among finite ones), so a tie against a smaller difference shows."""
+    if not 0 < spread < PSNR_CAP or entry.sort is None or math.isinf(entry.sort) or entry.sort >= PSNR_CAP:
+        return entry
+    return Entry(f"{entry.text} ± {spread:.{digits}f}", entry.sort, entry.href, "± seed spread (std over seeds)")
 
 
 def _verdict_text(v: Verdict) -> str:
     if v.marks():
         return "; ".join(v.marks())
-    return "undefended" if v.level == NONE else "adaptive attack ran"
+    return "undefended" if v.level == NONE else "adaptively evaluated"
 
 
 def _answered(v: Verdict) -> Entry:
-    """'3 of 4 (spear failed)': attacks (with layer and adaptivity) that answered on at least one cell."""
-    failed = sorted({a.attack for a in v.attempts if a.stats is None})
-    n = len(v.attempts)
-    k = sum(a.stats is not None for a in v.attempts)
-    return Entry(f"{k} of {n}" + (f" ({', '.join(failed)} failed)" if failed else ""), k)
+    """'1/2 · spear failed · ig 1/3 failed': the attacks that answered on at least one cell (adaptive or
+    not, any layer) of all, the attacks that failed on every cell, and the failed cells of the attacks that
+    answered (failed of all their cells)."""
+    names = sorted({a.attack for a in v.attempts})
+    mine = {n: [a for a in v.attempts if a.attack == n] for n in names}
+    failed = [n for n in names if all(a.stats is None for a in mine[n])]
+    some = [f"{n} {sum(a.cells - a.answered for a in mine[n])}/{sum(a.cells for a in mine[n])} failed"
+            for n in names if n not in failed and any(a.answered < a.cells for a in mine[n])]
+    parts = [f"{len(names) - len(failed)}/{len(names)}", *([f"{', '.join(failed)} failed"] if failed else []),
+             *some]
+    return Entry(" · ".join(parts), len(names) - len(failed))
 
 
-def _interval(v: Verdict) -> Entry:
+def _cost(v: Verdict) -> Entry:
+    """The accuracy cost in points with its 95 % interval: '5.0 [−2.6, 12.7]', '5.0 (1 victim)' without one
+    (sorted by the cost either way); '0.0' for the undefended level itself."""
+    entry = number(100 * v.cost, 1)
     if math.isnan(v.cost) or v.level == NONE:
-        return Entry("–")
+        return entry
     if math.isnan(v.low):
-        return Entry("none (one victim)", hint="fewer than two trained victims on a side: no interval")
-    return Entry(f"[{100 * v.low:.1f}, {100 * v.high:.1f}]", round(100 * v.low, 1),
-                 hint=f"Welch 95 % t-interval; {v.accuracies.size} victims")
+        return Entry(f"{entry.text} (1 victim)", entry.sort,
+                     hint="fewer than two trained victims on a side: no interval")
+    return Entry(f"{entry.text} [{100 * v.low:.1f}, {100 * v.high:.1f}]", entry.sort,
+                 hint=f"Welch 95 % t-interval over {v.accuracies.size} victims")
 
 
 def verdict_board(records: pd.DataFrame, cells: pd.DataFrame, papers: Papers,
@@ -376,10 +394,10 @@ def verdict_board(records: pd.DataFrame, cells: pd.DataFrame, papers: Papers,
         name = Entry(v.level + v.epsilon, None, cited[0][1].url if cited else None,
                      "; ".join(f"{n}: {c.short}" for n, c in cited))
         body.append([Entry(str(rank), rank) if rank else Entry("–"), name, Entry(_verdict_text(v)),
-                     number(100 * v.accuracy, 1), number(100 * v.cost, 1), _interval(v),
+                     number(100 * v.accuracy, 1), _cost(v),
                      *_attempt_entries(v.worst(adaptive=False), several_layers, papers, reid),
                      *_attempt_entries(v.worst(adaptive=True), several_layers, papers, reid),
-                     _answered(v), Entry(str(v.cells), v.cells)])
+                     _answered(v)])
     notes = [RANK_NOTE]
     if max((a.answered for v in rows for a in v.attempts), default=0) < 2:
         notes.append("One seed per setting: no seed spread, leakage compared as shown.")
@@ -392,8 +410,8 @@ def verdict_board(records: pd.DataFrame, cells: pd.DataFrame, papers: Papers,
     elif not any(v.level == NONE for v in rows):
         notes.append("No undefended level in this board: no accuracy cost.")
     elif any(math.isnan(v.low) for v in rows if not math.isnan(v.cost) and v.level != NONE):
-        notes.append("Interval 'none (one victim)': fewer than two trained victims (training seeds) on a side, so "
-                     "no interval; such costs are compared as shown (0.1 pp).")
+        notes.append("Cost '(1 victim)': fewer than two trained victims (training seeds) on a side, so no "
+                     "interval; such costs are compared as shown (0.1 pp).")
     if math.isnan(chance(cells)):
         notes.append("Chance accuracy unknown for this dataset: no level is marked unusable.")
     return columns, body, notes
@@ -414,11 +432,14 @@ RANK_NOTE = (
 
 def defence_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, ...],
                   adaptations: Adaptations = NO_ADAPTATIONS) -> Table:
-    """One report board (`cells` with `verdict_levels` applied): the leaderboard's board as text."""
+    """One report board (`cells` with `verdict_levels` applied): the leaderboard's board as text, without its
+    LPIPS columns (so that it fits a 1,400-pixel window)."""
     suite, dataset, model, b = board
     columns, body, notes = verdict_board(records, cells, Papers(), adaptations)
-    return Table(f"Defences: {dataset} · {model} · b={b} (suite {suite})", [c.label for c in columns],
-                 [[e.text for e in row] for row in body], notes)
+    kept = [i for i, c in enumerate(columns) if c.setting != "LPIPS"]  # the page's width: LPIPS in the leaderboard
+    return Table(f"Defences: {dataset} · {model} · b={b} (suite {suite})", [columns[i].label for i in kept],
+                 [[row[i].text for i in kept] for row in body],
+                 [*notes, "Mean LPIPS of each worst attack: in the leaderboard's view 'Defences ranked'."])
 
 
 def _boards(cells: pd.DataFrame, by: list[str],
