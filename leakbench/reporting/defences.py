@@ -164,8 +164,8 @@ def attempts(records: pd.DataFrame, cells: pd.DataFrame, defences: list[str],
     adapts = [bool(defences) and bool(known) and set(defences) <= adaptations.get(str(attack), frozenset())
               for attack, known in zip(cells["attack"], cells["defence_known"], strict=True)]
     out = []
-    for (attack, layer, adaptive), sub in cells.assign(adaptive=adapts).groupby(["attack", "layer", "adaptive"],
-                                                                                sort=True):
+    for key, sub in cells.assign(adaptive=adapts).groupby(["attack", "layer", "adaptive"], sort=True):
+        attack, layer, adaptive = key_values(key)
         answered = sub[sub["status"].isin(ANSWERED)]
         mine = records[records["cell_id"].isin(set(answered["cell_id"]))]
         out.append(Attempt(str(attack), int(layer), bool(adaptive), len(sub), len(answered),
@@ -178,8 +178,8 @@ def _victim_accuracies(cells: pd.DataFrame) -> np.ndarray:
     if "test_accuracy" not in cells:
         return np.array([], dtype=float)
     victims = cells.drop_duplicates("victim_hash") if "victim_hash" in cells else cells
-    values = victims["test_accuracy"].to_numpy(dtype=float)
-    return values[np.isfinite(values)]
+    values: np.ndarray = victims["test_accuracy"].to_numpy(dtype=float)
+    return np.asarray(values[np.isfinite(values)], dtype=float)
 
 
 def _accuracy(cells: pd.DataFrame) -> float:
