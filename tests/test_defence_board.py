@@ -142,8 +142,11 @@ def test_a_run_with_defences_reports_the_figure_and_the_board(tmp_path: Path, mo
     assert cells["victim_hash"].nunique() == 2  # the noised victim is another victim
     report = (tmp_path / "rep" / "tiny-defences.md").read_text()
     assert "Privacy–utility" in report
-    assert (tmp_path / "rep" / "tiny-defences" / "figures" / "privacy-utility-spear-digits-FC-3-w32-trained-1-ep.png"
-            ).is_file()
+    figures = tmp_path / "rep" / "tiny-defences" / "figures"
+    assert (figures / "privacy-utility-cpa-digits-FC-3-w32-trained-1-ep.png").is_file()
+    # spear fails under the noise: a failed cell is no point at 0 % exact, so spear has one level, no figure
+    assert cells.loc[(cells["attack"] == "spear") & (cells["noise_sigma"] > 0), "status"].tolist() == ["failed"]
+    assert not (figures / "privacy-utility-spear-digits-FC-3-w32-trained-1-ep.png").exists()
     assert main(["leaderboard", "--results", str(tmp_path / "res"), "--reports", str(tmp_path / "board")]) == 0
     board = (tmp_path / "board" / "leaderboard.md").read_text()
     section = board.split("## Defences ranked: digits · FC-3 w32 trained 1 ep · b=2")[1]
