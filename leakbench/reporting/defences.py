@@ -498,6 +498,7 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     """One board of the defence ranking (`cells` with `verdict_levels` applied): `verdict_board`."""
     dataset, model, b = board
     columns, body, notes = verdict_board(records, cells, papers, adaptations)
+    notes = [n for n in notes if n != RANK_NOTE]  # the view's intro says it once (`leaderboard.DEFENCES_INTRO`)
     return Board(f"{dataset} · {model} · b={b}", columns, body, notes, [], anchor("d", *board))
 
 

@@ -52,7 +52,14 @@ from leakbench.reporting.board_page import (
     text,
 )
 from leakbench.reporting.compare import grid_name
-from leakbench.reporting.defences import NO_ADAPTATIONS, Adaptations, defence_ranking, level_papers, psnr_entry
+from leakbench.reporting.defences import (
+    NO_ADAPTATIONS,
+    RANK_NOTE,
+    Adaptations,
+    defence_ranking,
+    level_papers,
+    psnr_entry,
+)
 from leakbench.reporting.leakage import leakage_stats, shown_exact, shown_median
 from leakbench.reporting.order import defence_levels
 from leakbench.reporting.palette import colour
@@ -301,14 +308,11 @@ HOW_TO_READ = [
 
 
 DEFENCES_INTRO = (
-    "Per dataset, victim and batch size: each defence level's verdict, the worst leakage of every attack that ran "
-    "against it — adaptive attacks (the attacker knew the defence and the attack adapts to it) in the same row, "
-    "beside the non-adaptive ones — against the accuracy cost of a victim trained with the defence on every "
-    "update, with its 95 % interval over training seeds. Ranked on the privacy–utility front: a level ranks "
-    "above another only where it leaks less beyond the seed spread at no greater cost beyond the interval; "
-    "the rest share a rank. Failed cells are left out (a failed attack is no evidence of no leakage); a level "
-    "where every attack failed is 'not evaluated', one within 5 pp of chance accuracy 'unusable' (ranked after "
-    "the usable ones), one without an adaptive attack 'potentially unreliable'.")
+    "Per dataset, victim and batch size: each defence level's verdict — the worst leakage of every attack that "
+    "ran against it, adaptive attacks (the attacker knew the defence and the attack adapts to it) beside the "
+    "non-adaptive ones in the same row — against the accuracy cost of a victim trained with the defence on every "
+    "update. A defended level without an adaptive attack is marked 'no adaptive attack (potentially "
+    "unreliable)'. " + RANK_NOTE)
 
 
 def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None,
