@@ -173,3 +173,13 @@ def test_the_accuracy_cost_interval_is_welchs() -> None:
                                              {"none": [0.40, 0.41, 0.39], NOISE: [0.40, 0.40, 0.40]}))
     none, noise = verdicts(records, verdict_levels(cells), MASKED)
     assert costs_more(noise, none) is False and costs_more(none, noise) is False
+
+
+def test_the_registered_attacks_say_which_defences_they_adapt_to() -> None:
+    """What `leakbench report` and `leaderboard` pass the boards: the shipped masked attacks adapt to the
+    zeroing defences, the plain ones to none (left out)."""
+    from leakbench.citation import registered_adaptations
+
+    found = registered_adaptations()
+    assert {name: found[name] for name in MASKED} == MASKED and found["dlg-masked"] == MASKED["ig-masked"]
+    assert "ig" not in found and "spear" not in found
