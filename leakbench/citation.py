@@ -11,7 +11,7 @@ from typing import Any
 
 from leakbench.core.citation import Citation, Papers
 
-__all__ = ["Citation", "Papers", "registered_papers"]
+__all__ = ["Citation", "Papers", "registered_adaptations", "registered_papers"]
 
 
 def registered_papers() -> Papers:
@@ -28,3 +28,13 @@ def registered_papers() -> Papers:
                 found[entry.name] = paper
         return found
     return Papers(collect(ATTACKS.entries()), collect(TRANSFORMS.entries()))
+
+
+def registered_adaptations() -> dict[str, frozenset[str]]:
+    """The defences (update-transform names) each registered attack (shipped and installed plugins) adapts to
+    when the threat model grants it the defence (`Attack.adapts_to`); attacks that adapt to none left out.
+    Reports take it as data (`reporting.defences.Adaptations`): an attack not installed counts as non-adaptive."""
+    from leakbench.attacks import ATTACKS
+
+    found = {entry.name: frozenset(getattr(entry.factory(), "adapts_to", frozenset())) for entry in ATTACKS.entries()}
+    return {name: adapts for name, adapts in found.items() if adapts}

@@ -481,17 +481,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from leakbench.citation import registered_adaptations
     from leakbench.core.limits import check_writable_dir
     from leakbench.reporting.report import write_report
 
     check_writable_dir(args.reports, "--reports")
-    markdown = write_report(args.run_dir, args.reports, self_contained=args.self_contained)
+    markdown = write_report(args.run_dir, args.reports, self_contained=args.self_contained,
+                            adaptations=registered_adaptations())
     page = markdown.with_suffix(".html")
     print(f"wrote {markdown} and {page}" + (" (self-contained: images inlined)" if args.self_contained else ""))
     return 0
 
 
 def cmd_rescore(args: argparse.Namespace) -> int:
+    from leakbench.citation import registered_adaptations
     from leakbench.harness.rescore import rescore_run
     from leakbench.records.cells import check_out_dir
     from leakbench.reporting.report import write_report
@@ -503,17 +506,17 @@ def cmd_rescore(args: argparse.Namespace) -> int:
                            data_root=args.data_root)
     seconds = time.perf_counter() - start
     print(f"rescored {len(cells)} cells in {seconds:.1f} s ({seconds / max(1, len(cells)):.2f} s per cell)")
-    print(f"wrote {write_report(args.run_dir, args.reports)}")
+    print(f"wrote {write_report(args.run_dir, args.reports, adaptations=registered_adaptations())}")
     return 0
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from leakbench.citation import registered_papers
+    from leakbench.citation import registered_adaptations, registered_papers
     from leakbench.core.limits import check_writable_dir
     from leakbench.reporting.leaderboard import write_leaderboard
 
     check_writable_dir(args.reports, "--reports")
-    for path in write_leaderboard(args.results, args.reports, registered_papers()):
+    for path in write_leaderboard(args.results, args.reports, registered_papers(), registered_adaptations()):
         print(f"wrote {path}")
     return 0
 

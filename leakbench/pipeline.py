@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TextIO
 
+from leakbench.citation import registered_adaptations
 from leakbench.harness.run import run_sweep
 from leakbench.harness.suite import Suite
 from leakbench.reporting.report import write_report
@@ -23,4 +24,4 @@ def run_suite(name: str | Suite | None, *, data_root: str | None = None, out: Pa
     sweep = run_sweep(name, data_root=data_root, out=out, executor=executor, jobs=jobs, address=address,
                       resume=resume, lpips_weights=lpips_weights, lpips_net=lpips_net, progress=progress,
                       before_run=lambda suite: check_report_target(reports, suite.name))
-    return write_report(sweep.run_dir, reports)
+    return write_report(sweep.run_dir, reports, adaptations=registered_adaptations())

@@ -54,18 +54,25 @@ def test_defence_levels_name_dp_noise_and_defences() -> None:
 
 
 def test_defences_ranked_by_their_worst_attack_with_the_accuracy_cost() -> None:
+    """One victim per level (no interval: costs compared as shown), one seed (no spread): DP, noise and none
+    are on the front (each leaks less or costs less than the others), prune is dominated by noise (it leaks
+    more at a higher cost)."""
     records, cells = _tables()
     [table] = defence_blocks(records, cells)
     assert isinstance(table, Table) and table.title == "Defences: cifar10 · FC-6 w200 trained 2 ep · b=4 (suite s)"
-    rows = {row[1]: row for row in table.rows}
-    assert [row[1] for row in table.rows] == ["DP σ=1 C=1", "noise σ=0.01", "prune keep=0.5", "none"]
-    assert rows["DP σ=1 C=1"][2:8] == ["20.0", "20.0", "0", "12.0", "0.500", "ig"]  # ig leaks more than spear
-    assert rows["prune keep=0.5"][3:8] == ["3.0", "50", "30.0", "0.375", "spear"]
-    assert rows["none"][3:5] == ["0.0", "100"]
-    front = {row[1] for row in table.rows if row[-1] == "✓"}
-    assert front == {"DP σ=1 C=1", "noise σ=0.01", "none"}  # prune: noise leaks less at a lower cost
-    text = markdown("board", [], [table])
-    assert "| 1 | DP σ=1 C=1 | 20.0 | 20.0 |" in text
+    rows = {row[1]: dict(zip(table.header, row, strict=True)) for row in table.rows}
+    assert [row[1] for row in table.rows] == ["DP σ=1 C=1 (ε=∞)", "noise σ=0.01", "none", "prune keep=0.5"]
+    assert [row[0] for row in table.rows] == ["1", "1", "1", "2"]
+    dp = rows["DP σ=1 C=1 (ε=∞)"]  # ig leaks more than spear
+    assert [dp[k] for k in ("accuracy test %", "accuracy cost (pp) [95 % CI]", "worst non-adaptive attack",
+                            "worst non-adaptive exact %", "worst non-adaptive PSNR med. (dB)")] \
+        == ["20.0", "20.0 (1 victim)", "ig", "0", "12.0"]
+    prune = rows["prune keep=0.5"]
+    assert [prune[k] for k in ("accuracy cost (pp) [95 % CI]", "worst non-adaptive exact %",
+                               "worst non-adaptive attack")] == ["3.0 (1 victim)", "50", "spear"]
+    assert rows["none"]["accuracy cost (pp) [95 % CI]"] == "0.0" and rows["none"]["worst non-adaptive exact %"] == "100"
+    assert "| 1 | DP σ=1 C=1 (ε=∞) | no adaptive attack (potentially unreliable) | 20.0 | 20.0 (1 victim) |" \
+        in markdown("board", [], [table])
 
 
 def test_a_board_without_defences_is_left_out() -> None:
@@ -73,7 +80,8 @@ def test_a_board_without_defences_is_left_out() -> None:
     plain = cells[defence_levels(cells) == NONE]
     assert defence_blocks(records[records["cell_id"].isin(plain["cell_id"])], plain) == []
     [at_init] = defence_blocks(records, cells.assign(test_accuracy=np.nan))  # ranked by leakage, no cost
-    assert [row[1] for row in at_init.rows][:2] == ["DP σ=1 C=1", "noise σ=0.01"] and at_init.rows[0][2:4] == ["–", "–"]
+    assert [row[1] for row in at_init.rows][:2] == ["DP σ=1 C=1 (ε=∞)", "noise σ=0.01"]
+    assert "accuracy test %" not in at_init.header and at_init.rows[0][3] == "ig"
 
 
 def test_defences_view_and_privacy_utility_data() -> None:
@@ -134,8 +142,11 @@ def test_a_run_with_defences_reports_the_figure_and_the_board(tmp_path: Path, mo
     assert cells["victim_hash"].nunique() == 2  # the noised victim is another victim
     report = (tmp_path / "rep" / "tiny-defences.md").read_text()
     assert "Privacy–utility" in report
-    assert (tmp_path / "rep" / "tiny-defences" / "figures" / "privacy-utility-spear-digits-FC-3-w32-trained-1-ep.png"
-            ).is_file()
+    figures = tmp_path / "rep" / "tiny-defences" / "figures"
+    assert (figures / "privacy-utility-cpa-digits-FC-3-w32-trained-1-ep.png").is_file()
+    # spear fails under the noise: a failed cell is no point at 0 % exact, so spear has one level, no figure
+    assert cells.loc[(cells["attack"] == "spear") & (cells["noise_sigma"] > 0), "status"].tolist() == ["failed"]
+    assert not (figures / "privacy-utility-spear-digits-FC-3-w32-trained-1-ep.png").exists()
     assert main(["leaderboard", "--results", str(tmp_path / "res"), "--reports", str(tmp_path / "board")]) == 0
     board = (tmp_path / "board" / "leaderboard.md").read_text()
     section = board.split("## Defences ranked: digits · FC-3 w32 trained 1 ep · b=2")[1]

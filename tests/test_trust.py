@@ -91,7 +91,9 @@ def test_a_third_party_defence_with_a_third_party_attack_is_ranked_nowhere(board
     assert [row["attack"] for row in _rows(defended)] == ["spear"]  # its pairing with mean-image: not ranked
     assert ATTACK_CODE not in _rows(defended)[0]  # a table of shipped attacks only carries no mark
     ranking = next(s for t, s in board.items() if t.startswith("Defences ranked"))
-    assert "mean-image" not in ranking  # 100 % exact behind the plugin defence: it would be the worst leakage
+    quant = next(row for row in _rows(ranking) if row["defence"] == "quant bits=4")
+    # 100 % exact behind the plugin defence: it would be the worst leakage; the level says it never ran there
+    assert quant["worst non-adaptive attack"] == "spear" and "not run: grey, mean-image" in quant["verdict"]
     [unranked] = [s for t, s in board.items() if t.startswith(UNRANKED_TITLE)]
     [row] = _rows(unranked)
     assert (row["attack"], row["defence"], row["exact %"]) == ("mean-image", "quant bits=4", "100")
@@ -171,4 +173,4 @@ def test_a_defence_the_strongest_attack_was_kept_from_is_not_ranked_best(tmp_pat
                    if t.startswith("Defences ranked"))
     rows = _rows(ranking)
     assert [(r["rank"], r["defence"]) for r in rows] == [("1", "none"), ("2", "quant bits=4")]
-    assert rows[1]["strongest undefended attack: mine exact %"] == "–" and "has no cell at that level" in ranking
+    assert rows[1]["verdict"].startswith("no adaptive attack") and "not run: mine (ranked after" in rows[1]["verdict"]

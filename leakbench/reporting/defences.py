@@ -1,289 +1,511 @@
-"""The price of a defence, from stored records only: each defence level's leakage against its victim's accuracy.
+"""The verdict on each defence level, from stored records only: its worst leakage against every attack that ran
+against it (adaptive attacks included), against its victims' accuracy cost with a 95 % interval.
 
 A *defence level* is what a cell's client did to its update besides plain FedSGD: its DP-SGD setting, its
-noise, its defences (and a FedAvg client or a threat model, when not the default), named by one label
-('none', 'DP σ=0.5 C=1', 'noise σ=0.01', 'prune keep=0.5'). A trained victim is trained with its cell's level
-applied to every update (`models.training`), so its test accuracy is the level's price; the *accuracy cost*
-is the drop from the undefended victim ('none') trained the same way (same board: suite, dataset, model,
-batch size). The *worst leakage* of a level is that of the strongest attack against it (most exact images,
-then highest PSNR median), over every attack and attacked layer of the board.
+noise, its defences (and a FedAvg client or a threat model other than the default), named by one label
+('none', 'DP σ=0.5 C=1', 'noise σ=0.01', 'prune p=0.5'). The threat 'defence known' is no level of its own:
+a cell whose attacker was told the defence stands in its defence's own row (`verdict_levels`), so a level's
+verdict is the worst case over the attacks that ran against it with and without that knowledge.
 
-`defence_blocks` are the report's defence boards, `defence_ranking` the leaderboard's view "Defences ranked";
-`privacy_utility_data` feeds the report's figure.
+- *Adaptive attack*: a cell whose attacker knew the defence (`defence known`) and whose attack adapts to every
+  defence of the level (`Attack.adapts_to`, looked up at report time from the registered attacks:
+  `citation.registered_adaptations`; an attack not installed counts as non-adaptive). A defended level without
+  an adaptive attack that answered is marked "no adaptive attack (potentially unreliable)".
+- *Worst leakage*: over the attacks (and attacked layers) that answered, each scored over its answered cells
+  (status ok or partial) only: re-identification % (when the records carry it), then exact %, then PSNR median
+  over the answered images (`leakage.leakage_vector`). A failed cell is no evidence of no leakage: it is left
+  out, and a level where every attack failed is "not evaluated" (unranked), never a defence that stops them.
+- *Accuracy cost*: the undefended victims' ('none') mean test accuracy minus the level's, over distinct victims
+  (`victim_hash`; one per training seed), with Welch's 95 % t-interval of the difference when each side has
+  at least two victims. A level within `UNUSABLE_PP` points of chance accuracy (1 / classes) is "unusable".
+- *Rank*: on the privacy–utility front. Level A *dominates* B when A leaks less beyond the seed spread
+  (`leakage.compare_leakage`) at an accuracy cost not greater than B's beyond the interval (`costs_more`).
+  Rank 1 holds the evaluated, usable levels no other dominates; rank k + 1 those no level left after rank k
+  dominates (non-dominated sorting); levels that share a rank are ties. A level that an attack answering
+  against the undefended level never ran against is not compared on the same attacks: ranked after the levels
+  measured against all of them. Unusable levels are ranked after the usable ones in the same way, levels not
+  evaluated are not ranked ('–').
+
+`defence_blocks` are the report's defence boards, `defence_ranking` the leaderboard's view "Defences ranked"
+(both the same `verdict_board`); `privacy_utility_data` feeds the report's figure.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats as scipy_stats
 
 from leakbench.core.citation import Citation, Papers
+from leakbench.core.reconstruction import ANSWERED
 from leakbench.records.labels import update_steps
 from leakbench.reporting.aggregate import (
     PSNR_CAP,
-    all_exact,
     board_order_key,
-    fmt,
     grouped,
+    incomplete_text,
     key_values,
     model_order,
-    psnr_text,
 )
 from leakbench.reporting.board_page import Board, Column, Entry, anchor, number, paper_entry
-from leakbench.reporting.leakage import leakage_key, leakage_stats, shown_exact
-from leakbench.reporting.order import NONE, defence_levels, level_sorter
+from leakbench.reporting.leakage import (
+    Leakage,
+    compare_leakage,
+    leakage_stats,
+    leakage_vector,
+    seed_spread,
+)
+from leakbench.reporting.order import DEFAULT_THREAT, NONE, defence_levels, level_sorter
 from leakbench.reporting.palette import colour
-from leakbench.reporting.pivot import ranks, shown_psnr
 from leakbench.reporting.render import Block, Table
 
+Adaptations = Mapping[str, frozenset[str]]
+"""Attack name → the defences (update-transform names) it adapts to (`Attack.adapts_to` of the attacks
+registered where the report is made: `citation.registered_adaptations`)."""
+NO_ADAPTATIONS: Adaptations = {}
+DEFENCE_KNOWN = "defence known"
+"""The part of a threat model's label (`ThreatModel.label`) that grants the attacker the defence."""
 DEFENCE_BOARD = ["suite", "dataset", "model", "batch_size"]
-"""What one defence board holds fixed; its rows are the defence levels, ranked."""
+"""What one defence board of the report holds fixed; its rows are the defence levels, ranked."""
+RANKING_BOARD = ["dataset", "model", "batch_size"]
+"""What one defence ranking of the leaderboard holds fixed (whatever run the cells come from)."""
+UNUSABLE_PP = 5.0
+"""A level whose victims' mean test accuracy is within this many points of chance (1 / classes) is unusable."""
+CLASSES = {"cifar10": 10, "mnist": 10, "digits": 10, "tinyimagenet": 200, "embedded": 6}
+"""Class counts of the shipped datasets (their loaders' `num_classes`), for chance accuracy when the cells
+store no `num_classes` column; another dataset's chance is unknown (no level is marked unusable)."""
+NO_ADAPTIVE = "no adaptive attack (potentially unreliable)"
+ADAPTIVE_FAILED = "adaptive attack failed (potentially unreliable)"
+NOT_EVALUATED = "not evaluated: every attack failed"
 
 
-def _leakage_key(s: dict[str, Any]) -> tuple[float, float]:
-    """Larger is more leakage: exact % first, then PSNR median (none: 0 dB), each at the precision a table
-    shows it (whole %, 0.1 dB capped at `PSNR_CAP`), so float noise past the shown digits decides nothing."""
-    return float(round(s["exact_pct"])), shown_psnr(s["psnr_median"])
+# --------------------------------------------------------------------------- levels: the threat 'defence known' merged
+
+def verdict_levels(cells: pd.DataFrame) -> pd.DataFrame:
+    """`cells` (with `client` as `aggregate.with_model` makes it) with 'defence known' taken out of their threat
+    model (`threat` and the `client` label), a boolean `defence_known` (the attacker knew the defence) and each
+    cell's `level` (`order.defence_levels` of the rest): a defence-known cell lands in its defence's own row."""
+    threat = cells["threat"].fillna(DEFAULT_THREAT).astype(str) if "threat" in cells \
+        else pd.Series(DEFAULT_THREAT, cells.index)
+    parts = [t.split(", ") for t in threat]
+    known = [DEFENCE_KNOWN in p for p in parts]
+    rest = [", ".join(x for x in p if x != DEFENCE_KNOWN) or DEFAULT_THREAT for p in parts]
+    stored = cells["defence_known"].fillna(False).astype(bool) if "defence_known" in cells \
+        else pd.Series(False, cells.index)
+    client = cells["client"].astype(str) if "client" in cells else pd.Series("fedsgd", cells.index)
+    merged = [c.replace(f" · {t}", f" · {r}" if r != DEFAULT_THREAT else "", 1) if k else c
+              for c, t, r, k in zip(client, threat, rest, known, strict=True)]
+    out = cells.assign(client=merged, threat=rest, defence_known=[k or bool(s) for k, s in zip(known, stored,
+                                                                                                strict=True)])
+    return out.assign(level=defence_levels(out))
+
+
+def level_transforms(level: str, cells: pd.DataFrame) -> list[str]:
+    """The update transforms of a defence level's `cells`, each once, in the order they run (a leading FedSGD,
+    which the level does not name, left out), from the transform names their stored updates list
+    (`records.labels`). Only for cells stored without their update: the names that start the parts of its
+    label before any threat model ('DP σ=1 C=1 + prune p=0.5' → dp, prune)."""
+    stored = [steps for steps in map(update_steps, cells["update"] if "update" in cells else ()) if steps]
+    names = [name for steps in stored for i, (name, _) in enumerate(steps) if i or name != "fedsgd"]
+    if not stored and level != NONE:  # cells stored before `update`
+        names = [part.split(" ")[0].lower() for part in level.split(" · ")[0].split(" + ")]
+    return list(dict.fromkeys(names))
+
+
+def level_papers(level: str, cells: pd.DataFrame, papers: Papers) -> list[tuple[str, Citation]]:
+    """The papers of the update transforms of a defence level's `cells` (`level_transforms`), each once;
+    transforms without a paper in `papers` give none."""
+    return [(name, papers.defences[name]) for name in level_transforms(level, cells) if name in papers.defences]
+
+
+def chance(cells: pd.DataFrame) -> float:
+    """Chance accuracy of the board's dataset: 1 / its classes (a stored `num_classes` column, else `CLASSES`);
+    NaN when unknown."""
+    if "num_classes" in cells and cells["num_classes"].notna().any():
+        return 1.0 / float(cells["num_classes"].dropna().iloc[0])
+    classes = CLASSES.get(str(cells["dataset"].iloc[0])) if len(cells) and "dataset" in cells else None
+    return 1.0 / classes if classes else math.nan
+
+
+# --------------------------------------------------------------------------- one level's verdict
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attack (at one attacked layer, adaptive or not) against one level: its stats over the cells that
+    answered (None when every cell failed) and their seed spread."""
+
+    attack: str
+    layer: int
+    adaptive: bool
+    cells: int
+    answered: int
+    stats: dict[str, Any] | None
+    spread: Leakage
+
+    @property
+    def leakage(self) -> Leakage:
+        return leakage_vector(self.stats) if self.stats else (math.nan, 0.0, 0.0)
+
+
+def _order_key(a: Attempt) -> tuple[float, ...]:
+    """Larger leaks more (a NaN re-identification counts below any): picks a level's worst attempt."""
+    return tuple(-math.inf if math.isnan(v) else v for v in a.leakage)
+
+
+def attempts(records: pd.DataFrame, cells: pd.DataFrame, defences: list[str],
+             adaptations: Adaptations) -> list[Attempt]:
+    """Every (attack, layer, adaptive) of one level's `cells` (with `defence_known`, `verdict_levels`), by name:
+    a cell is adaptive when its attacker knew the defence and its attack adapts to each of `defences`."""
+    adapts = [bool(defences) and bool(known) and set(defences) <= adaptations.get(str(attack), frozenset())
+              for attack, known in zip(cells["attack"], cells["defence_known"], strict=True)]
+    out = []
+    for key, sub in cells.assign(adaptive=adapts).groupby(["attack", "layer", "adaptive"], sort=True):
+        attack, layer, adaptive = key_values(key)
+        answered = sub[sub["status"].isin(ANSWERED)]
+        mine = records[records["cell_id"].isin(set(answered["cell_id"]))]
+        out.append(Attempt(str(attack), int(layer), bool(adaptive), len(sub), len(answered),
+                           leakage_stats(mine, answered) if len(answered) else None, seed_spread(mine, answered)))
+    return out
+
+
+def _victim_accuracies(cells: pd.DataFrame) -> np.ndarray:
+    """Test accuracy of each distinct victim (`victim_hash`) of `cells` that has one (empty when none was trained)."""
+    if "test_accuracy" not in cells:
+        return np.array([], dtype=float)
+    victims = cells.drop_duplicates("victim_hash") if "victim_hash" in cells else cells
+    values: np.ndarray = victims["test_accuracy"].to_numpy(dtype=float)
+    return np.asarray(values[np.isfinite(values)], dtype=float)
 
 
 def _accuracy(cells: pd.DataFrame) -> float:
     """Mean test accuracy over the distinct victims of `cells` (NaN when none was trained)."""
-    if "test_accuracy" not in cells:
-        return math.nan
-    victims = cells.drop_duplicates("victim_hash") if "victim_hash" in cells else cells
-    values = victims["test_accuracy"].to_numpy(dtype=float)
-    return float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
+    values = _victim_accuracies(cells)
+    return float(values.mean()) if values.size else math.nan
 
 
-def level_rows(records: pd.DataFrame, cells: pd.DataFrame) -> list[dict[str, Any]]:
-    """One row per defence level of `cells` (one board): its victims' test accuracy, the cost against
-    'none', and the strongest attack (and layer) with its stats."""
-    cells = cells.assign(level=defence_levels(cells))
-    base = _accuracy(cells[cells["level"] == NONE])
-    rows = []
+def welch_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
+    """mean(a) − mean(b) and its Welch t-interval (`level`); NaN bounds unless each side has two values
+    (an interval of zero width when both sides are constant); all NaN when a side is empty."""
+    if not a.size or not b.size:
+        return math.nan, math.nan, math.nan
+    diff = float(a.mean() - b.mean())
+    if a.size < 2 or b.size < 2:
+        return diff, math.nan, math.nan
+    va, vb = float(a.var(ddof=1)) / a.size, float(b.var(ddof=1)) / b.size
+    if va + vb == 0:
+        return diff, diff, diff
+    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    half = float(scipy_stats.t.ppf(0.5 + level / 2, df)) * math.sqrt(va + vb)
+    return diff, diff - half, diff + half
+
+
+@dataclass(eq=False)
+class Verdict:
+    """One defence level of a board: its attempts, its victims' accuracy and cost against 'none'."""
+
+    level: str
+    defences: list[str]
+    attempts: list[Attempt]
+    accuracies: np.ndarray
+    cost: float
+    """Undefended mean test accuracy minus the level's (a fraction; NaN without trained victims)."""
+    low: float
+    high: float
+    """The 95 % interval of `cost` (NaN without two victims on each side)."""
+    usable: bool
+    cells: int
+    epsilon: str
+    missing: list[str]
+    """Attacks that answered against the undefended level but never ran against this one (not compared)."""
+
+    def worst(self, adaptive: bool | None = None) -> Attempt | None:
+        """The attempt that leaks most among those that answered (only the adaptive or non-adaptive ones when
+        `adaptive` says so); the first by name among equals; None when none answered."""
+        found = [a for a in self.attempts if a.stats and (adaptive is None or a.adaptive == adaptive)]
+        return max(found, key=_order_key) if found else None  # max keeps the first of equals
+
+    @property
+    def evaluated(self) -> bool:
+        return self.worst() is not None
+
+    @property
+    def accuracy(self) -> float:
+        return float(self.accuracies.mean()) if self.accuracies.size else math.nan
+
+    def marks(self) -> list[str]:
+        """What a reader must know before trusting the row: not evaluated, unusable, no adaptive attack."""
+        out = [] if self.evaluated else [NOT_EVALUATED]
+        out += [] if self.usable else ["unusable: accuracy within 5 pp of chance"]
+        if self.defences and self.worst(adaptive=True) is None:
+            out.append(ADAPTIVE_FAILED if any(a.adaptive for a in self.attempts) else NO_ADAPTIVE)
+        if self.missing:
+            out.append(f"not run: {', '.join(self.missing)} (ranked after the levels measured against every attack)")
+        return out
+
+
+def verdicts(records: pd.DataFrame, cells: pd.DataFrame, adaptations: Adaptations) -> list[Verdict]:
+    """One `Verdict` per defence level of one board's `cells` (`verdict_levels` applied), in level order."""
+    undefended = cells[cells["level"] == NONE]
+    base = _victim_accuracies(undefended)
+    ran = set(undefended.loc[undefended["status"].isin(ANSWERED), "attack"].astype(str))
+    floor = chance(cells) + UNUSABLE_PP / 100
     order = level_sorter(cells)
+    out = []
     for level, sub in sorted(cells.groupby("level", sort=True), key=lambda g: order(g[0])):
-        attacks = grouped(records, sub, ["attack", "layer"])
-        # the strongest; among equally strong ones (as shown) the first by name
-        (attack, layer), worst = min(attacks, key=lambda a: (tuple(-v for v in _leakage_key(a[1])), a[0]))
-        accuracy = _accuracy(sub)
-        several_layers = sub["layer"].nunique() > 1
-        rows.append({"level": str(level), "accuracy": accuracy, "cost": base - accuracy, "worst": worst,
-                     "strongest": f"{attack}" + (f" (layer {layer})" if several_layers else ""),
-                     "attacks": len(attacks), "cells": len(sub)})
-    return rows
+        defences = [] if level == NONE else level_transforms(str(level), sub)
+        accuracies = _victim_accuracies(sub)
+        cost, low, high = welch_interval(base, accuracies)
+        usable = not (accuracies.size and float(accuracies.mean()) <= floor)  # NaN floor: usable
+        out.append(Verdict(str(level), defences, attempts(records, sub, defences, adaptations), accuracies,
+                           cost, low, high, usable, len(sub), _epsilon(sub),
+                           sorted(ran - set(sub["attack"].astype(str)))))
+    return out
 
 
-def _ranked(rows: list[dict[str, Any]], order: Callable[[object], tuple[Any, ...]]) -> list[dict[str, Any]]:
-    """Least worst leakage first, then smallest accuracy cost (unknown last), then level (`order`)."""
-    def key(r: dict[str, Any]) -> tuple[Any, ...]:
-        cost = r["cost"] if not math.isnan(r["cost"]) else math.inf
-        return (*_leakage_key(r["worst"]), cost, order(r["level"]))
-    return sorted(rows, key=key)
+def costs_more(a: Verdict, b: Verdict) -> bool | None:
+    """Whether `a` costs more accuracy than `b` beyond the 95 % interval (Welch, over their victims): b's
+    accuracy minus a's above 0 over the whole interval; with fewer than two victims on a side, a's cost as
+    shown (0.1 pp) above b's. None when either has no trained victim."""
+    if not a.accuracies.size or not b.accuracies.size:
+        return None if (a.accuracies.size or b.accuracies.size) else False
+    diff, low, _ = welch_interval(b.accuracies, a.accuracies)
+    if math.isnan(low):
+        return round(100 * diff, 1) > 0
+    return low > 0
 
 
-def _on_front(row: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
-    """True unless another level leaks no more at no higher cost, strictly better in one."""
-    if math.isnan(row["cost"]):
+def dominates(a: Verdict, b: Verdict) -> bool:
+    """`a` leaks less than `b` beyond the seed spread, at an accuracy cost not greater beyond the interval
+    (victims at init on both sides: leakage alone; trained on one side only: never)."""
+    wa, wb = a.worst(), b.worst()
+    if wa is None or wb is None or costs_more(a, b) is not False:
         return False
-    mine = (_leakage_key(row["worst"]), row["cost"])
-    for other in rows:
-        if other is row or math.isnan(other["cost"]):
-            continue
-        theirs = (_leakage_key(other["worst"]), other["cost"])
-        if theirs[0] <= mine[0] and theirs[1] <= mine[1] and theirs != mine:
-            return False
-    return True
+    return compare_leakage(wa.leakage, wa.spread, wb.leakage, wb.spread) < 0
 
 
-DEFENCE_HEADER = ["rank", "defence", "test acc. %", "accuracy cost (pp)", "worst exact %", "worst PSNR median (dB)",
-                  "LPIPS", "strongest attack", "attacks", "cells", "front"]
+def ranked(rows: list[Verdict], order: Callable[[object], tuple[Any, ...]]) -> list[tuple[int | None, Verdict]]:
+    """Levels with their rank (`dominates`, non-dominated sorting: the module's doc): usable evaluated levels
+    first, then those an attack of the undefended level never ran against (`Verdict.missing`: not compared on
+    the same attacks), then unusable ones, ranks counting on; levels not evaluated last, unranked (None).
+    Within a rank: least leakage, then smallest cost (unknown last), then level order."""
+    def within(v: Verdict) -> tuple[Any, ...]:
+        w = v.worst()
+        return (_order_key(w) if w else (), v.cost if not math.isnan(v.cost) else math.inf, order(v.level))
+    out: list[tuple[int | None, Verdict]] = []
+    rank = 0
+    evaluated = [v for v in rows if v.evaluated]
+    tiers = ([v for v in evaluated if v.usable and not v.missing], [v for v in evaluated if v.usable and v.missing],
+             [v for v in evaluated if not v.usable])
+    for group in tiers:
+        left = list(group)
+        while left:
+            front = [v for v in left if not any(dominates(o, v) for o in left if o is not v)] or left  # no cycle
+            rank += 1
+            out += [(rank, v) for v in sorted(front, key=within)]
+            left = [v for v in left if all(v is not f for f in front)]
+    return out + [(None, v) for v in sorted((v for v in rows if not v.evaluated), key=lambda v: order(v.level))]
 
 
-def defence_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, ...]) -> Table:
-    """One board: defence levels ranked by their worst leakage, with accuracy and cost beside it."""
-    suite, dataset, model, b = board
-    rows = level_rows(records, cells)
+# --------------------------------------------------------------------------- the board (report and leaderboard)
+
+def _columns(reid: bool) -> list[Column]:
+    """The board's columns; `reid`: the records carry re-identification (a 'reid %' per attack group)."""
+    def group(name: str) -> list[Column]:
+        return [Column(name, "attack", False), *([Column(name, "reid %")] if reid else []), Column(name, "exact %"),
+                Column(name, "PSNR med. (dB)"), Column(name, "LPIPS")]
+    return [Column("rank"), Column("defence", numeric=False), Column("verdict", numeric=False),
+            Column(ACCURACY, "test %"), Column(ACCURACY, "cost (pp) [95 % CI]"),
+            *group("worst non-adaptive"), *group("worst adaptive"), Column("attacks answered", numeric=False)]
+
+
+ACCURACY = "accuracy"
+ACCURACY_COLUMNS = 2
+"""test accuracy and cost: left out of a board whose victims are all at init."""
+
+
+def _attempt_entries(a: Attempt | None, several_layers: bool, papers: Papers, reid: bool) -> list[Entry]:
+    """An attempt's attack (its failed cells and incomplete batches said), reid %, exact %, PSNR median, LPIPS."""
+    if a is None or a.stats is None:
+        return [Entry("–"), *([Entry("–")] if reid else []), Entry("–"), Entry("–"), Entry("–")]
+    s = a.stats
+    name = a.attack + (f" (layer {a.layer})" if several_layers else "")
+    name += f" (incomplete: {incomplete_text(s['incomplete'])})" if s.get("incomplete") else ""
+    reid_entry = [_spread(number(float(s.get("reid_pct", math.nan)), 0), a.spread[0], 0)] if reid else []
+    return [paper_entry(name, papers.attacks.get(a.attack), colour(a.attack)), *reid_entry,
+            _spread(number(s["exact_pct"], 0), a.spread[1], 0), _spread(psnr_entry(s), a.spread[2], 1),
+            number(s["lpips_mean"], 3)]
+
+
+def _spread(entry: Entry, spread: float, digits: int) -> Entry:
+    """A leakage number with ' ± ' its seed spread (`leakage.seed_spread`) when there is one that reads as a
+    number (not past `PSNR_CAP`: an exact seed among finite ones), so a tie against a smaller difference shows."""
+    if not 0 < spread < PSNR_CAP or entry.sort is None or math.isinf(entry.sort) or entry.sort >= PSNR_CAP:
+        return entry
+    return Entry(f"{entry.text} ± {spread:.{digits}f}", entry.sort, entry.href, "± seed spread (std over seeds)")
+
+
+def _verdict_text(v: Verdict) -> str:
+    if v.marks():
+        return "; ".join(v.marks())
+    return "undefended" if v.level == NONE else "adaptively evaluated"
+
+
+def _answered(v: Verdict) -> Entry:
+    """'1/2 · spear failed · ig 1/3 failed': the attacks that answered on at least one cell (adaptive or
+    not, any layer) of all, the attacks that failed on every cell, and the failed cells of the attacks that
+    answered (failed of all their cells)."""
+    names = sorted({a.attack for a in v.attempts})
+    mine = {n: [a for a in v.attempts if a.attack == n] for n in names}
+    failed = [n for n in names if all(a.stats is None for a in mine[n])]
+    some = [f"{n} {sum(a.cells - a.answered for a in mine[n])}/{sum(a.cells for a in mine[n])} failed"
+            for n in names if n not in failed and any(a.answered < a.cells for a in mine[n])]
+    parts = [f"{len(names) - len(failed)}/{len(names)}", *([f"{', '.join(failed)} failed"] if failed else []),
+             *some]
+    return Entry(" · ".join(parts), len(names) - len(failed))
+
+
+def _cost(v: Verdict) -> Entry:
+    """The accuracy cost in points with its 95 % interval: '5.0 [−2.6, 12.7]', '5.0 (1 victim)' without one
+    (sorted by the cost either way); '0.0' for the undefended level itself."""
+    entry = number(100 * v.cost, 1)
+    if math.isnan(v.cost) or v.level == NONE:
+        return entry
+    if math.isnan(v.low):
+        return Entry(f"{entry.text} (1 victim)", entry.sort,
+                     hint="fewer than two trained victims on a side: no interval")
+    return Entry(f"{entry.text} [{100 * v.low:.1f}, {100 * v.high:.1f}]", entry.sort,
+                 hint=f"Welch 95 % t-interval over {v.accuracies.size} victims")
+
+
+def verdict_board(records: pd.DataFrame, cells: pd.DataFrame, papers: Papers,
+                  adaptations: Adaptations) -> tuple[list[Column], list[list[Entry]], list[str]]:
+    """One board's columns, ranked rows and notes (`cells` of one board with `verdict_levels` applied)."""
+    rows = verdicts(records, cells, adaptations)
+    reid = any(a.stats and not math.isnan(float(a.stats.get("reid_pct", math.nan))) for v in rows for a in v.attempts)
+    several_layers = cells["layer"].nunique() > 1
     body = []
-    ranked = _ranked(rows, level_sorter(cells))
-    shown = [(_leakage_key(r["worst"]), fmt(100 * r["cost"], 1)) for r in ranked]  # equal as shown: equal rank
-    for rank, r in zip(ranks(shown), ranked, strict=True):
-        s = r["worst"]
-        psnr = psnr_text(s["psnr_median"], exact=all_exact(s)).removesuffix(" dB")
-        body.append([str(rank), r["level"], fmt(100 * r["accuracy"], 1), fmt(100 * r["cost"], 1),
-                     fmt(s["exact_pct"], 0), psnr, fmt(s["lpips_mean"], 3),
-                     r["strongest"],
-                     str(r["attacks"]), str(r["cells"]), "✓" if _on_front(r, rows) else ""])
-    notes = ["Worst leakage: the strongest attack against the level (most exact images, then highest PSNR "
-             "median; its LPIPS beside). Accuracy cost: test accuracy of the undefended victim ('none') minus "
-             "the level's, in percentage points; the victims are trained with the level on every update. "
-             "front ✓: no other level leaks less at no higher cost. Levels that read the same (leakage and cost "
-             "as shown) share a rank."]
-    if all(math.isnan(r["accuracy"]) for r in rows):
+    for rank, v in ranked(rows, level_sorter(cells)):
+        cited = level_papers(v.level, cells[cells["level"] == v.level], papers)
+        name = Entry(v.level + v.epsilon, None, cited[0][1].url if cited else None,
+                     "; ".join(f"{n}: {c.short}" for n, c in cited))
+        body.append([Entry(str(rank), rank) if rank else Entry("–"), name, Entry(_verdict_text(v)),
+                     number(100 * v.accuracy, 1), _cost(v),
+                     *_attempt_entries(v.worst(adaptive=False), several_layers, papers, reid),
+                     *_attempt_entries(v.worst(adaptive=True), several_layers, papers, reid),
+                     _answered(v)])
+    notes = [RANK_NOTE]
+    if max((a.answered for v in rows for a in v.attempts), default=0) < 2:
+        notes.append("One seed per setting: no seed spread, leakage compared as shown.")
+    columns = _columns(reid)
+    if all(math.isnan(v.accuracy) for v in rows):
         notes.append("Victims at init (untrained): no accuracy measured, ranked by leakage alone.")
-    elif not any(r["level"] == NONE for r in rows):
+        cut = slice(3, 3 + ACCURACY_COLUMNS)
+        columns = columns[:cut.start] + columns[cut.stop:]
+        body = [row[:cut.start] + row[cut.stop:] for row in body]
+    elif not any(v.level == NONE for v in rows):
         notes.append("No undefended level in this board: no accuracy cost.")
-    return Table(f"Defences: {dataset} · {model} · b={b} (suite {suite})", DEFENCE_HEADER, body, notes)
+    elif any(math.isnan(v.low) for v in rows if not math.isnan(v.cost) and v.level != NONE):
+        notes.append("Cost '(1 victim)': fewer than two trained victims (training seeds) on a side, so no "
+                     "interval; such costs are compared as shown (0.1 pp).")
+    if math.isnan(chance(cells)):
+        notes.append("Chance accuracy unknown for this dataset: no level is marked unusable.")
+    return columns, body, notes
 
 
-def defence_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
+RANK_NOTE = (
+    "Rank: a level ranks above another only where a level of the rank above leaks less beyond the seed spread "
+    "(re-identification %, then exact %, then PSNR median of its worst attack; a difference within the larger "
+    "standard deviation over seeds is a tie) at an accuracy cost not greater beyond the 95 % interval; levels "
+    "that share a rank are ties. Worst attack: over the attacks that answered (failed cells left out, never "
+    "counted as no leakage), the adaptive ones (attacker told the defence, attack adapts to it) beside the "
+    "others. Levels an attack of the undefended level never ran against rank after those measured against "
+    "every one; unusable levels (accuracy within 5 pp of chance) after the usable ones; levels where every "
+    "attack failed are not evaluated and not ranked ('–'). Accuracy cost: undefended victims' mean test "
+    "accuracy minus the level's (victims trained with the level on every update), in points, with Welch's 95 % "
+    "interval over the training seeds' victims.")
+
+
+def defence_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, ...],
+                  adaptations: Adaptations = NO_ADAPTATIONS) -> Table:
+    """One report board (`cells` with `verdict_levels` applied): the leaderboard's board as text, without its
+    LPIPS columns (so that it fits a 1,400-pixel window)."""
+    suite, dataset, model, b = board
+    columns, body, notes = verdict_board(records, cells, Papers(), adaptations)
+    kept = [i for i, c in enumerate(columns) if c.setting != "LPIPS"]  # the page's width: LPIPS in the leaderboard
+    return Table(f"Defences: {dataset} · {model} · b={b} (suite {suite})", [columns[i].label for i in kept],
+                 [[row[i].text for i in kept] for row in body],
+                 [*notes, "Mean LPIPS of each worst attack: in the leaderboard's view 'Defences ranked'."])
+
+
+def _boards(cells: pd.DataFrame, by: list[str],
+            key: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> list[tuple[tuple[Any, ...], pd.DataFrame]]:
+    """The boards of `cells` (`verdict_levels` applied) grouped `by`, in `key` order, those with a defended level."""
+    groups = sorted(((key_values(k), sub) for k, sub in cells.groupby(by, sort=True)), key=lambda g: key(g[0]))
+    return [(k, sub) for k, sub in groups if (sub["level"] != NONE).any()]
+
+
+def defence_blocks(records: pd.DataFrame, cells: pd.DataFrame,
+                   adaptations: Adaptations = NO_ADAPTATIONS) -> list[Block]:
     """The board "defences": one table per suite, dataset, model and batch size that holds a defended level
     (`cells` with `model` and `client`, as `aggregate.with_model` makes them, and `suite`)."""
-    levels = defence_levels(cells)
+    cells = verdict_levels(cells)
     rank: dict[Hashable, int] = {m: i for i, m in enumerate(model_order(cells))}
     blocks: list[Block] = []
-    groups = sorted(cells.groupby(DEFENCE_BOARD, sort=True), key=lambda g: (g[0][0], g[0][1], rank[g[0][2]], g[0][3]))
-    for board, sub in groups:
-        if (levels[sub.index] == NONE).all():
-            continue
+    for board, sub in _boards(cells, DEFENCE_BOARD, lambda k: (k[0], k[1], rank[k[2]], k[3])):
         sub_records = records[records["cell_id"].isin(set(sub["cell_id"])) & (records["suite"] == board[0])] \
             if "suite" in records else records[records["cell_id"].isin(set(sub["cell_id"]))]
-        blocks.append(defence_table(sub_records, sub, key_values(board)))
+        blocks.append(defence_table(sub_records, sub, board, adaptations))
     return blocks
 
 
 def privacy_utility_data(records: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     """One row per (dataset, model, batch size, attack, defence level) of trained victims: test accuracy %,
-    exact %, PSNR median and mean LPIPS pooled over the level's cells (seeds, layers)."""
-    cells = cells.assign(level=defence_levels(cells))
-    cells = cells[np.isfinite(cells["test_accuracy"].to_numpy(dtype=float))] if "test_accuracy" in cells \
-        else cells.iloc[0:0]
+    exact %, PSNR median and mean LPIPS pooled over the level's cells (seeds, layers) that answered."""
+    cells = verdict_levels(cells)
+    cells = cells[np.isfinite(cells["test_accuracy"].to_numpy(dtype=float)) & cells["status"].isin(ANSWERED)] \
+        if "test_accuracy" in cells else cells.iloc[0:0]
+    by = ["dataset", "model", "batch_size", "attack", "level"]
     rows = []
-    for key, s in grouped(records, cells, ["dataset", "model", "batch_size", "attack", "level"]):
-        sub = cells[(cells[["dataset", "model", "batch_size", "attack", "level"]] == list(key)).all(axis=1)]
-        rows.append({**dict(zip(["dataset", "model", "batch_size", "attack", "level"], key, strict=True)),
-                     "accuracy_pct": 100 * _accuracy(sub), "exact_pct": s["exact_pct"],
-                     "psnr_median": s["psnr_median"], "lpips_mean": s["lpips_mean"]})
-    return pd.DataFrame(rows, columns=["dataset", "model", "batch_size", "attack", "level", "accuracy_pct",
-                                       "exact_pct", "psnr_median", "lpips_mean"])
+    for key, s in grouped(records, cells, by):
+        sub = cells[(cells[by] == list(key)).all(axis=1)]
+        rows.append({**dict(zip(by, key, strict=True)), "accuracy_pct": 100 * _accuracy(sub),
+                     "exact_pct": s["exact_pct"], "psnr_median": s["psnr_median"], "lpips_mean": s["lpips_mean"]})
+    return pd.DataFrame(rows, columns=[*by, "accuracy_pct", "exact_pct", "psnr_median", "lpips_mean"])
 
 
 # --------------------------------------------------------------------------- the leaderboard's defence ranking
 
-RANKING_BOARD = ["dataset", "model", "batch_size"]
-"""What one defence ranking of the leaderboard holds fixed (whatever run the cells come from)."""
-
-
-def level_papers(level: str, cells: pd.DataFrame, papers: Papers) -> list[tuple[str, Citation]]:
-    """The papers of the update transforms of a defence level's `cells`, each once, in the order they run
-    (a leading FedSGD, which the level does not name, left out), found by the transform names their stored
-    updates list (`records.labels`); transforms without a paper in `papers` give none. Only for cells stored
-    without their update: the names that start the parts of its label ('DP σ=1 C=1 + prune p=0.5' → dp, prune)."""
-    stored = [steps for steps in map(update_steps, cells["update"] if "update" in cells else ()) if steps]
-    names = [name for steps in stored for i, (name, _) in enumerate(steps) if i or name != "fedsgd"]
-    if not stored:  # cells stored before `update`
-        names = [part.split(" ")[0].lower() for part in re.split(r" \+ | · ", level)]
-    return [(name, papers.defences[name]) for name in dict.fromkeys(names) if name in papers.defences]
-
-
-def defence_ranking(records: pd.DataFrame, cells: pd.DataFrame, papers: Papers | None = None) -> list[Board]:
+def defence_ranking(records: pd.DataFrame, cells: pd.DataFrame, papers: Papers | None = None,
+                    adaptations: Adaptations = NO_ADAPTATIONS) -> list[Board]:
     """The leaderboard's view "Defences ranked": per dataset, victim and batch size with a defended level,
-    the defence levels ranked by how much they cut the leakage of the strongest attack against the
-    undefended client (`cells` with `model`, `client` and `suite`, as the leaderboard loads them)."""
-    levels = defence_levels(cells)
+    the defence levels ranked by `verdict_board` (`cells` with `model`, `client` and `suite`, as the
+    leaderboard loads them)."""
+    cells = verdict_levels(cells)
     boards = []
-    order = board_order_key(cells)
-    groups = sorted(cells.groupby(RANKING_BOARD, sort=True), key=lambda g: order(key_values(g[0])))
-    for key, sub in groups:
-        if (levels[sub.index] == NONE).all():
-            continue
+    for key, sub in _boards(cells, RANKING_BOARD, board_order_key(cells)):
         sub_records = records[records["cell_id"].isin(set(sub["cell_id"]))]
-        boards.append(ranking_board(sub_records, sub.assign(level=levels[sub.index]), key_values(key),
-                                    papers or Papers()))
+        boards.append(ranking_board(sub_records, sub, key, papers or Papers(), adaptations))
     return boards
 
 
-def _strongest(records: pd.DataFrame, cells: pd.DataFrame) -> tuple[tuple[str, int], dict[str, Any]] | None:
-    """The (attack, layer) leaking most over `cells` (most exact images, then highest PSNR median, as shown)
-    with its stats, the first by name among equally strong ones (as the report's findings); None without cells."""
-    found = [(key_values(k), leakage_stats(records[records["cell_id"].isin(set(s["cell_id"]))], s))
-             for k, s in cells.groupby(["attack", "layer"], sort=True)]
-    if not found:
-        return None
-    (attack, layer), stats = max(found, key=lambda f: leakage_key(f[1]))  # max keeps the first of equals
-    return (str(attack), int(layer)), stats
-
-
-def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, ...], papers: Papers) -> Board:
-    """One board of the defence ranking: its levels ranked by the strongest undefended attack's leakage
-    under them, then the worst leakage of any attack, then accuracy cost (unknown last), then label."""
+def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, ...], papers: Papers,
+                  adaptations: Adaptations = NO_ADAPTATIONS) -> Board:
+    """One board of the defence ranking (`cells` with `verdict_levels` applied): `verdict_board`."""
     dataset, model, b = board
-    undefended = cells[cells["level"] == NONE]
-    strongest = _strongest(records, undefended)
-    base = _accuracy(undefended)
-    rows: list[dict[str, Any]] = []
-    order = level_sorter(cells)
-    for level, sub in cells.groupby("level", sort=True):
-        target = None
-        if strongest:
-            (attack, layer), _ = strongest
-            hit = sub[(sub["attack"] == attack) & (sub["layer"] == layer)]
-            target = leakage_stats(records[records["cell_id"].isin(set(hit["cell_id"]))], hit) if len(hit) else None
-        worst = _strongest(records, sub)
-        if worst and leakage_key(worst[1]) == (0.0, 0.0):  # every attack failed on every image: no attack leaks
-            worst = None
-        accuracy = _accuracy(sub)
-        rows.append({"level": str(level), "target": target, "worst": worst, "accuracy": accuracy,
-                     "cost": base - accuracy, "cells": len(sub), "epsilon": _epsilon(sub)})
-
-    def key(r: dict[str, Any]) -> tuple[Any, ...]:
-        cost = r["cost"] if not math.isnan(r["cost"]) else math.inf
-        unmeasured = strongest is not None and r["target"] is None  # never ranked above a level it was measured on
-        return (unmeasured, leakage_key(r["target"]), leakage_key(r["worst"][1] if r["worst"] else None), cost,
-                order(r["level"]))
-    ranked = sorted(rows, key=key)
-    several_layers = cells["layer"].nunique() > 1
-    body = []
-    for rank, r in zip(ranks([key(r)[:4] for r in ranked]), ranked, strict=True):
-        cited = level_papers(r["level"], cells[cells["level"] == r["level"]], papers)
-        name = Entry(r["level"] + r["epsilon"], None, cited[0][1].url if cited else None,
-                     "; ".join(f"{n}: {c.short}" for n, c in cited))
-        worst_attack = w[0][0] if (w := r["worst"]) else ""
-        t, w = r["target"], r["worst"]
-        ref = strongest[1] if strongest else None
-        worst_name = (w[0][0] + (f" (layer {w[0][1]})" if several_layers else "")) if w else "none leaks"
-        worst_paper = papers.attacks.get(w[0][0]) if w else None
-        body.append([Entry(str(rank), rank), name,
-                     number(t["exact_pct"], 0) if t else Entry("–"), psnr_entry(t),
-                     _cut(ref, t),
-                     number(w[1]["exact_pct"], 0) if w else Entry("–"), psnr_entry(w[1] if w else None),
-                     paper_entry(worst_name, worst_paper, colour(worst_attack) if worst_attack else ""),
-                     number(100 * r["accuracy"], 1), number(100 * r["cost"], 1), Entry(str(r["cells"]), r["cells"])])
-    if strongest:
-        (attack, layer), ref_stats = strongest
-        who = f"{attack}" + (f" (layer {layer})" if several_layers else "")
-        paper = papers.attacks.get(attack)
-        group = f"strongest undefended attack: {who}"
-        shown = psnr_entry(ref_stats).text
-        notes = [f"{who} leaks {fmt(ref_stats['exact_pct'], 0)} % exact images undefended (PSNR median "
-                 f"{shown}{'' if shown in ('exact', '–') else ' dB'})."]
-        if any(r["target"] is None for r in rows):
-            notes.append(f"'–' under {who}: it has no cell at that level (not run there, or a third-party pairing "
-                         "kept out of the rankings), so the level is ranked after every level it was measured on.")
-        linked = [(attack, paper)] if paper else []
-    else:
-        group, notes, linked = "strongest undefended attack: none (no undefended cells)", [
-            "No undefended level here: ranked by the worst leakage of any attack."], []
-    columns = [Column("rank"), Column("defence", numeric=False),
-               Column(group, "exact %"), Column(group, "PSNR median (dB)"), Column(group, "exact cut (pp)"),
-               Column("worst of all attacks", "exact %"),
-               Column("worst of all attacks", "PSNR median (dB)"), Column("worst of all attacks", "attack", False),
-               Column("test acc. %"), Column("accuracy cost (pp)"), Column("cells")]
-    if all(math.isnan(r["accuracy"]) for r in rows):  # victims at init: no accuracy columns
-        notes[0] += " Victims at init (untrained): no accuracy measured."
-        columns, body = columns[:-3] + columns[-1:], [row[:-3] + row[-1:] for row in body]
-    return Board(f"{dataset} · {model} · b={b}", columns, body, notes, linked, anchor("d", *board))
+    columns, body, notes = verdict_board(records, cells, papers, adaptations)
+    notes = [n for n in notes if n != RANK_NOTE]  # the view's intro says it once (`leaderboard.DEFENCES_INTRO`)
+    return Board(f"{dataset} · {model} · b={b}", columns, body, notes, [], anchor("d", *board))
 
 
 def _epsilon(cells: pd.DataFrame) -> str:
     """' (ε=…)' of a DP level's cells (their one privacy budget), '' without DP: a σ alone does not say
     whether the level protects anything (σ = 1e-4 with C = 1 over one step is ε ≈ 5.5·10⁷)."""
-    if "dp_epsilon" not in cells or (cells["dp"].fillna("none") == "none").all():
+    if "dp_epsilon" not in cells or "dp" not in cells or (cells["dp"].fillna("none") == "none").all():
         return ""
     values = sorted({float(e) for e in cells["dp_epsilon"].dropna()})
     return f" (ε={'∞' if math.isinf(values[0]) else f'{values[0]:.3g}'})" if len(values) == 1 else ""
@@ -295,15 +517,11 @@ def psnr_entry(s: dict[str, Any] | None) -> Entry:
     if s is None:
         return Entry("–")
     value = s["psnr_exact_median"]
+    if math.isnan(value):
+        return Entry("–")
     if math.isinf(value):
         return Entry("exact", math.inf, hint="the median image is exact (pixel-equal at 8 bits)")
     if value >= PSNR_CAP:
         return Entry(f"≥ {PSNR_CAP:.0f}", PSNR_CAP, hint=f"{value:.1f} dB: within the 8-bit rounding step, not exact")
     return number(value, 1)
 
-
-def _cut(ref: dict[str, Any] | None, under: dict[str, Any] | None) -> Entry:
-    """How many percentage points of exact images the defence takes from the strongest attack (as shown)."""
-    if ref is None or under is None:
-        return Entry("–")
-    return number(shown_exact(ref) - shown_exact(under), 0)

@@ -52,7 +52,14 @@ from leakbench.reporting.board_page import (
     text,
 )
 from leakbench.reporting.compare import grid_name
-from leakbench.reporting.defences import defence_ranking, level_papers, psnr_entry
+from leakbench.reporting.defences import (
+    NO_ADAPTATIONS,
+    RANK_NOTE,
+    Adaptations,
+    defence_ranking,
+    level_papers,
+    psnr_entry,
+)
 from leakbench.reporting.leakage import leakage_stats, shown_exact, shown_median
 from leakbench.reporting.order import defence_levels
 from leakbench.reporting.palette import colour
@@ -301,16 +308,15 @@ HOW_TO_READ = [
 
 
 DEFENCES_INTRO = (
-    "Per dataset, victim and batch size: the strongest attack against the undefended client (most exact images, "
-    "then highest PSNR median), and each defence ranked by how much it cuts that attack's leakage — its exact % "
-    "and PSNR median under the defence, lowest first; exact cut = its undefended exact % minus that, in "
-    "percentage points — then by the worst leakage of any attack against the defence, then by accuracy cost. "
-    "PSNR '–': every image of the attack failed. Test accuracy and cost (in points against the undefended "
-    "victim) are those of a victim trained with the defence on every update.")
+    "Per dataset, victim and batch size: each defence level's verdict — the worst leakage of every attack that "
+    "ran against it, adaptive attacks (the attacker knew the defence and the attack adapts to it) beside the "
+    "non-adaptive ones in the same row — against the accuracy cost of a victim trained with the defence on every "
+    "update. A defended level without an adaptive attack is marked 'no adaptive attack (potentially "
+    "unreliable)'. " + RANK_NOTE)
 
 
 def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None,
-                         papers: Papers = NO_PAPERS) -> list[Section]:
+                         papers: Papers = NO_PAPERS, adaptations: Adaptations = NO_ADAPTATIONS) -> list[Section]:
     """The page's views: the defence ranking (when a run has defended cells), then the attack tables, both of
     the cells that may be ranked (`trust.ranked`), then the cells that may not (a third-party defence with a
     third-party attack)."""
@@ -321,7 +327,7 @@ def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Pa
     if len(cells):
         keys = board_order(cells)
         boards = leaderboard_boards(records, cells, reports, papers)
-        ranking = defence_ranking(records, cells, papers)
+        ranking = defence_ranking(records, cells, papers, adaptations)
         if ranking:
             sections.append(Section(
                 "Defences ranked", [DEFENCES_INTRO], ranking, "defences"))
@@ -335,17 +341,20 @@ def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Pa
     return sections
 
 
-def write_leaderboard(results: Path, reports: Path, papers: Papers = NO_PAPERS) -> list[Path]:
+def write_leaderboard(results: Path, reports: Path, papers: Papers = NO_PAPERS,
+                      adaptations: Adaptations = NO_ADAPTATIONS) -> list[Path]:
     """Regenerate REPORTS/leaderboard.{md,html} (ranked, byte-identical for the same records and papers) and
     REPORTS/leaderboard-timing.md (seconds per cell) from the runs under `results`; names link to `papers`
-    (`citation.registered_papers()` from the command line)."""
+    (`citation.registered_papers()` from the command line); the defence ranking knows an attack adapts to a
+    defence from `adaptations` (`citation.registered_adaptations()` from the command line)."""
     check_leaderboard_target(reports)  # before reading anything: a user's leaderboard.md is never replaced
     records, cells = load_results(results)
-    intro = [f"Gradient-inversion attacks ranked per threat model, and defences ranked by how much they cut the "
-             f"strongest attack, from the stored records of {', '.join(sorted(cells['suite'].unique()))} "
+    intro = [f"Gradient-inversion attacks ranked per threat model, and defence levels ranked by their worst leakage "
+             "against every attack (adaptive ones included) and their accuracy cost, from the stored records of "
+             f"{', '.join(sorted(cells['suite'].unique()))} "
              f"({len(cells)} cells, {len(records)} images, {fmt(100 * float(records['exact'].mean()), 1)} % of them "
              "exact). Names link to their papers; click a column header to sort; how to read: at the end."]
-    sections = leaderboard_sections(records, cells, reports, papers)
+    sections = leaderboard_sections(records, cells, reports, papers, adaptations)
     files = {"leaderboard.md": markdown_page(TITLE, intro, sections),
              "leaderboard.html": html_page(TITLE, intro, sections, nav=True),
              "leaderboard-timing.md": markdown(TIMING_TITLE, ["Wall-clock seconds per cell; not part of the ranking."],

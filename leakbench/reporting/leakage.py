@@ -56,3 +56,44 @@ def shown_median(s: dict[str, Any] | None) -> float:
 def leakage_key(s: dict[str, Any] | None) -> tuple[float, float]:
     """Larger is more leakage: exact % as shown, then PSNR median as shown."""
     return shown_exact(s), shown_median(s)
+
+
+# --------------------------------------------------------------------------- leakage of answered attacks, with seeds
+
+Leakage = tuple[float, float, float]
+"""How much a group leaks, larger is more, each as shown: re-identification % (NaN where the records carry none),
+exact %, PSNR median (`shown_median`). Compared component by component, in that order."""
+
+
+def leakage_vector(s: dict[str, Any]) -> Leakage:
+    """`Leakage` of stats (`leakage_stats`) of answered cells: reid % (`reid_pct` when the stats hold one,
+    whole percent), exact %, PSNR median, each as shown."""
+    reid = s.get("reid_pct", math.nan)
+    reid = float(round(reid)) if reid is not None and not math.isnan(reid) else math.nan
+    return reid, shown_exact(s), shown_median(s)
+
+
+def seed_spread(records: pd.DataFrame, cells: pd.DataFrame) -> Leakage:
+    """The spread of `leakage_vector` over `cells` (one per seed of a setting): each component's sample
+    standard deviation over the cells (0 with fewer than two; NaN components left out)."""
+    if len(cells) < 2:
+        return 0.0, 0.0, 0.0
+    per_cell = np.array([leakage_vector(leakage_stats(records[records["cell_id"] == cells["cell_id"].iloc[i]],
+                                                      cells.iloc[[i]])) for i in range(len(cells))], dtype=float)
+    spread = []
+    for column in per_cell.T:
+        known = column[~np.isnan(column)]
+        spread.append(float(np.std(known, ddof=1)) if known.size > 1 else 0.0)
+    return spread[0], spread[1], spread[2]
+
+
+def compare_leakage(a: Leakage, a_spread: Leakage, b: Leakage, b_spread: Leakage) -> int:
+    """-1 when `a` leaks less than `b`, 1 when more, 0 when they tie: the first component (reid %, exact %,
+    PSNR median) known on both sides whose difference exceeds the larger of the two seed spreads decides;
+    a difference within the spread is no difference (the next component is looked at)."""
+    for x, sx, y, sy in zip(a, a_spread, b, b_spread, strict=True):
+        if math.isnan(x) or math.isnan(y):
+            continue
+        if abs(x - y) > max(sx, sy):
+            return -1 if x < y else 1
+    return 0

@@ -45,7 +45,7 @@ from leakbench.reporting.aggregate import (
     with_model,
 )
 from leakbench.reporting.compare import comparison_figures
-from leakbench.reporting.defences import defence_blocks, privacy_utility_data
+from leakbench.reporting.defences import NO_ADAPTATIONS, Adaptations, defence_blocks, privacy_utility_data
 from leakbench.reporting.figures import axis_figure, defence_figure, privacy_utility_figure
 from leakbench.reporting.findings import findings_block, headline_table, settings
 from leakbench.reporting.order import NONE, defence_levels, level_sorter, ordered
@@ -229,7 +229,8 @@ def defence_figures(per_cell: pd.DataFrame, cells: pd.DataFrame, folder: Path, s
     return items
 
 
-def defence_sections(records: pd.DataFrame, cells: pd.DataFrame, folder: Path, suite: str) -> list[Block]:
+def defence_sections(records: pd.DataFrame, cells: pd.DataFrame, folder: Path, suite: str,
+                     adaptations: Adaptations = NO_ADAPTATIONS) -> list[Block]:
     """The defence boards of the run (as in the leaderboard), then per dataset, trained victim and attack
     with more than one defence level: leakage (exact %, PSNR median, LPIPS) against the victim's test
     accuracy, one point per level (nothing for a run without defence levels)."""
@@ -242,7 +243,7 @@ def defence_sections(records: pd.DataFrame, cells: pd.DataFrame, folder: Path, s
         caption = f"{attack} on {dataset} · {model}: leakage against test accuracy, one point per defence level"
         privacy_utility_figure(sub, folder / name, f"{suite}: {caption}")
         items.append((f"{suite}/figures/{name}", caption))
-    boards = defence_blocks(records.assign(suite=suite), with_model(cells).assign(suite=suite))
+    boards = defence_blocks(records.assign(suite=suite), with_model(cells).assign(suite=suite), adaptations)
     if not items:
         return boards
     return [*boards, Images("Privacy–utility: leakage against the victim's test accuracy", items, [
@@ -288,12 +289,14 @@ def inline_image(folder: Path) -> Callable[[str], str]:
     return src
 
 
-def write_report(run_dir: Path, reports: Path, *, self_contained: bool = False) -> Path:
+def write_report(run_dir: Path, reports: Path, *, self_contained: bool = False,
+                 adaptations: Adaptations = NO_ADAPTATIONS) -> Path:
     """Write SUITE.md, SUITE.html and SUITE/{figures,grids} under `reports`; return the Markdown path.
 
     Page order: key findings, the headline table, figures, defence rankings, then the detail (per-setting
     pivots, comparison grids, per-axis tables, every cell) folded away. `self_contained`: the HTML page
-    carries its images inline (data: URIs), one file to send on; the Markdown still links the PNGs."""
+    carries its images inline (data: URIs), one file to send on; the Markdown still links the PNGs. `adaptations`:
+    which attack adapts to which defence (`citation.registered_adaptations()`), for the defence boards."""
     manifest, records, cells = load_run(run_dir)
     suite = manifest["suite"]
     if cells.empty:
@@ -313,7 +316,7 @@ def write_report(run_dir: Path, reports: Path, *, self_contained: bool = False) 
         blocks: list[Block] = [
             findings_block(found), headline_table(found), *unranked_blocks(records, cells),
             figures(figure_data, records, cells, staging / "figures", suite),
-            *(defence_sections(kept_records, kept, staging / "figures", suite) if len(kept) else []),
+            *(defence_sections(kept_records, kept, staging / "figures", suite, adaptations) if len(kept) else []),
             Text("How the numbers are made", paragraphs=method),
             Section(f"Per-setting tables: attacks × batch size ({len(pivots)} tables)", list(pivots), collapsed=True,
                     notes=["One table per dataset, victim, layer, DP level and client (defences); click to open."]),
