@@ -18,6 +18,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -74,15 +75,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"lpips-{net}: not available ({note.split(';')[0]})")
         else:
             scorers.append(scorer)
+    aligned = output.reconstruction.images
+    assert aligned is not None
     for scorer in scorers:
-        with_n = median_seconds(lambda s=scorer: score_cell(spec, output, batch, model, lpips=s,  # type: ignore[misc]
-                                                            distractors=args.n), args.repeats)
-        without = median_seconds(lambda s=scorer: score_cell(spec, output, batch, model, lpips=s,  # type: ignore[misc]
-                                                             distractors=0), args.repeats)
-        aligned = output.reconstruction.images
-        assert aligned is not None
-        alone = median_seconds(lambda s=scorer: reidentify(aligned, batch.images, gallery, lpips=s),  # type: ignore[misc]
-                               args.repeats)
+        with_n = median_seconds(partial(score_cell, spec, output, batch, model, lpips=scorer, distractors=args.n),
+                                args.repeats)
+        without = median_seconds(partial(score_cell, spec, output, batch, model, lpips=scorer, distractors=0),
+                                 args.repeats)
+        alone = median_seconds(partial(reidentify, aligned, batch.images, gallery, lpips=scorer), args.repeats)
         top1 = reidentify(aligned, batch.images, gallery, lpips=scorer).top1
         name = PIXEL_DISTANCE if scorer is None else distance_name(scorer)
         print(f"{name:24s} {with_n:14.2f}   {without:16.2f}   {with_n - without:11.2f}   {alone:12.2f}   "
