@@ -151,3 +151,42 @@ def test_groups_without_reidentification_show_none() -> None:
     cells = pd.DataFrame({"cell_id": ["a"], "status": ["ok"], "seconds": [1.0]})
     s = group_stats(records, cells)
     assert math.isnan(s["reid_pct"]) and stat_cells(s)[3] == "–" and "reid" not in triple(s)
+
+
+RESCORED = """\
+name = "reid-rescore"
+dataset = "embedded"
+attacks = ["spear"]
+batch_sizes = [2]
+layers = [1, 2]
+width = 32
+depth = 3
+grid_images = 1
+inversion = { steps = 3 }
+[hyperparameters.spear]
+max_draws = 20000
+"""
+
+
+@pytest.mark.slow
+def test_rescore_scores_reidentification_from_stored_reconstructions(tmp_path_factory, tmp_path, monkeypatch) -> None:
+    """A run's image cell and its feature cell with inverted images (layer 2) are re-identified when scored, and
+    `leakbench rescore` ranks them again from the stored reconstructions (here among 5 distractors)."""
+    import shutil
+
+    from conftest import reference_run
+
+    from leakbench.harness import scoring
+    from leakbench.harness.rescore import rescore_run
+
+    run = reference_run(tmp_path_factory, RESCORED, "reid")
+    cells = pd.read_parquet(run / "cells.parquet")
+    records = pd.read_parquet(run / "records.parquet")
+    assert sorted(cells["space"]) == ["feature", "image"] and (cells["reid_n"] == 321 - 2).all()
+    assert records["reid_rank"].notna().all() and set(cells["reid_distance"]) <= {PIXEL_DISTANCE, "lpips-alex"}
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    drawn = scoring.draw_distractors
+    monkeypatch.setattr(scoring, "draw_distractors", lambda dataset, spec, batch, n: drawn(dataset, spec, batch, 5))
+    again, again_cells = rescore_run(copy)
+    assert (again_cells["reid_n"] == 5).all() and again["reid_rank"].between(1, 2 + 5).all()
