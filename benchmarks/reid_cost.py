@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     aligned = output.reconstruction.images
     assert aligned is not None
     for scorer in scorers:
-        with_n = median_seconds(partial(score_cell, spec, output, batch, model, lpips=scorer, distractors=args.n),
+        with_n = median_seconds(partial(score_cell, spec, output, batch, model, lpips=scorer, n_distractors=args.n),
                                 args.repeats)
-        without = median_seconds(partial(score_cell, spec, output, batch, model, lpips=scorer, distractors=0),
+        without = median_seconds(partial(score_cell, spec, output, batch, model, lpips=scorer, n_distractors=0),
                                  args.repeats)
         alone = median_seconds(partial(reidentify, aligned, batch.images, gallery, lpips=scorer), args.repeats)
         top1 = reidentify(aligned, batch.images, gallery, lpips=scorer).top1

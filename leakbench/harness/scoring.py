@@ -54,13 +54,13 @@ class CellResult:
 
 def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: ImageVictim, *,
                lpips: LpipsScorer | None = None, lpips_note: str = "",
-               distractors: int = DEFAULT_DISTRACTORS) -> CellResult:
+               n_distractors: int = DEFAULT_DISTRACTORS) -> CellResult:
     """The scoring step: a pure function of the attack's output, the re-derived ground truth and (for
-    re-identification) up to `distractors` other images of the batch's split, drawn here, after the attack."""
+    re-identification) up to `n_distractors` other images of the batch's split, drawn here, after the attack."""
     output = admitted(output, len(batch.images))
     recon = output.reconstruction
     inverted = spec.inversion is not None and bool(spec.inversion.steps) and recon.space == "feature"
-    gallery = cell_distractors(spec, batch, distractors) if recon.space == "image" or inverted else None
+    gallery = cell_distractors(spec, batch, n_distractors) if recon.space == "image" or inverted else None
     records, aligned = score(recon, batch, client_view(model, spec.threat), lpips,  # truth as the client ran it
                              gallery)
     if inverted:
