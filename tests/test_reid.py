@@ -78,6 +78,8 @@ def test_a_constant_reconstruction_is_never_reidentified(truth, distractors) -> 
     """Pessimistic ties: a grey image is as near every standardised image, so it ranks last, not first."""
     grey = torch.full_like(truth, 0.5)
     assert reidentify(grey, truth, distractors).ranks.tolist() == [float(B + len(distractors))] * B
+    speckled = grey + 1e-7 * torch.randn(grey.shape, generator=torch.Generator().manual_seed(3))  # float noise
+    assert reidentify(speckled, truth, distractors).ranks.tolist() == [float(B + len(distractors))] * B
 
 
 def test_lpips_from_cached_features_equals_the_scorers_own(truth, distractors, plumbing) -> None:

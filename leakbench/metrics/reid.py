@@ -43,6 +43,10 @@ PIXEL_DISTANCE = "pixel-l2-standardised"
 TIE_TOLERANCE = 1e-9
 """Gallery images at most this much farther than the true image count as nearer (pessimistic ties)."""
 
+CONSTANT_STD = 1e-4
+"""A pixel standard deviation up to this (far under one 8-bit step) is a constant image: it is not standardised,
+so float noise on a blank reconstruction is not blown up into a pattern."""
+
 CHUNK = 256
 """Gallery images embedded at a time (bounds memory: VGG features of a 32×32 image are 123k floats)."""
 
@@ -72,11 +76,12 @@ def distance_name(lpips: LpipsScorer | None) -> str:
 
 
 def _pixel_embedding(images: Tensor) -> Embedding:
-    """Each image flattened and standardised (zero mean, unit variance; a constant image gives zeros)."""
+    """Each image flattened and standardised (zero mean, unit variance; a constant image, its pixels' spread
+    at most `CONSTANT_STD`, gives zeros)."""
     x = images.detach().to("cpu", torch.float64).clamp(0.0, 1.0).flatten(1)
     z = x - x.mean(dim=1, keepdim=True)
     std = z.pow(2).mean(dim=1, keepdim=True).sqrt()
-    z = torch.where(std > 0, z / std.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(z))
+    z = torch.where(std > CONSTANT_STD, z / std.clamp_min(CONSTANT_STD), torch.zeros_like(z))
     return [(z, z, 1.0 / max(z.shape[1], 1))]
 
 
