@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from leakbench.attacks import Reconstruction
 from leakbench.cell.draw import draw_distractors
 from leakbench.cell.spec import CellSpec, cell_columns
 from leakbench.core.reconstruction import incomplete_reason
-from leakbench.datasets import Batch, load_dataset
+from leakbench.datasets import Batch, ImageDataset, load_dataset
 from leakbench.fl.update import client_view
 from leakbench.harness.victim import victim_columns
 from leakbench.metrics import (
@@ -103,10 +104,18 @@ def admitted(output: AttackOutput, b: int) -> AttackOutput:
 def cell_distractors(spec: CellSpec, batch: Batch, n: int) -> torch.Tensor:
     """The cell's re-identification distractors (`cell.draw.draw_distractors`): up to `n` images of the batch's
     split, disjoint from the batch, fixed per (dataset, seed)."""
-    root = Path(spec.data_root) if spec.data_root else None
-    dataset = load_dataset(spec.dataset, data_root=root, image_size=spec.image_size,
-                           fingerprint=spec.data_fingerprint)
+    dataset = _scoring_dataset(spec.dataset, spec.data_root, spec.image_size, spec.data_fingerprint)
     return dataset.images[torch.as_tensor(draw_distractors(dataset, spec, batch, n), dtype=torch.long)]
+
+
+@lru_cache(maxsize=1)
+def _scoring_dataset(name: str, data_root: str | None, image_size: int | None, fingerprint: str | None
+                     ) -> ImageDataset:
+    """The dataset distractors are drawn from, loaded once per process and dataset (loaders that do not cache,
+    `imagefolder` and `mnist`, would read their files again for every cell; the cell's victim has already
+    checked the fingerprint of the files it reads)."""
+    return load_dataset(name, data_root=Path(data_root) if data_root else None, image_size=image_size,
+                        fingerprint=fingerprint)
 
 
 def reid_columns(records: pd.DataFrame, gallery: torch.Tensor | None, lpips: LpipsScorer | None) -> dict[str, Any]:
