@@ -5,7 +5,10 @@ cells.parquet with its wall-clock columns aside (issue 23: records before and af
     leakbench run default --out /tmp/after     # on the new one
     python benchmarks/records_identity.py /tmp/before/default /tmp/after/default
 
-Prints each table's SHA-256 and whether they match; exits 1 when they differ.
+Prints each table's SHA-256 and whether they match; exits 1 when they differ. `--added COL ...` names
+columns the new commit adds on purpose (issue 43's re-identification: reid_rank reid_top1 reid_n
+reid_distance): both tables are then compared value for value without them, and each added column must be
+one `after` has and `before` lacks.
 """
 
 from __future__ import annotations
@@ -32,9 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
+    parser.add_argument("--added", nargs="+", default=[], metavar="COL", help="columns only `after` has")
     args = parser.parse_args(argv)
     same = True
-    for table, drop in (("records.parquet", None), ("cells.parquet", TIMING)):
+    for table, drop in (("records.parquet", args.added or None), ("cells.parquet", TIMING + args.added)):
+        if args.added:
+            old, new = (set(pd.read_parquet(folder / table).columns) for folder in (args.before, args.after))
+            added = [c for c in args.added if c in new - old]
+            print(f"{table}: added {', '.join(added) or 'none'}")
         a, b = digest(args.before / table, drop), digest(args.after / table, drop)
         what = "bytes" if drop is None else f"values without {', '.join(drop)}"
         print(f"{table} ({what}): {a} {b} {'same' if a == b else 'DIFFERENT'}")

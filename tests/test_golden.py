@@ -23,6 +23,8 @@ TIMING = ["seconds", "attack_stats"]
 """Per-cell wall-clock columns: the only ones two runs may differ in."""
 ENVIRONMENT = ["isolation", "lpips", "lpips_net", "lpips_source", "lpips_verified", "lpips_mean", "lpips_note"]
 """Columns that depend on the machine (sandbox, LPIPS weights), compared only when the rerun has them too."""
+REID_COLUMNS = ["reid_rank", "reid_top1", "reid_n", "reid_distance"]
+"""Re-identification (`metrics.reid`), recorded since issue 43: the golden tables predate it."""
 
 LIVE_ROWS_MIN = 16
 """Below this many live rows, CPA's FastICA amplifies BLAS rounding past any tolerance (`_ill_conditioned`)."""
@@ -43,6 +45,7 @@ def _comparable(frame: pd.DataFrame, ids: list[str], rerun: pd.DataFrame) -> pd.
     same_environment = "lpips_net" not in rerun or (rerun["lpips_net"].fillna("") != "").all()
     drop = [c for c in ENVIRONMENT if c in rows and (c == "isolation" or not same_environment)]
     drop += [c for c in TRUST_COLUMNS if c in rows]  # recorded since issue 41: the golden tables predate them
+    drop += [c for c in REID_COLUMNS if c in rows]  # recorded since issue 43 (re-identification)
     rows = rows.drop(columns=drop).reset_index(drop=True)
     for column in [c for c in rows if "psnr" in c and pd.api.types.is_float_dtype(rows[c])]:
         # an exact image's PSNR (≈ 140–150 dB) is rounding noise, which differs between CPUs' BLAS kernels:

@@ -41,3 +41,23 @@ def draw_client_batches(dataset: ImageDataset, batch_size: int, seed: int, clien
         taken = np.fromiter((i for b in batches for i in b.indices), dtype=np.int64)
         batches.append(sample_batch(dataset, batch_size, seed, pool=np.setdiff1d(everything, taken), stream=k))
     return concat_batches(batches)
+
+
+DISTRACTOR_STREAM = 0xD157
+"""Random stream of a seed that orders a split for drawing re-identification distractors (`metrics.reid`)."""
+
+
+def distractor_indices(pool: np.ndarray, exclude: tuple[int, ...], seed: int, n: int) -> np.ndarray:
+    """Up to `n` dataset indices from `pool`, none in `exclude` (the batch), sorted: the first ones of a
+    permutation of `pool` drawn from `seed` alone, so the order is fixed per (split, seed) whatever the batch."""
+    order = np.asarray(pool)[np.random.default_rng([seed, DISTRACTOR_STREAM]).permutation(len(pool))]
+    return np.sort(order[~np.isin(order, np.asarray(exclude, dtype=np.int64))][:max(n, 0)])
+
+
+def draw_distractors(dataset: ImageDataset, spec: CellSpec, batch: Batch, n: int) -> np.ndarray:
+    """The cell's re-identification distractors: `n` (or all its split holds besides the batch) dataset indices
+    from the split its batch was drawn from (the whole dataset at init, the attack part for a trained victim),
+    disjoint from the batch (every client's), fixed per (dataset, seed). Scoring draws them after the attack:
+    the attack never sees them."""
+    pool = partition(dataset).attack if spec.train_epochs > 0 else np.arange(len(dataset))
+    return distractor_indices(pool, batch.indices, spec.seed, n)

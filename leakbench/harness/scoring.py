@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,9 +13,10 @@ import pandas as pd
 import torch
 
 from leakbench.attacks import Reconstruction
+from leakbench.cell.draw import draw_distractors
 from leakbench.cell.spec import CellSpec, cell_columns
 from leakbench.core.reconstruction import incomplete_reason
-from leakbench.datasets import Batch
+from leakbench.datasets import Batch, ImageDataset, load_dataset
 from leakbench.fl.update import client_view
 from leakbench.harness.victim import victim_columns
 from leakbench.metrics import (
@@ -24,6 +27,7 @@ from leakbench.metrics import (
     score_images,
     stored_matching,
 )
+from leakbench.metrics.reid import DEFAULT_DISTRACTORS, distance_name
 from leakbench.metrics.stats import describe, or_none
 from leakbench.models import ImageVictim
 from leakbench.records.artifacts import AttackOutput, plain_stats
@@ -50,13 +54,18 @@ class CellResult:
 
 
 def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: ImageVictim, *,
-               lpips: LpipsScorer | None = None, lpips_note: str = "") -> CellResult:
-    """The scoring step: a pure function of the attack's output and the re-derived ground truth."""
+               lpips: LpipsScorer | None = None, lpips_note: str = "",
+               n_distractors: int = DEFAULT_DISTRACTORS) -> CellResult:
+    """The scoring step: a pure function of the attack's output, the re-derived ground truth and (for
+    re-identification) up to `n_distractors` other images of the batch's split, drawn here, after the attack."""
     output = admitted(output, len(batch.images))
     recon = output.reconstruction
-    records, aligned = score(recon, batch, client_view(model, spec.threat), lpips)  # truth as the client ran it
-    if spec.inversion is not None and spec.inversion.steps and recon.space == "feature":
-        aligned = add_inversion(records, output.inverted, batch, lpips)
+    inverted = spec.inversion is not None and bool(spec.inversion.steps) and recon.space == "feature"
+    gallery = cell_distractors(spec, batch, n_distractors) if recon.space == "image" or inverted else None
+    records, aligned = score(recon, batch, client_view(model, spec.threat), lpips,  # truth as the client ran it
+                             gallery)
+    if inverted:
+        aligned = add_inversion(records, output.inverted, batch, lpips, gallery)
     records.insert(0, "dataset_index", list(batch.indices))
     for key, value in reversed(list(cell_columns(spec).items())):
         records.insert(0, key, value)
@@ -66,6 +75,7 @@ def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: ImageV
     records["isolation"] = output.isolation
     summary = summarize(spec, recon, records, output.seconds, lpips is not None, lpips_note)
     summary.update(lpips_columns(lpips))
+    summary.update(reid_columns(records, gallery, lpips))
     summary["hyperparameters"] = output.hyperparameters
     summary["isolation"] = output.isolation
     summary["images"] = images_of(batch.public)  # whether a third-party attack could carry them (records.trust)
@@ -91,12 +101,41 @@ def admitted(output: AttackOutput, b: int) -> AttackOutput:
     return dataclasses.replace(output, reconstruction=failed, inverted=None)
 
 
-def score(recon: Reconstruction, batch: Batch, model: ImageVictim, lpips: LpipsScorer | None
-          ) -> tuple[pd.DataFrame, torch.Tensor | None]:
-    """Per-image metrics in the reconstruction's space, and the reconstruction aligned to truth."""
+def cell_distractors(spec: CellSpec, batch: Batch, n: int) -> torch.Tensor:
+    """The cell's re-identification distractors (`cell.draw.draw_distractors`): up to `n` images of the batch's
+    split, disjoint from the batch, fixed per (dataset, seed)."""
+    dataset = _scoring_dataset(spec.dataset, spec.data_root, spec.image_size, spec.data_fingerprint)
+    return dataset.images[torch.as_tensor(draw_distractors(dataset, spec, batch, n), dtype=torch.long)]
+
+
+@lru_cache(maxsize=1)
+def _scoring_dataset(name: str, data_root: str | None, image_size: int | None, fingerprint: str | None
+                     ) -> ImageDataset:
+    """The dataset distractors are drawn from, loaded once per process and dataset (loaders that do not cache,
+    `imagefolder` and `mnist`, would read their files again for every cell; the cell's victim has already
+    checked the fingerprint of the files it reads)."""
+    return load_dataset(name, data_root=Path(data_root) if data_root else None, image_size=image_size,
+                        fingerprint=fingerprint)
+
+
+def reid_columns(records: pd.DataFrame, gallery: torch.Tensor | None, lpips: LpipsScorer | None) -> dict[str, Any]:
+    """The cell's re-identification (`metrics.reid`): `reid_top1`, the fraction of its batch's images whose
+    reconstruction ranks their true image first (an image without one counts as not re-identified),
+    `reid_n`, the distractors besides the batch, and `reid_distance`; None, None, '' for a cell with no images
+    to rank (feature space without inversion)."""
+    if gallery is None or "reid_rank" not in records:
+        return {"reid_top1": None, "reid_n": None, "reid_distance": ""}
+    return {"reid_top1": float((records["reid_rank"] == 1).mean()), "reid_n": int(gallery.shape[0]),
+            "reid_distance": distance_name(lpips)}
+
+
+def score(recon: Reconstruction, batch: Batch, model: ImageVictim, lpips: LpipsScorer | None,
+          distractors: torch.Tensor | None = None) -> tuple[pd.DataFrame, torch.Tensor | None]:
+    """Per-image metrics in the reconstruction's space (re-identified among `distractors` when given), and the
+    reconstruction aligned to truth."""
     if recon.space == "image":
         images = recon.images if recon.answered else None
-        records = score_images(images, batch.images, lpips=lpips)
+        records = score_images(images, batch.images, lpips=lpips, distractors=distractors)
     else:
         truth = model.layer_inputs(batch.images.to(next(model.parameters()).dtype), recon.layer or 1)
         images = None
@@ -107,20 +146,21 @@ def score(recon: Reconstruction, batch: Batch, model: ImageVictim, lpips: LpipsS
     return records, aligned
 
 
-INVERSION_COLUMNS = {"mse": "mse", "psnr": "psnr", "ssim": "ssim", "lpips": "lpips", "exact": "image_exact"}
+INVERSION_COLUMNS = {"mse": "mse", "psnr": "psnr", "ssim": "ssim", "lpips": "lpips", "exact": "image_exact",
+                     "reid_rank": "reid_rank"}
 """Columns of `score_images` added to a feature cell's records for its inverted images, and their names there."""
 
 
-def add_inversion(records: pd.DataFrame, images: torch.Tensor | None, batch: Batch, lpips: LpipsScorer | None
-                  ) -> torch.Tensor | None:
+def add_inversion(records: pd.DataFrame, images: torch.Tensor | None, batch: Batch, lpips: LpipsScorer | None,
+                  distractors: torch.Tensor | None = None) -> torch.Tensor | None:
     """Add image metrics of the inverted images (`images`, from recovered features) to `records`.
 
     Each ground-truth row keeps the reconstruction the feature matching gave it; the image metrics
-    (mse, psnr, ssim, lpips, image_exact) are of that reconstruction's inverted image. `exact` stays
-    the feature-space exactness. Returns the inverted images aligned to the truth (None if none).
+    (mse, psnr, ssim, lpips, image_exact, reid_rank) are of that reconstruction's inverted image. `exact`
+    stays the feature-space exactness. Returns the inverted images aligned to the truth (None if none).
     """
     perm = stored_matching(records)
-    scored = score_images(images, batch.images.to(torch.float32), lpips=lpips, perm=perm)
+    scored = score_images(images, batch.images.to(torch.float32), lpips=lpips, perm=perm, distractors=distractors)
     for column, name in INVERSION_COLUMNS.items():
         records[name] = scored[column].to_numpy()
     return aligned_to_truth(images, perm)

@@ -470,6 +470,23 @@ class LpipsScorer:
         return x
 
     @torch.no_grad()
+    def layer_features(self, images: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Per LPIPS layer, the images' unit-normalised features ``f`` (``(n, C, H, W)``, as LPIPS compares them)
+        and the layer's linear-head weights ``w`` (``(C,)``), on CPU as float32: LPIPS(x, y) is the sum over
+        layers of ``mean over (H, W) of sum over C of w · (f(x) − f(y))²``. Lets a caller compute the features
+        of many images once and compare them pairwise (`metrics.reid`) instead of one forward pass per pair."""
+        import lpips
+
+        model: Any = self.model
+        x = self.prepare(images).to(self.device)
+        outs = model.net.forward(model.scaling_layer(x))
+        out = []
+        for k in range(model.L):
+            weight = model.lins[k].model[-1].weight.reshape(-1)
+            out.append((lpips.normalize_tensor(outs[k]).float().cpu(), weight.float().cpu()))
+        return out
+
+    @torch.no_grad()
     def score(self, recon: Tensor, truth: Tensor, *, chunk: int = 128) -> Tensor:
         """Per-image LPIPS distance, CPU float64 tensor of shape ``(b,)``.
 

@@ -24,9 +24,10 @@ from leakbench.core.reconstruction import ANSWERED
 from leakbench.metrics.image import exact, mse, psnr, ssim
 from leakbench.metrics.lpips_metric import LpipsScorer
 from leakbench.metrics.matching import UNMATCHED, apply_matching, match_by_mse
+from leakbench.metrics.reid import reidentify
 
-IMAGE_COLUMNS = ("image", "matched_recon", "mse", "psnr", "ssim", "lpips", "exact")
-"""Columns of :func:`score_images`."""
+IMAGE_COLUMNS = ("image", "matched_recon", "mse", "psnr", "ssim", "lpips", "exact", "reid_rank")
+"""Columns of :func:`score_images` (``reid_rank``: :mod:`leakbench.metrics.reid`)."""
 
 FEATURE_COLUMNS = ("image", "matched_recon", "rel_error", "max_abs_error", "exact")
 """Columns of :func:`score_features`."""
@@ -87,7 +88,7 @@ def _image_values(r: Tensor, t: Tensor, perm: np.ndarray, lpips: LpipsScorer | N
 
 
 def score_images(recon: Tensor | None, truth: Tensor, *, lpips: LpipsScorer | None = None,
-                 perm: np.ndarray | None = None) -> pd.DataFrame:
+                 perm: np.ndarray | None = None, distractors: Tensor | None = None) -> pd.DataFrame:
     """Per-image metrics of a reconstructed image batch.
 
     Args:
@@ -98,11 +99,14 @@ def score_images(recon: Tensor | None, truth: Tensor, *, lpips: LpipsScorer | No
         perm: a matching to score instead of matching by MSE: for each
             ground-truth row the index of its reconstruction, ``UNMATCHED`` for
             none (e.g. the feature matching, for images inverted from features).
+        distractors: other images of the truth's split, disjoint from it, to rank each reconstruction's
+            true image among (:func:`leakbench.metrics.reid.reidentify`, by LPIPS when ``lpips`` is
+            given), or ``None`` to leave ``reid_rank`` NaN.
 
     Returns:
         One row per ground-truth image with columns ``image``, ``matched_recon``,
         ``mse``, ``psnr``, ``ssim``, ``lpips``, ``exact`` (see
-        :mod:`leakbench.metrics.image`; all on images clamped to [0, 1]).
+        :mod:`leakbench.metrics.image`; all on images clamped to [0, 1]) and ``reid_rank``.
         Matching is done on the clamped images too.
     """
     if truth.dim() != 4:
@@ -117,7 +121,10 @@ def score_images(recon: Tensor | None, truth: Tensor, *, lpips: LpipsScorer | No
     r = recon.detach().cpu().clamp(0.0, 1.0)
     t = truth.detach().cpu()
     perm = match_by_mse(r, t) if perm is None else check_matching(perm, b, r.shape[0])
-    return _frame(IMAGE_COLUMNS, b, perm, _image_values(r, t, perm, lpips))
+    values = _image_values(r, t, perm, lpips)
+    if distractors is not None:
+        values["reid_rank"] = reidentify(aligned_to_truth(r, perm), t, distractors, lpips=lpips).ranks
+    return _frame(IMAGE_COLUMNS, b, perm, values)
 
 
 def stored_matching(records: pd.DataFrame) -> np.ndarray:

@@ -35,6 +35,7 @@ def group_stats(records: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:
         "n": len(records),
         "failures": int((~recovered(records)).sum()),
         "exact_pct": 100.0 * float(records["exact"].astype(bool).mean()) if len(records) else math.nan,
+        **reid_stats(records, cells),
         "psnr_mean": psnr.mean, "psnr_std": psnr.std, "psnr_median": psnr.median, "psnr_inf": psnr.n_inf,
         "ssim_mean": describe(_column(records, "ssim")).mean,
         "lpips_mean": describe(_column(records, "lpips")).mean,
@@ -43,6 +44,42 @@ def group_stats(records: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:
         "space": "/".join(sorted(set(records["space"]))) if "space" in records and len(records) else "",
         "reasons": sorted({str(r) for r in cells.get("reason", pd.Series(dtype=str)) if r}),
     }
+
+
+def reid_stats(records: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:
+    """Re-identification of a group (`metrics.reid`): `reid_pct`, the % of the images of its cells scored for it
+    (`reid_n` stored: image cells, failed ones included) whose true image ranks first (an image without a
+    reconstruction is not re-identified), NaN when none was (feature space, runs stored before issue 43);
+    `reid_n` / `reid_n_max`, the fewest and most distractors of those cells; `reid_distance`, their distances."""
+    scored = cells[cells["reid_n"].notna()] if "reid_n" in cells and "reid_rank" in records else cells.iloc[:0]
+    sub = records[records["cell_id"].isin(set(scored["cell_id"]))] if len(scored) else records.iloc[:0]
+    if not len(sub):
+        return {"reid_pct": math.nan, "reid_n": None, "reid_n_max": None, "reid_distance": ""}
+    n = scored["reid_n"].astype(int)
+    return {"reid_pct": 100.0 * float((sub["reid_rank"] == 1).mean()), "reid_n": int(n.min()),
+            "reid_n_max": int(n.max()), "reid_distance": "/".join(sorted(set(scored["reid_distance"].astype(str))))}
+
+
+def reid_scored(s: dict[str, Any]) -> bool:
+    """Whether a group (`group_stats`) has a re-identification rate."""
+    return not math.isnan(s.get("reid_pct", math.nan))
+
+
+def reid_n_text(s: dict[str, Any]) -> str:
+    """A scored group's N: '1000', or '200–1000' where its cells' N differ."""
+    return f"{s['reid_n']}" + ("" if s["reid_n_max"] == s["reid_n"] else f"–{s['reid_n_max']}")
+
+
+def reid_text(s: dict[str, Any]) -> str:
+    """A group's top-1 re-identification for a table: '75 @1000' (% of its images at N distractors, see
+    `reid_n_text`), '–' where not scored."""
+    return f"{s['reid_pct']:.0f} @{reid_n_text(s)}" if reid_scored(s) else "–"
+
+
+REID_NOTE = ("reid@N: % of the images whose reconstruction ranks their own true image first among the batch and "
+             "N distractors of the same split (by the distance each cell records: LPIPS, else standardised pixel "
+             "L2; an image without a reconstruction counts as not re-identified); '75 @1000' is 75 % at N = 1000.")
+"""What the reid@N column says, for the notes of the tables that show it."""
 
 
 def failed_cells(status: pd.Series) -> int:
@@ -196,7 +233,7 @@ def stat_cells(s: dict[str, Any], *, lpips_note: str = LPIPS_MISSING) -> list[st
         lpips = "–" if s["space"] == "feature" or s["n"] == s["failures"] else lpips_note
     failures = str(s["failures"]) + failure_note(s)
     median = psnr_text(s["psnr_median"], exact=all_exact(s)).removesuffix(" dB")
-    return [str(s["n"]), failures, fmt(s["exact_pct"], 0), psnr, median,
+    return [str(s["n"]), failures, fmt(s["exact_pct"], 0), reid_text(s), psnr, median,
             fmt(s["ssim_mean"], 4), lpips, _sci(s["rel_error_median"]), fmt(s["seconds_mean"], 2), s["space"]]
 
 
@@ -243,7 +280,7 @@ def psnr_cell(s: dict[str, Any]) -> str:
     return f"{s['psnr_mean']:.1f} ± {s['psnr_std']:.1f}" + (f" (+{inf} ≥ {PSNR_CAP:.0f})" if inf else "")
 
 
-STAT_HEADER = ["n", "failures", "exact %", "PSNR mean ± std", "PSNR median", "SSIM", "LPIPS",
+STAT_HEADER = ["n", "failures", "exact %", "reid@N %", "PSNR mean ± std", "PSNR median", "SSIM", "LPIPS",
                "feature rel. error (median)", "seconds / cell", "space"]
 
 

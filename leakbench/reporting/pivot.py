@@ -22,6 +22,8 @@ from leakbench.reporting.aggregate import (
     grouped,
     incomplete_text,
     psnr_text,
+    reid_n_text,
+    reid_scored,
 )
 from leakbench.reporting.order import level_sorter
 from leakbench.reporting.render import Cell, Table
@@ -42,7 +44,8 @@ def headline(s: Stats) -> str:
 
 
 def triple(s: Stats) -> str:
-    """Exact %, PSNR median and LPIPS of one setting; in feature space (no images, so neither PSNR nor
+    """Exact %, top-1 re-identification (' · reid@1000 75 %', where scored), PSNR median and LPIPS of one
+    setting; in feature space (no images, so neither PSNR nor
     LPIPS) exact % and the median relative feature error instead; then its incomplete batches, if any
     (' · incomplete: 1 (88/100 verified)')."""
     return _triple(s) + (f" · incomplete: {incomplete_text(s['incomplete'])}" if s.get("incomplete") else "")
@@ -52,9 +55,10 @@ def _triple(s: Stats) -> str:
     if s["space"] == "feature":
         error = s["rel_error_median"]
         return f"{fmt(s['exact_pct'], 0)} % · " + ("–" if math.isnan(error) else f"rel. error {error:.1e}")
+    reid = f" · reid@{reid_n_text(s)} {fmt(s['reid_pct'], 0)} %" if reid_scored(s) else ""
     if all_exact(s):
-        return f"100 % exact · {fmt(s['lpips_mean'], 3)}"
-    return f"{fmt(s['exact_pct'], 0)} % · {psnr_text(s['psnr_median'])} · {fmt(s['lpips_mean'], 3)}"
+        return f"100 % exact{reid} · {fmt(s['lpips_mean'], 3)}"
+    return f"{fmt(s['exact_pct'], 0)} %{reid} · {psnr_text(s['psnr_median'])} · {fmt(s['lpips_mean'], 3)}"
 
 
 def shown_psnr(value: float) -> float:

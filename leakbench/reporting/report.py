@@ -34,6 +34,7 @@ from leakbench.records.runs import read_run, read_run_manifest
 from leakbench.reporting.aggregate import (
     INCOMPLETE_NOTE,
     PSNR_CAP,
+    REID_NOTE,
     STAT_HEADER,
     cells_note,
     dp_order,
@@ -112,6 +113,7 @@ def pivot_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
         table.notes.append("Each entry: exact % · PSNR median · mean LPIPS (– where not computed; in feature space, "
                            "where there are no images: exact % · median relative feature error); '100 % exact' "
                            f"where every image is exact; PSNR past {PSNR_CAP:.0f} dB reads '≥ {PSNR_CAP:.0f} dB'.")
+        table.notes.append(REID_NOTE)
         blocks.append(table)
     return blocks
 
@@ -137,7 +139,7 @@ def axis_blocks(records: pd.DataFrame, cells: pd.DataFrame,
         rows = [[*(_show(k, v, eps) for k, v in zip(by, key, strict=True)), *stat_cells(s)]
                 for key, s in grouped(records, subset, by)]
         held = ", ".join(f"{k} = {eps.get(v, v) if k == 'dp' else v}" for k, v in fixed.items())
-        notes = [f"Other axes held at: {held}; seeds pooled."]
+        notes = [f"Other axes held at: {held}; seeds pooled.", REID_NOTE]
         if axis == "layer" and layerless:
             notes.append(f"The layer axis applies to attacks with a layer setting only; {', '.join(layerless)} "
                          "reconstruct images from the whole update and run once, with layer recorded as 1.")
