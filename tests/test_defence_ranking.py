@@ -178,9 +178,8 @@ def test_the_accuracy_cost_interval_is_welchs() -> None:
 def test_the_registered_attacks_say_which_defences_they_adapt_to() -> None:
     """What `leakbench report` and `leaderboard` pass the boards: the shipped masked attacks adapt to the
     zeroing defences, the plain ones to none (left out)."""
-    from leakbench.citation import registered_adaptations
-
     from leakbench.attacks.adaptive import ZEROING
+    from leakbench.citation import registered_adaptations
 
     found = registered_adaptations()
     assert found["ig-masked"] == found["dlg-masked"] == frozenset(ZEROING) >= MASKED["ig-masked"]
