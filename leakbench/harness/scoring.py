@@ -87,7 +87,7 @@ def admitted(output: AttackOutput, b: int) -> AttackOutput:
         return output
     reason = (f"error: a partial answer holds 1 to {b - 1} verified samples of the batch of {b}; this one "
               f"held {recon.rows()}")
-    failed = Reconstruction.failed(reason, space=recon.space, layer=recon.layer, stats=recon.stats)
+    failed = Reconstruction.failed(reason, failure="error", space=recon.space, layer=recon.layer, stats=recon.stats)
     return dataclasses.replace(output, reconstruction=failed, inverted=None)
 
 
