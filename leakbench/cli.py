@@ -539,7 +539,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     from leakbench.core.errors import ConfigError
     from leakbench.core.limits import check_writable_dir
     from leakbench.records.atomic import write_text_atomic
-    from leakbench.records.runs import read_table
+    from leakbench.records.runs import read_cells
     from leakbench.reporting.views import VIEWS, apply_view
 
     VIEWS.entry(args.name)  # an unknown name is refused before anything is read
@@ -547,7 +547,7 @@ def cmd_view(args: argparse.Namespace) -> int:
         if args.out.is_dir():
             raise ConfigError(f"--out {args.out} is a folder; name the CSV file to write")
         check_writable_dir(args.out.parent, "--out")
-    cells = pd.concat([read_table(run, "cells.parquet") for run in args.run_dir], ignore_index=True)
+    cells = pd.concat([read_cells(run) for run in args.run_dir], ignore_index=True)
     view = apply_view(args.name, cells)
     print(view.markdown(), end="")
     if args.out is not None:

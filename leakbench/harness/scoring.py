@@ -147,7 +147,7 @@ def summarize(spec: CellSpec, recon: Reconstruction, records: pd.DataFrame, seco
         "lpips_mean": or_none(lp.mean) if have_lpips else None,
         "lpips_note": "" if have_lpips else lpips_note,
         "seconds": seconds, "status": recon.status, "reason": cell_reason(recon, len(records)),
-        "matching": MATCHING, "attack_stats": plain_stats(recon.stats),
+        "matching": MATCHING, "attack_stats": plain_stats(recon.stats), "failure": recon.failure,
     })
     if recon.space == "feature":
         out["feature_rel_error_max"] = or_none(describe(_values(records, "rel_error")).max)

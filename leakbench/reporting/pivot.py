@@ -21,7 +21,9 @@ from leakbench.reporting.aggregate import (
     fmt,
     grouped,
     incomplete_text,
+    no_answer,
     psnr_text,
+    state_words,
 )
 from leakbench.reporting.order import level_sorter
 from leakbench.reporting.render import Cell, Table
@@ -31,21 +33,39 @@ Stats = dict[str, Any]
 
 def headline(s: Stats) -> str:
     """One number: exact % when any image is exact, else the PSNR median (in feature space, where
-    there is none, 0 %), "failed" when every image failed; mean LPIPS after the dot."""
+    there is none, 0 %), "failed" when every image failed; mean LPIPS after the dot. A setting whose every
+    cell failed shows its state ('failed (budget)'), never 0 %; a partial leak and failed cells follow the
+    number (`aggregate.state_words`: '6 % · 2 of 32 re-identified · 1 failed (budget)')."""
+    if no_answer(s):
+        return state_words(s)
+    return _headline(s) + _words(s) + ("" if math.isnan(s["lpips_mean"]) else f" · {s['lpips_mean']:.3f}")
+
+
+def _words(s: Stats) -> str:
+    """' · ' and a group's `aggregate.state_words`, or '' when there are none."""
+    words = state_words(s)
+    return f" · {words}" if words else ""
+
+
+def _headline(s: Stats) -> str:
     if all_exact(s):
         main = "100 % exact"
     elif s["exact_pct"] > 0 or (math.isnan(s["psnr_median"]) and s["failures"] < s["n"]):
         main = f"{fmt(s['exact_pct'], 0)} %"
     else:
         main = psnr_text(s["psnr_median"]) if not math.isnan(s["psnr_median"]) else "failed"
-    return main + ("" if math.isnan(s["lpips_mean"]) else f" · {s['lpips_mean']:.3f}")
+    return main
 
 
 def triple(s: Stats) -> str:
     """Exact %, PSNR median and LPIPS of one setting; in feature space (no images, so neither PSNR nor
     LPIPS) exact % and the median relative feature error instead; then its incomplete batches, if any
-    (' · incomplete: 1 (88/100 verified)')."""
-    return _triple(s) + (f" · incomplete: {incomplete_text(s['incomplete'])}" if s.get("incomplete") else "")
+    (' · incomplete: 1 (88/100 verified)'). A setting whose every cell failed shows its state ('failed
+    (budget)'), never 0 %; a partial leak and failed cells follow (`aggregate.state_words`)."""
+    if no_answer(s):
+        return state_words(s)
+    incomplete = f" · incomplete: {incomplete_text(s['incomplete'])}" if s.get("incomplete") else ""
+    return _triple(s) + _words(s) + incomplete
 
 
 def _triple(s: Stats) -> str:
