@@ -76,7 +76,7 @@ def leaked_count(row: Mapping[str, Any]) -> int:
     stored = _number(row.get("leaked"))
     if not math.isnan(stored):
         return int(stored)
-    n = _number(row.get("n_images"))
+    n = images_of(row)
     if math.isnan(n):
         return 0
     exact = _number(row.get("exact_fraction"))
@@ -91,7 +91,7 @@ def cell_state(row: Mapping[str, Any]) -> State:
     if row.get("status") not in ("ok", "partial"):
         failure = row.get("failure")
         return FAILURE_STATES.get(failure, "failed") if isinstance(failure, str) else "failed"
-    n = _number(row.get("n_images"))
+    n = images_of(row)
     if row.get("status") == "ok" and _number(row.get("exact_fraction")) == 1.0 and n > 0:
         return "exact"
     return "re-identified" if leaked_count(row) > 0 else "not recovered"
@@ -103,7 +103,7 @@ def state_text(row: Mapping[str, Any]) -> str:
     state = cell_state(row)
     if state != "re-identified":
         return state
-    n = _number(row.get("n_images"))
+    n = images_of(row)
     return f"re-identified ({leaked_count(row)} of {'?' if math.isnan(n) else int(n)})"
 
 
@@ -146,6 +146,12 @@ def states_text(counts: Mapping[str, int], leaked: int | None = None, n: int | N
 def answered_any(counts: Mapping[str, int]) -> bool:
     """Whether any cell of a group answered (a state in `ANSWERED_STATES`): only then do its numbers say anything."""
     return any(counts.get(s, 0) for s in ANSWERED_STATES)
+
+
+def images_of(row: Mapping[str, Any]) -> float:
+    """A cell's images n: its `n_images`, else its `batch_size` (NaN when it has neither)."""
+    n = _number(row.get("n_images"))
+    return _number(row.get("batch_size")) if math.isnan(n) else n
 
 
 def _number(value: object) -> float:

@@ -37,6 +37,8 @@ from leakbench.reporting.aggregate import (
     incomplete_cells,
     incomplete_text,
     key_values,
+    no_answer,
+    state_words,
     with_model,
 )
 from leakbench.reporting.board_page import (
@@ -164,6 +166,8 @@ def incomplete_entry(row: Sequence[dict[str, Any] | None]) -> Entry:
 def _entries(metric: str, s: dict[str, Any] | None, link: str | None) -> Entry:
     if s is None:
         return Entry("–")
+    if no_answer(s) and metric in (EXACT, PSNR):  # every cell failed: its state, never 0 % or 0 dB (issue 43)
+        return Entry(state_words(s))
     if metric == EXACT:
         entry = number(s["exact_pct"], 0)
         return Entry(entry.text, entry.sort, link, "comparison grid" if link else "")
