@@ -13,6 +13,7 @@ import pytest
 
 from leakbench.cli import main
 from leakbench.core.errors import ConfigError
+from leakbench.records.runs import read_cells
 from leakbench.reporting.views import VIEWS, apply_view, cell_text
 
 TINY = """\
@@ -195,7 +196,7 @@ def test_reproduce_writes_each_view_beside_the_report(reproduced: Path) -> None:
     folder = reproduced / "rep" / "tiny-views"
     assert (reproduced / "rep" / "tiny-views.md").is_file()
     marker = json.loads((folder / "report.json").read_text())
-    cells = pd.read_parquet(reproduced / "res" / "tiny-views" / "cells.parquet")
+    cells = read_cells(reproduced / "res" / "tiny-views")  # with the states counted from its records (issue 43)
     assert len(cells) == 12 and set(cells["width"]) == {24, 32} and set(cells["depth"]) == {2, 3}
     for name in VIEW_NAMES:
         assert f"{name}.csv" in marker["files"] and f"{name}.md" in marker["files"]
@@ -223,7 +224,7 @@ def test_view_command_prints_and_writes_csv(reproduced: Path, capsys: pytest.Cap
     printed = capsys.readouterr().out
     assert printed.startswith("## Speed per batch size")
     assert "| attack | model | noise\\_sigma | batch\\_size |" in printed
-    cells = pd.read_parquet(reproduced / "res" / "tiny-views" / "cells.parquet")
+    cells = read_cells(reproduced / "res" / "tiny-views")
     assert out.read_text() == apply_view("spear-speed", cells).csv()
     run = str(reproduced / "res" / "tiny-views")
     assert main(["view", "frontier", run, run]) == 0  # several runs: their cells in one table
@@ -251,6 +252,7 @@ def test_view_bad_input_exits_2_writing_nothing(reproduced: Path, tmp_path: Path
         run.mkdir()
         pd.read_parquet(reproduced / "res" / "tiny-views" / "cells.parquet").drop(columns=["noise_sigma"]).to_parquet(
             run / "cells.parquet")
+        (run / "records.parquet").write_bytes((reproduced / "res" / "tiny-views" / "records.parquet").read_bytes())
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     rc = main(["view", name, str(run), "--out", str(out)])
     captured = capsys.readouterr()
