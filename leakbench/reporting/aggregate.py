@@ -224,6 +224,12 @@ def no_answer(s: dict[str, Any]) -> bool:
     return bool(s.get("states")) and not answered_any(s["states"])
 
 
+def scored_settings(row: Sequence[dict[str, Any] | None]) -> list[dict[str, Any] | None]:
+    """The settings of a ranked row (group stats per setting; None: not run) that count in its mean leakage: every
+    one but those without an answer (`no_answer`), which are never counted as 0 % or 0 dB (issue 43)."""
+    return [s for s in row if not (s and no_answer(s))]
+
+
 def state_words(s: dict[str, Any]) -> str:
     """What a group's numbers do not say, in words (issue 43): for a group without an answer its states
     ('failed (budget)', '1 failed (budget), 2 not applicable'); else 'k of n re-identified' when some but not

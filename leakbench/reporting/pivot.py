@@ -23,6 +23,7 @@ from leakbench.reporting.aggregate import (
     incomplete_text,
     no_answer,
     psnr_text,
+    scored_settings,
     state_words,
 )
 from leakbench.reporting.order import level_sorter
@@ -82,17 +83,23 @@ def shown_psnr(value: float) -> float:
     return 0.0 if math.isnan(value) else round(min(value, PSNR_CAP), 1)
 
 
-def rank_key(row: Sequence[Stats | None]) -> tuple[float, float, int]:
-    """Rank over a table's settings: mean exact % high first, then mean PSNR median, then fewer failures.
+def rank_key(row: Sequence[Stats | None]) -> tuple[int, float, float, int, int]:
+    """Rank over a table's settings: mean exact % high first, then mean PSNR median, then fewer settings
+    without an answer, then fewer failures.
 
     Each is compared at the precision a table shows it (exact % whole, PSNR to 0.1 dB and capped at
     `PSNR_CAP`), so two attacks whose entries read the same share a rank: float noise in the 10th digit
     (147.3 against 147.1 dB for two exact attacks) decides nothing. A setting the attack did not run counts
-    as 0 % exact; a missing PSNR counts as 0 dB.
+    as 0 % exact; a missing PSNR counts as 0 dB. A setting whose every cell failed (`aggregate.no_answer`) is
+    left out of the means, never counted as 0 % or 0 dB (issue 43); an attack without any answer ranks last.
     """
-    exact = [s["exact_pct"] if s else 0.0 for s in row]
-    psnr = [shown_psnr(s["psnr_median"]) if s else 0.0 for s in row]
-    return (-round(sum(exact) / len(row)), -round(sum(psnr) / len(row), 1), sum(s["failures"] for s in row if s))
+    scored = scored_settings(row)
+    if not scored:
+        return 1, 0.0, 0.0, len(row), sum(s["failures"] for s in row if s)
+    exact = [s["exact_pct"] if s else 0.0 for s in scored]
+    psnr = [shown_psnr(s["psnr_median"]) if s else 0.0 for s in scored]
+    return (0, -round(sum(exact) / len(scored)), -round(sum(psnr) / len(scored), 1), len(row) - len(scored),
+            sum(s["failures"] for s in row if s))
 
 
 def ranks(keys: Sequence[Any]) -> list[int]:
@@ -147,7 +154,9 @@ def pivot_table(records: pd.DataFrame, cells: pd.DataFrame, *, title: str, colum
         body.append([str(rank), name, budgets(cells, attack), *entries, str(n), str(failures)])
     notes = [f"{len(cells)} cells, {cells_note(cells['status'])}; seeds pooled per setting. "
              "budget: the attack's steps (or draws, seconds) as stored with every record. rank: mean exact %, then "
-             f"mean PSNR median (capped at {PSNR_CAP:.0f} dB), then fewer failures, each as shown (whole %, 0.1 dB): "
+             f"mean PSNR median (capped at {PSNR_CAP:.0f} dB), each over the settings with an answer (a setting "
+             "whose every cell failed shows its state and counts as no number, never 0 %), then fewer settings "
+             "without an answer, then fewer failures, each as shown (whole %, 0.1 dB): "
              "attacks that read the same share a rank, listed by name."]
     if exposed:
         notes.append("not isolated: some of the attack's cells ran without the operating-system sandbox "
