@@ -24,7 +24,6 @@ from leakbench.attacks import Attack, Reconstruction, create_attack
 from leakbench.attacks.spear import attack as spear_attack
 from leakbench.attacks.spear.search import ColumnState
 from leakbench.attacks.spear.solve import Solution
-from leakbench.attacks.spear.state import SearchState, stop_failure
 from leakbench.cell.spec import CellSpec
 from leakbench.datasets import load_dataset, sample_batch
 from leakbench.fl import fedsgd_update
@@ -237,6 +236,8 @@ def test_spear_tells_budget_from_verification(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_spear_stop_kinds() -> None:
+    from leakbench.attacks.spear.state import SearchState, stop_failure
+
     assert stop_failure(SearchState()) == "budget"
     assert stop_failure(SearchState(unverifiable="too weak")) == "verification"
     assert stop_failure(SearchState(undrawable="only 0 of 32 neurons stand above the noise")) == "not-applicable"

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from leakbench.core.reconstruction import FAILURES, Failure
+from leakbench.core.reconstruction import FAILURES
 
 State = Literal["exact", "re-identified", "not recovered", "failed (verification)", "failed (budget)",
                 "failed (error)", "failed", "not applicable"]
@@ -42,7 +42,7 @@ ANSWERED_STATES: tuple[State, ...] = ("exact", "re-identified", "not recovered")
 """The states of a cell whose attack answered: only these say how much leaks."""
 FAILED_STATES: tuple[State, ...] = ("failed (verification)", "failed (budget)", "failed (error)", "failed")
 """The states of a cell whose attack gave no answer where it applies: its leakage is unknown, never zero."""
-FAILURE_STATES: dict[Failure, State] = {"verification": "failed (verification)", "budget": "failed (budget)",
+FAILURE_STATES: dict[str, State] = {"verification": "failed (verification)", "budget": "failed (budget)",
                                         "error": "failed (error)", "not-applicable": "not applicable"}
 """The state of a failed cell by its failure kind (`core.reconstruction.Failure`); unknown: "failed"."""
 assert set(FAILURE_STATES) == set(FAILURES)
@@ -51,6 +51,9 @@ RECOGNISABLE_PSNR = 25.0
 """PSNR (dB) from which an image counts as leaked where no re-identification rank was recorded: 25 dB is an
 RMS error of 0.056 on [0, 1] (about 14 of 255 levels), an image whose content reads at a glance. A stated
 convention, used only as the fallback of `leaked_images`."""
+
+Row = Mapping[str, Any] | pd.Series
+"""One cell: a cells.parquet row, or a summary.json read as a dict."""
 
 STATE_COLUMNS = ("leaked", "state")
 """The columns `with_states` adds to cells when they are read (never stored): k, the images that leak, and the
@@ -70,7 +73,7 @@ def leaked_images(records: pd.DataFrame) -> pd.Series:
     return exact | by_psnr
 
 
-def leaked_count(row: Mapping[str, Any]) -> int:
+def leaked_count(row: Row) -> int:
     """k, the images of a cell that leak: its `leaked` column where it has one (`with_states`), else the larger
     of its exact images and its re-identified ones (`reid_top1` × n, where recorded)."""
     stored = _number(row.get("leaked"))
@@ -84,7 +87,7 @@ def leaked_count(row: Mapping[str, Any]) -> int:
     return max(round((0.0 if math.isnan(exact) else exact) * n), round((0.0 if math.isnan(reid) else reid) * n))
 
 
-def cell_state(row: Mapping[str, Any]) -> State:
+def cell_state(row: Row) -> State:
     """The one state of a cell (a cells.parquet row or a summary.json): failed by its `failure` kind ("failed"
     when it has none: unknown), not applicable, or for an answer exact (every image exact), re-identified
     (some images leak: `leaked_count`) or not recovered."""
@@ -97,7 +100,7 @@ def cell_state(row: Mapping[str, Any]) -> State:
     return "re-identified" if leaked_count(row) > 0 else "not recovered"
 
 
-def state_text(row: Mapping[str, Any]) -> str:
+def state_text(row: Row) -> str:
     """A cell's state as tables show it: 're-identified (2 of 32)' for a partial leak, else the state itself
     ('exact', 'not recovered', 'failed (budget)', …)."""
     state = cell_state(row)
@@ -148,7 +151,7 @@ def answered_any(counts: Mapping[str, int]) -> bool:
     return any(counts.get(s, 0) for s in ANSWERED_STATES)
 
 
-def images_of(row: Mapping[str, Any]) -> float:
+def images_of(row: Row) -> float:
     """A cell's images n: its `n_images`, else its `batch_size` (NaN when it has neither)."""
     n = _number(row.get("n_images"))
     return _number(row.get("batch_size")) if math.isnan(n) else n

@@ -160,7 +160,7 @@ def all_cells_table(records: pd.DataFrame, cells: pd.DataFrame, order: list[str]
         cell = by_id.loc[cid]
         s = grouped(records[records["cell_id"] == cid], cells[cells["cell_id"] == cid], ["cell_id"])[0][1]
         reason = str(cell["reason"]) if cell["status"] != "ok" and isinstance(cell["reason"], str) else ""
-        status = state_text(cell) + (f": {reason}" if reason else "")
+        status = state_text(cells[cells["cell_id"] == cid].iloc[0]) + (f": {reason}" if reason else "")
         rows.append([*(str(cell[c]) for c in ("attack", "dataset", "batch_size", "layer", "dp", "seed")),
                      *stat_cells(s), status, cid])
     return Table("All cells", ["attack", "dataset", "b", "layer", "dp", "seed", *STAT_HEADER, "status", "cell"], rows)
