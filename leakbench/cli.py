@@ -415,17 +415,20 @@ def human_summary(s: dict[str, Any]) -> str:
         return "n/a" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
 
     from leakbench.models import victim_label
+    from leakbench.records.cell_state import cell_state
 
     model = victim_label(s.get("arch", "fc"), s["depth"], s["width"])  # training: _trained(s)
+    failed = s["status"] == "failed"  # its state, never "exact 0%" (issue 43)
+    scores = (f"  no reconstruction of its {s['n_images']} images: leakage unknown ({cell_state(s)})" if failed else
+              f"  exact {100 * s['exact_fraction']:.0f}% of {s['n_images']} images; PSNR mean {f(s['psnr_mean'], 1)}, "
+              f"median {f(s['psnr_median'], 1)}, min {f(s['psnr_min'], 1)} dB; SSIM {f(s['ssim_mean'], 4)}; "
+              f"LPIPS {f(s['lpips_mean'], 3)}" + (f" ({s['lpips_note']})" if s["lpips_note"] else ""))
     lines = [f"{s['attack']} on {s['dataset']} (b={s['batch_size']}, {model}, "
              f"layer {s['layer']}, dp {s['dp']}, client {s['client']}"
              + (f", defence {s['defence']}" if s.get("defence") else "")
-             + f", seed {s['seed']}{_trained(s)}): {s['status']}"
+             + f", seed {s['seed']}{_trained(s)}): {cell_state(s) if failed else s['status']}"
              + (f" — {s['reason']}" if s['reason'] else ""),
-             f"  exact {100 * s['exact_fraction']:.0f}% of {s['n_images']} images; PSNR mean {f(s['psnr_mean'], 1)}, "
-             f"median {f(s['psnr_median'], 1)}, min {f(s['psnr_min'], 1)} dB; SSIM {f(s['ssim_mean'], 4)}; "
-             f"LPIPS {f(s['lpips_mean'], 3)}" + (f" ({s['lpips_note']})" if s["lpips_note"] else ""),
-             f"  {s['seconds']:.2f} s; matching {s['matching']}"]
+             scores, f"  {s['seconds']:.2f} s; matching {s['matching']}"]
     return "\n".join(lines)
 
 

@@ -121,6 +121,17 @@ def test_progress_line_and_tiles_show_the_failure_state() -> None:
     assert tile_text(pd.Series({"status": "failed", "psnr": math.nan}), "failed (budget)") == "failed (budget)"
 
 
+def test_the_attack_command_prints_a_failed_cells_state_not_zero_percent() -> None:
+    from leakbench.cli import human_summary
+
+    s = {**_cell("a", "failed", "budget"), "dataset": "embedded", "depth": 3, "width": 16, "layer": 1, "dp": "none",
+         "client": "fedsgd", "seed": 0, "reason": "time budget spent", "matching": "hungarian-mse", "lpips_note": "",
+         "psnr_mean": None, "psnr_median": None, "psnr_min": None, "ssim_mean": None, "lpips_mean": None}
+    text = human_summary(s)
+    assert "): failed (budget) — time budget spent" in text and "leakage unknown (failed (budget))" in text
+    assert "exact 0%" not in text
+
+
 # --------------------------------------------------------------------------- kinds through reply and storage
 
 
