@@ -57,7 +57,10 @@ def state_stats(records: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:
     if not len(cells):
         return {"states": {}, "leaked": 0, "answered_n": 0}
     answered = cells["state"].isin(ANSWERED_STATES)
-    n = records["cell_id"].isin(set(cells.loc[answered, "cell_id"])).sum() if "cell_id" in records else 0
+    if "cell_id" in records and "cell_id" in cells:
+        n = records["cell_id"].isin(set(cells.loc[answered, "cell_id"])).sum()
+    else:  # one cell's records
+        n = len(records) if answered.all() else 0
     return {"states": state_counts(cells["state"]), "leaked": int(cells.loc[answered, "leaked"].sum()),
             "answered_n": int(n)}
 
