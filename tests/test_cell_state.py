@@ -72,7 +72,7 @@ def test_a_failed_cell_has_its_failure_state_and_never_reads_as_zero(failure: st
     assert s["states"] == {state: 1}
     for text in (headline(s), triple(s)):
         assert text == state and not any(z in text for z in ZERO), text
-    assert stat_cells(s)[2] == "–"  # exact %: unknown, not 0
+    assert stat_cells(s)[2] == state  # exact %: the state, never 0
     # sorted after an attack that answered and recovered nothing, never tied with it as 0 % / 0 dB
     nothing = group_stats(_records("b", [8.0] * 4, [False] * 4), pd.DataFrame([_cell("b", "ok")]))
     assert rank_key([s]) > rank_key([nothing]) and rank_key([s])[0] == 1

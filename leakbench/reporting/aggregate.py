@@ -216,7 +216,7 @@ def stat_cells(s: dict[str, Any], *, lpips_note: str = LPIPS_MISSING) -> list[st
         lpips = "–" if s["space"] == "feature" or s["n"] == s["failures"] else lpips_note
     failures = str(s["failures"]) + failure_note(s)
     median = psnr_text(s["psnr_median"], exact=all_exact(s)).removesuffix(" dB")
-    exact = "–" if no_answer(s) else fmt(s["exact_pct"], 0)  # a failed group's leakage is unknown, not 0 %
+    exact = state_words(s) if no_answer(s) else fmt(s["exact_pct"], 0)  # a failed group's state, never 0 %
     return [str(s["n"]), failures, exact, psnr, median,
             fmt(s["ssim_mean"], 4), lpips, _sci(s["rel_error_median"]), fmt(s["seconds_mean"], 2), s["space"]]
 

@@ -121,7 +121,8 @@ def _claim(result: AttackResult, layered: bool) -> str:
     head = (f"every image exact up to b = {up_to}" if up_to is not None
             else "no batch exact" + (f", {fmt(s['exact_pct'], 0)} % of images" if s["exact_pct"] > 0 else ""))
     psnr = psnr_text(s["psnr_median"], exact=all_exact(s))
-    detail = f"{fmt(s['exact_pct'], 0)} % exact at b = {b}, PSNR median {psnr}"
+    detail = (f"{state_words(s)} at b = {b}" if no_answer(s)  # its state, never "0 % exact" (issue 43)
+              else f"{fmt(s['exact_pct'], 0)} % exact at b = {b}, PSNR median {psnr}")
     return f"{name}: {head} ({detail}; n = {n}, {failures} failures)"
 
 
