@@ -415,17 +415,20 @@ def human_summary(s: dict[str, Any]) -> str:
         return "n/a" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
 
     from leakbench.models import victim_label
+    from leakbench.records.cell_state import cell_state
 
     model = victim_label(s.get("arch", "fc"), s["depth"], s["width"])  # training: _trained(s)
+    failed = s["status"] == "failed"  # its state, never "exact 0%" (issue 43)
+    scores = (f"  no reconstruction of its {s['n_images']} images: leakage unknown ({cell_state(s)})" if failed else
+              f"  exact {100 * s['exact_fraction']:.0f}% of {s['n_images']} images; PSNR mean {f(s['psnr_mean'], 1)}, "
+              f"median {f(s['psnr_median'], 1)}, min {f(s['psnr_min'], 1)} dB; SSIM {f(s['ssim_mean'], 4)}; "
+              f"LPIPS {f(s['lpips_mean'], 3)}" + (f" ({s['lpips_note']})" if s["lpips_note"] else ""))
     lines = [f"{s['attack']} on {s['dataset']} (b={s['batch_size']}, {model}, "
              f"layer {s['layer']}, dp {s['dp']}, client {s['client']}"
              + (f", defence {s['defence']}" if s.get("defence") else "")
-             + f", seed {s['seed']}{_trained(s)}): {s['status']}"
+             + f", seed {s['seed']}{_trained(s)}): {cell_state(s) if failed else s['status']}"
              + (f" — {s['reason']}" if s['reason'] else ""),
-             f"  exact {100 * s['exact_fraction']:.0f}% of {s['n_images']} images; PSNR mean {f(s['psnr_mean'], 1)}, "
-             f"median {f(s['psnr_median'], 1)}, min {f(s['psnr_min'], 1)} dB; SSIM {f(s['ssim_mean'], 4)}; "
-             f"LPIPS {f(s['lpips_mean'], 3)}" + (f" ({s['lpips_note']})" if s["lpips_note"] else ""),
-             f"  {s['seconds']:.2f} s; matching {s['matching']}"]
+             scores, f"  {s['seconds']:.2f} s; matching {s['matching']}"]
     return "\n".join(lines)
 
 
@@ -542,7 +545,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     from leakbench.core.errors import ConfigError
     from leakbench.core.limits import check_writable_dir
     from leakbench.records.atomic import write_text_atomic
-    from leakbench.records.runs import read_table
+    from leakbench.records.runs import read_cells
     from leakbench.reporting.views import VIEWS, apply_view
 
     VIEWS.entry(args.name)  # an unknown name is refused before anything is read
@@ -550,7 +553,7 @@ def cmd_view(args: argparse.Namespace) -> int:
         if args.out.is_dir():
             raise ConfigError(f"--out {args.out} is a folder; name the CSV file to write")
         check_writable_dir(args.out.parent, "--out")
-    cells = pd.concat([read_table(run, "cells.parquet") for run in args.run_dir], ignore_index=True)
+    cells = pd.concat([read_cells(run) for run in args.run_dir], ignore_index=True)
     view = apply_view(args.name, cells)
     print(view.markdown(), end="")
     if args.out is not None:

@@ -141,7 +141,7 @@ def reproduce(name: str, *, out: Path = Path("results"), reports: Path = Path("r
     then its views, written beside the report; `kwargs` go to `pipeline.run_suite`."""
     from leakbench.pipeline import run_suite
     from leakbench.records.atomic import write_text_atomic
-    from leakbench.records.runs import read_table
+    from leakbench.records.runs import read_cells
     from leakbench.reporting.target import write_marker
     from leakbench.reporting.views import VIEWS, apply_view
 
@@ -152,7 +152,7 @@ def reproduce(name: str, *, out: Path = Path("results"), reports: Path = Path("r
     done = Reproduction(report)
     if not paper.views:
         return done
-    cells = read_table(Path(out) / report.stem, "cells.parquet")
+    cells = read_cells(Path(out) / report.stem)
     folder = Path(reports) / report.stem
     for view in (apply_view(v, cells) for v in paper.views):
         done.views.append(view)

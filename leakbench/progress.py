@@ -80,14 +80,17 @@ REASON_CHARS = 90
 
 def cell_line(label: str, summary: Mapping[str, Any]) -> str:
     """A finished cell in one line: its settings (`label`), then "ok" with exact % and seconds, "partial, exact
-    N%: batch incomplete: k of b verified (…)" for an incomplete batch, or "failed: REASON" (the attack's
-    reason, shortened) with seconds, so a failure is understood where it shows."""
+    N%: batch incomplete: k of b verified (…)" for an incomplete batch, or its state and reason ("failed (budget):
+    REASON", `records.cell_state`: the attack's reason, shortened) with seconds, so a failure is understood where
+    it shows, never read as 0 % exact."""
     if summary["status"] == "ok":
         outcome = f"ok, exact {100 * summary['exact_fraction']:.0f}%"
     elif summary["status"] == "partial":
         outcome = f"partial, exact {100 * summary['exact_fraction']:.0f}%: {short_reason(summary.get('reason'))}"
     else:
-        outcome = f"{summary['status']}: {short_reason(summary.get('reason'))}"
+        from leakbench.records.cell_state import cell_state
+
+        outcome = f"{cell_state(summary)}: {short_reason(summary.get('reason'))}"
     return f"{label}: {outcome}, {summary['seconds']:.2f} s"
 
 

@@ -335,7 +335,7 @@ def test_run_suite_writes_report(results) -> None:
     assert text.splitlines()[2] == "Suite 'mini': a check of the CLI, not a comparison"  # said first, under the title
     rows = [line for line in text.splitlines() if line.startswith("| spear | embedded |")]  # the all-cells table
     assert [r.split(" | ")[2] for r in rows] == ["1", "2"]
-    assert all(" | ok | " in line for line in rows)
+    assert all(" | exact | " in line for line in rows)  # each cell's leakage state (issue 43; was "ok")
     cells = pd.read_parquet(rep / "results" / "mini" / "cells.parquet")
     assert list(cells["status"]) == ["ok", "ok"]
     for b in (1, 2):  # one comparison grid per batch (one attack here), linked from the report

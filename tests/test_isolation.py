@@ -94,6 +94,7 @@ def test_a_worker_that_dies_gives_a_failed_cell_and_the_next_cell_runs(scoped: N
     s = run_cell(CellSpec(attack="test-exit", **SMALL)).summary
     assert s["status"] == "failed", s["reason"]
     assert "attack process ended before it answered (exit code 3)" in s["reason"], s["reason"]
+    assert s["failure"] == "error"
     assert run_cell(CellSpec(attack="test-pid", **SMALL)).summary["status"] == "ok"
 
 

@@ -150,6 +150,7 @@ def _summary(route: str, **params: Any) -> dict[str, Any]:
 def test_a_forged_reply_is_a_failed_cell_with_its_reason(forge: None, route: str, why: str) -> None:
     s = _summary(route)
     assert s["status"] == "failed" and why in s["reason"], s["reason"]
+    assert s["failure"] == "error"  # a refused or failing reply: an error, never budget or verification
 
 
 @pytest.mark.slow
@@ -159,6 +160,7 @@ def test_an_attack_that_never_answers_fails_for_time_at_its_limit(forge: None, r
     assert s["status"] == "failed" and s["reason"].startswith("time: no answer within the time limit of 4 s"), \
         s["reason"]
     assert s["time_limit"] == 4.0 and s["seconds"] >= 4.0
+    assert s["failure"] == "budget"  # a worker killed at its time limit ran out of budget (issue 43)
 
 
 @pytest.mark.slow

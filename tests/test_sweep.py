@@ -218,16 +218,18 @@ def test_report_tables_figures_and_grids(tmp_path: Path, reference: Path) -> Non
     assert ("n/a — weights not available" in text) != scored and ("LPIPS v0.1, alex" in text) == scored
     assert "ig reconstruct images from the whole update" in text
     cells = pd.read_parquet(reference / "cells.parquet")
-    assert text.count("failed: ") == int((cells["status"] != "ok").sum())
     table = text.split("## All cells")[1].split("##")[0]
     header = [c.strip() for c in table.strip().splitlines()[0].strip("|").split("|")]
     rows = [dict(zip(header, (c.strip() for c in line.strip("|").split(" | ")), strict=True))
             for line in table.strip().splitlines()[2:] if line.startswith("| ")]
     assert len(rows) == len(cells)
-    for row in rows:  # a failed cell keeps its n, counts all of it as failures and 0 % exact, shows no PSNR
-        if row["status"].startswith("failed: "):
-            assert row["failures"] == f"{row['n']} (1 of 1 cells)" and row["exact %"] == "0"
-            assert row["PSNR mean ± std"] == "–"
+    failed = [row for row in rows if row["status"].startswith(("failed", "not applicable"))]
+    assert len(failed) == int((cells["status"] == "failed").sum())
+    for row in failed:  # a failed cell keeps its n and counts all of it as failures; it shows its state and reason,
+        # never 0 % exact nor a PSNR (issue 43)
+        assert re.match(r"(failed \((budget|verification|error)\)|not applicable): ", row["status"]), row["status"]
+        assert row["failures"] == f"{row['n']} (1 of 1 cells)" and row["exact %"] == row["status"].split(":")[0]
+        assert row["PSNR mean ± std"] == "–"
     assert sorted(p.name for p in (tmp_path / "rep" / "sweep" / "figures").iterdir()) == [
         "batch_size.png", "dp.png", "layer.png"]
     image_cells = cells[cells["space"] == "image"]

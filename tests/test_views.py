@@ -13,6 +13,7 @@ import pytest
 
 from leakbench.cli import main
 from leakbench.core.errors import ConfigError
+from leakbench.records.runs import read_cells
 from leakbench.reporting.views import VIEWS, apply_view, cell_text
 
 TINY = """\
@@ -49,9 +50,12 @@ def test_noise_view_per_level() -> None:
     cells = _cells(noise_sigma=[0.0, 0.0, 1e-2], seed=[0, 1, 0], status=["ok", "ok", "failed"],
                    psnr_mean=[140.0, 150.0, math.nan], exact_fraction=[1.0, 0.5, 0.0], seconds=[1.0, 3.0, 60.0])
     table = apply_view("noise", cells).table.set_index("noise_sigma")
-    assert list(table.columns) == ["n", "failed", "incomplete", "psnr_mean", "exact_pct", "seconds_median"]
+    assert list(table.columns) == ["n", "failed", "incomplete", "psnr_mean", "exact_pct", "seconds_median", "states"]
     assert table.loc[0.0, "psnr_mean"] == 145.0 and table.loc[0.0, "exact_pct"] == 75.0
     assert table.loc[1e-2, "failed"] == 1 and table.loc[0.0, "seconds_median"] == 2.0 and table.loc[0.0, "n"] == 2
+    # a level whose only cell failed shows its state, never 0 % exact (issue 43): stored without a kind, "failed"
+    assert math.isnan(table.loc[1e-2, "exact_pct"]) and table.loc[1e-2, "states"] == "failed"
+    assert table.loc[0.0, "states"] == "1 exact, 1 re-identified"
 
 
 def test_noise_view_keeps_batch_sizes_apart() -> None:
@@ -66,10 +70,12 @@ def test_spear_speed_view_reads_draws_from_the_attack_stats() -> None:
                    exact_fraction=[1.0, 0.5, 1.0, 0.0], seconds=[1.0, 2.0, 5.0, 900.0])
     table = apply_view("spear-speed", cells).table.set_index("batch_size")
     assert list(table.columns) == ["n", "failed", "incomplete", "exact_pct", "seconds_median", "seconds_max",
-                                   "draws_median", "draws_max"]
+                                   "draws_median", "draws_max", "states"]
     assert table.loc[4, "draws_median"] == 200 and table.loc[4, "draws_max"] == 300
     assert table.loc[4, "failed"] == 0 and table.loc[4, "incomplete"] == 1 and table.loc[4, "exact_pct"] == 75
-    assert table.loc[20, "draws_max"] == 5000 and table.loc[20, "failed"] == 1 and table.loc[20, "exact_pct"] == 50
+    # exact % over the cells that answered: the failed cell is counted as failed, not as 0 % exact (issue 43)
+    assert table.loc[20, "draws_max"] == 5000 and table.loc[20, "failed"] == 1 and table.loc[20, "exact_pct"] == 100
+    assert table.loc[20, "states"] == "1 exact, 1 failed"
     assert table.loc[20, "seconds_max"] == 900.0
 
 
@@ -80,7 +86,8 @@ def test_frontier_view_one_row_per_width_b_seed_with_samples_found() -> None:
                    seconds=[24.0, 916.0, 1112.0])
     table = apply_view("frontier", cells).table
     assert list(table.columns) == ["width", "batch_size", "b_over_m", "seed", "found", "exact_pct", "seconds",
-                                   "status"]
+                                   "status", "state"]
+    assert list(table["state"]) == ["re-identified (49 of 160)", "exact", "failed"]
     assert list(zip(table["width"], table["seed"], table["found"], strict=True)) == [
         (400, 0, 49.0), (400, 2, 160.0), (1000, 0, 3.0)]
     assert list(table["b_over_m"]) == [0.4, 0.4, 0.4] and table["exact_pct"].iloc[0] == pytest.approx(30.625)
@@ -100,11 +107,12 @@ def test_baselines_view_one_row_per_cell_in_suite_order_with_notes() -> None:
                                  json.dumps({"converged": False})])
     table = apply_view("baselines", cells).table
     assert list(table.columns) == ["attack", "model", "batch_size", "seed", "exact_pct", "psnr_mean", "psnr_median",
-                                   "ssim_mean", "seconds", "status", "note"]
+                                   "ssim_mean", "seconds", "status", "note", "state"]
     assert list(zip(table["attack"], table["model"], strict=True)) == [("ig", "FC-6 w200"), ("ig", "FC-2 w256"),
                                                           ("cpa", "FC-6 w200")]
     assert list(table["note"]) == ["ICA not converged", "loss 1->0.25", "ICA exploded"]
-    assert list(table["exact_pct"]) == [50.0, 0.0, 0.0]
+    assert table["exact_pct"].tolist()[:2] == [50.0, 0.0] and math.isnan(table["exact_pct"].iloc[2])
+    assert table["state"].iloc[1] == "not recovered" and table["state"].iloc[2] == "failed"  # not 0 % (issue 43)
 
 
 def test_views_refuse_runs_without_their_columns() -> None:
@@ -188,7 +196,7 @@ def test_reproduce_writes_each_view_beside_the_report(reproduced: Path) -> None:
     folder = reproduced / "rep" / "tiny-views"
     assert (reproduced / "rep" / "tiny-views.md").is_file()
     marker = json.loads((folder / "report.json").read_text())
-    cells = pd.read_parquet(reproduced / "res" / "tiny-views" / "cells.parquet")
+    cells = read_cells(reproduced / "res" / "tiny-views")  # with the states counted from its records (issue 43)
     assert len(cells) == 12 and set(cells["width"]) == {24, 32} and set(cells["depth"]) == {2, 3}
     for name in VIEW_NAMES:
         assert f"{name}.csv" in marker["files"] and f"{name}.md" in marker["files"]
@@ -216,7 +224,7 @@ def test_view_command_prints_and_writes_csv(reproduced: Path, capsys: pytest.Cap
     printed = capsys.readouterr().out
     assert printed.startswith("## Speed per batch size")
     assert "| attack | model | noise\\_sigma | batch\\_size |" in printed
-    cells = pd.read_parquet(reproduced / "res" / "tiny-views" / "cells.parquet")
+    cells = read_cells(reproduced / "res" / "tiny-views")
     assert out.read_text() == apply_view("spear-speed", cells).csv()
     run = str(reproduced / "res" / "tiny-views")
     assert main(["view", "frontier", run, run]) == 0  # several runs: their cells in one table
@@ -244,6 +252,7 @@ def test_view_bad_input_exits_2_writing_nothing(reproduced: Path, tmp_path: Path
         run.mkdir()
         pd.read_parquet(reproduced / "res" / "tiny-views" / "cells.parquet").drop(columns=["noise_sigma"]).to_parquet(
             run / "cells.parquet")
+        (run / "records.parquet").write_bytes((reproduced / "res" / "tiny-views" / "records.parquet").read_bytes())
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     rc = main(["view", name, str(run), "--out", str(out)])
     captured = capsys.readouterr()

@@ -143,7 +143,7 @@ class CPAAttack(Attack[CPAConfig]):
                 X, more = _official(G, g, b, cfg, shape, checkpoints.steps if checkpoints else (), on_step)
         except (ValueError, np.linalg.LinAlgError, RuntimeError) as exc:
             stats["seconds"] = time.perf_counter() - start
-            return Reconstruction.failed(f"cpa: unmixing failed ({exc})", space=space, layer=cfg.layer,
+            return Reconstruction.failed(f"cpa: unmixing failed ({exc})", failure="error", space=space, layer=cfg.layer,
                                          stats=stats)
         return self._answer(model, X, {**stats, **more}, start)
 
@@ -153,7 +153,8 @@ class CPAAttack(Attack[CPAConfig]):
         stats["seconds"] = time.perf_counter() - start
         if not np.isfinite(X).all():
             return Reconstruction.failed("cpa: recovered inputs are not finite (a source scale is zero)",
-                                         space=self.reconstructs(layer), layer=layer, stats=stats)
+                                         failure="verification", space=self.reconstructs(layer), layer=layer,
+                                         stats=stats)
         dtype = next(model.parameters()).dtype
         feats = torch.from_numpy(X).to(dtype)
         if layer != 1:

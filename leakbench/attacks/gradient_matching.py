@@ -247,7 +247,8 @@ class InvertingGradientsAttack(_GradientMatchingAttack[IGConfig]):
                                  "restart_losses": [t["final_loss"] for t in trials]}
         if not finite:
             stats["seconds"] = time.perf_counter() - start
-            return Reconstruction.failed("ig: the gradient loss is non-finite in every restart", stats=stats)
+            return Reconstruction.failed("ig: the gradient loss is non-finite in every restart", failure="error",
+                                         stats=stats)
         best = min(finite, key=lambda t: t["final_loss"])
         stats.update({"initial_loss": best["initial_loss"], "final_loss": best["final_loss"],
                       "iterations": cfg.iterations, "restarts": cfg.restarts,
@@ -388,7 +389,7 @@ class DeepLeakageAttack(_GradientMatchingAttack[DLGConfig]):
         if cfg.optimize_labels:
             stats["labels"] = sorted(int(c) for c in logits.detach().argmax(dim=-1))
         if not torch.isfinite(torch.as_tensor(initial)) and best_loss == initial:
-            return Reconstruction.failed("dlg: the gradient distance is non-finite", stats=stats)
+            return Reconstruction.failed("dlg: the gradient distance is non-finite", failure="error", stats=stats)
         return Reconstruction(status="ok", space="image", images=_finish(oracle, best_z), stats=stats)
 
 

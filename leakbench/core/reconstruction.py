@@ -18,6 +18,13 @@ STATUSES: tuple[Status, ...] = ("ok", "partial", "failed")
 ANSWERED: tuple[Status, ...] = ("ok", "partial")
 """The statuses whose answer is scored (a failed one has none)."""
 Space = Literal["image", "feature"]
+Failure = Literal["verification", "budget", "not-applicable", "error"]
+"""Why a failed attack has no answer (issue 43): verification, its own checks rejected its answer; budget, it ran
+out of draws, seconds or iterations (an attack worker killed at its time limit included); not-applicable, the
+attack's assumptions do not hold for this victim or update (no ReLU after the layer, a batch as wide as the
+layer, a gradient too noisy to draw from); error, anything else (an exception, a refused reply). None: not
+failed, or stored before the kind was recorded (unknown)."""
+FAILURES: tuple[Failure, ...] = ("verification", "budget", "not-applicable", "error")
 
 
 @dataclass
@@ -25,9 +32,10 @@ class Reconstruction:
     """An attack's answer for one batch.
 
     `images` (b, C, H, W) in [0, 1] when the attack reconstructs images; `features` (b, n) when it
-    reconstructs the inputs of an inner layer (`layer`). On failure both may be None and `reason`
-    says why. A partial answer (`partial`) holds only the samples the attack verified, fewer than the batch,
-    and `reason` says why the batch is incomplete. `stats` holds the attack's own counters (draws,
+    reconstructs the inputs of an inner layer (`layer`). On failure both may be None, `reason`
+    says why and `failure` which kind of failure it is (`Failure`; None for an answer, and for a failed
+    attack that does not say). A partial answer (`partial`) holds only the samples the attack verified,
+    fewer than the batch, and `reason` says why the batch is incomplete. `stats` holds the attack's own counters (draws,
     candidates, seconds, …).
     """
 
@@ -38,6 +46,7 @@ class Reconstruction:
     layer: int | None = None
     reason: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
+    failure: Failure | None = None
 
     @property
     def answered(self) -> bool:
@@ -60,9 +69,11 @@ class Reconstruction:
         return 0 if answer is None or not self.answered else int(answer.shape[0])
 
     @classmethod
-    def failed(cls, reason: str, *, space: Space = "image", layer: int | None = None,
+    def failed(cls, reason: str, *, failure: Failure | None = None, space: Space = "image", layer: int | None = None,
                stats: dict[str, Any] | None = None) -> Reconstruction:
-        return cls(status="failed", space=space, layer=layer, reason=reason, stats=stats or {})
+        """No answer: `reason` says why in words, `failure` which kind (`Failure`; None when the attack does not
+        say: read as unknown)."""
+        return cls(status="failed", space=space, layer=layer, reason=reason, stats=stats or {}, failure=failure)
 
 
 def incomplete_reason(k: int, b: int, reason: str) -> str:

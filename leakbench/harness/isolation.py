@@ -48,6 +48,7 @@ from leakbench.core.errors import LeakbenchError
 
 if TYPE_CHECKING:  # imported lazily at run time (the worker's start-up)
     from leakbench.attacks.base import Space
+    from leakbench.core.reconstruction import Failure
 
 PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
                             "os.forkpty", "pty.spawn"})
@@ -459,7 +460,7 @@ def run_isolated(job: Any, update: Any, hidden: list[Path], attack: Any) -> Any:
             output = worker.run(job, update, hidden, limit)
         except OutOfTime as exc:
             output = _failed(f"time: {exc} (the attack's limit: {limit_text(attack.config)}); the attack "
-                             "worker was killed", space, job.layer, time.perf_counter() - start)
+                             "worker was killed", space, job.layer, time.perf_counter() - start, failure="budget")
         except WorkerDied as exc:
             killed = exc.code is not None and exc.code < 0 and -exc.code in FAULT_SIGNALS
             if killed and attempt < WORKER_TRIES:
@@ -483,12 +484,13 @@ def limit_text(config: Any) -> str:
     return f"max_seconds {declared:g} s + max({declared:g} s, {TIME_MARGIN:g} s)"
 
 
-def _failed(reason: str, space: Space, layer: int, seconds: float) -> Any:
-    """A failed `AttackOutput` with `reason`, after `seconds`."""
+def _failed(reason: str, space: Space, layer: int, seconds: float, failure: Failure = "error") -> Any:
+    """A failed `AttackOutput` with `reason` and its `failure` kind (an error unless said: a worker out of time
+    is "budget"), after `seconds`."""
     from leakbench.attacks import Reconstruction
     from leakbench.records.artifacts import AttackOutput
 
-    return AttackOutput(Reconstruction.failed(reason, space=space, layer=layer), seconds)
+    return AttackOutput(Reconstruction.failed(reason, failure=failure, space=space, layer=layer), seconds)
 
 
 def refused_reply(exc: Exception, layer: int) -> Any:
@@ -539,19 +541,23 @@ def check_reply(meta: Any, npz: bytes, update: Any, layer: int) -> Any:
 
 
 def _check_meta(meta: Any, layer: int) -> None:
-    """Raise ValueError unless `meta` is an attack.json of the stored kind, for a cell on `layer`."""
+    """Raise ValueError unless `meta` is an attack.json of the stored kind, for a cell on `layer`: a failed
+    answer may carry its `failure` kind (one of `core.reconstruction.FAILURES`), no other answer one."""
     types: dict[str, type | tuple[type, ...]] = {
         "status": str, "reason": str, "space": str, "stats": dict, "seconds": (int, float),
         "hyperparameters": dict, "layer": (int, type(None)), "isolation": str}
-    if not isinstance(meta, dict) or set(meta) != set(types):
+    if not isinstance(meta, dict) or set(meta) - {"failure"} != set(types):
         raise ValueError(f"metadata keys {sorted(meta)[:20] if isinstance(meta, dict) else type(meta).__name__}")
     for key, kind in types.items():
         if not isinstance(meta[key], kind) or isinstance(meta[key], bool):
             raise ValueError(f"{key} is a {type(meta[key]).__name__}")
-    from leakbench.core.reconstruction import STATUSES
+    from leakbench.core.reconstruction import FAILURES, STATUSES
 
     if meta["status"] not in STATUSES or meta["space"] not in ("image", "feature"):
         raise ValueError(f"status {meta['status']!r:.40}, space {meta['space']!r:.40}")
+    if "failure" in meta and (meta["status"] != "failed" or meta["failure"] not in FAILURES):
+        raise ValueError(f"failure {meta['failure']!r:.40} with status {meta['status']!r} (only a failed answer has "
+                         f"one: {', '.join(FAILURES)})")
     if meta["layer"] not in (None, layer):
         raise ValueError(f"layer {meta['layer']!r:.40} in a cell on layer {layer}")
     if not math.isfinite(meta["seconds"]) or meta["seconds"] < 0:  # of the stored kind (the harness measures)
@@ -743,7 +749,8 @@ def _plain(output: Any, layer: int) -> tuple[str, bytes]:
         return json.dumps({"kind": "ok", "meta": meta}), npz
     except (TypeError, ValueError, AttributeError) as exc:
         reason = f"error: the attack's answer is not plain data ({type(exc).__name__}: {exc})"
-        failed = Reconstruction.failed(reason, space="image" if layer == 1 else "feature", layer=layer)
+        failed = Reconstruction.failed(reason, failure="error", space="image" if layer == 1 else "feature",
+                                       layer=layer)
         meta, npz = encode_attack_output(AttackOutput(failed, output.seconds, output.hyperparameters))
         return json.dumps({"kind": "ok", "meta": meta}), npz
 

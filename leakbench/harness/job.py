@@ -150,4 +150,4 @@ def _reconstruct(attack: Attack, update: ClientUpdate, seed: int) -> Reconstruct
     except Exception as exc:  # noqa: BLE001 — stored as a failure, never dropped
         layer = getattr(attack.config, "layer", 1)
         reason = f"error: {type(exc).__name__}: {exc}".replace("\n", " ")
-        return Reconstruction.failed(reason, space="image" if layer == 1 else "feature", layer=layer)
+        return Reconstruction.failed(reason, failure="error", space="image" if layer == 1 else "feature", layer=layer)

@@ -97,7 +97,7 @@ def admitted(output: AttackOutput, b: int) -> AttackOutput:
         return output
     reason = (f"error: a partial answer holds 1 to {b - 1} verified samples of the batch of {b}; this one "
               f"held {recon.rows()}")
-    failed = Reconstruction.failed(reason, space=recon.space, layer=recon.layer, stats=recon.stats)
+    failed = Reconstruction.failed(reason, failure="error", space=recon.space, layer=recon.layer, stats=recon.stats)
     return dataclasses.replace(output, reconstruction=failed, inverted=None)
 
 
@@ -187,7 +187,7 @@ def summarize(spec: CellSpec, recon: Reconstruction, records: pd.DataFrame, seco
         "lpips_mean": or_none(lp.mean) if have_lpips else None,
         "lpips_note": "" if have_lpips else lpips_note,
         "seconds": seconds, "status": recon.status, "reason": cell_reason(recon, len(records)),
-        "matching": MATCHING, "attack_stats": plain_stats(recon.stats),
+        "matching": MATCHING, "attack_stats": plain_stats(recon.stats), "failure": recon.failure,
     })
     if recon.space == "feature":
         out["feature_rel_error_max"] = or_none(describe(_values(records, "rel_error")).max)

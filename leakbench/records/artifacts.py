@@ -6,7 +6,9 @@ A cell folder keeps
                          `features` (float32, (b, n), inputs of an inner layer), and `inverted`
                          (float32, NCHW: features turned back into images with the public model)
     attack.json          status, reason, space, layer, the attack's stats, seconds and hyperparameters
-                         (both the harness's: measured, resolved), isolation, time_limit
+                         (both the harness's: measured, resolved), isolation, time_limit, and for a
+                         failed attack that says which kind of failure it is, failure (issue 43:
+                         `core.reconstruction.Failure`; absent when None, and in cells stored before)
 
 Ground truth is never stored: scoring re-derives it from the cell's dataset, indices and seed.
 """
@@ -86,6 +88,8 @@ def encode_attack_output(output: AttackOutput) -> tuple[dict[str, Any], bytes]:
             "isolation": output.isolation}
     if output.time_limit is not None:  # set by the harness only: an attack worker's reply never holds it
         meta["time_limit"] = output.time_limit
+    if recon.failure is not None:  # absent for an answer: attack.json of answered cells stays as it was
+        meta["failure"] = recon.failure
     return json_safe(meta), buffer.getvalue()
 
 
@@ -100,7 +104,7 @@ def attack_output(meta: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Att
     """An `AttackOutput` from attack.json's metadata and the arrays by name (images, features, inverted)."""
     recon = Reconstruction(status=meta["status"], space=meta["space"], images=tensors.get("images"),
                            features=tensors.get("features"), layer=meta["layer"], reason=meta["reason"],
-                           stats=meta["stats"])
+                           stats=meta["stats"], failure=meta.get("failure"))
     return AttackOutput(recon, float(meta["seconds"]), meta["hyperparameters"], tensors.get("inverted"),
                         meta.get("isolation", OLD_ISOLATION), meta.get("time_limit"))
 

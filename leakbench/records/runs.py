@@ -28,6 +28,7 @@ from leakbench.core.limits import MAX_GRID_IMAGES, check_int, check_seed
 from leakbench.core.ranges import INT64
 from leakbench.metrics.score import recovered
 from leakbench.records.atomic import write_parquet_atomic
+from leakbench.records.cell_state import with_states
 from leakbench.records.cells import CELLS_DIR, cell_path
 from leakbench.records.folders import check_owned, folder_name, remove_leftovers
 from leakbench.records.labels import STORED_COLUMNS, stored_columns
@@ -169,10 +170,17 @@ def read_table(run_dir: Path, name: str) -> pd.DataFrame:
         raise ConfigError(f"{path} is not a readable Parquet table ({type(exc).__name__}: {exc})") from None
 
 
+def read_cells(run_dir: Path) -> pd.DataFrame:
+    """A run folder's cells.parquet with each cell's leakage state (`cell_state.with_states`, counted from its
+    records.parquet): what views read (`leakbench view`, `leakbench reproduce`)."""
+    return with_states(read_table(run_dir, "cells.parquet"), read_table(run_dir, "records.parquet"))
+
+
 @dataclass(frozen=True)
 class StoredRun:
     """A run's records and cells as reports read them; `cells` carries a `budget` column (the attack's
-    budget in words, from each cell's summary.json; '' for cells stored without one) and the columns
+    budget in words, from each cell's summary.json; '' for cells stored without one), the leakage state columns
+    (`failure`, `leaked`, `state`: `records.cell_state.with_states`) and the columns
     `labels.STORED_COLUMNS` (what reports need instead of a registry), which are never written to
     cells.parquet. `damaged`: cells left out (id → why)."""
 
@@ -184,13 +192,15 @@ class StoredRun:
 def read_run(run_dir: Path, cell_ids: list[str] | None = None) -> StoredRun:
     """A run's records and cells: of the intact cell folders among `cell_ids` (in that order, damaged
     ones left out), or, without `cell_ids`, its consolidated tables (`read_table`); the cells' budgets,
-    trust columns and data labels (`with_data_labels`) filled in."""
+    trust columns, data labels (`with_data_labels`) and leakage states (`cell_state.with_states`: `failure`, None
+    where a cell was stored without one, `leaked` and `state`) filled in."""
     damaged: dict[str, str] = {}
     if cell_ids is None:
         records, cells = read_table(run_dir, "records.parquet"), read_table(run_dir, "cells.parquet")
     else:
         records, cells, damaged = collect(run_dir, cell_ids)
-    return StoredRun(records, with_data_labels(with_trust(run_dir, with_budgets(run_dir, cells))), damaged)
+    return StoredRun(records, with_states(with_data_labels(with_trust(run_dir, with_budgets(run_dir, cells))), records),
+                     damaged)
 
 
 def with_data_labels(cells: pd.DataFrame) -> pd.DataFrame:

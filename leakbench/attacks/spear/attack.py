@@ -31,7 +31,7 @@ from leakbench.attacks.spear.samples import SampleState, nearest_known
 from leakbench.attacks.spear.scheduler import ProposalSource, Scheduler, default_sources, search_samples
 from leakbench.attacks.spear.search import search_columns
 from leakbench.attacks.spear.solve import Solution
-from leakbench.attacks.spear.state import SearchSettings, SearchState, stop_reason
+from leakbench.attacks.spear.state import FAILURE_STAT, SearchSettings, SearchState, stop_failure, stop_reason
 from leakbench.core.citation import Citation
 from leakbench.core.errors import ConfigError
 from leakbench.core.limits import MAX_DEPTH
@@ -135,8 +135,9 @@ class SpearSearch(Attack[BudgetT]):
         problem_or_reason, X, stats = self._run(update, seed)
         stats["seconds"] = time.perf_counter() - start
         space = self.reconstructs(layer)
+        failure = stats.pop(FAILURE_STAT, None)  # the search's own word for why it has no batch (`_search`)
         if X is None:
-            return Reconstruction.failed(problem_or_reason, space=space, layer=layer, stats=stats)
+            return Reconstruction.failed(problem_or_reason, failure=failure, space=space, layer=layer, stats=stats)
         X = X.to(torch.float32).cpu()
         images = update.model.denormalize(X).clamp(0, 1) if layer == 1 else None
         if problem_or_reason:  # the batch is incomplete: X holds only the samples verified one by one
@@ -200,13 +201,14 @@ class SpearSearch(Attack[BudgetT]):
         stats = {"mode": mode, **state.stats(), "neurons_used": problem.m, "noise_estimate": problem.noise,
                  "search_seconds": state.seconds, **extra_stats}
         if solution is None:
-            reason = stop_reason(state, settings, problem.b)
+            reason, stats[FAILURE_STAT] = stop_reason(state, settings, problem.b), stop_failure(state)
         else:
             stats["relu_violations"] = solution.violations
             if solution.ok:
                 return "", solution.X, stats
             reason = (f"verification failed ({solution.violations} ReLU violations, bias-gradient scale "
                       f"{'ok' if solution.scale_ok else 'wrong'}) when the budget ran out")
+            stats[FAILURE_STAT] = "verification"
         return reason, self._verified(problem, state, settings), stats
 
     def _verified(self, problem: LayerProblem, state: SearchState, settings: SearchSettings) -> torch.Tensor | None:

@@ -11,7 +11,7 @@ from leakbench.attacks.spear.attack import DeflatedSpear, SpearConfig
 from leakbench.attacks.spear.dl import DLTrims, Proposal
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.scheduler import ProposalSource
-from leakbench.attacks.spear.state import SearchSettings
+from leakbench.attacks.spear.state import FAILURE_STAT, SearchSettings
 from leakbench.core.errors import ConfigError
 from leakbench.core.ranges import chosen, ranged
 from leakbench.fl.update import ClientUpdate
@@ -77,5 +77,5 @@ class SpearDLAttack(DeflatedSpear[SpearDLConfig]):
                 ) -> tuple[str, torch.Tensor | None, dict[str, Any]]:
         if problem.P_next is None:
             return ("spear-dl needs the next layer's weight gradient at rank ≥ b (it fits every proposal "
-                    "through it); it is rank-deficient here"), None, {"mode": "none"}
+                    "through it); it is rank-deficient here"), None, {"mode": "none", FAILURE_STAT: "not-applicable"}
         return super()._search(problem, seed, update)

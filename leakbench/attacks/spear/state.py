@@ -9,6 +9,7 @@ from typing import Any
 
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.tolerances import TOLERANCES, Tolerances
+from leakbench.core.reconstruction import Failure
 from leakbench.progress import Tally, tally
 
 
@@ -89,6 +90,21 @@ def stop_reason(state: SearchState, settings: SearchSettings, b: int) -> str:
     if state.seconds >= settings.max_seconds:
         return f"time budget spent after {state.draws} draws {found}"
     return f"draw budget spent after {state.draws} draws {found}"
+
+
+FAILURE_STAT = "failure"
+"""The key under which a search that returns no batch (`SpearSearch._search`, and a subclass's own) leaves its
+failure kind in its stats; `SpearSearch.reconstruct` takes it out and gives it to `Reconstruction.failed`."""
+
+
+def stop_failure(state: SearchState) -> Failure:
+    """The failure kind (`core.reconstruction.Failure`) of a search that stopped without a batch, as `stop_reason`
+    words it: "verification" when a sample could not be verified (`unverifiable`), "not-applicable" when too
+    few neurons stand above the noise for a draw (SPEAR's exact zeros are gone: its assumption does not hold
+    for this update), else "budget" (the draw or time budget is spent)."""
+    if state.unverifiable:
+        return "verification"
+    return "not-applicable" if state.undrawable else "budget"
 
 
 def out_of_budget(state: SearchState, settings: SearchSettings) -> bool:
