@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from leakbench.core.citation import Citation, Papers
+from leakbench.fl.dp import CLIPPING_NOISE
 from leakbench.records.labels import update_steps
 from leakbench.reporting.aggregate import (
     PSNR_CAP,
@@ -177,7 +178,7 @@ def level_papers(level: str, cells: pd.DataFrame, papers: Papers) -> list[tuple[
     stored = [steps for steps in map(update_steps, cells["update"] if "update" in cells else ()) if steps]
     names = [name for steps in stored for i, (name, _) in enumerate(steps) if i or name != "fedsgd"]
     if not stored:  # cells stored before `update`
-        names = [part.split(" ")[0].lower() for part in re.split(r" \+ | · ", level)]
+        names = [part.split(" ")[0].lower() for part in re.split(r" \+ | · ", level.replace(CLIPPING_NOISE, "dp"))]
     return [(name, papers.defences[name]) for name in dict.fromkeys(names) if name in papers.defences]
 
 
@@ -229,7 +230,7 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
             worst = None
         accuracy = _accuracy(sub)
         rows.append({"level": str(level), "target": target, "worst": worst, "accuracy": accuracy,
-                     "cost": base - accuracy, "cells": len(sub), "epsilon": _epsilon(sub)})
+                     "cost": base - accuracy, "cells": len(sub)})
 
     def key(r: dict[str, Any]) -> tuple[Any, ...]:
         cost = r["cost"] if not math.isnan(r["cost"]) else math.inf
@@ -241,7 +242,7 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     body = []
     for rank, r in zip(ranks([key(r)[:4] for r in ranked]), ranked, strict=True):
         cited = level_papers(r["level"], cells[cells["level"] == r["level"]], papers)
-        name = Entry(r["level"] + r["epsilon"], None, cited[0][1].url if cited else None,
+        name = Entry(r["level"], None, cited[0][1].url if cited else None,
                      "; ".join(f"{n}: {c.short}" for n, c in cited))
         worst_attack = w[0][0] if (w := r["worst"]) else ""
         t, w = r["target"], r["worst"]
@@ -278,15 +279,6 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
         notes[0] += " Victims at init (untrained): no accuracy measured."
         columns, body = columns[:-3] + columns[-1:], [row[:-3] + row[-1:] for row in body]
     return Board(f"{dataset} · {model} · b={b}", columns, body, notes, linked, anchor("d", *board))
-
-
-def _epsilon(cells: pd.DataFrame) -> str:
-    """' (ε=…)' of a DP level's cells (their one privacy budget), '' without DP: a σ alone does not say
-    whether the level protects anything (σ = 1e-4 with C = 1 over one step is ε ≈ 5.5·10⁷)."""
-    if "dp_epsilon" not in cells or (cells["dp"].fillna("none") == "none").all():
-        return ""
-    values = sorted({float(e) for e in cells["dp_epsilon"].dropna()})
-    return f" (ε={'∞' if math.isinf(values[0]) else f'{values[0]:.3g}'})" if len(values) == 1 else ""
 
 
 def psnr_entry(s: dict[str, Any] | None) -> Entry:
