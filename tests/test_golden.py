@@ -43,6 +43,7 @@ def _comparable(frame: pd.DataFrame, ids: list[str], rerun: pd.DataFrame) -> pd.
     same_environment = "lpips_net" not in rerun or (rerun["lpips_net"].fillna("") != "").all()
     drop = [c for c in ENVIRONMENT if c in rows and (c == "isolation" or not same_environment)]
     drop += [c for c in TRUST_COLUMNS if c in rows]  # recorded since issue 41: the golden tables predate them
+    drop += [c for c in ("noise_snr", "train_epsilon") if c in rows]  # measured since issue 43 (noise, DP-trained)
     rows = rows.drop(columns=drop).reset_index(drop=True)
     for column in [c for c in rows if "psnr" in c and pd.api.types.is_float_dtype(rows[c])]:
         # an exact image's PSNR (≈ 140–150 dB) is rounding noise, which differs between CPUs' BLAS kernels:

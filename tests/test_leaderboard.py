@@ -161,7 +161,7 @@ def test_the_nightly_suite_runs_every_spear_variant() -> None:
 def test_defences_ranked_by_how_much_they_cut_the_strongest_attack() -> None:
     """spear leaks most undefended (100 % exact); DP and noise take all of it (DP leaves it the lower PSNR),
     pruning half; the worst attack against each defence and the accuracy cost stand beside."""
-    from test_defence_board import _tables
+    from test_defence_board import DP_LEVEL, _tables
 
     from leakbench.reporting.defences import defence_ranking
 
@@ -170,8 +170,8 @@ def test_defences_ranked_by_how_much_they_cut_the_strongest_attack() -> None:
     assert board.title == "cifar10 · FC-6 w200 trained 2 ep · b=4"
     assert board.columns[2].metric == "strongest undefended attack: spear"
     rows = [[e.text for e in row] for row in board.rows]
-    assert [r[1] for r in rows] == ["DP σ=1 C=1 (ε=∞)", "noise σ=0.01", "prune keep=0.5", "none"]  # ε as stored
-    assert rows[0] == ["1", "DP σ=1 C=1 (ε=∞)", "0", "10.0", "100", "0", "12.0", "ig", "20.0", "20.0", "2"]
+    assert [r[1] for r in rows] == [DP_LEVEL, "noise σ=0.01", "prune keep=0.5", "none"]  # ε with its q and T
+    assert rows[0] == ["1", DP_LEVEL, "0", "10.0", "100", "0", "12.0", "ig", "20.0", "20.0", "2"]
     assert rows[2][2:8] == ["50", "30.0", "50", "50", "30.0", "spear"]
     assert rows[3][2:5] == ["100", "exact", "0"] and board.rows[3][3].sort == float("inf")
     assert board.rows[0][1].href == "https://arxiv.org/abs/1607.00133"  # DP-SGD's paper
