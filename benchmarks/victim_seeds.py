@@ -44,14 +44,17 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--dp-sigma", type=float, default=None, help="train with DP-SGD at this σ")
     parser.add_argument("--dp-clip", type=float, default=1.0)
-    parser.add_argument("--train-limit", type=int, default=None, help="train on the first N train-part images")
+    parser.add_argument("--train-limit", type=int, default=None, help="N random train-part images (timing)")
     args = parser.parse_args()
     from leakbench.models import default_depth
 
     depth = args.depth or default_depth(args.arch)
     data = load_dataset(args.dataset, data_root=args.data_root)
     parts = partition(data)
-    train_part = torch.as_tensor(parts.train[:args.train_limit] if args.train_limit else parts.train)
+    train_part = torch.as_tensor(parts.train)
+    if args.train_limit:  # a random subset (the train part is sorted, and folders list the images class by class)
+        train_part = train_part[torch.randperm(len(train_part), generator=torch.Generator().manual_seed(0))]
+        train_part = train_part[:args.train_limit]
     test_part = torch.as_tensor(parts.test)
     dp = DPConfig(sigma=args.dp_sigma, clip=args.dp_clip) if args.dp_sigma is not None else None
     print(f"{args.dataset}: train {len(train_part)}, test {len(test_part)}; {args.arch}-{depth} w{args.width}; "
