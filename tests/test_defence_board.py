@@ -23,6 +23,10 @@ LEVELS = {  # level → (client, dp, noise σ, defence, test accuracy, {attack: 
     "dp": ("fedsgd", "σ=1 C=1", 0.0, None, 0.20, {"spear": (0.0, 10.0), "ig": (0.0, 12.0)}),
     "prune": ("fedsgd", "none", 0.0, "prune keep=0.5", 0.37, {"spear": (0.5, 30.0), "ig": (0.0, 19.0)}),
 }
+DP_EPSILON = 0.9555491477031676
+"""ε of σ = 1 (C = 1) for one step at q = 0.01 (Opacus RDP, δ = 1e-5: `fl.dp.epsilon`)."""
+DP_LEVEL = "DP σ=1 C=1 (ε=0.956 at q=0.01, T=1 step)"
+"""The DP level's label (`order.defence_levels`: ε with its q and T)."""
 
 
 def _tables(images: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -32,7 +36,8 @@ def _tables(images: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
             cid = f"{name}-{attack}"
             cells.append({"suite": "s", "cell_id": cid, "attack": attack, "dataset": "cifar10", "batch_size": 4,
                           "width": 200, "depth": 6, "layer": 1, "seed": 0, "dp": dp,
-                          "dp_sigma": 1.0 if dp != "none" else np.nan, "dp_clip": 1.0, "dp_epsilon": np.inf,
+                          "dp_sigma": 1.0 if dp != "none" else np.nan, "dp_clip": 1.0,
+                          "dp_epsilon": DP_EPSILON if dp != "none" else np.inf, "dp_q": 0.01, "dp_steps": 1,
                           "arch": "fc", "client": client, "train_epochs": 2, "test_accuracy": acc,
                           "victim_hash": f"h-{name}", "status": "ok", "seconds": 1.0, "noise_sigma": sigma,
                           "noise_scale": "absolute", "defence": defence, "exact_fraction": exact,
@@ -48,9 +53,9 @@ def test_defence_levels_name_dp_noise_and_defences() -> None:
     _, cells = _tables()
     assert dict(zip(cells["cell_id"], defence_levels(cells), strict=True)) == {
         "none-spear": NONE, "none-ig": NONE, "noise-spear": "noise σ=0.01", "noise-ig": "noise σ=0.01",
-        "dp-spear": "DP σ=1 C=1", "dp-ig": "DP σ=1 C=1", "prune-spear": "prune keep=0.5", "prune-ig": "prune keep=0.5"}
+        "dp-spear": DP_LEVEL, "dp-ig": DP_LEVEL, "prune-spear": "prune keep=0.5", "prune-ig": "prune keep=0.5"}
     threat = cells.assign(client="fedsgd · labels known")
-    assert set(defence_levels(threat)) == {"labels known", "DP σ=1 C=1 + labels known"}
+    assert set(defence_levels(threat)) == {"labels known", DP_LEVEL + " + labels known"}
 
 
 def test_defences_ranked_by_their_worst_attack_with_the_accuracy_cost() -> None:
@@ -61,9 +66,9 @@ def test_defences_ranked_by_their_worst_attack_with_the_accuracy_cost() -> None:
     [table] = defence_blocks(records, cells)
     assert isinstance(table, Table) and table.title == "Defences: cifar10 · FC-6 w200 trained 2 ep · b=4 (suite s)"
     rows = {row[1]: dict(zip(table.header, row, strict=True)) for row in table.rows}
-    assert [row[1] for row in table.rows] == ["DP σ=1 C=1 (ε=∞)", "noise σ=0.01", "none", "prune keep=0.5"]
+    assert [row[1] for row in table.rows] == [DP_LEVEL, "noise σ=0.01", "none", "prune keep=0.5"]
     assert [row[0] for row in table.rows] == ["1", "1", "1", "2"]
-    dp = rows["DP σ=1 C=1 (ε=∞)"]  # ig leaks more than spear
+    dp = rows[DP_LEVEL]  # ig leaks more than spear
     assert [dp[k] for k in ("accuracy test %", "accuracy cost (pp) [95 % CI]", "worst non-adaptive attack",
                             "worst non-adaptive exact %", "worst non-adaptive PSNR med. (dB)")] \
         == ["20.0", "20.0 (1 victim)", "ig", "0", "12.0"]
@@ -71,7 +76,7 @@ def test_defences_ranked_by_their_worst_attack_with_the_accuracy_cost() -> None:
     assert [prune[k] for k in ("accuracy cost (pp) [95 % CI]", "worst non-adaptive exact %",
                                "worst non-adaptive attack")] == ["3.0 (1 victim)", "50", "spear"]
     assert rows["none"]["accuracy cost (pp) [95 % CI]"] == "0.0" and rows["none"]["worst non-adaptive exact %"] == "100"
-    assert "| 1 | DP σ=1 C=1 (ε=∞) | no adaptive attack (potentially unreliable) | 20.0 | 20.0 (1 victim) |" \
+    assert f"| 1 | {DP_LEVEL} | no adaptive attack (potentially unreliable) | 20.0 | 20.0 (1 victim) |" \
         in markdown("board", [], [table])
 
 
@@ -80,15 +85,15 @@ def test_a_board_without_defences_is_left_out() -> None:
     plain = cells[defence_levels(cells) == NONE]
     assert defence_blocks(records[records["cell_id"].isin(plain["cell_id"])], plain) == []
     [at_init] = defence_blocks(records, cells.assign(test_accuracy=np.nan))  # ranked by leakage, no cost
-    assert [row[1] for row in at_init.rows][:2] == ["DP σ=1 C=1 (ε=∞)", "noise σ=0.01"]
+    assert [row[1] for row in at_init.rows][:2] == [DP_LEVEL, "noise σ=0.01"]
     assert "accuracy test %" not in at_init.header and at_init.rows[0][3] == "ig"
 
 
 def test_defences_view_and_privacy_utility_data() -> None:
     records, cells = _tables()
     view = apply_view("defences", cells.assign(client="fedsgd")).table  # the view reads the stored cells table
-    assert len(view) == 8 and set(view["defence"]) == {NONE, "noise σ=0.01", "DP σ=1 C=1", "prune keep=0.5"}
-    dp = view[(view["defence"] == "DP σ=1 C=1") & (view["attack"] == "ig")].iloc[0]
+    assert len(view) == 8 and set(view["defence"]) == {NONE, "noise σ=0.01", DP_LEVEL, "prune keep=0.5"}
+    dp = view[(view["defence"] == DP_LEVEL) & (view["attack"] == "ig")].iloc[0]
     assert dp["test_accuracy_pct"] == pytest.approx(20.0) and dp["psnr_mean"] == 12.0
     data = privacy_utility_data(records, cells)
     spear = data[data["attack"] == "spear"].set_index("level")

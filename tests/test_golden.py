@@ -47,6 +47,7 @@ def _comparable(frame: pd.DataFrame, ids: list[str], rerun: pd.DataFrame) -> pd.
     drop += [c for c in TRUST_COLUMNS if c in rows]  # recorded since issue 41: the golden tables predate them
     drop += [c for c in REID_COLUMNS if c in rows]  # recorded since issue 43 (re-identification)
     drop += [c for c in ("failure",) if c in rows]  # a failed cell's kind, recorded since issue 43: likewise
+    drop += [c for c in ("noise_snr", "train_epsilon") if c in rows]  # measured since issue 43 (noise, DP-trained)
     rows = rows.drop(columns=drop).reset_index(drop=True)
     for column in [c for c in rows if "psnr" in c and pd.api.types.is_float_dtype(rows[c])]:
         # an exact image's PSNR (≈ 140–150 dB) is rounding noise, which differs between CPUs' BLAS kernels:

@@ -167,7 +167,7 @@ def test_defences_ranked_on_their_worst_attack_and_accuracy_cost() -> None:
     """The leaderboard's "Defences ranked" holds the report's verdicts: DP, noise and the undefended level on
     the front, pruning dominated by noise; no attack adapts to these levels (marked); the worst attack of each
     level and the accuracy cost beside; DP's paper linked."""
-    from test_defence_board import _tables
+    from test_defence_board import DP_LEVEL, _tables
 
     from leakbench.citation import registered_adaptations
     from leakbench.reporting.defences import NO_ADAPTIVE, defence_ranking
@@ -178,8 +178,8 @@ def test_defences_ranked_on_their_worst_attack_and_accuracy_cost() -> None:
     assert [c.label for c in board.columns[:5]] == ["rank", "defence", "verdict", "accuracy test %",
                                                     "accuracy cost (pp) [95 % CI]"]
     rows = [[e.text for e in row] for row in board.rows]
-    assert [r[1] for r in rows] == ["DP σ=1 C=1 (ε=∞)", "noise σ=0.01", "none", "prune keep=0.5"]  # ε as stored
-    assert rows[0] == ["1", "DP σ=1 C=1 (ε=∞)", NO_ADAPTIVE, "20.0", "20.0 (1 victim)",
+    assert [r[1] for r in rows] == [DP_LEVEL, "noise σ=0.01", "none", "prune keep=0.5"]  # ε with its q and T
+    assert rows[0] == ["1", DP_LEVEL, NO_ADAPTIVE, "20.0", "20.0 (1 victim)",
                        "ig", "0", "12.0", "0.500", "–", "–", "–", "–", "2/2"]
     assert rows[3][:2] == ["2", "prune keep=0.5"] and rows[3][5:8] == ["spear", "50", "30.0"]
     assert rows[2][5:8] == ["spear", "100", "exact"] and board.rows[2][7].sort == float("inf")

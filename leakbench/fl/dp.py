@@ -49,6 +49,10 @@ CONVENTIONS = ("opacus", "cpa")
 CLIP_EPS = 1e-6
 """Opacus's guard in the clip factor C / (‖g‖ + 1e-6)."""
 
+DP_EPSILON_LIMIT = 100.0
+"""Above this ε a DP-SGD level gives no meaningful guarantee (e^100 bounds nothing): it is labelled
+"clipping + noise", not DP (`level_label`). Practical DP-SGD reports ε ≤ 10 (Abadi et al. 2016: 2 and 8)."""
+
 
 @dataclass(frozen=True)
 class DPConfig(Ranged):
@@ -94,6 +98,36 @@ class DPConfig(Ranged):
     def label(self) -> str:
         """A short readable name, e.g. 'σ=0.01 C=1' ('(CPA code) σ=0.01 C=1' in the CPA convention)."""
         return ("(CPA code) " if self.convention == "cpa" else "") + f"σ={self.sigma:g} C={self.clip:g}"
+
+
+CLIPPING_NOISE = "clipping + noise"
+"""What a DP-SGD level past `DP_EPSILON_LIMIT` is called."""
+LEVEL_PREFIXES = ("DP ", CLIPPING_NOISE + " ")
+"""How a DP-SGD level's label starts (`level_label`)."""
+
+
+def epsilon_text(value: float) -> str:
+    """ε as tables show it: 3 significant digits, '∞' for an unbounded one."""
+    return "∞" if math.isinf(value) else f"{value:.3g}"
+
+
+def accounting_text(value: float, q: float | None, steps: int | None) -> str:
+    """'ε=0.956 at q=0.01, T=1 step': an ε with the sampling rate and the number of steps it was computed for
+    ('ε=…' alone when they are not known, as for a stored cell without them)."""
+    if q is None or steps is None or math.isnan(q):
+        return f"ε={epsilon_text(value)}"
+    return f"ε={epsilon_text(value)} at q={q:g}, T={steps:,} step{'' if steps == 1 else 's'}"
+
+
+def level_label(setting: str, value: float | None, q: float | None = None, steps: int | None = None) -> str:
+    """The label of a DP-SGD level with its privacy accounting: 'DP σ=1 C=1 (ε=0.956 at q=0.01, T=1 step)'
+    (`setting` is `DPConfig.label`: 'σ=1 C=1'); a level whose ε exceeds `DP_EPSILON_LIMIT` (or is ∞: σ = 0)
+    is 'clipping + noise σ=0.01 C=1 (ε=5.56e+03 at q=0.01, T=1 step)': no DP guarantee worth the name.
+    Without an ε (None or NaN: the CPA convention without a batch size) 'DP σ=… C=…'."""
+    if value is None or math.isnan(value):
+        return f"DP {setting}"
+    kind = "DP" if value <= DP_EPSILON_LIMIT else CLIPPING_NOISE
+    return f"{kind} {setting} ({accounting_text(value, q, steps)})"
 
 
 def epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
@@ -196,7 +230,11 @@ class DPSGD(UpdateTransform):
         return dp_update(client.model, client.batch, self.config, seed=client.seed, threat=client.threat)
 
     def label(self) -> str:
-        return f"DP {self.config.label()}"
+        """The level with its accounting (`level_label`): 'DP σ=1 C=1 (ε=0.956 at q=0.01, T=1 step)', or
+        'clipping + noise …' past ε = 100 (the CPA convention, whose ε needs the batch size: 'DP …' alone)."""
+        cfg = self.config
+        eps = cfg.epsilon() if cfg.convention == "opacus" else None
+        return level_label(cfg.label(), eps, cfg.q, cfg.steps)
 
     def columns(self) -> dict[str, Any]:
         return dp_columns(self.config)

@@ -18,7 +18,7 @@ from leakbench.cell.spec import CellSpec, cell_columns
 from leakbench.core.reconstruction import incomplete_reason
 from leakbench.datasets import Batch, ImageDataset, load_dataset
 from leakbench.fl.update import client_view
-from leakbench.harness.victim import victim_columns
+from leakbench.harness.victim import noise_columns, victim_columns
 from leakbench.metrics import (
     MATCHING,
     LpipsScorer,
@@ -69,7 +69,7 @@ def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: ImageV
     records.insert(0, "dataset_index", list(batch.indices))
     for key, value in reversed(list(cell_columns(spec).items())):
         records.insert(0, key, value)
-    for key, value in victim_columns(model).items():
+    for key, value in {**victim_columns(model), **noise_columns(spec, batch, model)}.items():
         records[key] = value
     records["lpips_net"] = lpips.net if lpips is not None else ""
     records["isolation"] = output.isolation

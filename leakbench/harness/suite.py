@@ -27,6 +27,9 @@ declared range (`leakbench.core.ranges`; `leakbench show attack X` prints an att
 `train_epochs = [0, 1, 5]` is the victim axis: 0 is the victim at init, N > 0 trains it N epochs
 (recipe: the optional table `train = {optimizer, lr, momentum, batch_size, weight_decay, augment,
 seed}`, else `TrainRecipe`'s defaults) on the dataset's train part, attacking batches of its attack part.
+The victim's init comes from the cell's seed; its training seed (shuffling, flips, per-step DP and noise)
+is the recipe's `seed` (default 0, one for every cell), or with `seed = "cell"` the cell's seed: each cell
+seed then trains a victim of its own (distinct victims for accuracy intervals).
 
 `threat` is the threat-model axis (what the attacker gets besides the update and the model):
 
@@ -100,7 +103,7 @@ from leakbench.core.limits import MAX_CELLS, MAX_GRID_IMAGES, check_depth, check
 from leakbench.core.settings import build_config
 from leakbench.datasets import data_fingerprint
 from leakbench.models import VICTIMS, architecture, default_depth, known_arch, victim_label
-from leakbench.models.training import TrainRecipe, check_epochs
+from leakbench.models.training import TrainRecipe, cell_seeded, check_epochs, split_cell_seed
 from leakbench.records.folders import folder_name
 
 SUITES: Traversable = files("leakbench.suites")
@@ -196,7 +199,8 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
         _validate(raw)
         levels = {a.key: a.levels(raw) for a in all_axes() if a.scope == "cell"}
         inversion = table(raw["inversion"], "key 'inversion'", InversionConfig) if "inversion" in raw else None
-        recipe = table(raw["train"], "key 'train'", TrainRecipe) if "train" in raw else TrainRecipe()
+        train_table, per_cell = split_cell_seed(raw["train"], "key 'train'") if "train" in raw else ({}, False)
+        recipe = table(train_table, "key 'train'", TrainRecipe) if "train" in raw else TrainRecipe()
         victims = _victims(raw)
         layers = {v: _victim_layers(raw, v) for v in victims}
         if "train" in raw and not any(e for epochs in victims.values() for e in epochs):
@@ -230,6 +234,8 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
     for dataset, attack, v in outer:
         for combination in product(*crossing(attack, v)):
             cell = {k: value for level in combination for k, value in level.items()}  # later axes win: defences
+            if per_cell and cell.get("recipe") is not None:  # train = { seed = "cell" }: the cell's own training
+                cell["recipe"] = cell_seeded(cell["recipe"], cell.get("seed", 0))
             cells.append(CellSpec(**cell, attack=attack, dataset=dataset, width=v.width, depth=v.depth, arch=v.arch,
                                   data_root=root, data_fingerprint=fingerprints[dataset],
                                   image_size=raw.get("image_size"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Literal, overload
 
@@ -13,12 +13,13 @@ from leakbench.cell.spec import CellSpec, cell_id, cell_settings, transforms
 from leakbench.core.errors import DefenceError
 from leakbench.datasets import Batch, ImageDataset, load_dataset, partition
 from leakbench.fl import Client, ClientUpdate, client_update
+from leakbench.fl.dp import DPSGD, epsilon
 from leakbench.fl.fedavg import FedAvg
 from leakbench.fl.secagg import SecAgg
 from leakbench.fl.transform import FedSGD
 from leakbench.models import ImageVictim, build_model
 from leakbench.models.base import VictimInfo
-from leakbench.models.training import UpdateRule
+from leakbench.models.training import UpdateRule, steps_per_epoch
 from leakbench.models.victims import AT_INIT, trained_victim
 
 
@@ -61,6 +62,7 @@ def victim(spec: CellSpec, *, with_model: bool = True) -> tuple[Batch, ImageVict
         info = trained_victim(model, victim_key(spec, dataset), dataset.images, dataset.labels,
                               (torch.as_tensor(parts.train), torch.as_tensor(parts.test)), spec.recipe,
                               spec.train_epochs, rule=training_rule(spec, dataset))
+        info = replace(info, train_epsilon=train_epsilon(spec, len(parts.train)))
     model.victim_info = info
     return batch, model.eval()  # at rest in eval mode; the client's update and the scoring set their own mode
 
@@ -93,11 +95,49 @@ def training_rule(spec: CellSpec, dataset: ImageDataset) -> UpdateRule:
     return UpdateRule((client, *cell[1:]), spec.dataset, dataset.num_classes, spec.threat)
 
 
+def train_epsilon(spec: CellSpec, train_size: int) -> float | None:
+    """ε of the cell's victim training when it ran DP-SGD (the cell's dp level on every step, `training_rule`):
+    Opacus's RDP accountant (`fl.dp.epsilon`) at the level's noise multiplier (the CPA convention's σ·b with b
+    the recipe's batch), sampling rate q = batch / `train_size` and T = epochs × ⌈train_size / batch⌉ steps, at
+    the level's δ. The loop shuffles once per epoch and takes consecutive mini-batches where the accountant
+    assumes Poisson sampling at rate q: the usual approximation of DP-SGD implementations (Abadi et al. 2016).
+    None for a victim at init or trained without DP-SGD."""
+    if not spec.train_epochs or spec.recipe is None:
+        return None
+    client = transforms(spec)[0]
+    if not isinstance(client, DPSGD):
+        return None
+    dp, batch = client.config, spec.recipe.batch_size
+    return epsilon(dp.noise_multiplier(batch), min(1.0, batch / train_size),
+                   spec.train_epochs * steps_per_epoch(train_size, batch), dp.delta)
+
+
 def victim_columns(model: ImageVictim) -> dict[str, Any]:
-    """The victim's accuracies as record columns (NaN at init) and its cache hash ("" at init)."""
+    """The victim's accuracies as record columns (NaN at init) and its cache hash ("" at init); for a victim
+    trained with DP-SGD also `train_epsilon`, its training's ε (`train_epsilon`; ∞ at σ = 0), a column only
+    such cells have, so records of every other cell stay as they were."""
     info: VictimInfo = getattr(model, "victim_info", AT_INIT)
+    eps = {"train_epsilon": info.train_epsilon} if info.train_epsilon is not None else {}
     return {"train_accuracy": info.train_accuracy, "test_accuracy": info.test_accuracy,
-            "victim_hash": info.victim_hash}
+            "victim_hash": info.victim_hash, **eps}
+
+
+def noise_columns(spec: CellSpec, batch: Batch, model: ImageVictim) -> dict[str, Any]:
+    """For a cell with noise (`spec.noise`, the noise before its defences): `noise_snr`, the per-tensor SNR of
+    that noise on the cell's own update (`fl.noise.noise_snr`: RMS of the client's update before the noise
+    over the noise std) as JSON text {parameter: SNR} in the update's order — recomputed here from the
+    client transform alone (deterministic: the update the noise was added to), on a copy of `model`. Nothing
+    for a cell without noise, so records of other cells stay as they were."""
+    if not spec.noise:
+        return {}
+    import copy
+    import json
+
+    from leakbench.fl.noise import noise_snr
+
+    client = transforms(spec)[0]
+    clean = client_update([client], Client(copy.deepcopy(model), batch, spec.seed, spec.threat))
+    return {"noise_snr": json.dumps(noise_snr(clean.gradients, spec.noise, spec.noise_scale))}
 
 
 def prepare(spec: CellSpec) -> tuple[Batch, ImageVictim, ClientUpdate]:

@@ -23,13 +23,15 @@ class Layered(Protocol):
 @dataclass(frozen=True)
 class VictimInfo:
     """What a victim's training gave: epochs, top-1 accuracies on the train and test parts, the cache
-    hash ("" at init; accuracies NaN there, nothing was measured) and whether this call trained it."""
+    hash ("" at init; accuracies NaN there, nothing was measured), whether this call trained it and, for a
+    victim trained with DP-SGD, its training's ε (`harness.victim.train_epsilon`; None otherwise)."""
 
     train_epochs: int
     train_accuracy: float
     test_accuracy: float
     victim_hash: str
     trained_now: bool = False
+    train_epsilon: float | None = None
 
 
 class ImageVictim(nn.Module):

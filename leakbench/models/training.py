@@ -8,8 +8,8 @@ optimiser applies the shared update: what the defence costs in accuracy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
@@ -41,8 +41,10 @@ class TrainRecipe(Ranged):
     0.9) left FC-6 on TinyImageNet at chance after 3 epochs; Adam reaches 5.8 % train accuracy in 5.
 
     optimizer: "sgd" (with `momentum`) or "adam". lr: learning rate. weight_decay: L2 coefficient.
-    augment: random horizontal flips (off by default). seed: the shuffling (and flip) seed; the
-    init comes from the cell's seed.
+    augment: random horizontal flips (off by default). seed: the shuffling (and flip, and per-step DP/noise)
+    seed; the init comes from the cell's seed. A suite's `train = { seed = "cell" }` gives each cell its own
+    seed here (`cell_seeded`): each cell seed then trains a victim of its own, from its own init and its own
+    training seed.
     """
 
     optimizer: str = "adam"
@@ -58,6 +60,28 @@ class TrainRecipe(Ranged):
         super().__post_init__()  # declared ranges (leakbench.core.ranges)
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"training optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+
+
+CELL_SEED = "cell"
+"""A suite's `train = { seed = "cell" }`: the training seed of each cell is the cell's seed (`cell_seeded`)."""
+
+
+def split_cell_seed(raw: dict[str, Any], where: str) -> tuple[dict[str, Any], bool]:
+    """A suite's `train` table without `seed = "cell"`, and whether it had it (each cell then trains with its
+    own seed: `cell_seeded`). Any other text as the seed is a ConfigError naming `where`; a number is left
+    for the recipe's own range check."""
+    seed = raw.get("seed")
+    if not isinstance(seed, str):
+        return raw, False
+    if seed != CELL_SEED:
+        raise ConfigError(f"{where}: seed must be an integer in [0, 2^63) or \"{CELL_SEED}\" (each cell seed's "
+                          f"own training seed), got {seed!r}")
+    return {k: v for k, v in raw.items() if k != "seed"}, True
+
+
+def cell_seeded(recipe: TrainRecipe, seed: int) -> TrainRecipe:
+    """`recipe` with training seed `seed` (a cell's seed, under `train = { seed = "cell" }`)."""
+    return replace(recipe, seed=seed)
 
 
 def check_epochs(value: object, where: str) -> int:
@@ -99,6 +123,12 @@ def is_defended(transforms: Sequence[UpdateTransform]) -> bool:
     return not (len(transforms) == 1 and transforms[0].name == "fedsgd")
 
 
+def steps_per_epoch(train_size: int, batch_size: int) -> int:
+    """Training steps in one epoch over `train_size` samples in mini-batches of `batch_size` (the last one may
+    be smaller)."""
+    return -(-train_size // batch_size)
+
+
 def step_seed(seed: int, step: int) -> int:
     """The seed of training step `step` (counted over all epochs from 0) of a recipe seeded `seed`: DP and
     noise draws differ between steps and are the same on every rerun."""
@@ -106,13 +136,16 @@ def step_seed(seed: int, step: int) -> int:
 
 
 def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor, recipe: TrainRecipe,
-          epochs: int, *, rule: UpdateRule | None = None) -> nn.Module:
+          epochs: int, *, rule: UpdateRule | None = None,
+          on_epoch: Callable[[int, nn.Module], None] | None = None) -> nn.Module:
     """Train `model` in place for `epochs` on the images (in [0,1]) and labels at `indices`; returns it in eval mode.
 
     Deterministic: the shuffling and flips come from a generator seeded with `recipe.seed`, and the
     loop draws nothing from the global RNG (same threads, same seed → same weights). With a defended
     `rule`, each step's gradients are the update its transforms share (seeded by `step_seed`); without
     one, or with plain FedSGD, the mean-loss gradient as always (the same weights bit for bit).
+    `on_epoch(epoch, model)` (epoch counted from 1) is called after each epoch with the model in eval mode
+    (put back in train mode after it): the weights after epoch k of an N-epoch run are those of a k-epoch run.
     """
     gen = torch.Generator().manual_seed(recipe.seed)
     opt = _optimizer(model, recipe)
@@ -121,7 +154,7 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, indices:
     local = _local_data(images, labels, indices) if defended is not None else None
     model.train()
     step = 0
-    for _ in range(epochs):
+    for epoch in range(epochs):
         order = indices[torch.randperm(len(indices), generator=gen)]
         for start in range(0, len(order), recipe.batch_size):
             idx = order[start:start + recipe.batch_size]
@@ -136,6 +169,9 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, indices:
                 _defended_gradients(model, x, labels[idx], idx, defended, step_seed(recipe.seed, step), local)
             opt.step()
             step += 1
+        if on_epoch is not None:
+            on_epoch(epoch + 1, model.eval())
+            model.train()
     model.zero_grad(set_to_none=True)
     return model.eval()
 

@@ -17,8 +17,10 @@ AXIS_COLUMNS = ("cell_id", "attack", "dataset", "batch_size", "width", "depth", 
                 "dp_sigma", "dp_clip", "dp_delta", "dp_q", "dp_steps", "dp_epsilon", "dp_accountant", "arch",
                 "client", "fedavg_epochs", "fedavg_minibatch", "fedavg_lr", "inversion_steps", "train_epochs",
                 "train_optimizer", "train_lr", "train_batch", "train_accuracy", "test_accuracy", "victim_hash",
-                "threat", "labels_known", "batch_size_known", "noise_sigma", "noise_scale")
-"""The known axes, in cells.parquet order (which must not change: stored tables stay byte-identical)."""
+                "threat", "labels_known", "batch_size_known", "noise_sigma", "noise_scale", "train_epsilon",
+                "noise_snr")
+"""The known axes, in cells.parquet order (which must not change: stored tables stay byte-identical). The last
+two only some cells have: `train_epsilon` (a victim trained with DP-SGD) and `noise_snr` (a cell with noise)."""
 
 def per_image_columns() -> tuple[str, ...]:
     """Record columns that describe one image (or the cell's outcome, repeated per image): never axes. The

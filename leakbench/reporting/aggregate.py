@@ -21,7 +21,7 @@ from leakbench.core.reconstruction import ANSWERED
 from leakbench.metrics.score import recovered
 from leakbench.metrics.stats import describe
 from leakbench.records.cell_state import ANSWERED_STATES, answered_any, state_counts, states_text, with_states
-from leakbench.reporting.order import level_sorter
+from leakbench.reporting.order import dp_levels, level_sorter
 
 LPIPS_MISSING = "n/a — weights not available"
 
@@ -170,9 +170,10 @@ def dp_order(cells: pd.DataFrame) -> list[str]:
 
 
 def epsilon_labels(cells: pd.DataFrame) -> dict[Hashable, str]:
-    """'σ=0.01 C=1 (ε=…)' for every DP label."""
-    eps = cells.drop_duplicates("dp").set_index("dp")["dp_epsilon"]
-    return {dp: f"{dp} (ε={'∞' if math.isinf(e) else f'{e:.3g}'})" for dp, e in eps.items()}
+    """Every `dp` value's level label with its accounting (`order.dp_levels`): 'DP σ=1 C=1 (ε=0.956 at q=0.01,
+    T=1 step)', 'clipping + noise σ=0.01 C=1 (ε=5.56e+03 …)' past ε = 100, 'none'."""
+    first = cells.drop_duplicates("dp")
+    return dict(zip(first["dp"], dp_levels(first), strict=True))
 
 
 def with_model(cells: pd.DataFrame) -> pd.DataFrame:

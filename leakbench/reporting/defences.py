@@ -43,6 +43,7 @@ from scipy import stats as scipy_stats
 
 from leakbench.core.citation import Citation, Papers
 from leakbench.core.reconstruction import ANSWERED
+from leakbench.fl.dp import CLIPPING_NOISE
 from leakbench.records.labels import update_steps
 from leakbench.reporting.aggregate import (
     PSNR_CAP,
@@ -113,7 +114,8 @@ def level_transforms(level: str, cells: pd.DataFrame) -> list[str]:
     stored = [steps for steps in map(update_steps, cells["update"] if "update" in cells else ()) if steps]
     names = [name for steps in stored for i, (name, _) in enumerate(steps) if i or name != "fedsgd"]
     if not stored and level != NONE:  # cells stored before `update`
-        names = [part.split(" ")[0].lower() for part in level.split(" · ")[0].split(" + ")]
+        parts = level.replace(CLIPPING_NOISE, "dp").split(" · ")[0].split(" + ")  # 'clipping + noise' is DP's
+        names = [part.split(" ")[0].lower() for part in parts]
     return list(dict.fromkeys(names))
 
 
@@ -219,7 +221,6 @@ class Verdict:
     """The 95 % interval of `cost` (NaN without two victims on each side)."""
     usable: bool
     cells: int
-    epsilon: str
     missing: list[str]
     """Attacks that answered against the undefended level but never ran against this one (not compared)."""
 
@@ -262,7 +263,7 @@ def verdicts(records: pd.DataFrame, cells: pd.DataFrame, adaptations: Adaptation
         cost, low, high = welch_interval(base, accuracies)
         usable = not (accuracies.size and float(accuracies.mean()) <= floor)  # NaN floor: usable
         out.append(Verdict(str(level), defences, attempts(records, sub, defences, adaptations), accuracies,
-                           cost, low, high, usable, len(sub), _epsilon(sub),
+                           cost, low, high, usable, len(sub),
                            sorted(ran - set(sub["attack"].astype(str)))))
     return out
 
@@ -391,7 +392,7 @@ def verdict_board(records: pd.DataFrame, cells: pd.DataFrame, papers: Papers,
     body = []
     for rank, v in ranked(rows, level_sorter(cells)):
         cited = level_papers(v.level, cells[cells["level"] == v.level], papers)
-        name = Entry(v.level + v.epsilon, None, cited[0][1].url if cited else None,
+        name = Entry(v.level, None, cited[0][1].url if cited else None,
                      "; ".join(f"{n}: {c.short}" for n, c in cited))
         body.append([Entry(str(rank), rank) if rank else Entry("–"), name, Entry(_verdict_text(v)),
                      number(100 * v.accuracy, 1), _cost(v),
@@ -501,14 +502,6 @@ def ranking_board(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, 
     notes = [n for n in notes if n != RANK_NOTE]  # the view's intro says it once (`leaderboard.DEFENCES_INTRO`)
     return Board(f"{dataset} · {model} · b={b}", columns, body, notes, [], anchor("d", *board))
 
-
-def _epsilon(cells: pd.DataFrame) -> str:
-    """' (ε=…)' of a DP level's cells (their one privacy budget), '' without DP: a σ alone does not say
-    whether the level protects anything (σ = 1e-4 with C = 1 over one step is ε ≈ 5.5·10⁷)."""
-    if "dp_epsilon" not in cells or "dp" not in cells or (cells["dp"].fillna("none") == "none").all():
-        return ""
-    values = sorted({float(e) for e in cells["dp_epsilon"].dropna()})
-    return f" (ε={'∞' if math.isinf(values[0]) else f'{values[0]:.3g}'})" if len(values) == 1 else ""
 
 
 def psnr_entry(s: dict[str, Any] | None) -> Entry:

@@ -15,7 +15,7 @@ order on disk or host); wall-clock seconds go to a separate file.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,6 @@ from leakbench.reporting.aggregate import (
     Key,
     board_order_key,
     cells_note,
-    epsilon_labels,
     fmt,
     grouped,
     incomplete_cells,
@@ -193,7 +192,7 @@ def _entries(metric: str, s: dict[str, Any] | None, link: str | None) -> Entry:
     return number(s["lpips_mean"], 3)
 
 
-def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: Key, eps: dict[Hashable, str],
+def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: Key,
                 reports: Path | None = None, papers: Papers = NO_PAPERS) -> Board:
     """One threat model: attacks (one row per attack and budget) ranked, one column per metric and batch
     size; an exact % links to its comparison grid when that grid lies in `reports` (written there by
@@ -225,9 +224,7 @@ def board_table(records: pd.DataFrame, cells: pd.DataFrame, board: Key, eps: dic
                      *entries,
                      Entry(str(n), n), Entry(str(failures), failures),
                      *([incomplete_entry(rows[key])] if incomplete else [])])
-    dp = cells["dp"].iloc[0]
-    title = f"{dataset} · {model} · layer {layer} · defence: {level}" + (
-        f" ({eps[dp].split('(')[-1].rstrip(')')})" if dp != "none" and dp in eps else "")
+    title = f"{dataset} · {model} · layer {layer} · defence: {level}"  # a DP level names its ε, q and T
     suites = ", ".join(sorted(cells["suite"].unique()))
     notes = [f"{len(cells)} cells ({cells_note(cells['status'])}) from run{'s' * (',' in suites)} "
              f"{suites}; seeds pooled per batch size."]
@@ -264,12 +261,11 @@ def board_order(cells: pd.DataFrame) -> list[Key]:
 def leaderboard_boards(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None = None,
                        papers: Papers = NO_PAPERS) -> list[Board]:
     """One table per threat model (dataset, victim, attacked layer, defence level), in `board_order`."""
-    eps = epsilon_labels(cells)
     boards = []
     for key in board_order(cells):
         sub = cells[(cells[BOARD] == list(key)).all(axis=1)]
         sub_records = records[records["cell_id"].isin(set(sub["cell_id"]))]
-        boards.append(board_table(sub_records, sub, key, eps, reports, papers))
+        boards.append(board_table(sub_records, sub, key, reports, papers))
     return boards
 
 

@@ -5,8 +5,9 @@ ordered by those values (`level_sorter`): a level's key is its steps' names and 
 numbers), then its threat model; nothing is read back from its label. The text rule below orders what
 carries no stored update: cells stored before it existed, and labels that are not levels.
 
-A level is a label such as 'noise σ=1e-05', 'DP σ=0.1 C=1 (ε=80.6)', 'prune p=0.9', 'secagg K=8',
-'quantise 4-bit' or 'precode beta=0.001 bottleneck=16'. Sorted as text, 1e-05 comes after 0.0001 and
+A level is a label such as 'noise σ=1e-05', 'DP σ=1 C=1 (ε=0.956 at q=0.01, T=1 step)', 'clipping + noise
+σ=0.01 C=1 (ε=5.56e+03 at q=0.01, T=1 step)' (a DP-SGD level past ε = 100: `fl.dp.level_label`), 'prune p=0.9',
+'secagg K=8', 'quantise 4-bit' or 'precode beta=0.001 bottleneck=16'. Sorted as text, 1e-05 comes after 0.0001 and
 bottleneck=256 before bottleneck=64; `level_key` splits a label into text and numbers and compares the
 numbers numerically ('∞' as infinity), so levels read from weakest to strongest within a defence. The
 undefended level ('none', 'fedsgd', the empty label) comes first.
@@ -72,13 +73,37 @@ LEGACY_DP = "dp"
 """The step name of DP-SGD, which the `client` label leaves to the `dp` column."""
 
 
+def dp_levels(cells: pd.DataFrame) -> pd.Series:
+    """Each cell's DP-SGD level with its privacy accounting (`fl.dp.level_label`) from its `dp`, `dp_epsilon`,
+    `dp_q` and `dp_steps` columns: 'DP σ=1 C=1 (ε=0.956 at q=0.01, T=1 step)', 'clipping + noise σ=0.01 C=1
+    (ε=5.56e+03 at q=0.01, T=1 step)' past ε = 100; 'DP σ=… C=…' alone for cells stored without an ε; NONE
+    for a cell without DP."""
+    from leakbench.fl.dp import level_label
+
+    dp = cells["dp"].fillna(NONE).astype(str) if "dp" in cells else pd.Series(NONE, cells.index)
+
+    def column(name: str) -> list[Any]:
+        return list(cells[name]) if name in cells else [None] * len(cells)
+
+    labels = [NONE if d == NONE else level_label(d, _number(e), _number(q), None if _number(t) is None else int(t))
+              for d, e, q, t in zip(dp, column("dp_epsilon"), column("dp_q"), column("dp_steps"), strict=True)]
+    return pd.Series(labels, index=cells.index, dtype=object)
+
+
+def _number(value: object) -> float | None:
+    """A stored number as a float; None for a missing one (None, NaN, not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return None
+    return float(value)
+
+
 def defence_levels(cells: pd.DataFrame) -> pd.Series:
     """Each cell's defence level label, from the `client` column `aggregate.with_model` writes (noise,
-    defences, threat model after 'fedsgd') and the DP label."""
+    defences, threat model after 'fedsgd') and the DP level with its accounting (`dp_levels`)."""
     client = cells["client"].fillna("fedsgd").astype(str) if "client" in cells else pd.Series("fedsgd", cells.index)
     rest = client.str.replace(r"^fedsgd( \+ )?", "", regex=True).str.replace(r"^ · ", "", regex=True)
-    dp = cells["dp"].fillna(NONE).astype(str) if "dp" in cells else pd.Series(NONE, cells.index)
-    parts = [[*([f"DP {d}"] if d != NONE else []), *([r] if r else [])] for d, r in zip(dp, rest, strict=True)]
+    dp = dp_levels(cells)
+    parts = [[*([d] if d != NONE else []), *([r] if r else [])] for d, r in zip(dp, rest, strict=True)]
     return pd.Series([" + ".join(p) if p else NONE for p in parts], index=cells.index, dtype=object)
 
 
@@ -140,4 +165,4 @@ def level_sorter(cells: pd.DataFrame) -> Callable[[object], tuple[Token, ...]]:
     return key
 
 
-__all__ = ["defence_levels", "level_key", "level_keys", "level_sorter", "ordered", "update_key"]
+__all__ = ["defence_levels", "dp_levels", "level_key", "level_keys", "level_sorter", "ordered", "update_key"]

