@@ -160,3 +160,29 @@ def test_paper_baselines_sweeps_two_models() -> None:
     assert {c.attack for c in cells} == {"spear", "cpa", "cpa-derivative", "ig", "dlg"}
     assert sorted({c.batch_size for c in cells}) == [1, 4, 8, 16, 32, 64] and len(cells) == 60
     assert {c.layer for c in cells} == {1}
+
+
+ADAPTIVE = """\
+name = "adaptive"
+dataset = "embedded"
+attacks = ["ig", "ig-masked"]
+batch_sizes = [1]
+defences = ["none", { name = "prune", fraction = 0.5 }, { name = "noise", sigma = 1e-3 }]
+threat = ["default", { defence = "known" }]
+"""
+
+
+def test_adaptive_only_runs_an_adaptive_attack_where_it_adapts(tmp_path: Path) -> None:
+    """`adaptive_only = true`: ig-masked (adapts to prune) runs only against prune with the defence known; the
+    plain attack runs everywhere; without the key every combination is a cell; a non-boolean is refused."""
+    path = tmp_path / "suite.toml"
+    path.write_text(ADAPTIVE)
+    every = load_suite(path).cells
+    path.write_text(ADAPTIVE + "adaptive_only = true\n")
+    kept = load_suite(path).cells
+    assert len(every) == 12 and len([c for c in kept if c.attack == "ig"]) == 6
+    [masked] = [c for c in kept if c.attack == "ig-masked"]
+    assert masked.defence_known and [d.name for d in masked.defences] == ["prune"]
+    path.write_text(ADAPTIVE + "adaptive_only = 1\n")
+    with pytest.raises(ConfigError, match=r"adaptive_only.*true or false"):
+        load_suite(path)

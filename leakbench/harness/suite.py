@@ -22,6 +22,9 @@ modules that register victims; installed ones come in through the entry-point gr
 features of inner layers to images (cells of image attacks such as IG get none; a suite where no
 cell attacks an inner layer with a layer attack is refused: it would invert nothing).
 `grid_images` (1 … 1024, default 8) and `grid_seed` pick the images the comparison grids show.
+`adaptive_only = true` runs an adaptive attack (one whose `Attack.adapts_to` names defences, e.g.
+`ig-masked`) only where it adapts: cells whose attacker knows the defence (`threat`) and whose update holds
+a defence it adapts to (`adapts_here`); everywhere else it would repeat its plain form.
 Every number of a `dp`, `fedavg`, `inversion` or `train` table and of `[hyperparameters.X]` has a
 declared range (`leakbench.core.ranges`; `leakbench show attack X` prints an attack's).
 `train_epochs = [0, 1, 5]` is the victim axis: 0 is the victim at init, N > 0 trains it N epochs
@@ -113,7 +116,7 @@ SUITE_NAME = re.compile(r"^(paper/)?[A-Za-z0-9][\w.-]*$")
 SETTING_KEYS = {"name": str, "description": str, "width": int, "depth": int, "image_size": int, "data_root": str,
                 "hyperparameters": dict, "grid_images": int, "grid_seed": int, "arch": str, "inversion": dict,
                 "plugins": list, "dataset_plugins": list, "defence_plugins": list, "victim_plugins": list,
-                "train": dict, "noise_scale": str}
+                "train": dict, "noise_scale": str, "adaptive_only": bool}
 """The suite's keys that are not axes (those are declared in `leakbench.cell.axes.AXES`)."""
 
 
@@ -241,6 +244,8 @@ def load_suite(path: Path | Traversable, *, data_root: str | None = None) -> Sui
                                   image_size=raw.get("image_size"),
                                   hyperparameters=dict(params.get(attack, {})),
                                   inversion=None if attack in layerless else inversion))
+    if raw.get("adaptive_only"):
+        cells = [c for c in cells if adapts_here(c)]
     _unique_cells(cells, path)
     _inversion_applies(inversion, cells, path)
     return Suite(name=raw["name"], cells=cells, grid_seed=raw.get("grid_seed", 0),
@@ -281,6 +286,15 @@ def _inversion_applies(inversion: InversionConfig | None, cells: list[CellSpec],
                           "attack that has a layer setting (add 'layers' ≥ 2, or drop 'inversion')")
 
 
+def adapts_here(spec: CellSpec) -> bool:
+    """Whether `spec` is worth running in a suite with `adaptive_only = true`: its attack adapts to no defence
+    (`Attack.adapts_to` empty: a plain attack, kept everywhere), or the attacker knows the defence and the
+    cell's update holds a step the attack adapts to. Elsewhere an adaptive attack is its plain form, which
+    the suite runs anyway, so the cell would only repeat it."""
+    adapts = attack_class(spec.attack).adapts_to
+    return not adapts or (spec.defence_known and any(step.name in adapts for step in spec.update))
+
+
 def _has_layer(attack: str) -> bool:
     return attack_class(attack).layered
 
@@ -290,8 +304,9 @@ def _validate(raw: dict[str, Any]) -> None:
     for key in raw:
         if key not in keys:
             raise ConfigError(f"unknown key {key!r} (known: {', '.join(sorted(keys))})")
-        if not isinstance(raw[key], keys[key]) or isinstance(raw[key], bool):
-            kind = {int: "an integer", str: "a string", list: "a list", dict: "a table"}[keys[key]]
+        if not isinstance(raw[key], keys[key]) or (isinstance(raw[key], bool) and keys[key] is not bool):
+            kinds = {int: "an integer", str: "a string", list: "a list", dict: "a table", bool: "true or false"}
+            kind = kinds[keys[key]]
             shown = f", got {raw[key]!r}" if isinstance(raw[key], (int, float)) else ""  # 1e400 parses as inf
             raise ConfigError(f"key {key!r} must be {kind}{shown}")
     for key in REQUIRED:
