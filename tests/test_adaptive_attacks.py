@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from leakbench.attacks import create_attack
-from leakbench.attacks.adaptive import dropped_masks, in_batch_mixup, unmix
+from leakbench.attacks.adaptive import dropped_masks, in_batch_mixup, keep_pure, unmix
 from leakbench.attacks.gradient_matching import GradientOracle, cosine_distance, l2_distance
 from leakbench.datasets import Batch
 from leakbench.fl.mixup import MixUp, MixUpConfig, mixing
@@ -120,3 +120,15 @@ def test_spear_unmix_un_mixes_only_when_the_update_lists_the_in_batch_mixup() ->
     plain = client_update([FedSGD(FedSGD.Config())], Client(model, _batch(4), 0, ThreatModel(defence_known=True)))
     assert not in_batch_mixup(plain)
     assert not in_batch_mixup(dataclasses.replace(known, defences=({"name": "mixup", "alpha": 1.0, "k": 4},)))
+
+
+def test_keep_pure_takes_a_mixture_that_holds_one_image_alone() -> None:
+    gen = torch.Generator().manual_seed(0)
+    truth = torch.rand(4, 50, generator=gen, dtype=torch.float64)
+    mixing_matrix = torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.3, 0.7, 0.0, 0.0], [0.0, 0.4, 0.0, 0.6],
+                                  [0.5, 0.0, 0.0, 0.5]], dtype=torch.float64)  # row 0: image 2 unmixed
+    mixtures = mixing_matrix @ truth
+    estimate = truth + 1e-3 * torch.randn(truth.shape, generator=gen, dtype=torch.float64)
+    kept = keep_pure(mixtures, estimate)
+    assert torch.equal(kept[2], truth[2])  # exact: the mixture itself
+    assert torch.equal(kept[[0, 1, 3]], estimate[[0, 1, 3]])  # the mixed ones: the estimate, untouched
