@@ -215,7 +215,8 @@ def fast_ica(signals: torch.Tensor, *, iterations: int = 400, tol: float = 1e-9)
         rot = new
         if change < tol:
             break
-    return rot @ whiten
+    unmixing: torch.Tensor = rot @ whiten
+    return unmixing
 
 
 def unmix(mixtures: torch.Tensor) -> torch.Tensor:
@@ -284,7 +285,7 @@ class SpearUnmix(Attack[SpearConfig]):
         mixtures = update.model.denormalize(spear.features.to(torch.float64))
         try:
             images = unmix(mixtures).clamp(0, 1).to(torch.float32)
-        except torch.linalg.LinAlgError as exc:  # a decomposition that did not converge: SPEAR's answer stands
+        except RuntimeError as exc:  # torch's LinAlgError: a decomposition that did not converge; SPEAR's answer stands
             return Reconstruction(status=spear.status, space=spear.space, images=spear.images,
                                   features=spear.features, layer=spear.layer,
                                   stats={**spear.stats, "unmixed": False, "unmix_error": str(exc)})
