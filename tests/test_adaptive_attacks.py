@@ -132,3 +132,13 @@ def test_keep_pure_takes_a_mixture_that_holds_one_image_alone() -> None:
     kept = keep_pure(mixtures, estimate)
     assert torch.equal(kept[2], truth[2])  # exact: the mixture itself
     assert torch.equal(kept[[0, 1, 3]], estimate[[0, 1, 3]])  # the mixed ones: the estimate, untouched
+
+
+def test_each_adaptive_variant_names_its_plain_form_and_what_it_adapts_to() -> None:
+    from leakbench.attacks import attack_class
+    from leakbench.attacks.adaptive import PLAIN
+
+    for name, plain in PLAIN.items():
+        cls = attack_class(name)
+        assert cls.adapts_to and "not published" in cls.description
+        assert cls.Config is attack_class(plain).Config  # the plain attack's settings, the same knobs

@@ -293,9 +293,11 @@ class SpearUnmix(Attack[SpearConfig]):
         return Reconstruction(status="ok", space="image", images=images, layer=1, stats=stats)
 
 
-ADAPTIVE = ("ig-masked", "dlg-masked", "ig-precode", "dlg-precode", "spear-unmix")
+PLAIN = {"ig-masked": "ig", "dlg-masked": "dlg", "ig-precode": "ig", "dlg-precode": "dlg", "spear-unmix": "spear"}
+"""Each adaptive variant's plain form: what it is where the threat model withholds the defence."""
+ADAPTIVE = tuple(PLAIN)
 """The adaptive variants' names (the default suite runs their plain forms, not them)."""
 
-__all__ = ["ADAPTIVE", "IN_BATCH_MIXUP", "ZEROING", "MaskedDeepLeakage", "MaskedInvertingGradients",
+__all__ = ["ADAPTIVE", "IN_BATCH_MIXUP", "PLAIN", "ZEROING", "MaskedDeepLeakage", "MaskedInvertingGradients",
            "PrecodeDeepLeakage", "PrecodeInvertingGradients", "SpearUnmix", "bottleneck_tensors", "dropped_masks",
            "fast_ica", "in_batch_mixup", "keep_pure", "nonzero_masks", "unmix", "zeroed_tensors"]
