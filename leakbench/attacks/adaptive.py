@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from leakbench.attacks.base import Attack, Reconstruction, Requirements
+from leakbench.attacks.base import Attack, Reconstruction
 from leakbench.attacks.gradient_matching import DeepLeakageAttack, InvertingGradientsAttack
 from leakbench.attacks.registry import register_attack
 from leakbench.attacks.spear.attack import SpearAttack, SpearConfig
@@ -267,7 +267,7 @@ class SpearUnmix(Attack[SpearConfig]):
     name = "spear-unmix"
     adapts_to = frozenset(IN_BATCH_MIXUP)
     paper = SpearAttack.paper
-    requires = Requirements(linear_relu_layer=True, batch_size=True)
+    requires = SpearAttack.requires
     description = ("SPEAR, then un-mixing of the recovered MixUp mixtures by ICA on their edges "
                    "(leakbench's adaptive form, not published)")
     Config = SpearConfig
@@ -286,9 +286,7 @@ class SpearUnmix(Attack[SpearConfig]):
         try:
             images = unmix(mixtures).clamp(0, 1).to(torch.float32)
         except RuntimeError as exc:  # torch's LinAlgError: a decomposition that did not converge; SPEAR's answer stands
-            return Reconstruction(status=spear.status, space=spear.space, images=spear.images,
-                                  features=spear.features, layer=spear.layer,
-                                  stats={**spear.stats, "unmixed": False, "unmix_error": str(exc)})
+            return dataclasses.replace(spear, stats={**spear.stats, "unmixed": False, "unmix_error": str(exc)})
         stats = {**spear.stats, "unmixed": True, "unmix_seconds": time.perf_counter() - start}
         return Reconstruction(status="ok", space="image", images=images, layer=1, stats=stats)
 
