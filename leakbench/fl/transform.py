@@ -221,7 +221,8 @@ def client_update(transforms: list[UpdateTransform], client: Client) -> ClientUp
     update = None
     for transform in transforms:
         update = applied(transform, update, client)
-        if update.defences is not None and not transform.makes_update:  # the threat model: defence known
+        if update.defences is not None and transform.name != "fedsgd":  # the threat model: defence known; the
+            # client transforms (MixUp α, DP σ and C, FedAvg E/η) too, all but the plain protocol
             update = dataclasses.replace(update, defences=(*update.defences, transform.described()))
     assert update is not None
     return update

@@ -27,6 +27,9 @@ SHIPPED: dict[str, str] = {
     "ig-masked": "#74c476",
     "dlg": "#d62728",
     "dlg-masked": "#e377c2",
+    "ig-precode": "#a1d99b",  # issue 43, gm-adaptive: the PRECODE-aware and un-mixing forms
+    "dlg-precode": "#f7b6d2",
+    "spear-unmix": "#9ecae1",
     "mean-image": "#7f7f7f",
 }
 """Fixed colours of the shipped attacks (and the example plugin's `mean-image`), hex RGB."""
