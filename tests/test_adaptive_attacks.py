@@ -119,7 +119,8 @@ def test_spear_unmix_un_mixes_only_when_the_update_lists_the_in_batch_mixup() ->
     assert in_batch_mixup(known) and not in_batch_mixup(unknown)
     plain = client_update([FedSGD(FedSGD.Config())], Client(model, _batch(4), 0, ThreatModel(defence_known=True)))
     assert not in_batch_mixup(plain)
-    assert not in_batch_mixup(dataclasses.replace(known, defences=({"name": "mixup", "k": 4, "cap": 0.65, "sign_flip": False},)))
+    published = {"name": "mixup", "k": 4, "cap": 0.65, "sign_flip": False}  # Huang et al.'s k-image form
+    assert not in_batch_mixup(dataclasses.replace(known, defences=(published,)))
 
 
 def test_keep_pure_takes_a_mixture_that_holds_one_image_alone() -> None:
