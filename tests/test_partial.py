@@ -164,13 +164,13 @@ def test_group_stats_count_an_incomplete_batch_apart_from_failed_ones() -> None:
 
 def test_a_leaderboard_table_with_an_incomplete_batch_shows_it() -> None:
     records, cells = _frames()
-    board = board_table(records, cells, ("t", "FC-6 w200", 1, "none"), {})
+    board = board_table(records, cells, ("t", "FC-6 w200", 1, "none"))
     labels = [c.label for c in board.columns]
     assert labels[-3:] == ["n", "failures", INCOMPLETE]
     row = {label: entry.text for label, entry in zip(labels, board.rows[0], strict=True)}
     assert [row[c] for c in ("exact % b=4", "n", "failures", INCOMPLETE)] == ["58", "12", "5", "1 (3/4 verified)"]
     assert "3 cells (1 failed, 1 incomplete)" in board.notes[0]
-    complete = board_table(records[records["cell_id"] == "c0"], cells[:1], ("t", "FC-6 w200", 1, "none"), {})
+    complete = board_table(records[records["cell_id"] == "c0"], cells[:1], ("t", "FC-6 w200", 1, "none"))
     assert INCOMPLETE not in [c.label for c in complete.columns]  # tables without one are as before
 
 
