@@ -230,3 +230,18 @@ def test_privacy_utility_names_only_the_front() -> None:
                            "lpips_mean": [0.0, 0.3, 0.2, 0.4]})
     assert figures_module.on_front(levels, "exact_pct") == {"none", "noise σ=0.01"}  # prune: dominated by noise
     assert figures_module.on_front(levels, "lpips_mean") == {"none", "noise σ=0.01", "DP σ=1 C=1"}
+
+
+def test_key_findings_say_what_leaks_where_no_image_is_exact() -> None:
+    """Issue 43: a level where no image is exact is not 'every attack fails' when an attack re-identifies
+    images: the finding names the highest re-identification rate beside the closest PSNR."""
+    from leakbench.reporting.findings import AttackResult, Setting, findings_block
+
+    def stats(reid: float) -> dict[str, float]:
+        return {"exact_pct": 0.0, "psnr_median": 18.0, "n": 16, "failures": 0, "reid_pct": reid}
+
+    level = Setting("cifar10", "FC-6 w200", "prune p=0.5",
+                    [AttackResult("cpa", {16: (1, stats(75.0))}), AttackResult("ig", {16: (1, stats(0.0))})], False)
+    [bullet] = findings_block([level]).bullets
+    assert "every attack fails" not in bullet and "no attack recovers an image exactly under prune p=0.5" in bullet
+    assert "re-identified: 75 % of images by cpa at b = 16 under prune p=0.5" in bullet
