@@ -80,6 +80,7 @@ batch's completion and verification), scheduler.py (which proposal source runs w
 """
 
 from leakbench.attacks.registry import register_attack
+from leakbench.attacks.spear.adaptive import SpearApproxAttack, SpearMaskedAttack
 from leakbench.attacks.spear.attack import SpearAttack, SpearConfig, SpearPaperAttack, SpearPaperConfig
 from leakbench.attacks.spear.dl_attack import SpearDLAttack, SpearDLConfig
 from leakbench.attacks.spear.guided_attack import GuidedSpearAttack, GuidedSpearConfig
@@ -88,6 +89,8 @@ register_attack(SpearAttack)
 register_attack(SpearPaperAttack)
 register_attack(GuidedSpearAttack)
 register_attack(SpearDLAttack)
+register_attack(SpearApproxAttack)
+register_attack(SpearMaskedAttack)
 
-__all__ = ["GuidedSpearAttack", "GuidedSpearConfig", "SpearAttack", "SpearConfig", "SpearDLAttack",
-           "SpearDLConfig", "SpearPaperAttack", "SpearPaperConfig"]
+__all__ = ["GuidedSpearAttack", "GuidedSpearConfig", "SpearApproxAttack", "SpearAttack", "SpearConfig",
+           "SpearDLAttack", "SpearDLConfig", "SpearMaskedAttack", "SpearPaperAttack", "SpearPaperConfig"]
