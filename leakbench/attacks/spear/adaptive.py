@@ -120,29 +120,53 @@ class SpearMaskedAttack(SpearApproxAttack):
         return reason, X, stats
 
 
-def complete_low_rank(G: torch.Tensor, observed: torch.Tensor, rank: int, *, iterations: int = 500,
+def complete_low_rank(G: torch.Tensor, observed: torch.Tensor, rank: int, *, iterations: int = 200,
                       rtol: float = 1e-14) -> torch.Tensor:
     """G (m×n) with its unobserved entries (`observed` False) filled by the rank-`rank` matrix that fits the
     observed ones (alternating least squares from the zero-filled SVD; each step solves one b×b system per row,
     then per column). Observed entries are kept as given. A row or column with no observed entry gets 0 there
-    (a small ridge keeps its system solvable). Stops when the observed-entry residual stops falling by more than
+    (a small ridge keeps its system solvable). The start is exact where a block of rows and columns is fully
+    observed (`anchor_block`: its top-`rank` SVD gives the column space on those rows, every column's coefficients
+    follow); else the zero-filled SVD. Stops when the observed-entry residual stops falling by more than
     `rtol` relative to the observed norm, or after `iterations`.
     """
     M = observed.to(G.dtype)
     Gm = G * M
     scale = float(Gm.norm()) or 1.0
-    U, S, Vh = top_svd(Gm, rank)
-    left, right = U[:, :rank] * S[:rank], Vh[:rank].T
     ridge = 1e-12 * torch.eye(rank, dtype=G.dtype, device=G.device)
+    rows, cols = anchor_block(observed, rank)
+    if rows is None:
+        U, S, Vh = top_svd(Gm, rank)
+        left, right = U[:, :rank] * S[:rank], Vh[:rank].T
+    else:  # the fully observed block fixes the column space on its rows exactly; every column follows from it
+        U, S, _ = top_svd(G[rows][:, cols], rank)
+        left = torch.zeros(G.shape[0], rank, dtype=G.dtype, device=G.device)
+        left[rows] = U[:, :rank] * S[:rank]
+        right = _least_squares_rows(M.T * (left.abs().sum(1) > 0).to(G.dtype), Gm.T, left, ridge)
+    M_left = M * (observed.sum(0) >= 2 * rank).to(G.dtype)  # columns seen too rarely do not move the rows
     last = float("inf")
     for _ in range(iterations):
-        left = _least_squares_rows(M, Gm, right, ridge)
+        left = _least_squares_rows(M_left, Gm * M_left, right, ridge)
         right = _least_squares_rows(M.T, Gm.T, left, ridge)
         residual = float(((left @ right.T - G) * M).norm()) / scale
         if last - residual <= rtol:
             break
         last = residual
     return torch.where(observed, G, left @ right.T)
+
+
+def anchor_block(observed: torch.Tensor, rank: int) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The largest set of rows (the most observed first, halving their number from all of them down to 2·rank)
+    with at least 2·rank columns observed in every one of them: (row indices, column mask), or (None, mask) when
+    there is none. A pruned gradient keeps its large entries, so its strong rows share many observed columns."""
+    order = observed.sum(1).argsort(descending=True)
+    k = observed.shape[0]
+    while k >= 2 * rank:
+        cols = observed[order[:k]].all(0)
+        if int(cols.sum()) >= 2 * rank:
+            return order[:k], cols
+        k = k * 3 // 4
+    return None, torch.zeros(observed.shape[1], dtype=torch.bool, device=observed.device)
 
 
 def _least_squares_rows(M: torch.Tensor, Gm: torch.Tensor, basis: torch.Tensor, ridge: torch.Tensor) -> torch.Tensor:
