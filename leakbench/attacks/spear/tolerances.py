@@ -243,6 +243,8 @@ class Tolerances:
     about half; refined draws of no sample: ≤ a quarter, measured on CIFAR-10 FC-6 w400 b = 8 at σ = 1e-5)."""
     approx_same: float = 1e-2
     """Two refined columns within this (1 − |cos|) are one; the one with more zeros is kept."""
+    approx_patience: int = 4
+    """Chunks in a row that change no column before the approximate search selects its batch (b columns kept)."""
 
 
 TOLERANCES = Tolerances()
