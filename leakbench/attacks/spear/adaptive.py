@@ -34,7 +34,6 @@ from leakbench.attacks.spear.search import ColumnState
 from leakbench.attacks.spear.select import improve_by_swaps, select_independent
 from leakbench.attacks.spear.solve import Solution, solve_batch
 from leakbench.attacks.spear.state import SearchSettings, SearchState, out_of_budget, search_bar, show_progress
-from leakbench.attacks.spear.tolerances import TOLERANCES
 from leakbench.fl.update import ClientUpdate
 
 APPROX_ADAPTS_TO = frozenset({"noise", "dp", "quantise", "qsgd"})
@@ -175,7 +174,8 @@ def _least_squares_rows(M: torch.Tensor, Gm: torch.Tensor, basis: torch.Tensor, 
     k = basis.shape[1]
     outer = (basis[:, :, None] * basis[:, None, :]).reshape(basis.shape[0], k * k)
     normal = (M @ outer).reshape(-1, k, k) + ridge
-    return torch.linalg.solve(normal, (Gm @ basis)[..., None])[..., 0]
+    solved: torch.Tensor = torch.linalg.solve(normal, (Gm @ basis)[..., None])[..., 0]
+    return solved
 
 
 def complete_in_span(G: torch.Tensor, g: torch.Tensor, observed: torch.Tensor, rank: int) -> torch.Tensor:
@@ -204,9 +204,10 @@ def noisy_column_search(problem: LayerProblem, settings: SearchSettings, gen: to
     × the noise std), keep those with at least `approx_zero_fraction`·m zeros as columns (one per direction within
     `approx_same`, the one with more zeros); once b independent columns are kept and `approx_patience` chunks in a
     row changed no column (or the budget is spent), select b of them as spear-paper does (sparsest first, then the
-    paper's second greedy stage, `select.improve_by_swaps`), scale and check them (`solve.solve_batch`) and stop. The exact test's relative tolerance (`candidates.zero_tolerance`) counts nearly
-    every neuron of a weak row as zero under noise, so the exact refinement drifts off the true columns (measured:
-    none of 511 columns within cos 0.99 of a true one at σ = 1e-5, CIFAR-10 FC-6 w400, b = 8).
+    paper's second greedy stage, `select.improve_by_swaps`), scale and check them (`solve.solve_batch`) and stop.
+    The exact test's relative tolerance (`candidates.zero_tolerance`) counts nearly every neuron of a weak row as
+    zero under noise, so the exact refinement drifts off the true columns (measured: none of 511 columns within
+    cos 0.99 of a true one at σ = 1e-5, CIFAR-10 FC-6 w400, b = 8).
     Returns the state (`best`: the batch checked) and that solution, or None when the budget ran out first."""
     t = settings.tolerances
     L, b = problem.L, problem.b
@@ -255,4 +256,5 @@ def noisy_column_search(problem: LayerProblem, settings: SearchSettings, gen: to
 
 def threshold_tol(problem: LayerProblem, threshold: float) -> torch.Tensor:
     """The absolute zero threshold as the per-row relative tolerance on |Ln_r·q| that `solve.solve_batch` reads."""
-    return threshold / problem.L.norm(dim=1).clamp_min(torch.finfo(problem.L.dtype).tiny)
+    tol: torch.Tensor = threshold / problem.L.norm(dim=1).clamp_min(torch.finfo(problem.L.dtype).tiny)
+    return tol
