@@ -15,8 +15,9 @@ verifies, with the selection that has the fewest ReLU violations: the whole batc
   by low-rank matrix completion from the observed ones (`complete_low_rank`, alternating least squares), and the
   bias gradient g = Dᵀ1, which lies in G's column space, from its observed entries (`complete_in_span`); then the
   usual factorisation and search run. A column of G with no observed entry (Soteria at the first layer zeroes whole
-  pixel columns) cannot be completed: that input coordinate stays at 0 (the normalised mean) and the ReLU check,
-  which needs it, cannot pass — the answer is then unverified (stats `unobserved_inputs`).
+  pixel columns) cannot be completed: the ReLU check, which needs that input, cannot pass — the answer is then
+  unverified (stats `unobserved_inputs`), and at layer 1 those pixels are filled from their neighbours (`inpaint`,
+  an image prior: nothing in the update shows them).
 """
 
 from __future__ import annotations
@@ -112,10 +113,15 @@ class SpearMaskedAttack(SpearApproxAttack):
         return masks.get(wname), masks.get(bname)
 
     def _run(self, update: ClientUpdate, seed: int) -> tuple[str, torch.Tensor | None, dict[str, Any]]:
+        """spear-approx's answer on the completed layer; inputs no gradient entry shows are filled in from their
+        neighbours in the image (`inpaint`) where the attacked layer reads the image."""
         reason, X, stats = super()._run(update, seed)
         observed_G, observed_g = self._observed(update)
         stats["completed_entries"] = sum(int((~m).sum()) for m in (observed_G, observed_g) if m is not None)
-        stats["unobserved_inputs"] = 0 if observed_G is None else int((~observed_G.any(0)).sum())
+        unseen = None if observed_G is None else ~observed_G.any(0)
+        stats["unobserved_inputs"] = 0 if unseen is None else int(unseen.sum())
+        if X is not None and unseen is not None and bool(unseen.any()) and self.config.layer == 1:
+            X = inpaint(X.cpu().double(), unseen.cpu(), tuple(update.model.input_shape))
         return reason, X, stats
 
 
@@ -258,3 +264,18 @@ def threshold_tol(problem: LayerProblem, threshold: float) -> torch.Tensor:
     """The absolute zero threshold as the per-row relative tolerance on |Ln_r·q| that `solve.solve_batch` reads."""
     tol: torch.Tensor = threshold / problem.L.norm(dim=1).clamp_min(torch.finfo(problem.L.dtype).tiny)
     return tol
+
+
+def inpaint(X: torch.Tensor, unseen: torch.Tensor, shape: tuple[int, ...], *, rounds: int = 300) -> torch.Tensor:
+    """X (b, n: flat normalised images of `shape` C×H×W) with the `unseen` coordinates (n) filled by harmonic
+    inpainting: `rounds` times, each unseen pixel becomes the mean of its 4 neighbours in its channel (edges
+    replicated), the seen ones stay. An image prior, not information from the gradient (Soteria at layer 1 zeroes
+    whole pixel columns: those pixels are not in the update at all)."""
+    images = X.reshape(-1, *shape).clone()
+    hole = unseen.reshape(shape)[None].expand_as(images)
+    images[hole] = 0.0
+    for _ in range(rounds):
+        padded = torch.nn.functional.pad(images, (1, 1, 1, 1), mode="replicate")
+        mean = (padded[..., :-2, 1:-1] + padded[..., 2:, 1:-1] + padded[..., 1:-1, :-2] + padded[..., 1:-1, 2:]) / 4
+        images = torch.where(hole, mean, images)
+    return images.reshape(X.shape)
