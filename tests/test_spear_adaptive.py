@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from leakbench.attacks import attack_class, create_attack
-from leakbench.attacks.spear.adaptive import complete_in_span, complete_low_rank
+from leakbench.attacks.spear.adaptive import complete_in_span, complete_low_rank, inpaint
 from leakbench.core.reconstruction import Reconstruction
 from leakbench.datasets import Batch, load_dataset, sample_batch
 from leakbench.fl import ClientUpdate, ThreatModel, fedsgd_update
@@ -104,6 +104,16 @@ def test_low_rank_completion_is_exact_on_a_low_rank_matrix() -> None:
     g = G @ torch.randn(200, generator=gen, dtype=torch.float64)  # in G's column space, as dL/db is
     seen = torch.rand(60, generator=gen) > 0.3
     assert float((complete_in_span(G, torch.where(seen, g, 0.0), seen, 3) - g).norm() / g.norm()) < 1e-8
+
+
+def test_inpaint_fills_unseen_pixels_of_a_smooth_image() -> None:
+    """A linear ramp is harmonic: the pixels Soteria's columns hide are filled back to it; seen pixels stay."""
+    ramp = torch.linspace(-1, 1, 8, dtype=torch.float64)
+    X = (ramp[None, :, None] + ramp[None, None, :]).expand(3, 8, 8).reshape(1, -1).clone()
+    unseen = torch.zeros(X.shape[1], dtype=torch.bool)
+    unseen[torch.tensor([9, 20, 45, 100, 150])] = True
+    filled = inpaint(torch.where(unseen, 0.0, X), unseen, (3, 8, 8), rounds=2000)
+    assert float((filled - X).abs().max()) < 1e-6
 
 
 def test_adaptive_forms_say_what_they_adapt_to() -> None:
