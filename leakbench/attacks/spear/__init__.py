@@ -5,7 +5,9 @@ next-layer fit, no deflation — in `search.search_columns`. `spear` is leakbenc
 (`scheduler.search_samples`; it runs the column search, with the LP check and the closed-form last
 column, when the next layer's gradient has rank below b: the stats' `mode` says which ran).
 `spear-guided` and `spear-dl` are the deflated search with more proposal sources in front of SPEAR's
-own (scheduler.py has the source lists).
+own (scheduler.py has the source lists). `spear-approx` and `spear-masked` (adaptive.py) are leakbench's adaptive
+forms of spear-paper, not published: a noise-aware column search answering with its best whole batch, unverified,
+under noise / DP / quantisation, and low-rank completion of the entries a known pruning or Soteria defence zeroed.
 
 Paper step → function (both searches use the same step functions where the step is shared):
 
