@@ -19,6 +19,8 @@ SHIPPED: dict[str, str] = {
     "spear": "#1f77b4",
     "spear-guided": "#17becf",
     "spear-dl": "#6a3d9a",
+    "spear-approx": "#6baed6",
+    "spear-masked": "#9e9ac8",
     "cpa": "#ff7f0e",
     "cpa-derivative": "#8c564b",
     "cpa-released": "#bcbd22",

@@ -5,7 +5,9 @@ next-layer fit, no deflation — in `search.search_columns`. `spear` is leakbenc
 (`scheduler.search_samples`; it runs the column search, with the LP check and the closed-form last
 column, when the next layer's gradient has rank below b: the stats' `mode` says which ran).
 `spear-guided` and `spear-dl` are the deflated search with more proposal sources in front of SPEAR's
-own (scheduler.py has the source lists).
+own (scheduler.py has the source lists). `spear-approx` and `spear-masked` (adaptive.py) are leakbench's adaptive
+forms of spear-paper, not published: a noise-aware column search answering with its best whole batch, unverified,
+under noise / DP / quantisation, and low-rank completion of the entries a known pruning or Soteria defence zeroed.
 
 Paper step → function (both searches use the same step functions where the step is shared):
 
@@ -80,6 +82,7 @@ batch's completion and verification), scheduler.py (which proposal source runs w
 """
 
 from leakbench.attacks.registry import register_attack
+from leakbench.attacks.spear.adaptive import SpearApproxAttack, SpearMaskedAttack
 from leakbench.attacks.spear.attack import SpearAttack, SpearConfig, SpearPaperAttack, SpearPaperConfig
 from leakbench.attacks.spear.dl_attack import SpearDLAttack, SpearDLConfig
 from leakbench.attacks.spear.guided_attack import GuidedSpearAttack, GuidedSpearConfig
@@ -88,6 +91,8 @@ register_attack(SpearAttack)
 register_attack(SpearPaperAttack)
 register_attack(GuidedSpearAttack)
 register_attack(SpearDLAttack)
+register_attack(SpearApproxAttack)
+register_attack(SpearMaskedAttack)
 
-__all__ = ["GuidedSpearAttack", "GuidedSpearConfig", "SpearAttack", "SpearConfig", "SpearDLAttack",
-           "SpearDLConfig", "SpearPaperAttack", "SpearPaperConfig"]
+__all__ = ["GuidedSpearAttack", "GuidedSpearConfig", "SpearApproxAttack", "SpearAttack", "SpearConfig",
+           "SpearDLAttack", "SpearDLConfig", "SpearMaskedAttack", "SpearPaperAttack", "SpearPaperConfig"]

@@ -121,12 +121,17 @@ def zero_tolerance(problem: LayerProblem, rel_tol: float, noise_factor: float) -
     A floor `rel_tol` for rounding, plus the noise floor estimated from the discarded singular
     values (σ_{b+1} ≈ s·(√m + √n) for i.i.d. noise of std s), relative to each row's norm.
     """
-    m, n = problem.m, problem.R.shape[1]
     row_norm = problem.L.norm(dim=1)
-    sigma1 = float(torch.linalg.matrix_norm(problem.L, ord=2))
-    noise_std = problem.noise * sigma1 / (np.sqrt(m) + np.sqrt(n))
-    tol: torch.Tensor = rel_tol + noise_factor * noise_std * np.sqrt(problem.b) / row_norm.clamp_min(1e-300)
+    tol: torch.Tensor = rel_tol + noise_factor * noise_std(problem) * np.sqrt(problem.b) / row_norm.clamp_min(1e-300)
     return tol
+
+
+def noise_std(problem: LayerProblem) -> float:
+    """The std s of i.i.d. noise on the gradient's entries that its discarded singular values imply:
+    σ_{b+1} ≈ s·(√m + √n) (the noise on each entry of L = G Rᵀ has that std too)."""
+    m, n = problem.m, problem.R.shape[1]
+    sigma1 = float(torch.linalg.matrix_norm(problem.L, ord=2))
+    return float(problem.noise * sigma1 / (np.sqrt(m) + np.sqrt(n)))
 
 
 def extra_zeros(m: int, settings: SearchSettings) -> int:

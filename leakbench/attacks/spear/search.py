@@ -30,11 +30,14 @@ from leakbench.attacks.spear.state import SearchSettings, SearchState, out_of_bu
 
 @dataclass
 class ColumnState(SearchState):
-    """The paper route's state: the unit columns of Q accepted so far (k × b, in the order found) and
-    the LP checks run (`candidates.pattern_margin`), besides the counters of every search."""
+    """The paper route's state: the unit columns of Q accepted so far (k × b, in the order found),
+    the LP checks run (`candidates.pattern_margin`) and, of the selections verified, the one with the
+    fewest ReLU violations (`best`: the approximate forms' answer when none verifies), besides the counters of
+    every search."""
 
     columns: torch.Tensor
     lp_checks: int = 0
+    best: Solution | None = None
 
     @property
     def found(self) -> int:
@@ -102,8 +105,9 @@ def search_columns(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
     scales them from dL/db and verifies the ReLU pattern. A selection that fails verification means
     "keep sampling" (each selection verified once) until the budget runs out; with the LP check the first
     complete selection is final (its candidates are all sound). With `last_column`, the b-th column is
-    looked for in closed form as soon as b−1 are selected (last_column.py). Returns the state and the
-    last solution (None when the budget ran out before b columns were selected).
+    looked for in closed form as soon as b−1 are selected (last_column.py). Returns the state (its `best`:
+    the selection with the fewest ReLU violations) and the last solution (None when the budget ran out before
+    b columns were selected).
     """
     b = problem.b
     state = ColumnState(columns=torch.empty(0, b, dtype=problem.Ln.dtype, device=problem.Ln.device))
@@ -128,6 +132,8 @@ def search_columns(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
             if chosen.numel() == b and key not in verified:
                 verified.add(key)
                 solution = solve_batch(problem, state.columns[chosen].T, tol)
+                if state.best is None or solution.violations < state.best.violations:
+                    state.best = solution
                 if solution.ok or settings.lp_check:
                     break
     return state, solution

@@ -230,6 +230,22 @@ class Tolerances:
     """With at most this many samples missing, a round of proposals that found nothing lets SPEAR's draws have every
     other turn (dl.DLTrims)."""
 
+    # --- the approximate column search under noise (spear-approx, spear-masked: adaptive.py)
+    approx_zero_sigmas: float = 3.0
+    """An entry L_r·q counts as zero when |L_r·q| ≤ this × the noise std on L's entries (candidates.noise_std):
+    absolute, on L's unnormalised rows, where the noise is the same for every row (adaptive.refine_noisy)."""
+    approx_rounds: int = 8
+    """Rounds of the noise-aware refinement (zero set, then the smallest singular vector of L on it)."""
+    approx_per_chunk: int = 64
+    """Drawn directions with the most zeros that one chunk refines (adaptive.noisy_column_search)."""
+    approx_zero_fraction: float = 0.3
+    """A refined direction is a column when at least this fraction of the live neurons are zero there (true columns:
+    about half; refined draws of no sample: ≤ a quarter, measured on CIFAR-10 FC-6 w400 b = 8 at σ = 1e-5)."""
+    approx_same: float = 1e-2
+    """Two refined columns within this (1 − |cos|) are one; the one with more zeros is kept."""
+    approx_patience: int = 4
+    """Chunks in a row that change no column before the approximate search selects its batch (b columns kept)."""
+
 
 TOLERANCES = Tolerances()
 """The values every SPEAR-family attack runs with."""
