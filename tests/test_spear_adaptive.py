@@ -122,3 +122,15 @@ def test_adaptive_forms_say_what_they_adapt_to() -> None:
     for name in ("spear-approx", "spear-masked"):
         assert "leakbench's adaptive form, not published" in attack_class(name).description
     assert attack_class("spear-paper").adapts_to == frozenset()
+
+
+def test_spear_adaptive_forms_adapt_to_the_shipped_names() -> None:
+    """What they adapt to are registered defences (the renamed quantisation and the Soteria variant too), and
+    spear-masked covers every zeroing defence ig-masked covers."""
+    from leakbench.attacks import attack_class
+    from leakbench.attacks.adaptive import ZEROING
+    from leakbench.fl.transform import TRANSFORMS
+
+    approx, masked = attack_class("spear-approx").adapts_to, attack_class("spear-masked").adapts_to
+    assert {"noise", "dp", "uniform-quantise", "qsgd"} <= approx and set(ZEROING) == masked
+    assert (approx | masked) - {"quantise"} <= set(TRANSFORMS.names())

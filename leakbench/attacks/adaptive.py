@@ -23,19 +23,10 @@ What counts as zeroed depends on the threat model (`ThreatModel.defence_known`):
 So the variants are the adaptive attack of the threat model `threat = [{ defence = "known" }]`, and
 their plain forms otherwise. Their Config is the plain attack's.
 
-Not adapted yet: SPEAR (measured on `embedded`, b = 16, FC-6 w200, 15–20 s budgets; every shipped
-level defeats the plain attack, which is 100 % exact undefended). Quantisation adds full-rank noise to
-layer 1's gradient: σ₁₇/σ₁ is 1.6e-8 undefended, 7e-6 at 16 bits, 1.1e-4 at 12, 1.8e-3 at 8, against
-σ₁₆/σ₁ = 5.3e-3 for the weakest sample; SPEAR finds 14/16 samples at 16 bits and none at 12 or 8, and
-widening the tolerances `zero_tol` (to 1e-2) and `residual_tol` (to 5e-2; attacks/spear/tolerances.py)
-still finds none at 8 bits, so a
-"spear-quantised" needs more than tolerances set from the known step (those runs: `quantise`, now
-`uniform-quantise`). Soteria at layer 1 (now `soteria-first`) keeps the rank exactly
-(σ₁₇/σ₁ = 1.6e-8 at p = 0.1: G' = δᵀ(X·M) with M the kept columns), so the disaggregation still
-works, yet SPEAR finds no sample in 15–20 s, deflated or as published (spear-paper). The likely reason (not yet checked
-step by step): what the disaggregation yields is X·M, the images with Soteria's pixels zeroed, and
-both the next-layer fit (spear) and the ReLU check (spear-paper) compare it with the layer's
-true activations, so they reject it; an adaptive SPEAR would treat the zeroed pixels as unknowns there.
+SPEAR's adaptive forms live beside SPEAR (`attacks/spear/adaptive.py`): `spear-approx` answers its best
+unverified batch under noise, DP and quantisation, `spear-masked` completes the entries a zeroing defence
+set to 0 (docs/reference/spear.md). What plain SPEAR does under quantisation and `soteria-first`, measured
+before they existed (σ₁₇/σ₁ of layer 1's gradient, the failed checks): docs/notebook/defences.md.
 """
 
 from __future__ import annotations

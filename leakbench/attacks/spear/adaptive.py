@@ -37,9 +37,10 @@ from leakbench.attacks.spear.solve import Solution, solve_batch
 from leakbench.attacks.spear.state import SearchSettings, SearchState, out_of_budget, search_bar, show_progress
 from leakbench.fl.update import ClientUpdate
 
-APPROX_ADAPTS_TO = frozenset({"noise", "dp", "quantise", "qsgd"})
-"""The defences that perturb every entry (noise, DP-SGD, quantisation, QSGD): `spear-approx` answers under them."""
-MASKED_ADAPTS_TO = frozenset({"prune", "soteria"})
+APPROX_ADAPTS_TO = frozenset({"noise", "dp", "uniform-quantise", "quantise", "qsgd"})
+"""The defences that perturb every entry (noise, DP-SGD, quantisation — `quantise` is the retired name cells
+stored before issue 43 carry —, QSGD): `spear-approx` answers under them."""
+MASKED_ADAPTS_TO = frozenset({"prune", "soteria", "soteria-first"})
 """The zeroing defences (`attacks.adaptive.ZEROING`) whose zeros `spear-masked` treats as unknowns."""
 
 
