@@ -115,8 +115,9 @@ ENTRIES = (
      "secure aggregation over K = 1, 2, 4, 8 clients of b = 16 vs SPEAR and guided SPEAR (docs/notebook/defences.md; "
      "embedded, FC-6 width 400)"),
     ("defences", Paper("paper/defences", ("defences",)),
-     "every attack × every defence × 3 strengths, CIFAR-10 b = 16, FC-6 width 200 at init and trained 1 epoch "
-     "with the defence (docs/notebook/defences.md; needs --data-root DIR/cifar10)"),
+     "every attack (adaptive ones where they adapt) × every defence × 3 strengths × 3 seeds, CIFAR-10 b = 16, "
+     "FC-6 width 200 at init and trained 1 epoch with the defence (docs/notebook/defences.md; needs --data-root "
+     "DIR/cifar10)"),
     ("defences-adaptive", Paper("paper/defences-adaptive", ("defences",)),
      "IG and DLG beside their masked (defence-aware) forms against pruning and Soteria, CIFAR-10, b = 1, 16 "
      "(docs/notebook/defences.md; needs --data-root DIR/cifar10)"),

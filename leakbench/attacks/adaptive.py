@@ -257,7 +257,7 @@ class SpearUnmix(Attack[SpearConfig]):
     SPEAR runs by composition: the registered `spear` with this attack's Config."""
 
     name = "spear-unmix"
-    adapts_to = frozenset(IN_BATCH_MIXUP)
+    adapts_to = frozenset({"mixup-batch"})  # a `mixup` cell is the k-image form: nothing to un-mix in the batch
     paper = SpearAttack.paper
     requires = SpearAttack.requires
     description = ("SPEAR, then un-mixing of the recovered MixUp mixtures by ICA on their edges "
