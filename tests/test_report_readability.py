@@ -245,3 +245,14 @@ def test_key_findings_say_what_leaks_where_no_image_is_exact() -> None:
     [bullet] = findings_block([level]).bullets
     assert "every attack fails" not in bullet and "no attack recovers an image exactly under prune p=0.5" in bullet
     assert "re-identified: 75 % of images by cpa at b = 16 under prune p=0.5" in bullet
+
+
+def test_long_table_cells_wrap_and_numbers_stay_on_one_line() -> None:
+    """A verdict or a long level label wraps inside its column (the defence board fits 1,400 px with its
+    re-identification columns), a number never does."""
+    from leakbench.reporting.render import Table, html_document
+
+    verdict = "not evaluated: every attack failed; no adaptive attack (potentially unreliable)"
+    page = html_document("t", [], [Table("board", ["level", "verdict", "PSNR"], [["none", verdict, "16.6 ± 0.8"]])])
+    assert f'<td class="prose">{verdict}</td>' in page and "<td>16.6 ± 0.8</td>" in page and "<td>none</td>" in page
+    assert "td.prose{white-space:normal" in page

@@ -133,10 +133,12 @@ SORT_SCRIPT = (
 STYLE = ("<style>body{font-family:sans-serif;margin:2em;max-width:1500px}table{border-collapse:collapse;margin:1em 0}"
          "td,th{border:1px solid #bbb;padding:2px 6px;text-align:right;white-space:nowrap}"
          "th{background:#eee;white-space:normal;vertical-align:bottom}"
+         "td.prose{white-space:normal;min-width:9em;max-width:24em;text-align:left}"
          "td:first-child,th:first-child{text-align:left}img{max-width:100%}.scroll{overflow-x:auto}"
          "h1,h2,h3,figcaption{overflow-wrap:anywhere}details>summary{cursor:pointer}"
          "details>summary>h2{display:inline}ul.findings li{margin:.3em 0}</style>")
-"""The page's style: tables scroll sideways inside their own box instead of widening the page; titles wrap."""
+"""The page's style: tables scroll sideways inside their own box instead of widening the page; titles and long
+cells (`PROSE`) wrap."""
 
 
 def html_document(title: str, intro: list[str], blocks: list[Block], *, sortable: bool = False,
@@ -166,7 +168,8 @@ def _html_block(block: Block, level: int, sortable: bool, src: Callable[[str], s
     if isinstance(block, Table):
         parts.append('<div class="scroll">' + ('<table class="sortable"><tr>' if sortable else "<table><tr>")
                      + "".join(f"<th>{e(h)}</th>" for h in block.header) + "</tr>")
-        parts += ["<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in block.rows]
+        parts += ["<tr>" + "".join(f"<td{_td_class(c)}>{_html_cell(c)}</td>" for c in row) + "</tr>"
+                  for row in block.rows]
         parts.append("</table></div>")
     elif isinstance(block, Images):
         parts += [f'<figure><img src="{e(src(path))}" alt="{e(cap)}"><figcaption>{e(cap)}</figcaption></figure>'
@@ -177,6 +180,15 @@ def _html_block(block: Block, level: int, sortable: bool, src: Callable[[str], s
                   if block.bullets else [])
     parts += [f"<p>{e(n)}</p>" for n in block.notes if n]
     return parts
+
+
+PROSE = 30
+"""A table cell longer than this many characters (a verdict, a long level label) wraps within its column
+(`td.prose`); shorter ones, numbers above all, stay on one line."""
+
+
+def _td_class(cell: Cell) -> str:
+    return ' class="prose"' if len(cell.text if isinstance(cell, Link) else str(cell)) > PROSE else ""
 
 
 def _html_cell(cell: Cell) -> str:
