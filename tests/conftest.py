@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -133,3 +134,15 @@ class {cls}(Attack):
     def reconstruct(self, update, *, seed):
         raise NotImplementedError
 '''
+
+
+@pytest.fixture(scope="module")
+def client() -> Any:
+    """A FedSGD client of a small embedded cell (FC-3 w32, b = 4, default threat): what the update-defence tests
+    (`test_defences_update.py`, `test_qsgd.py`) transform."""
+    from leakbench.cell.spec import CellSpec
+    from leakbench.fl import Client, ThreatModel
+    from leakbench.harness.victim import victim
+
+    batch, model = victim(CellSpec(attack="ig", dataset="embedded", batch_size=4, width=32, depth=3))
+    return Client(model, batch, 0, ThreatModel())

@@ -27,14 +27,6 @@ from leakbench.harness.suite import load_suite
 from leakbench.harness.victim import victim
 from leakbench.models import ConvNet, build_fc
 
-SPEC = CellSpec(attack="ig", dataset="embedded", batch_size=4, width=32, depth=3)
-
-
-@pytest.fixture(scope="module")
-def client() -> Client:
-    batch, model = victim(SPEC)
-    return Client(model, batch, 0, ThreatModel())
-
 
 def _defended(client: Client, *defences: UpdateTransform) -> ClientUpdate:
     return client_update([FedSGD(FedSGD.Config()), *defences], client)

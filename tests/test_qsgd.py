@@ -8,28 +8,15 @@ from typing import Any
 
 import pytest
 import torch
+from test_defences_update import _defended
 
-from leakbench.cell.spec import CellSpec, cell_columns, cell_id, spec_dict, spec_from_dict
+from leakbench.cell.spec import cell_columns, cell_id, spec_dict, spec_from_dict
 from leakbench.core.errors import ConfigError
 from leakbench.core.settings import build_config
-from leakbench.fl import Client, ClientUpdate, ThreatModel, client_update
+from leakbench.fl import Client
 from leakbench.fl.qsgd import QSGD, QSGDConfig, qsgd
 from leakbench.fl.quantise import QuantiseConfig, UniformQuantise
-from leakbench.fl.transform import FedSGD, UpdateTransform
 from leakbench.harness.suite import load_suite
-from leakbench.harness.victim import victim
-
-SPEC = CellSpec(attack="ig", dataset="embedded", batch_size=4, width=32, depth=3)
-
-
-@pytest.fixture(scope="module")
-def client() -> Client:
-    batch, model = victim(SPEC)
-    return Client(model, batch, 0, ThreatModel())
-
-
-def _defended(client: Client, *defences: UpdateTransform) -> ClientUpdate:
-    return client_update([FedSGD(FedSGD.Config()), *defences], client)
 
 
 def _gen(seed: int = 0) -> torch.Generator:
