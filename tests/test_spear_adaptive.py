@@ -117,8 +117,8 @@ def test_inpaint_fills_unseen_pixels_of_a_smooth_image() -> None:
 
 
 def test_adaptive_forms_say_what_they_adapt_to() -> None:
-    assert attack_class("spear-approx").adapts_to == {"noise", "dp", "quantise", "qsgd"}
-    assert attack_class("spear-masked").adapts_to == {"prune", "soteria"}
+    assert attack_class("spear-approx").adapts_to == {"noise", "dp", "uniform-quantise", "quantise", "qsgd"}
+    assert attack_class("spear-masked").adapts_to == {"prune", "soteria", "soteria-first"}
     for name in ("spear-approx", "spear-masked"):
         assert "leakbench's adaptive form, not published" in attack_class(name).description
     assert attack_class("spear-paper").adapts_to == frozenset()
