@@ -30,14 +30,15 @@ NOISE = "noise σ=0.01"
 
 def _cell(level: str, attack: str, seed: int, *, exact: float = 0.0, psnr: float | list[float] = 20.0,
           status: str = "ok", threat: str = "default", accuracy: float = float("nan"),
-          victim: str | None = None) -> dict[str, Any]:
+          victim: str | None = None, reid: float | None = None) -> dict[str, Any]:
     """A cell spec: `level` 'none', 'noise σ=S' or a defence label ('prune p=0.5'); `psnr` the PSNR of each of
-    its 4 images (one value: all four); a failed cell has no image."""
+    its 4 images (one value: all four); a failed cell has no image; `reid` the fraction of its images whose
+    true image ranks first among the distractors (None: not scored)."""
     sigma = float(level.split("=")[1]) if level.startswith("noise") else 0.0
     defence = level if level not in ("none",) and not level.startswith("noise") else None
     return {"level": level, "attack": attack, "seed": seed, "exact": exact, "psnr": psnr, "status": status,
             "threat": threat, "accuracy": accuracy, "victim": victim or f"{level}-{seed}", "sigma": sigma,
-            "defence": defence}
+            "defence": defence, "reid": reid}
 
 
 def _tables(specs: list[dict[str, Any]], images: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -50,14 +51,16 @@ def _tables(specs: list[dict[str, Any]], images: int = 4) -> tuple[pd.DataFrame,
                       "dp_clip": np.nan, "dp_epsilon": np.nan, "arch": "fc", "client": "fedsgd", "train_epochs": 2,
                       "test_accuracy": s["accuracy"], "victim_hash": s["victim"], "status": s["status"],
                       "seconds": 1.0, "noise_sigma": s["sigma"], "noise_scale": "absolute", "defence": s["defence"],
-                      "threat": s["threat"], "space": "image"})
+                      "threat": s["threat"], "space": "image",
+                      "reid_n": np.nan if s["reid"] is None else 100.0, "reid_distance": "lpips"})
         failed = s["status"] == "failed"
         psnrs = s["psnr"] if isinstance(s["psnr"], list) else [s["psnr"]] * images
         for k, psnr in enumerate(psnrs):
             records.append({"suite": "s", "cell_id": cid, "exact": not failed and k < s["exact"] * images,
                             "psnr": np.nan if failed else psnr, "ssim": np.nan if failed else 0.5,
                             "lpips": np.nan if failed else 0.3, "rel_error": np.nan,
-                            "status": s["status"], "space": "image"})
+                            "status": s["status"], "space": "image",
+                            "reid_rank": np.nan if failed or s["reid"] is None else 1 + (k >= s["reid"] * images)})
     return pd.DataFrame(records), with_model(pd.DataFrame(cells))
 
 
@@ -80,7 +83,7 @@ def test_a_failed_cell_is_never_ranked_as_leaking_nothing() -> None:
     assert rows["noise σ=0.1"]["worst non-adaptive exact %"] == "–"
     assert table.rows[-1][1] == "noise σ=0.1"  # after every evaluated level
     assert rows[NOISE]["worst non-adaptive attack"] == "ig" and rows[NOISE]["worst non-adaptive PSNR med. (dB)"] \
-        == "18.0" and rows[NOISE]["attacks answered"] == "1/2 · spear failed"
+        == "18.0 ± 0.0" and rows[NOISE]["attacks answered"] == "1/2 · spear failed"
     assert rows[NOISE]["rank"] == "1" and rows["none"]["rank"] == "2"
     [board] = defence_ranking(records, cells, None, MASKED)  # the leaderboard's view: the same verdicts
     shown = {row[1].text: [e.text for e in row] for row in board.rows}
@@ -101,8 +104,8 @@ def test_defence_known_cells_land_in_their_defence_row() -> None:
     rows = _rows(table)
     assert set(rows) == {"none", "prune p=0.5"}
     prune = rows["prune p=0.5"]
-    assert (prune["worst non-adaptive attack"], prune["worst non-adaptive PSNR med. (dB)"]) == ("ig", "15.0")
-    assert (prune["worst adaptive attack"], prune["worst adaptive PSNR med. (dB)"]) == ("ig-masked", "35.0")
+    assert (prune["worst non-adaptive attack"], prune["worst non-adaptive PSNR med. (dB)"]) == ("ig", "15.0 ± 0.0")
+    assert (prune["worst adaptive attack"], prune["worst adaptive PSNR med. (dB)"]) == ("ig-masked", "35.0 ± 0.0")
     assert NO_ADAPTIVE not in prune["verdict"] and prune["attacks answered"] == "2/2"
     # labels known stays a threat model of its own: only 'defence known' is taken out of it
     both = _tables([{**s, "threat": "labels known, defence known"} if s["threat"] == known else s for s in specs])[1]
@@ -184,3 +187,50 @@ def test_the_registered_attacks_say_which_defences_they_adapt_to() -> None:
     found = registered_adaptations()
     assert found["ig-masked"] == found["dlg-masked"] == frozenset(ZEROING) >= MASKED["ig-masked"]
     assert "ig" not in found and "spear" not in found
+
+
+def test_every_compared_value_of_a_tied_pair_shows_its_seed_spread() -> None:
+    """prune p=0.1's ig re-identifies every image on two seeds of three and none on the third (67 % ± 58), noise's
+    one image of four on two seeds (17 % ± 14): within the spread, a tie on reid, exact % (0 ± 0) and PSNR
+    (20.0 ± 0.0); both boards print each spread. Old code: '67' bare (a value or spread past 60 was taken for a
+    PSNR past the cap) and '0', '20.0' bare (a spread of 0 left out), as prune p=0.1's '62' without '± 53' on the
+    paper/defences board. prune p=0.9's PSNR median is exact on two seeds and 20 dB on one: no spread in dB, its
+    range."""
+    specs = [_cell("none", "ig", s, exact=1.0, psnr=np.inf, reid=1.0) for s in (0, 1, 2)]
+    specs += [_cell("prune p=0.1", "ig", s, reid=r) for s, r in zip((0, 1, 2), (1.0, 1.0, 0.0), strict=True)]
+    specs += [_cell(NOISE, "ig", s, reid=r) for s, r in zip((0, 1, 2), (0.0, 0.25, 0.25), strict=True)]
+    specs += [_cell("prune p=0.9", "ig", s, exact=x, psnr=np.inf if x else 20.0, reid=1.0)
+              for s, x in zip((0, 1, 2), (1.0, 1.0, 0.0), strict=True)]
+    records, cells = _tables(specs)
+    rows = _rows(defence_blocks(records, cells, MASKED)[0])
+    prune, noise = rows["prune p=0.1"], rows[NOISE]
+    assert prune["rank"] == noise["rank"] == "1" and rows["none"]["rank"] != "1"
+    assert (prune["worst non-adaptive reid %"], noise["worst non-adaptive reid %"]) == ("67 ± 58", "17 ± 14")
+    assert prune["worst non-adaptive exact %"] == noise["worst non-adaptive exact %"] == "0 ± 0"
+    assert prune["worst non-adaptive PSNR med. (dB)"] == noise["worst non-adaptive PSNR med. (dB)"] == "20.0 ± 0.0"
+    assert rows["prune p=0.9"]["worst non-adaptive PSNR med. (dB)"] == "exact (seeds 20.0 to exact)"
+    assert rows["prune p=0.9"]["worst non-adaptive exact %"] == "67 ± 58"
+    [board] = defence_ranking(records, cells, None, MASKED)  # the leaderboard (HTML and Markdown): the same entries
+    shown = {row[1].text: [e.text for e in row] for row in board.rows}
+    assert "67 ± 58" in shown["prune p=0.1"] and "17 ± 14" in shown[NOISE]
+
+
+def test_a_failed_seed_is_shown_and_never_counted_as_no_leakage() -> None:
+    """prune's ig answered on one seed of three (15 dB, 0 % exact), noise's on all three (20 dB ± 0.5). Old code:
+    the one answered seed had no spread and prune ranked above noise, the failed seeds unseen. Now the board
+    says '1 of 3 seeds' and prune may not leak less than noise: its failed seeds could have been exact, so the
+    two tie; noise, measured on every seed, still ranks above the undefended level."""
+    specs = [_cell("none", "ig", s, exact=1.0, psnr=np.inf) for s in (0, 1, 2)]
+    specs += [_cell("prune p=0.5", "ig", s, psnr=15.0, status="ok" if s == 0 else "failed") for s in (0, 1, 2)]
+    specs += [_cell(NOISE, "ig", s, psnr=p) for s, p in zip((0, 1, 2), (19.5, 20.0, 20.5), strict=True)]
+    records, cells = _tables(specs)
+    rows = _rows(defence_blocks(records, cells, MASKED)[0])
+    prune, noise = rows["prune p=0.5"], rows[NOISE]
+    assert prune["worst non-adaptive attack"] == "ig (1 of 3 seeds)" and prune["worst non-adaptive exact %"] == "0"
+    assert prune["rank"] == noise["rank"] == "1" and rows["none"]["rank"] == "2"
+    # two answered seeds of three: value and spread over those two, the third never read as 0
+    two = _tables([{**s, "status": "ok"} if s["level"] == "prune p=0.5" and s["seed"] == 1 else s
+                   for s in specs])
+    prune = _rows(defence_blocks(*two, MASKED)[0])["prune p=0.5"]
+    assert prune["worst non-adaptive attack"] == "ig (2 of 3 seeds)"
+    assert prune["worst non-adaptive PSNR med. (dB)"] == "15.0 ± 0.0"
