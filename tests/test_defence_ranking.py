@@ -41,8 +41,9 @@ def _cell(level: str, attack: str, seed: int, *, exact: float = 0.0, psnr: float
             "defence": defence, "reid": reid}
 
 
-def _tables(specs: list[dict[str, Any]], images: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Stored cells and records of `specs` (as `leakbench run` stores them), cells through `with_model`."""
+def _tables(specs: list[dict[str, Any]], images: int = 4, labelled: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Stored cells and records of `specs` (as `leakbench run` stores them), cells through `with_model` when
+    `labelled`."""
     cells, records = [], []
     for i, s in enumerate(specs):
         cid = f"c{i}"
@@ -61,7 +62,7 @@ def _tables(specs: list[dict[str, Any]], images: int = 4) -> tuple[pd.DataFrame,
                             "lpips": np.nan if failed else 0.3, "rel_error": np.nan,
                             "status": s["status"], "space": "image",
                             "reid_rank": np.nan if failed or s["reid"] is None else 1 + (k >= s["reid"] * images)})
-    return pd.DataFrame(records), with_model(pd.DataFrame(cells))
+    return pd.DataFrame(records), with_model(pd.DataFrame(cells)) if labelled else pd.DataFrame(cells)
 
 
 def _rows(table: Table) -> dict[str, dict[str, str]]:
@@ -234,3 +235,32 @@ def test_a_failed_seed_is_shown_and_never_counted_as_no_leakage() -> None:
     prune = _rows(defence_blocks(*two, MASKED)[0])["prune p=0.5"]
     assert prune["worst non-adaptive attack"] == "ig (2 of 3 seeds)"
     assert prune["worst non-adaptive PSNR med. (dB)"] == "15.0 ± 0.0"
+
+
+def test_a_threat_every_cell_shares_is_said_once_not_in_each_label() -> None:
+    """paper/defences: every cell's attacker knows the defence. The labels (defence levels, headline, per-setting
+    tables, figure ticks: all from `with_model`'s client) leave 'defence known' out and the page says it once;
+    where cells differ in it, the labels keep it. Old code: 'none · defence known', 'prune p=0.5 · defence
+    known', … in every view (only the verdict boards stripped it)."""
+    from leakbench.reporting.aggregate import shared_note
+    from leakbench.reporting.findings import headline_table, settings
+    from leakbench.reporting.order import defence_levels
+    from leakbench.reporting.report import pivot_blocks
+
+    known = "defence known"
+    specs = [_cell(level, "ig", seed, psnr=20.0, threat=known) for seed in (0, 1, 2)
+             for level in ("none", NOISE, "prune p=0.5")]
+    records, raw = _tables(specs, labelled=False)
+    cells = with_model(raw)
+    assert set(defence_levels(cells)) == {"none", NOISE, "prune p=0.5"}
+    assert shared_note(raw) == shared_note(cells) == [
+        "Every cell: threat model 'defence known' — said here once, left out of every label below."]
+    shown = [str(row[0]) for row in headline_table(settings(records, cells)).rows]
+    shown += [block.title for block in pivot_blocks(records, raw) if isinstance(block, Table)]
+    assert shown and not any(known in text for text in shown)
+    assert {row[1] for row in defence_blocks(records, cells, MASKED)[0].rows} == {"none", NOISE, "prune p=0.5"}
+    # the cells differ in it: the labels keep it apart, and no line says it
+    mixed = _tables([{**s, "threat": "default"} if s["level"] == "none" else s for s in specs], labelled=False)[1]
+    assert set(defence_levels(with_model(mixed))) == {"none", f"{NOISE} · {known}", f"prune p=0.5 · {known}"}
+    assert shared_note(mixed) == []
+    assert all(known in c for c in with_model(raw, keep_shared=True)["client"])
