@@ -4,6 +4,7 @@ images counted as exact (not as whatever finite PSNR they scored), LPIPS; rounde
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,7 +127,7 @@ class SeedLeakage:
         return (mean[0], mean[1], mean[2]), _std(every)
 
 
-def _std(seeds: tuple[Leakage, ...]) -> Leakage:
+def _std(seeds: Sequence[Sequence[float]]) -> Leakage:
     """Each component's sample standard deviation over `seeds` (0 with fewer than two known values)."""
     out = []
     for column in np.array(seeds, dtype=float).reshape(-1, 3).T:
