@@ -1,5 +1,7 @@
 """How much a group of records leaks, as the leaderboard shows and ranks it: exact %, PSNR median with exact
-images counted as exact (not as whatever finite PSNR they scored), LPIPS; rounded as shown before ranking."""
+images counted as exact (not as whatever finite PSNR they scored), LPIPS; rounded as shown before ranking.
+Over a setting's seeds (`SeedLeakage`): the value, its seed spread and the one rule for a failed seed (never no
+leakage, never tighter or safer: `leaks_less`)."""
 
 from __future__ import annotations
 
