@@ -209,7 +209,7 @@ def test_every_compared_value_of_a_tied_pair_shows_its_seed_spread() -> None:
     assert (prune["worst non-adaptive reid %"], noise["worst non-adaptive reid %"]) == ("67 ± 58", "17 ± 14")
     assert prune["worst non-adaptive exact %"] == noise["worst non-adaptive exact %"] == "0 ± 0"
     assert prune["worst non-adaptive PSNR med. (dB)"] == noise["worst non-adaptive PSNR med. (dB)"] == "20.0 ± 0.0"
-    assert rows["prune p=0.9"]["worst non-adaptive PSNR med. (dB)"] == "exact (seeds 20.0 to exact)"
+    assert rows["prune p=0.9"]["worst non-adaptive PSNR med. (dB)"] == "exact (20.0–exact)"
     assert rows["prune p=0.9"]["worst non-adaptive exact %"] == "67 ± 58"
     [board] = defence_ranking(records, cells, None, MASKED)  # the leaderboard (HTML and Markdown): the same entries
     shown = {row[1].text: [e.text for e in row] for row in board.rows}
@@ -219,21 +219,22 @@ def test_every_compared_value_of_a_tied_pair_shows_its_seed_spread() -> None:
 def test_a_failed_seed_is_shown_and_never_counted_as_no_leakage() -> None:
     """prune's ig answered on one seed of three (15 dB, 0 % exact), noise's on all three (20 dB ± 0.5). Old code:
     the one answered seed had no spread and prune ranked above noise, the failed seeds unseen. Now the board
-    says '1 of 3 seeds' and prune may not leak less than noise: its failed seeds could have been exact, so the
-    two tie; noise, measured on every seed, still ranks above the undefended level."""
+    says 'answered on 1 of 3 seeds' and prune may not leak less than noise: its failed seeds could have been
+    exact, so the two tie; noise, measured on every seed, still ranks above the undefended level."""
     specs = [_cell("none", "ig", s, exact=1.0, psnr=np.inf) for s in (0, 1, 2)]
     specs += [_cell("prune p=0.5", "ig", s, psnr=15.0, status="ok" if s == 0 else "failed") for s in (0, 1, 2)]
     specs += [_cell(NOISE, "ig", s, psnr=p) for s, p in zip((0, 1, 2), (19.5, 20.0, 20.5), strict=True)]
     records, cells = _tables(specs)
     rows = _rows(defence_blocks(records, cells, MASKED)[0])
     prune, noise = rows["prune p=0.5"], rows[NOISE]
-    assert prune["worst non-adaptive attack"] == "ig (1 of 3 seeds)" and prune["worst non-adaptive exact %"] == "0"
+    assert prune["worst non-adaptive attack"] == "ig (answered on 1 of 3 seeds)"
+    assert prune["worst non-adaptive exact %"] == "0"  # one answered seed: no spread
     assert prune["rank"] == noise["rank"] == "1" and rows["none"]["rank"] == "2"
     # two answered seeds of three: value and spread over those two, the third never read as 0
     two = _tables([{**s, "status": "ok"} if s["level"] == "prune p=0.5" and s["seed"] == 1 else s
                    for s in specs])
     prune = _rows(defence_blocks(*two, MASKED)[0])["prune p=0.5"]
-    assert prune["worst non-adaptive attack"] == "ig (2 of 3 seeds)"
+    assert prune["worst non-adaptive attack"] == "ig (answered on 2 of 3 seeds)"
     assert prune["worst non-adaptive PSNR med. (dB)"] == "15.0 ± 0.0"
 
 

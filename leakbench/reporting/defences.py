@@ -16,9 +16,9 @@ verdict is the worst case over the attacks that ran against it with and without 
   over the answered images (`leakage.leakage_vector`). A failed cell is no evidence of no leakage: it is left
   out, and a level where every attack failed is "not evaluated" (unranked), never a defence that stops them.
 - *Seeds*: each compared value is shown with its seed spread (standard deviation over the answered seeds,
-  '± 0' included; a PSNR median whose seeds mix exact and finite medians with their range); an attack that
-  failed on some seeds says 'k of n seeds'. How a failed seed counts is `leakage.SeedLeakage`'s rule: never
-  as no leakage, never tighter or safer (`dominates`).
+  '± 0' included; a PSNR median whose seeds mix exact and finite medians with their range, '22.5 (15.0–exact)');
+  an attack that failed on some seeds says 'answered on k of n seeds'. How a failed seed counts is
+  `leakage.SeedLeakage`'s rule: never as no leakage, never tighter or safer (`dominates`).
 - *Accuracy cost*: the undefended victims' ('none') mean test accuracy minus the level's, over distinct victims
   (`victim_hash`; one per training seed), with Welch's 95 % t-interval of the difference when each side has
   at least two victims. A level within `UNUSABLE_PP` points of chance accuracy (1 / classes) is "unusable".
@@ -347,7 +347,7 @@ def _attempt_entries(a: Attempt | None, several_layers: bool, papers: Papers, re
         return [Entry("–"), *([Entry("–")] if reid else []), Entry("–"), Entry("–"), Entry("–")]
     s, seeds = a.stats, a.seeds
     name = a.attack + (f" (layer {a.layer})" if several_layers else "")
-    name += f" ({seeds.answered} of {seeds.total} seeds)" if seeds.failed else ""
+    name += f" (answered on {seeds.answered} of {seeds.total} seeds)" if seeds.failed else ""
     name += f" (incomplete: {incomplete_text(s['incomplete'])})" if s.get("incomplete") else ""
     reid_entry = [_spread(number(float(s.get("reid_pct", math.nan)), 0), seeds, 0, 0)] if reid else []
     return [paper_entry(name, papers.attacks.get(a.attack), colour(a.attack)), *reid_entry,
@@ -360,7 +360,7 @@ def _spread(entry: Entry, seeds: SeedLeakage, component: int, digits: int) -> En
     (`SeedLeakage.spread`, the standard deviation over the answered seeds, '± 0' included) so that a tie
     reads as one; as is with fewer than two answered seeds (no spread) or without a value. A PSNR median whose
     seeds mix an exact median (ranked as `leakage.EXACT_DB`) with finite ones has no spread in dB: it gives the
-    seeds' range instead, '22.5 (seeds 14.1 to exact)'."""
+    seeds' range instead, '22.5 (14.1–exact)'."""
     if seeds.answered < 2 or entry.sort is None:
         return entry
     hint = f"± standard deviation over {seeds.answered} answered seeds"
@@ -369,7 +369,7 @@ def _spread(entry: Entry, seeds: SeedLeakage, component: int, digits: int) -> En
         if all(v >= EXACT_DB for v in values):
             return entry  # every seed's median exact: 'exact', no spread
         low, high = (_psnr_text(v) for v in (min(values), max(values)))
-        return Entry(f"{entry.text} (seeds {low} to {high})", entry.sort, entry.href,
+        return Entry(f"{entry.text} ({low}–{high})", entry.sort, entry.href,
                      f"an exact median (ranked as {EXACT_DB:.0f} dB) among finite ones: no spread in dB")
     return Entry(f"{entry.text} ± {seeds.spread[component]:.{digits}f}", entry.sort, entry.href, hint)
 
@@ -453,11 +453,12 @@ RANK_NOTE = (
     "standard deviation over seeds is a tie) at an accuracy cost not greater beyond the 95 % interval; levels "
     "that share a rank are ties. Every compared value is shown '± its standard deviation over the answered "
     "seeds' ('± 0': the seeds agree; none with one seed); a PSNR median whose seeds mix an exact median with "
-    "finite ones gives the seeds' range ('22.5 (seeds 15.0 to exact)'). Worst attack: over the attacks that "
+    "finite ones gives the seeds' range instead ('22.5 (15.0–exact)'). Worst attack: over the attacks that "
     "answered (failed cells left out, never counted as no leakage), the adaptive ones (attacker told the "
-    "defence, attack adapts to it) beside the others. An attack that failed on some seeds says 'k of n seeds': "
-    "its value and spread are over the k that answered, and its level ranks above another only if it would "
-    "still leak less had each failed seed leaked everything (every image re-identified and exact). Levels an "
+    "defence, attack adapts to it) beside the others. An attack that failed on some seeds says 'answered on k "
+    "of n seeds': its value and spread are over the k that answered, and its level ranks above another only if "
+    "it would still leak less had each failed seed leaked everything (every image re-identified and exact). "
+    "Levels an "
     "attack of the undefended level never ran against rank after those measured against every one; unusable "
     "levels (accuracy within 5 pp of chance) after the usable ones; levels where every attack failed are not "
     "evaluated and not ranked ('–'). Accuracy cost: undefended victims' mean test accuracy minus the level's "
