@@ -38,8 +38,8 @@ def registered_adaptations() -> dict[str, frozenset[str]]:
     from leakbench.attacks import ATTACKS
 
     def aware(attack: Any) -> frozenset[str]:
-        adapts, aware_of = getattr(attack, "adapts_to", frozenset()), getattr(attack, "aware_of", frozenset())
-        return frozenset(adapts) | frozenset(aware_of)
+        none: frozenset[str] = frozenset()
+        return frozenset(getattr(attack, "adapts_to", none)) | frozenset(getattr(attack, "aware_of", none))
 
     found = {entry.name: aware(entry.factory()) for entry in ATTACKS.entries()}
     return {name: adapts for name, adapts in found.items() if adapts}
