@@ -3,7 +3,9 @@
 Three families, each its plain attack when the threat model withholds the defence (`defence_known`
 False, or the defence not listed in `ClientUpdate.defences`): the masked variants (zeroing defences,
 below), the PRECODE-aware variants (`ig-precode`, `dlg-precode`: PRECODE section) and SPEAR followed by
-un-mixing for the in-batch MixUp (`spear-unmix`: MixUp section).
+un-mixing for the in-batch MixUp (`spear-unmix`: MixUp section). A fourth, SPEAR followed by a per-image
+estimate for Huang et al.'s MixUp (`spear-demix`: last section), has no plain form: where the defence is not
+known to be that MixUp it answers "not applicable".
 
 A zeroing defence — gradient pruning (`leakbench.fl.prune`), Soteria (`leakbench.fl.soteria`) —
 replaces shared entries by exact zeros. Plain gradient matching then asks the dummy batch to produce
