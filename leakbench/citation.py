@@ -32,9 +32,14 @@ def registered_papers() -> Papers:
 
 def registered_adaptations() -> dict[str, frozenset[str]]:
     """The defences (update-transform names) each registered attack (shipped and installed plugins) adapts to
-    when the threat model grants it the defence (`Attack.adapts_to`); attacks that adapt to none left out.
-    Reports take it as data (`reporting.defences.Adaptations`): an attack not installed counts as non-adaptive."""
+    when the threat model grants it the defence (`Attack.adapts_to`) or is aware of by construction
+    (`Attack.aware_of`: secure aggregation for the batch attacks); attacks with neither left out. Reports take it
+    as data (`reporting.defences.Adaptations`): an attack not installed counts as non-adaptive."""
     from leakbench.attacks import ATTACKS
 
-    found = {entry.name: frozenset(getattr(entry.factory(), "adapts_to", frozenset())) for entry in ATTACKS.entries()}
+    def aware(attack: Any) -> frozenset[str]:
+        none: frozenset[str] = frozenset()
+        return frozenset(getattr(attack, "adapts_to", none)) | frozenset(getattr(attack, "aware_of", none))
+
+    found = {entry.name: aware(entry.factory()) for entry in ATTACKS.entries()}
     return {name: adapts for name, adapts in found.items() if adapts}

@@ -143,3 +143,60 @@ def test_each_adaptive_variant_names_its_plain_form_and_what_it_adapts_to() -> N
         cls = attack_class(name)
         assert cls.adapts_to and "not published" in cls.description
         assert cls.Config is attack_class(plain).Config  # the plain attack's settings, the same knobs
+
+
+# --------------------------------------------------------------------------- spear-demix (Huang et al.'s MixUp)
+
+
+def _mixup_update(k: int, known: bool = True, b: int = 6) -> tuple[ClientUpdate, Batch, torch.Tensor]:
+    """Huang et al.'s MixUp update (k images per mixture) of an FC-3 w64 victim on random 8×8 images, partners from
+    the batch (no local data); with the mixtures the client computed and their soft labels (test side only)."""
+    from leakbench.fl.mixup import MixUp, MixUpConfig, draw_mixing, local_pool, mixtures
+
+    config = MixUpConfig(k=k)
+    batch = _batch(b)
+    model = build_model("fc", (3, 8, 8), 10, width=64, depth=3, seed=0)
+    update = client_update([MixUp(config)], Client(model, batch, 0, ThreatModel(defence_known=known)))
+    local, own = local_pool(batch)
+    mixed, targets = mixtures(batch, draw_mixing(own, len(local), config, 0, (3, 8, 8)), local, 0.5, torch.float64)
+    return update, mixed, targets
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_soft_labels_are_read_from_the_classifier_gradient(k: int) -> None:
+    """Given the mixtures, the classifier's gradient is linear in the soft labels: least squares gives the client's
+    own soft labels (each mixture's coefficients summed per class)."""
+    from leakbench.attacks.adaptive import soft_labels
+
+    update, mixed, targets = _mixup_update(k)
+    assert torch.allclose(soft_labels(update, mixed), targets, atol=1e-4)
+
+
+def test_spear_demix_is_not_applicable_where_its_assumptions_fail() -> None:
+    """Defence unknown, no k-image mixup listed (the in-batch form), InstaHide sign flips: failed as not
+    applicable, before SPEAR runs."""
+    unknown, _, _ = _mixup_update(4, known=False)
+    known, _, _ = _mixup_update(4)
+    in_batch = dataclasses.replace(known, defences=({"name": "mixup-batch", "alpha": 1.0},))
+    flipped = dataclasses.replace(known, defences=({"name": "mixup", "k": 4, "cap": 0.65, "sign_flip": True},))
+    attack = create_attack("spear-demix")
+    for update in (unknown, in_batch, flipped):
+        result = attack.reconstruct(update, seed=0)
+        assert result.status == "failed" and result.failure == "not-applicable" and "does not apply" in result.reason
+
+
+def test_spear_demix_reads_the_mixing_law_from_the_threat_and_beats_the_mixtures() -> None:
+    """The attack sees only the update (no image): SPEAR's exact mixtures, then each scaled about the mean by the
+    law's gain given its soft label. On random images (independent pixels, where the least-squares gain is the
+    best linear estimate) its images are nearer the private ones than the mixtures are; the gains follow the k
+    the update lists (the more partners, the larger the gain to undo their dilution)."""
+    update, mixed, _ = _mixup_update(4)
+    truth = _batch(6).images.to(torch.float64)
+    result = create_attack("spear-demix").reconstruct(update, seed=0)
+    assert result.status == "ok" and result.images is not None and result.stats["demixed"]
+    found = result.images.to(torch.float64)
+    found = apply_matching(found, match_by_mse(found.float(), truth.float()))  # SPEAR's rows in some order
+    assert float(((found - truth) ** 2).mean()) < float(((mixed - truth) ** 2).mean())
+    relisted = dataclasses.replace(update, defences=({"name": "mixup", "k": 6, "cap": 0.65, "sign_flip": False},))
+    again = create_attack("spear-demix").reconstruct(relisted, seed=0)
+    assert again.stats["gain_mean"] > result.stats["gain_mean"]

@@ -83,4 +83,4 @@ def test_layered_is_whether_the_config_has_a_layer(name: str) -> None:
 def test_layered_attacks_are_the_linear_layer_ones() -> None:
     layered = {name for name in ATTACKS.names() if _shipped(name) and attack_class(name).layered}
     assert layered == {"cpa", "cpa-derivative", "cpa-released", "spear", "spear-approx", "spear-dl", "spear-guided",
-                       "spear-masked", "spear-paper", "spear-unmix"}
+                       "spear-demix", "spear-masked", "spear-paper", "spear-unmix"}

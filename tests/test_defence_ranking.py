@@ -186,8 +186,28 @@ def test_the_registered_attacks_say_which_defences_they_adapt_to() -> None:
     from leakbench.citation import registered_adaptations
 
     found = registered_adaptations()
-    assert found["ig-masked"] == found["dlg-masked"] == frozenset(ZEROING) >= MASKED["ig-masked"]
-    assert "ig" not in found and "spear" not in found
+    assert found["ig-masked"] == found["dlg-masked"] == frozenset(ZEROING) | {"secagg"} >= MASKED["ig-masked"]
+    assert found["spear-demix"] == {"mixup"}
+
+
+def test_the_batch_attacks_are_aware_of_secure_aggregation_by_construction() -> None:
+    """Under an honest server secagg's aggregate is one batch of K·b: the plain batch attacks are its defence-aware
+    attacks (`Attack.aware_of`), so a secagg level they ran against with the defence known is not marked; their
+    `adapts_to` stays empty, so a suite with `adaptive_only` still runs them at every level."""
+    from leakbench.attacks import attack_class
+    from leakbench.citation import registered_adaptations
+
+    found = registered_adaptations()
+    for name in ("spear", "spear-guided", "cpa", "ig", "dlg"):
+        assert "secagg" in found[name] and not attack_class(name).adapts_to
+    assert "secagg" not in found["spear-demix"] and "secagg" not in found["spear-unmix"]
+    level = "secagg K=4"
+    specs = [_cell(level, attack, seed, psnr=14.0, threat="defence known") for seed in (0, 1, 2)
+             for attack in ("spear", "ig")]
+    records, cells = _tables(specs)
+    rows = _rows(defence_blocks(records, cells, found)[0])
+    assert NO_ADAPTIVE not in rows[level]["verdict"]
+    assert NO_ADAPTIVE in _rows(defence_blocks(records, cells, MASKED)[0])[level]["verdict"]
 
 
 def test_every_compared_value_of_a_tied_pair_shows_its_seed_spread() -> None:

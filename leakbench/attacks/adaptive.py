@@ -3,7 +3,9 @@
 Three families, each its plain attack when the threat model withholds the defence (`defence_known`
 False, or the defence not listed in `ClientUpdate.defences`): the masked variants (zeroing defences,
 below), the PRECODE-aware variants (`ig-precode`, `dlg-precode`: PRECODE section) and SPEAR followed by
-un-mixing for the in-batch MixUp (`spear-unmix`: MixUp section).
+un-mixing for the in-batch MixUp (`spear-unmix`: MixUp section). A fourth, SPEAR followed by a per-image
+estimate for Huang et al.'s MixUp (`spear-demix`: last section), has no plain form: where the defence is not
+known to be that MixUp it answers "not applicable".
 
 A zeroing defence — gradient pruning (`leakbench.fl.prune`), Soteria (`leakbench.fl.soteria`) —
 replaces shared entries by exact zeros. Plain gradient matching then asks the dummy batch to produce
@@ -33,14 +35,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from leakbench.attacks.base import Attack, Reconstruction
 from leakbench.attacks.gradient_matching import DeepLeakageAttack, InvertingGradientsAttack
 from leakbench.attacks.registry import register_attack
 from leakbench.attacks.spear.attack import SpearAttack, SpearConfig
+from leakbench.core.ranges import chosen
+from leakbench.fl.mixup import MIXUP_K_STREAM, OWN_WEIGHT
 from leakbench.fl.update import ClientUpdate
 from leakbench.models.precode import PrecodeVictim
 
@@ -283,11 +289,166 @@ class SpearUnmix(Attack[SpearConfig]):
         return Reconstruction(status="ok", space="image", images=images, layer=1, stats=stats)
 
 
+# --------------------------------------------------------------------------- Huang et al.'s MixUp
+
+
+@dataclass(frozen=True)
+class SpearDemixConfig(SpearConfig):
+    """SPEAR's settings, and how `spear-demix` estimates each private image from its mixture (ablations).
+
+    own_weight: "soft-label" (each mixture's class weights, read from the classifier's gradient, condition
+        the estimate) or "prior" (the mixing law's mean for every mixture).
+    estimate: "lmmse" (the linear least-squares estimate of the private image: gain λ₁ / Σ_j λ_j² about
+        the mean) or "debias" (the expected partner contribution removed, then divided by λ₁: gain 1/λ₁).
+    """
+
+    own_weight: str = chosen("soft-label", "soft-label", "prior")
+    estimate: str = chosen("lmmse", "lmmse", "debias")
+
+
+LAW_DRAWS = 20_000
+"""Mixtures drawn from the public mixing law to condition the estimate on (`simulate_law`)."""
+NEIGHBOURS = 200
+"""Simulated mixtures whose soft labels are nearest a recovered mixture's: their mean gain is its gain."""
+
+
+def huang_mixup(update: ClientUpdate) -> dict[str, Any] | None:
+    """The settings (k, cap, sign_flip) of Huang et al.'s MixUp when the update lists it (defence known), else None."""
+    if update.defences is None:
+        return None
+    return next((d for d in update.defences if d["name"] == "mixup" and "k" in d), None)
+
+
+def simulate_law(k: int, cap: float, classes: int, draws: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """`draws` mixtures of the public law (`fl.mixup`: Dirichlet(3, 1, …, 1) redrawn while its largest entry
+    exceeds `cap`; each image's class uniform among `classes`, as in a balanced pool): their coefficients
+    (draws, k), the private image's first, and their soft labels (draws, classes)."""
+    rng = np.random.default_rng([seed, MIXUP_K_STREAM])
+    weights = [OWN_WEIGHT] + [1.0] * (k - 1)
+    kept: list[np.ndarray] = []
+    total, tries = 0, 0
+    while total < draws:
+        tries += 1
+        if tries > 1000:
+            raise ValueError(f"mixup k={k} cap={cap:g}: the law's draws almost never meet the cap")
+        lam = rng.dirichlet(weights, size=4 * draws)
+        lam = lam[lam.max(axis=1) <= cap]
+        kept.append(lam)
+        total += len(lam)
+    coefficients = np.concatenate(kept)[:draws]
+    labels = rng.integers(0, classes, size=coefficients.shape)
+    soft = np.zeros((draws, classes))
+    np.add.at(soft, (np.repeat(np.arange(draws), k), labels.reshape(-1)), coefficients.reshape(-1))
+    return coefficients, soft
+
+
+def gain(coefficients: np.ndarray, estimate: str) -> np.ndarray:
+    """Per mixture, the factor its deviation from the mean is scaled by: 1/λ₁ ("debias"), or λ₁ / Σ_j λ_j²
+    ("lmmse": the least-squares estimate of x₁ from λ₁x₁ + Σ_{j≥2} λ_j x_j when the k images are independent
+    with one covariance, whatever it is)."""
+    own = coefficients[:, 0]
+    return np.asarray(1.0 / own if estimate == "debias" else own / (coefficients**2).sum(axis=1))
+
+
+def soft_labels(update: ClientUpdate, images: torch.Tensor) -> torch.Tensor:
+    """The soft labels (b, classes) the client's update was computed with, for its mixtures `images` (b, C, H,
+    W): the classifier's gradients are (1/b) (P − Ỹ)ᵀ [H 1] (P the softmax, H its inputs, both known from the
+    model and the mixtures), linear in Ỹ; least squares over the weight and the bias."""
+    model = update.model
+    weight, bias = model.layer_param_names(model.depth)
+    dtype = next(model.parameters()).dtype
+    with torch.no_grad():
+        x = images.to(dtype)
+        probs = torch.softmax(model(x), dim=1).to(torch.float64)
+        inputs = model.layer_inputs(x, model.depth).flatten(1).to(torch.float64)
+    design = torch.cat([inputs, torch.ones(len(inputs), 1, dtype=torch.float64)], dim=1)  # (b, d + 1)
+    grads = torch.cat([update.gradients[weight].to(torch.float64),
+                       update.gradients[bias].to(torch.float64)[:, None]], dim=1)  # (classes, d + 1)
+    residual = torch.linalg.lstsq(design.T, len(images) * grads.T).solution  # (b, classes) = P − Ỹ
+    labels: torch.Tensor = probs - residual
+    return labels
+
+
+def mixture_gains(soft: torch.Tensor | None, k: int, cap: float, classes: int, estimate: str,
+                  seed: int) -> torch.Tensor:
+    """Each mixture's gain (`gain`) as the mean over the law's simulated mixtures whose sorted soft labels are
+    nearest its own (`NEIGHBOURS` of `LAW_DRAWS`); `soft` None: the law's mean gain for every mixture."""
+    coefficients, law_soft = simulate_law(k, cap, classes, LAW_DRAWS, seed)
+    gains = gain(coefficients, estimate)
+    if soft is None:
+        return torch.tensor([float(gains.mean())], dtype=torch.float64)
+    law = torch.as_tensor(np.sort(law_soft, axis=1))
+    seen = soft.to(torch.float64).sort(dim=1).values
+    nearest = torch.cdist(seen, law).topk(NEIGHBOURS, dim=1, largest=False).indices
+    return torch.as_tensor(gains)[nearest].mean(dim=1)
+
+
+def demix(mixtures: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
+    """Private images estimated from their `mixtures` (b, C, H, W) in pixel space: mean + gain × (mixture − mean),
+    the mean per channel over every mixture (an estimate of the data's mean, as the partners are drawn from the
+    client's data: x̃ − (1 − λ₁)·mean ≈ λ₁ x), then clamped to [0, 1]."""
+    mean = mixtures.mean(dim=(0, 2, 3), keepdim=True)
+    shape = (-1,) + (1,) * (mixtures.dim() - 1)
+    return (mean + gains.reshape(shape).to(mixtures.dtype) * (mixtures - mean)).clamp(0, 1)
+
+
+@register_attack
+class SpearDemix(Attack[SpearDemixConfig]):
+    """SPEAR, then a per-image estimate of each private image from its recovered mixture under Huang et al.'s
+    MixUp (leakbench's adaptive form, not published). The attacked layer's gradient is that of the b mixtures
+    x̃_i = λ_i1 x_i + Σ_j λ_ij x_p(i,j), so SPEAR recovers the mixtures exactly; the partners come from the
+    client's whole local data (not the batch) and are its secret with λ. What the threat model makes public:
+    the mixing law (k, Dirichlet(3, 1, …), cap) and the model. The attack reads each mixture's soft label
+    from the classifier's gradient (`soft_labels`), takes the law's expected gain given it (`mixture_gains`)
+    and scales each mixture's deviation from the data mean by it (`demix`). Not applicable (failed,
+    "not-applicable") where its assumptions fail: defence unknown, no k-image `mixup` listed, InstaHide sign
+    flips, a layer above 1. SPEAR runs by composition: the registered `spear` with this Config's SPEAR part."""
+
+    name = "spear-demix"
+    adapts_to = frozenset({"mixup"})
+    paper = SpearAttack.paper
+    requires = SpearAttack.requires
+    description = ("SPEAR, then each private image estimated from its recovered MixUp (Huang et al.) mixture, "
+                   "weighted by the soft label read from the classifier's gradient (leakbench's adaptive form, "
+                   "not published)")
+    Config = SpearDemixConfig
+
+    def _spear(self) -> SpearAttack:
+        spear_fields = {f.name for f in dataclasses.fields(SpearConfig)}
+        return SpearAttack(SpearConfig(**{n: getattr(self.config, n) for n in spear_fields}))
+
+    def check_update(self, update: ClientUpdate) -> None:
+        self._spear().check_update(update)
+
+    def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
+        law = huang_mixup(update)
+        why = ("the defence is unknown" if update.defences is None else
+               "the update lists no k-image mixup" if law is None else
+               "InstaHide sign flips hide each mixture's sign" if law.get("sign_flip") else
+               "the mixtures are layer 1's inputs only" if self.config.layer != 1 else "")
+        if why:
+            return Reconstruction.failed(f"spear-demix does not apply: {why}", failure="not-applicable")
+        assert law is not None
+        spear = self._spear().reconstruct(update, seed=seed)
+        if spear.status != "ok" or spear.features is None:
+            return spear  # the mixtures are not all known: SPEAR's answer (partial or failed) stands
+        start = time.perf_counter()
+        mixtures = update.model.denormalize(spear.features.to(torch.float64))
+        classes = int(update.gradients[update.model.layer_param_names(update.model.depth)[1]].shape[0])
+        soft = soft_labels(update, mixtures) if self.config.own_weight == "soft-label" else None
+        gains = mixture_gains(soft, int(law["k"]), float(law["cap"]), classes, self.config.estimate, seed)
+        images = demix(mixtures, gains.expand(len(mixtures)))
+        stats = {**spear.stats, "demixed": True, "demix_seconds": time.perf_counter() - start,
+                 "gain_mean": float(gains.mean())}
+        return Reconstruction(status="ok", space="image", images=images.to(torch.float32), layer=1, stats=stats)
+
+
 PLAIN = {"ig-masked": "ig", "dlg-masked": "dlg", "ig-precode": "ig", "dlg-precode": "dlg", "spear-unmix": "spear"}
 """Each adaptive variant's plain form: what it is where the threat model withholds the defence."""
 ADAPTIVE = tuple(PLAIN)
 """The adaptive variants' names (the default suite runs their plain forms, not them)."""
 
 __all__ = ["ADAPTIVE", "IN_BATCH_MIXUP", "PLAIN", "ZEROING", "MaskedDeepLeakage", "MaskedInvertingGradients",
-           "PrecodeDeepLeakage", "PrecodeInvertingGradients", "SpearUnmix", "bottleneck_tensors", "dropped_masks",
-           "fast_ica", "in_batch_mixup", "keep_pure", "nonzero_masks", "unmix", "zeroed_tensors"]
+           "PrecodeDeepLeakage", "PrecodeInvertingGradients", "SpearDemix", "SpearDemixConfig", "SpearUnmix",
+           "bottleneck_tensors", "demix", "dropped_masks", "fast_ica", "huang_mixup", "in_batch_mixup", "keep_pure",
+           "mixture_gains", "nonzero_masks", "simulate_law", "soft_labels", "unmix", "zeroed_tensors"]

@@ -17,7 +17,7 @@ from leakbench.fl.update import ClientUpdate
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["Attack", "Checkpoints", "ConfigT", "Reconstruction", "Requirements", "Space",
+__all__ = ["AGGREGATES", "Attack", "Checkpoints", "ConfigT", "Reconstruction", "Requirements", "Space",
            "Status"]  # the attack contract
 
 ConfigT = TypeVar("ConfigT", bound="DataclassInstance", default=Any)
@@ -51,6 +51,11 @@ class Checkpoints:
         return step in self.steps
 
 
+AGGREGATES = frozenset({"secagg"})
+"""The defences that only aggregate: with equal batches the server's aggregate is one larger batch's FedSGD
+update, so an attack on a batch of the aggregate's size is the defence-aware attack (`Attack.aware_of`)."""
+
+
 class Attack(ABC, Generic[ConfigT]):
     """Base class: a frozen-dataclass `Config` with defaults, a name, a description.
 
@@ -79,6 +84,13 @@ class Attack(ABC, Generic[ConfigT]):
     """The defences (update-transform names, `leakbench.fl.transform`) this attack adapts to when the threat
     model grants it the defence (`ThreatModel.defence_known`): against those, its result is an adaptive
     evaluation of the defence (issue 43). Empty: it attacks every update the same way."""
+    aware_of: ClassVar[frozenset[str]] = frozenset()
+    """The defences (update-transform names) this attack is aware of by construction: what the defence reveals
+    is exactly what the attack already reads, so its plain form is the defence-aware attack. Secure aggregation
+    under an honest server (`secagg`): the mean of K clients' FedSGD updates is the update of one batch of
+    K·b images (`fl/secagg.py`), which a batch attack given batch size K·b attacks as it is. Unlike
+    `adapts_to` it does not restrict where a suite with `adaptive_only` runs the attack; reports count it
+    with `adapts_to` (`citation.registered_adaptations`)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Derive the capabilities of a class that defines its own Config (others inherit them)."""

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from leakbench.attacks.base import Attack, Checkpoints, Reconstruction, Requirements
+from leakbench.attacks.base import AGGREGATES, Attack, Checkpoints, Reconstruction, Requirements
 from leakbench.attacks.registry import register_attack
 from leakbench.core.citation import Citation
 from leakbench.core.errors import ConfigError
@@ -83,6 +83,7 @@ class CPAConfig(Ranged):
 @register_attack
 class CPAAttack(Attack[CPAConfig]):
     name = "cpa"
+    aware_of = AGGREGATES  # the aggregate of K clients is one batch of K·b: CPA separates it as it is
     paper = Citation("Kariyappa et al., ICML 2023", "https://arxiv.org/abs/2209.05578")
     description = ("Cocktail Party Attack: ICA unmixing of a linear layer's weight gradient, "
                    "bias gradient fixes sign/scale")

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from leakbench.attacks.base import Attack, Checkpoints, ConfigT, Reconstruction, Requirements
+from leakbench.attacks.base import AGGREGATES, Attack, Checkpoints, ConfigT, Reconstruction, Requirements
 from leakbench.attacks.cpa import total_variation
 from leakbench.attacks.labels import STRATEGIES, find_last_layer, recover_labels
 from leakbench.attacks.registry import register_attack
@@ -195,6 +195,7 @@ class _GradientMatchingAttack(Attack[ConfigT]):
     ranges and choices of the Config)."""
 
     requires = Requirements(batch_size=True)
+    aware_of = AGGREGATES  # the aggregate of K clients is one batch of K·b: a dummy batch of K·b matches it
 
     def check_update(self, update: ClientUpdate) -> None:
         super().check_update(update)

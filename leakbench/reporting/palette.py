@@ -32,6 +32,7 @@ SHIPPED: dict[str, str] = {
     "ig-precode": "#a1d99b",  # issue 43, gm-adaptive: the PRECODE-aware and un-mixing forms
     "dlg-precode": "#f7b6d2",
     "spear-unmix": "#9ecae1",
+    "spear-demix": "#3182bd",  # issue 43, mixsec: SPEAR then an estimate from Huang et al.'s MixUp mixtures
     "mean-image": "#7f7f7f",
 }
 """Fixed colours of the shipped attacks (and the example plugin's `mean-image`), hex RGB."""

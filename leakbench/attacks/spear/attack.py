@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import torch
 from typing_extensions import TypeVar
 
-from leakbench.attacks.base import Attack, Reconstruction, Requirements
+from leakbench.attacks.base import AGGREGATES, Attack, Reconstruction, Requirements
 from leakbench.attacks.spear.active import find_batch_span
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.factors import LayerProblem, factorize
@@ -112,6 +112,7 @@ class SpearSearch(Attack[BudgetT]):
 
     paper = Citation("Dimitrov et al., NeurIPS 2024", "https://arxiv.org/abs/2403.03945")
     requires = Requirements(linear_relu_layer=True, batch_size=True)
+    aware_of = AGGREGATES  # the aggregate of K clients is one batch of K·b: SPEAR attacks it as it is
     uses_next_layer: ClassVar[bool] = False
     """Whether the search reads the next layer's gradient (the deflated search fits every candidate through it)."""
 
