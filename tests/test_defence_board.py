@@ -158,3 +158,17 @@ def test_a_run_with_defences_reports_the_figure_and_the_board(tmp_path: Path, mo
     rows = [line for line in section.splitlines() if line.startswith("| ") and "rank" not in line]
     assert sorted(re.sub(r"\[(.*?)\]\(.*?\)", r"\1", r.split(" | ")[1]) for r in rows[:2]) == ["noise σ=0.05", "none"]
     assert "Defences ranked" in (tmp_path / "board" / "leaderboard.html").read_text()
+
+
+def test_dp_ticks_keep_their_parentheses_and_clipping_plus_noise_is_one_family() -> None:
+    """The words DP levels share ('C=1', 'at q=0.01, T=1 step') leave the ticks with ε closed, and a level past
+    ε = 100 ('clipping + noise …') has its own panel named so. Old code: 'σ=1 (ε=0.956' and a panel 'clipping'
+    whose tick began '+ noise'."""
+    from leakbench.reporting.figures import tick_labels
+    from leakbench.reporting.findings import family
+
+    dp = ["DP σ=0.1 C=1 (ε=80.6 at q=0.01, T=1 step)", "DP σ=1 C=1 (ε=0.956 at q=0.01, T=1 step)"]
+    assert tick_labels("DP", ["none", *dp]) == ["none", "σ=0.1 (ε=80.6)", "σ=1 (ε=0.956)"]
+    clipping = "clipping + noise σ=0.01 C=1 (ε=5.56e+03 at q=0.01, T=1 step)"
+    assert family(clipping) == "clipping + noise" and family(dp[0]) == "DP"
+    assert tick_labels(family(clipping), ["none", clipping])[1].startswith("σ=0.01")

@@ -30,18 +30,20 @@ NOISE = "noise σ=0.01"
 
 def _cell(level: str, attack: str, seed: int, *, exact: float = 0.0, psnr: float | list[float] = 20.0,
           status: str = "ok", threat: str = "default", accuracy: float = float("nan"),
-          victim: str | None = None) -> dict[str, Any]:
+          victim: str | None = None, reid: float | None = None) -> dict[str, Any]:
     """A cell spec: `level` 'none', 'noise σ=S' or a defence label ('prune p=0.5'); `psnr` the PSNR of each of
-    its 4 images (one value: all four); a failed cell has no image."""
+    its 4 images (one value: all four); a failed cell has no image; `reid` the fraction of its images whose
+    true image ranks first among the distractors (None: not scored)."""
     sigma = float(level.split("=")[1]) if level.startswith("noise") else 0.0
     defence = level if level not in ("none",) and not level.startswith("noise") else None
     return {"level": level, "attack": attack, "seed": seed, "exact": exact, "psnr": psnr, "status": status,
             "threat": threat, "accuracy": accuracy, "victim": victim or f"{level}-{seed}", "sigma": sigma,
-            "defence": defence}
+            "defence": defence, "reid": reid}
 
 
-def _tables(specs: list[dict[str, Any]], images: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Stored cells and records of `specs` (as `leakbench run` stores them), cells through `with_model`."""
+def _tables(specs: list[dict[str, Any]], images: int = 4, labelled: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Stored cells and records of `specs` (as `leakbench run` stores them), cells through `with_model` when
+    `labelled`."""
     cells, records = [], []
     for i, s in enumerate(specs):
         cid = f"c{i}"
@@ -50,15 +52,17 @@ def _tables(specs: list[dict[str, Any]], images: int = 4) -> tuple[pd.DataFrame,
                       "dp_clip": np.nan, "dp_epsilon": np.nan, "arch": "fc", "client": "fedsgd", "train_epochs": 2,
                       "test_accuracy": s["accuracy"], "victim_hash": s["victim"], "status": s["status"],
                       "seconds": 1.0, "noise_sigma": s["sigma"], "noise_scale": "absolute", "defence": s["defence"],
-                      "threat": s["threat"], "space": "image"})
+                      "threat": s["threat"], "space": "image",
+                      "reid_n": np.nan if s["reid"] is None else 100.0, "reid_distance": "lpips"})
         failed = s["status"] == "failed"
         psnrs = s["psnr"] if isinstance(s["psnr"], list) else [s["psnr"]] * images
         for k, psnr in enumerate(psnrs):
             records.append({"suite": "s", "cell_id": cid, "exact": not failed and k < s["exact"] * images,
                             "psnr": np.nan if failed else psnr, "ssim": np.nan if failed else 0.5,
                             "lpips": np.nan if failed else 0.3, "rel_error": np.nan,
-                            "status": s["status"], "space": "image"})
-    return pd.DataFrame(records), with_model(pd.DataFrame(cells))
+                            "status": s["status"], "space": "image",
+                            "reid_rank": np.nan if failed or s["reid"] is None else 1 + (k >= s["reid"] * images)})
+    return pd.DataFrame(records), with_model(pd.DataFrame(cells)) if labelled else pd.DataFrame(cells)
 
 
 def _rows(table: Table) -> dict[str, dict[str, str]]:
@@ -80,7 +84,7 @@ def test_a_failed_cell_is_never_ranked_as_leaking_nothing() -> None:
     assert rows["noise σ=0.1"]["worst non-adaptive exact %"] == "–"
     assert table.rows[-1][1] == "noise σ=0.1"  # after every evaluated level
     assert rows[NOISE]["worst non-adaptive attack"] == "ig" and rows[NOISE]["worst non-adaptive PSNR med. (dB)"] \
-        == "18.0" and rows[NOISE]["attacks answered"] == "1/2 · spear failed"
+        == "18.0 ± 0.0" and rows[NOISE]["attacks answered"] == "1/2 · spear failed"
     assert rows[NOISE]["rank"] == "1" and rows["none"]["rank"] == "2"
     [board] = defence_ranking(records, cells, None, MASKED)  # the leaderboard's view: the same verdicts
     shown = {row[1].text: [e.text for e in row] for row in board.rows}
@@ -101,8 +105,8 @@ def test_defence_known_cells_land_in_their_defence_row() -> None:
     rows = _rows(table)
     assert set(rows) == {"none", "prune p=0.5"}
     prune = rows["prune p=0.5"]
-    assert (prune["worst non-adaptive attack"], prune["worst non-adaptive PSNR med. (dB)"]) == ("ig", "15.0")
-    assert (prune["worst adaptive attack"], prune["worst adaptive PSNR med. (dB)"]) == ("ig-masked", "35.0")
+    assert (prune["worst non-adaptive attack"], prune["worst non-adaptive PSNR med. (dB)"]) == ("ig", "15.0 ± 0.0")
+    assert (prune["worst adaptive attack"], prune["worst adaptive PSNR med. (dB)"]) == ("ig-masked", "35.0 ± 0.0")
     assert NO_ADAPTIVE not in prune["verdict"] and prune["attacks answered"] == "2/2"
     # labels known stays a threat model of its own: only 'defence known' is taken out of it
     both = _tables([{**s, "threat": "labels known, defence known"} if s["threat"] == known else s for s in specs])[1]
@@ -204,3 +208,80 @@ def test_the_batch_attacks_are_aware_of_secure_aggregation_by_construction() -> 
     rows = _rows(defence_blocks(records, cells, found)[0])
     assert NO_ADAPTIVE not in rows[level]["verdict"]
     assert NO_ADAPTIVE in _rows(defence_blocks(records, cells, MASKED)[0])[level]["verdict"]
+
+
+def test_every_compared_value_of_a_tied_pair_shows_its_seed_spread() -> None:
+    """prune p=0.1's ig re-identifies every image on two seeds of three and none on the third (67 % ± 58), noise's
+    one image of four on two seeds (17 % ± 14): within the spread, a tie on reid, exact % (0 ± 0) and PSNR
+    (20.0 ± 0.0); both boards print each spread. Old code: '67' bare (a value or spread past 60 was taken for a
+    PSNR past the cap) and '0', '20.0' bare (a spread of 0 left out), as prune p=0.1's '62' without '± 53' on the
+    paper/defences board. prune p=0.9's PSNR median is exact on two seeds and 20 dB on one: no spread in dB, its
+    range."""
+    specs = [_cell("none", "ig", s, exact=1.0, psnr=np.inf, reid=1.0) for s in (0, 1, 2)]
+    specs += [_cell("prune p=0.1", "ig", s, reid=r) for s, r in zip((0, 1, 2), (1.0, 1.0, 0.0), strict=True)]
+    specs += [_cell(NOISE, "ig", s, reid=r) for s, r in zip((0, 1, 2), (0.0, 0.25, 0.25), strict=True)]
+    specs += [_cell("prune p=0.9", "ig", s, exact=x, psnr=np.inf if x else 20.0, reid=1.0)
+              for s, x in zip((0, 1, 2), (1.0, 1.0, 0.0), strict=True)]
+    records, cells = _tables(specs)
+    rows = _rows(defence_blocks(records, cells, MASKED)[0])
+    prune, noise = rows["prune p=0.1"], rows[NOISE]
+    assert prune["rank"] == noise["rank"] == "1" and rows["none"]["rank"] != "1"
+    assert (prune["worst non-adaptive reid %"], noise["worst non-adaptive reid %"]) == ("67 ± 58", "17 ± 14")
+    assert prune["worst non-adaptive exact %"] == noise["worst non-adaptive exact %"] == "0 ± 0"
+    assert prune["worst non-adaptive PSNR med. (dB)"] == noise["worst non-adaptive PSNR med. (dB)"] == "20.0 ± 0.0"
+    assert rows["prune p=0.9"]["worst non-adaptive PSNR med. (dB)"] == "exact (20.0–exact)"
+    assert rows["prune p=0.9"]["worst non-adaptive exact %"] == "67 ± 58"
+    [board] = defence_ranking(records, cells, None, MASKED)  # the leaderboard (HTML and Markdown): the same entries
+    shown = {row[1].text: [e.text for e in row] for row in board.rows}
+    assert "67 ± 58" in shown["prune p=0.1"] and "17 ± 14" in shown[NOISE]
+
+
+def test_a_failed_seed_is_shown_and_never_counted_as_no_leakage() -> None:
+    """prune's ig answered on one seed of three (15 dB, 0 % exact), noise's on all three (20 dB ± 0.5). Old code:
+    the one answered seed had no spread and prune ranked above noise, the failed seeds unseen. Now the board
+    says 'answered on 1 of 3 seeds' and prune may not leak less than noise: its failed seeds could have been
+    exact, so the two tie; noise, measured on every seed, still ranks above the undefended level."""
+    specs = [_cell("none", "ig", s, exact=1.0, psnr=np.inf) for s in (0, 1, 2)]
+    specs += [_cell("prune p=0.5", "ig", s, psnr=15.0, status="ok" if s == 0 else "failed") for s in (0, 1, 2)]
+    specs += [_cell(NOISE, "ig", s, psnr=p) for s, p in zip((0, 1, 2), (19.5, 20.0, 20.5), strict=True)]
+    records, cells = _tables(specs)
+    rows = _rows(defence_blocks(records, cells, MASKED)[0])
+    prune, noise = rows["prune p=0.5"], rows[NOISE]
+    assert prune["worst non-adaptive attack"] == "ig (answered on 1 of 3 seeds)"
+    assert prune["worst non-adaptive exact %"] == "0"  # one answered seed: no spread
+    assert prune["rank"] == noise["rank"] == "1" and rows["none"]["rank"] == "2"
+    # two answered seeds of three: value and spread over those two, the third never read as 0
+    two = _tables([{**s, "status": "ok"} if s["level"] == "prune p=0.5" and s["seed"] == 1 else s
+                   for s in specs])
+    prune = _rows(defence_blocks(*two, MASKED)[0])["prune p=0.5"]
+    assert prune["worst non-adaptive attack"] == "ig (answered on 2 of 3 seeds)"
+    assert prune["worst non-adaptive PSNR med. (dB)"] == "15.0 ± 0.0"
+
+
+def test_a_threat_every_cell_shares_is_said_once_not_in_each_label() -> None:
+    """paper/defences: every cell's attacker knows the defence. The labels (defence levels, headline, per-setting
+    tables, figure ticks: all from `with_model`'s client) leave 'defence known' out and the page says it once;
+    where cells differ in it, the labels keep it. Old code: 'none · defence known', 'prune p=0.5 · defence
+    known', … in every view (only the verdict boards stripped it)."""
+    from leakbench.reporting.aggregate import shared_note
+    from leakbench.reporting.findings import headline_table, settings
+    from leakbench.reporting.order import defence_levels
+    from leakbench.reporting.report import pivot_blocks
+
+    known = "defence known"
+    specs = [_cell(level, "ig", seed, psnr=20.0, threat=known) for seed in (0, 1, 2)
+             for level in ("none", NOISE, "prune p=0.5")]
+    records, raw = _tables(specs, labelled=False)
+    cells = with_model(raw)
+    assert set(defence_levels(cells)) == {"none", NOISE, "prune p=0.5"}
+    assert shared_note(raw) == shared_note(cells) == [
+        "Every cell: threat model 'defence known' — said here once, left out of every label below."]
+    shown = [str(row[0]) for row in headline_table(settings(records, cells)).rows]
+    shown += [block.title for block in pivot_blocks(records, raw) if isinstance(block, Table)]
+    assert shown and not any(known in text for text in shown)
+    assert {row[1] for row in defence_blocks(records, cells, MASKED)[0].rows} == {"none", NOISE, "prune p=0.5"}
+    # the cells differ in it: the labels keep it apart, and no line says it
+    mixed = _tables([{**s, "threat": "default"} if s["level"] == "none" else s for s in specs], labelled=False)[1]
+    assert set(defence_levels(with_model(mixed))) == {"none", f"{NOISE} · {known}", f"prune p=0.5 · {known}"}
+    assert shared_note(mixed) == []
+    assert all(known in c for c in with_model(raw, keep_shared=True)["client"])

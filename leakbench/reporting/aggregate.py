@@ -21,7 +21,7 @@ from leakbench.core.reconstruction import ANSWERED
 from leakbench.metrics.score import recovered
 from leakbench.metrics.stats import describe
 from leakbench.records.cell_state import ANSWERED_STATES, answered_any, state_counts, states_text, with_states
-from leakbench.reporting.order import dp_levels, level_sorter
+from leakbench.reporting.order import DEFAULT_THREAT, dp_levels, level_sorter
 
 LPIPS_MISSING = "n/a — weights not available"
 
@@ -176,13 +176,54 @@ def epsilon_labels(cells: pd.DataFrame) -> dict[Hashable, str]:
     return dict(zip(first["dp"], dp_levels(first), strict=True))
 
 
-def with_model(cells: pd.DataFrame) -> pd.DataFrame:
+def _threat_words(cells: pd.DataFrame) -> pd.Series:
+    """Per cell, ' · ' and its threat model when not the default ('' for the default)."""
+    threat = cells["threat"].fillna(DEFAULT_THREAT).astype(str) if "threat" in cells \
+        else pd.Series(DEFAULT_THREAT, cells.index)
+    return (" · " + threat).where(threat != DEFAULT_THREAT, "")
+
+
+def _label_settings(cells: pd.DataFrame) -> list[tuple[str, pd.Series]]:
+    """The settings a cell's `client` label names after its update (`with_model`), each named and as per-cell
+    words: its threat model (`_threat_words`), then the axes declared later (`cell.axes.level_words`)."""
+    return [("threat model", _threat_words(cells)), ("", level_words(with_defaults(cells)))]
+
+
+def _is_shared(words: pd.Series) -> bool:
+    """Every cell has the same words, and they say something: the setting is said once, not in each label."""
+    return len(words) > 0 and words.nunique() == 1 and bool(words.iloc[0])
+
+
+def shared_settings(cells: pd.DataFrame) -> list[str]:
+    """The settings every cell of `cells` shares that `with_model` leaves out of its labels, as words
+    ("threat model 'defence known'", 'E=2'): a threat model other than the default, the axes declared later
+    away from their default (when every cell has the same); none when the cells differ in them."""
+    out = []
+    for name, words in _label_settings(cells):
+        if _is_shared(words):
+            said = str(words.iloc[0]).removeprefix(" · ").replace(" · ", ", ")
+            out.append(f"{name} '{said}'" if name else said)
+    return out
+
+
+def shared_note(cells: pd.DataFrame) -> list[str]:
+    """One line for a page's header saying the settings every cell shares (`shared_settings`), once; none
+    when there are none."""
+    shared = shared_settings(cells)
+    if not shared:
+        return []
+    return [f"Every cell: {'; '.join(shared)} — said here once, left out of every label below."]
+
+
+def with_model(cells: pd.DataFrame, *, keep_shared: bool = False) -> pd.DataFrame:
     """`cells` with a readable `model` column ('FC-6 w200', 'conv-3 w200', 'FC-6 w200 trained 5 ep') and
     a `client` naming the update's noise, defences and threat model when not the default ('fedsgd + noise
     σ=0.0001×max|g| + prune keep=0.5 · labels known', then ' · field=value' of each axis declared later in
     `cell.axes` away from its default), so tables and grids never pool them; runs stored before the
     arch and client axes existed get their defaults. The victim's name is the one the cell stored when it ran
-    (`records.labels`: no registry entry needed, a plugin's victim named without the plugin installed)."""
+    (`records.labels`: no registry entry needed, a plugin's victim named without the plugin installed).
+    A threat model or later axis every cell of `cells` shares (`shared_settings`) is left out of the labels,
+    for the page to say once (`shared_note`); `keep_shared` keeps it (a table printed without a header)."""
     cells = cells.copy()
     for column, default in (("arch", "fc"), ("client", "fedsgd")):
         cells[column] = cells[column].fillna(default) if column in cells else default
@@ -194,10 +235,8 @@ def with_model(cells: pd.DataFrame) -> pd.DataFrame:
     if "defence" in cells:  # the labels of a cell's defences (update transforms past the noise), '' for none
         defence = cells["defence"].fillna("")
         cells["client"] = cells["client"].where(defence == "", cells["client"] + " + " + defence)
-    if "threat" in cells:
-        threat = cells["threat"].fillna("default")
-        cells["client"] = cells["client"].where(threat == "default", cells["client"] + " · " + threat)
-    cells["client"] = cells["client"] + level_words(with_defaults(cells))  # axes declared later, kept apart
+    for _, words in _label_settings(cells):  # threat model, axes declared later: kept apart unless every cell shares
+        cells["client"] = cells["client"] + (words if keep_shared or not _is_shared(words) else "")
     # a trained victim is another model (and other batches): its own tables, grids
     epochs = cells["train_epochs"].fillna(0).astype(int) if "train_epochs" in cells else pd.Series(0, index=cells.index)
     stored = cells["victim"].fillna("") if "victim" in cells else pd.Series("", index=cells.index)

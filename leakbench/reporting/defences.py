@@ -15,6 +15,10 @@ verdict is the worst case over the attacks that ran against it with and without 
   (status ok or partial) only: re-identification % (when the records carry it), then exact %, then PSNR median
   over the answered images (`leakage.leakage_vector`). A failed cell is no evidence of no leakage: it is left
   out, and a level where every attack failed is "not evaluated" (unranked), never a defence that stops them.
+- *Seeds*: each compared value is shown with its seed spread (standard deviation over the answered seeds,
+  '± 0' included; a PSNR median whose seeds mix exact and finite medians with their range, '22.5 (15.0–exact)');
+  an attack that failed on some seeds says 'answered on k of n seeds'. How a failed seed counts is
+  `leakage.SeedLeakage`'s rule: never as no leakage, never tighter or safer (`dominates`).
 - *Accuracy cost*: the undefended victims' ('none') mean test accuracy minus the level's, over distinct victims
   (`victim_hash`; one per training seed), with Welch's 95 % t-interval of the difference when each side has
   at least two victims. A level within `UNUSABLE_PP` points of chance accuracy (1 / classes) is "unusable".
@@ -55,11 +59,12 @@ from leakbench.reporting.aggregate import (
 )
 from leakbench.reporting.board_page import Board, Column, Entry, anchor, number, paper_entry
 from leakbench.reporting.leakage import (
+    EXACT_DB,
     Leakage,
-    compare_leakage,
+    SeedLeakage,
     leakage_stats,
-    leakage_vector,
-    seed_spread,
+    leaks_less,
+    seed_leakage,
 )
 from leakbench.reporting.order import DEFAULT_THREAT, NONE, defence_levels, level_sorter
 from leakbench.reporting.palette import colour
@@ -139,7 +144,8 @@ def chance(cells: pd.DataFrame) -> float:
 @dataclass(frozen=True)
 class Attempt:
     """One attack (at one attacked layer, adaptive or not) against one level: its stats over the cells that
-    answered (None when every cell failed) and their seed spread."""
+    answered (None when every cell failed) and its leakage per seed (`leakage.SeedLeakage`: spread, failed
+    seeds)."""
 
     attack: str
     layer: int
@@ -147,11 +153,11 @@ class Attempt:
     cells: int
     answered: int
     stats: dict[str, Any] | None
-    spread: Leakage
+    seeds: SeedLeakage
 
     @property
     def leakage(self) -> Leakage:
-        return leakage_vector(self.stats) if self.stats else (math.nan, 0.0, 0.0)
+        return self.seeds.value
 
 
 def _order_key(a: Attempt) -> tuple[float, ...]:
@@ -169,9 +175,10 @@ def attempts(records: pd.DataFrame, cells: pd.DataFrame, defences: list[str],
     for key, sub in cells.assign(adaptive=adapts).groupby(["attack", "layer", "adaptive"], sort=True):
         attack, layer, adaptive = key_values(key)
         answered = sub[sub["status"].isin(ANSWERED)]
-        mine = records[records["cell_id"].isin(set(answered["cell_id"]))]
+        mine = records[records["cell_id"].isin(set(sub["cell_id"]))]
         out.append(Attempt(str(attack), int(layer), bool(adaptive), len(sub), len(answered),
-                           leakage_stats(mine, answered) if len(answered) else None, seed_spread(mine, answered)))
+                           leakage_stats(mine[mine["cell_id"].isin(set(answered["cell_id"]))], answered)
+                           if len(answered) else None, seed_leakage(mine, sub)))
     return out
 
 
@@ -282,11 +289,15 @@ def costs_more(a: Verdict, b: Verdict) -> bool | None:
 
 def dominates(a: Verdict, b: Verdict) -> bool:
     """`a` leaks less than `b` beyond the seed spread, at an accuracy cost not greater beyond the interval
-    (victims at init on both sides: leakage alone; trained on one side only: never)."""
+    (victims at init on both sides: leakage alone; trained on one side only: never). a's worst attempt and
+    every attempt of a that failed on some seeds but answered on others (their failed seeds might have leaked
+    more than the worst) must each leak less than b's worst (`leakage.leaks_less`: a failed seed counts as
+    leaking the most it can)."""
     wa, wb = a.worst(), b.worst()
     if wa is None or wb is None or costs_more(a, b) is not False:
         return False
-    return compare_leakage(wa.leakage, wa.spread, wb.leakage, wb.spread) < 0
+    unsure = [x for x in a.attempts if x.stats is not None and x.seeds.failed and x is not wa]
+    return all(leaks_less(x.seeds, wb.seeds) for x in (wa, *unsure))
 
 
 def ranked(rows: list[Verdict], order: Callable[[object], tuple[Any, ...]]) -> list[tuple[int | None, Verdict]]:
@@ -330,24 +341,42 @@ ACCURACY_COLUMNS = 2
 
 
 def _attempt_entries(a: Attempt | None, several_layers: bool, papers: Papers, reid: bool) -> list[Entry]:
-    """An attempt's attack (its failed cells and incomplete batches said), reid %, exact %, PSNR median, LPIPS."""
+    """An attempt's attack (its failed seeds and incomplete batches said), then reid %, exact % and PSNR median,
+    each with its seed spread (`_spread`), and LPIPS."""
     if a is None or a.stats is None:
         return [Entry("–"), *([Entry("–")] if reid else []), Entry("–"), Entry("–"), Entry("–")]
-    s = a.stats
+    s, seeds = a.stats, a.seeds
     name = a.attack + (f" (layer {a.layer})" if several_layers else "")
+    name += f" (answered on {seeds.answered} of {seeds.total} seeds)" if seeds.failed else ""
     name += f" (incomplete: {incomplete_text(s['incomplete'])})" if s.get("incomplete") else ""
-    reid_entry = [_spread(number(float(s.get("reid_pct", math.nan)), 0), a.spread[0], 0)] if reid else []
+    reid_entry = [_spread(number(float(s.get("reid_pct", math.nan)), 0), seeds, 0, 0)] if reid else []
     return [paper_entry(name, papers.attacks.get(a.attack), colour(a.attack)), *reid_entry,
-            _spread(number(s["exact_pct"], 0), a.spread[1], 0), _spread(psnr_entry(s), a.spread[2], 1),
+            _spread(number(s["exact_pct"], 0), seeds, 1, 0), _spread(psnr_entry(s), seeds, 2, 1),
             number(s["lpips_mean"], 3)]
 
 
-def _spread(entry: Entry, spread: float, digits: int) -> Entry:
-    """A leakage number with ' ± ' its seed spread (`leakage.seed_spread`) when there is one that reads as a
-    number (not past `PSNR_CAP`: an exact seed among finite ones), so a tie against a smaller difference shows."""
-    if not 0 < spread < PSNR_CAP or entry.sort is None or math.isinf(entry.sort) or entry.sort >= PSNR_CAP:
+def _spread(entry: Entry, seeds: SeedLeakage, component: int, digits: int) -> Entry:
+    """A compared leakage number (`component` of `leakage.Leakage`) with ' ± ' its seed spread
+    (`SeedLeakage.spread`, the standard deviation over the answered seeds, '± 0' included) so that a tie
+    reads as one; as is with fewer than two answered seeds (no spread) or without a value. A PSNR median whose
+    seeds mix an exact median (ranked as `leakage.EXACT_DB`) with finite ones has no spread in dB: it gives the
+    seeds' range instead, '22.5 (14.1–exact)'."""
+    if seeds.answered < 2 or entry.sort is None:
         return entry
-    return Entry(f"{entry.text} ± {spread:.{digits}f}", entry.sort, entry.href, "± seed spread (std over seeds)")
+    hint = f"± standard deviation over {seeds.answered} answered seeds"
+    values = [seed[component] for seed in seeds.seeds]
+    if component == 2 and any(v >= EXACT_DB for v in values):
+        if all(v >= EXACT_DB for v in values):
+            return entry  # every seed's median exact: 'exact', no spread
+        low, high = (_psnr_text(v) for v in (min(values), max(values)))
+        return Entry(f"{entry.text} ({low}–{high})", entry.sort, entry.href,
+                     f"an exact median (ranked as {EXACT_DB:.0f} dB) among finite ones: no spread in dB")
+    return Entry(f"{entry.text} ± {seeds.spread[component]:.{digits}f}", entry.sort, entry.href, hint)
+
+
+def _psnr_text(shown: float) -> str:
+    """A PSNR median as shown (`leakage.shown_median`): 'exact', '≥ 60' at the cap, else 0.1 dB."""
+    return "exact" if shown >= EXACT_DB else f"≥ {PSNR_CAP:.0f}" if shown >= PSNR_CAP else f"{shown:.1f}"
 
 
 def _verdict_text(v: Verdict) -> str:
@@ -422,13 +451,19 @@ RANK_NOTE = (
     "Rank: a level ranks above another only where a level of the rank above leaks less beyond the seed spread "
     "(re-identification %, then exact %, then PSNR median of its worst attack; a difference within the larger "
     "standard deviation over seeds is a tie) at an accuracy cost not greater beyond the 95 % interval; levels "
-    "that share a rank are ties. Worst attack: over the attacks that answered (failed cells left out, never "
-    "counted as no leakage), the adaptive ones (attacker told the defence, attack adapts to it) beside the "
-    "others. Levels an attack of the undefended level never ran against rank after those measured against "
-    "every one; unusable levels (accuracy within 5 pp of chance) after the usable ones; levels where every "
-    "attack failed are not evaluated and not ranked ('–'). Accuracy cost: undefended victims' mean test "
-    "accuracy minus the level's (victims trained with the level on every update), in points, with Welch's 95 % "
-    "interval over the training seeds' victims.")
+    "that share a rank are ties. Every compared value is shown '± its standard deviation over the answered "
+    "seeds' ('± 0': the seeds agree; none with one seed); a PSNR median whose seeds mix an exact median with "
+    "finite ones gives the seeds' range instead ('22.5 (15.0–exact)'). Worst attack: over the attacks that "
+    "answered (failed cells left out, never counted as no leakage), the adaptive ones (attacker told the "
+    "defence, attack adapts to it) beside the others. An attack that failed on some seeds says 'answered on k "
+    "of n seeds': its value and spread are over the k that answered, and its level ranks above another only if "
+    "it would still leak less had each failed seed leaked everything (every image re-identified and exact). "
+    "Levels an "
+    "attack of the undefended level never ran against rank after those measured against every one; unusable "
+    "levels (accuracy within 5 pp of chance) after the usable ones; levels where every attack failed are not "
+    "evaluated and not ranked ('–'). Accuracy cost: undefended victims' mean test accuracy minus the level's "
+    "(victims trained with the level on every update), in points, with Welch's 95 % interval over the training "
+    "seeds' victims.")
 
 
 def defence_table(records: pd.DataFrame, cells: pd.DataFrame, board: tuple[Any, ...],

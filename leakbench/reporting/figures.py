@@ -117,11 +117,17 @@ def short_tick(label: str, width: int = 12) -> str:
 
 def tick_labels(name: str, levels: list[str]) -> list[str]:
     """Short x labels for one defence's levels: the defence's name and the words every level shares
-    ('beta=0.001' of 'precode beta=0.001 bottleneck=16') left out; 'none' kept."""
+    ('beta=0.001' of 'precode beta=0.001 bottleneck=16', 'C=1' and 'at q=0.01, T=1 step' of 'DP σ=1 C=1
+    (ε=0.956 at q=0.01, T=1 step)' → 'σ=1 (ε=0.956)') left out; 'none' kept."""
     words = [lv.removeprefix(name).split() for lv in levels if lv != NONE]
     common = set.intersection(*(set(w) for w in words)) if len(words) > 1 else set()
-    return [lv if lv == NONE else " ".join(w for w in lv.removeprefix(name).split() if w not in common) or lv
-            for lv in levels]
+    return [lv if lv == NONE else _balanced(" ".join(w for w in lv.removeprefix(name).split() if w not in common))
+            or lv for lv in levels]
+
+
+def _balanced(text: str) -> str:
+    """`text` with its parentheses closed where shared words were cut from their end ('(ε=0.956' → '(ε=0.956)')."""
+    return text + ")" * max(0, text.count("(") - text.count(")"))
 
 
 def defence_figure(per_cell: pd.DataFrame, path: Path, title: str) -> Path | None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from leakbench.fl.dp import CLIPPING_NOISE
 from leakbench.reporting.aggregate import all_exact, fmt, grouped, model_order, no_answer, psnr_text, state_words
 from leakbench.reporting.order import NONE, defence_levels, level_sorter
 from leakbench.reporting.pivot import shown_psnr
@@ -127,8 +128,9 @@ def _claim(result: AttackResult, layered: bool) -> str:
 
 
 def family(level: str) -> str:
-    """The defence a level belongs to: the first word of its label ('noise σ=1e-05' → 'noise')."""
-    return level.split(" ", 1)[0]
+    """The defence a level belongs to: the first word of its label ('noise σ=1e-05' → 'noise'); DP's levels
+    labelled 'clipping + noise …' (ε past 100, `fl.dp.CLIPPING_NOISE`) are 'clipping + noise'."""
+    return CLIPPING_NOISE if level.startswith(CLIPPING_NOISE + " ") else level.split(" ", 1)[0]
 
 
 def _levels(group: list[Setting]) -> str:

@@ -38,6 +38,7 @@ from leakbench.reporting.aggregate import (
     key_values,
     no_answer,
     scored_settings,
+    shared_note,
     state_words,
     with_model,
 )
@@ -362,7 +363,8 @@ def write_leaderboard(results: Path, reports: Path, papers: Papers = NO_PAPERS,
              "against every attack (adaptive ones included) and their accuracy cost, from the stored records of "
              f"{', '.join(sorted(cells['suite'].unique()))} "
              f"({len(cells)} cells, {len(records)} images, {fmt(100 * float(records['exact'].mean()), 1)} % of them "
-             "exact). Names link to their papers; click a column header to sort; how to read: at the end."]
+             "exact). Names link to their papers; click a column header to sort; how to read: at the end.",
+             *shared_note(cells)]
     sections = leaderboard_sections(records, cells, reports, papers, adaptations)
     files = {"leaderboard.md": markdown_page(TITLE, intro, sections),
              "leaderboard.html": html_page(TITLE, intro, sections, nav=True),

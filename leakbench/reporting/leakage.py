@@ -1,14 +1,19 @@
 """How much a group of records leaks, as the leaderboard shows and ranks it: exact %, PSNR median with exact
-images counted as exact (not as whatever finite PSNR they scored), LPIPS; rounded as shown before ranking."""
+images counted as exact (not as whatever finite PSNR they scored), LPIPS; rounded as shown before ranking.
+Over a setting's seeds (`SeedLeakage`): the value, its seed spread and the one rule for a failed seed (never no
+leakage, never tighter or safer: `leaks_less`)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from leakbench.core.reconstruction import ANSWERED
 from leakbench.reporting.aggregate import group_stats
 from leakbench.reporting.pivot import shown_psnr
 
@@ -73,18 +78,81 @@ def leakage_vector(s: dict[str, Any]) -> Leakage:
     return reid, shown_exact(s), shown_median(s)
 
 
-def seed_spread(records: pd.DataFrame, cells: pd.DataFrame) -> Leakage:
-    """The spread of `leakage_vector` over `cells` (one per seed of a setting): each component's sample
-    standard deviation over the cells (0 with fewer than two; NaN components left out)."""
-    if len(cells) < 2:
-        return 0.0, 0.0, 0.0
-    per_cell = np.array([leakage_vector(leakage_stats(records[records["cell_id"] == cells["cell_id"].iloc[i]],
-                                                      cells.iloc[[i]])) for i in range(len(cells))], dtype=float)
-    spread = []
-    for column in per_cell.T:
+WORST: Leakage = (100.0, 100.0, EXACT_DB)
+"""The most a seed can leak, as shown: every image re-identified and exact (`SeedLeakage.bound`)."""
+
+
+@dataclass(frozen=True)
+class SeedLeakage:
+    """One group's leakage over its seeds (one cell per seed of a setting), for ranking and for showing it.
+
+    The rule for a failed seed (a cell with no answer, e.g. an adaptive attack whose checks failed) is here,
+    and only here:
+    - it is an unknown, never no leakage: `value` and `spread` are over the answered seeds only (the board
+      shows them with 'k of n seeds');
+    - it never makes the group look tighter or safer: `leaks_less` judges the group to leak less than another
+      only as if each failed seed had leaked the most a seed can (`WORST`: `bound`), while the group is
+      judged to leak more on its answered seeds as measured."""
+
+    value: Leakage
+    """`leakage_vector` of the answered seeds pooled (the group's stats)."""
+    seeds: tuple[Leakage, ...]
+    """`leakage_vector` of each answered seed alone."""
+    failed: int
+    """Seeds (cells) of the group that failed."""
+
+    @property
+    def answered(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def total(self) -> int:
+        return self.answered + self.failed
+
+    @property
+    def spread(self) -> Leakage:
+        """Each component's sample standard deviation over the answered seeds (0 with fewer than two; NaN
+        components left out)."""
+        return _std(self.seeds)
+
+    def bound(self) -> tuple[Leakage, Leakage]:
+        """(value, spread) with each failed seed counted as `WORST` (mean and standard deviation over every
+        seed); the measured `value` and `spread` when no seed failed. A component no answered seed knows
+        (re-identification not scored) stays NaN."""
+        if not self.failed:
+            return self.value, self.spread
+        known = [not all(math.isnan(s[i]) for s in self.seeds) for i in range(3)]
+        worst = tuple(w if k else math.nan for w, k in zip(WORST, known, strict=True))
+        every = (*self.seeds, *[worst] * self.failed)
+        mean = [float(np.nanmean(column)) if k else math.nan
+                for column, k in zip(np.array(every, dtype=float).T, known, strict=True)]
+        return (mean[0], mean[1], mean[2]), _std(every)
+
+
+def _std(seeds: Sequence[Sequence[float]]) -> Leakage:
+    """Each component's sample standard deviation over `seeds` (0 with fewer than two known values)."""
+    out = []
+    for column in np.array(seeds, dtype=float).reshape(-1, 3).T:
         known = column[~np.isnan(column)]
-        spread.append(float(np.std(known, ddof=1)) if known.size > 1 else 0.0)
-    return spread[0], spread[1], spread[2]
+        out.append(float(np.std(known, ddof=1)) if known.size > 1 else 0.0)
+    return out[0], out[1], out[2]
+
+
+def seed_leakage(records: pd.DataFrame, cells: pd.DataFrame) -> SeedLeakage:
+    """`SeedLeakage` of a group's `cells` (one per seed) and their `records`: cells whose status is not
+    answered (`core.reconstruction.ANSWERED`) count as failed seeds."""
+    answered = cells[cells["status"].isin(ANSWERED)]
+    mine = records[records["cell_id"].isin(set(answered["cell_id"]))]
+    seeds = tuple(leakage_vector(leakage_stats(mine[mine["cell_id"] == cid], answered.iloc[[i]]))
+                  for i, cid in enumerate(answered["cell_id"]))
+    value = leakage_vector(leakage_stats(mine, answered)) if len(answered) else (math.nan, 0.0, 0.0)
+    return SeedLeakage(value, seeds, len(cells) - len(answered))
+
+
+def seed_spread(records: pd.DataFrame, cells: pd.DataFrame) -> Leakage:
+    """The spread of `leakage_vector` over the answered `cells` (one per seed of a setting):
+    `SeedLeakage.spread`."""
+    return seed_leakage(records, cells).spread
 
 
 def compare_leakage(a: Leakage, a_spread: Leakage, b: Leakage, b_spread: Leakage) -> int:
@@ -97,3 +165,11 @@ def compare_leakage(a: Leakage, a_spread: Leakage, b: Leakage, b_spread: Leakage
         if abs(x - y) > max(sx, sy):
             return -1 if x < y else 1
     return 0
+
+
+def leaks_less(a: SeedLeakage, b: SeedLeakage) -> bool:
+    """`a` leaks less than `b` beyond the seed spread (`compare_leakage`), `a` counted with its failed seeds
+    leaking the most they can (`SeedLeakage.bound`), `b` as measured on its answered seeds: a failed seed
+    never helps its own group (the class's rule)."""
+    value, spread = a.bound()
+    return compare_leakage(value, spread, b.value, b.spread) < 0

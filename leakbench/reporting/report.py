@@ -44,6 +44,7 @@ from leakbench.reporting.aggregate import (
     grouped,
     incomplete_cells,
     model_order,
+    shared_note,
     stat_cells,
     with_model,
 )
@@ -314,7 +315,7 @@ def write_report(run_dir: Path, reports: Path, *, self_contained: bool = False,
         (staging / "grids").mkdir()
         axis_tables, figure_data = axis_blocks(records, cells, manifest.get("layerless_attacks", []))
         counts, *method = _intro(manifest, cells)  # the cell count on top, the method after the figures
-        intro = [counts]
+        intro = [counts, *shared_note(cells)]  # a threat model every cell shares: here, in no label
         kept_records, kept = ranked(records, cells)  # a third-party defence with a third-party attack: no result
         found = settings(kept_records, with_model(kept)) if len(kept) else []
         pivots = pivot_blocks(kept_records, kept) if len(kept) else []

@@ -257,7 +257,7 @@ def defences_view(cells: pd.DataFrame) -> View:
     from leakbench.reporting.order import defence_levels
 
     _require(cells, "defences", (*BASE, "batch_size", "psnr_mean", "lpips_mean", "test_accuracy"))
-    frame = _stated(with_model(cells))
+    frame = _stated(with_model(cells, keep_shared=True))  # no header to say a shared threat model once
     frame = frame.assign(defence=defence_levels(frame), test_accuracy_pct=100.0 * frame["test_accuracy"])
     key = [c for c in ("dataset", "model", "layer") if frame[c].nunique(dropna=False) > 1]
     table = frame.groupby([*key, "batch_size", "attack", "defence"], sort=True, dropna=False).agg(
