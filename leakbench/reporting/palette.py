@@ -32,6 +32,8 @@ SHIPPED: dict[str, str] = {
     "ig-precode": "#a1d99b",  # issue 43, gm-adaptive: the PRECODE-aware and un-mixing forms
     "dlg-precode": "#f7b6d2",
     "spear-unmix": "#9ecae1",
+    "ig-dequant": "#31a354",  # issue 43, dequant: gradient matching to a known quantiser's intervals
+    "dlg-dequant": "#fb6a4a",
     "mean-image": "#7f7f7f",
 }
 """Fixed colours of the shipped attacks (and the example plugin's `mean-image`), hex RGB."""
