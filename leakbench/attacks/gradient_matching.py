@@ -411,5 +411,5 @@ class DeepLeakageAttack(_GradientMatchingAttack[DLGConfig]):
         return Reconstruction(status="ok", space="image", images=_finish(oracle, best_z), stats=stats)
 
 
-__all__ = ["TV_FORMS", "Bounds", "DLGConfig", "DeepLeakageAttack", "GradientOracle", "IGConfig", "InvertingGradientsAttack",
-           "cosine_distance", "l2_distance", "padded_total_variation"]
+__all__ = ["TV_FORMS", "Bounds", "DLGConfig", "DeepLeakageAttack", "GradientOracle", "IGConfig",
+           "InvertingGradientsAttack", "cosine_distance", "l2_distance", "padded_total_variation"]
