@@ -33,12 +33,20 @@ are their plain forms.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from leakbench.attacks.gradient_matching import Bounds, DeepLeakageAttack, InvertingGradientsAttack
+from leakbench.attacks.gradient_matching import (
+    Bounds,
+    DeepLeakageAttack,
+    DLGConfig,
+    IGConfig,
+    InvertingGradientsAttack,
+)
 from leakbench.attacks.registry import register_attack
+from leakbench.core.ranges import chosen
 from leakbench.fl.update import ClientUpdate
 
 QUANTISERS = frozenset({"qsgd", "uniform-quantise", "quantise"})
@@ -56,15 +64,32 @@ def last_quantiser(update: ClientUpdate) -> dict[str, Any] | None:
     return update.defences[-1]
 
 
-def quantised_bounds(update: ClientUpdate) -> Bounds:
-    """For every shared tensor, the (low, high) box its true gradient lay in, given the quantiser the threat
-    model lists (`last_quantiser`); empty when none is listed."""
+def _per_tensor(update: ClientUpdate, qsgd_fn: Any, uniform_fn: Any) -> dict[str, Any]:
+    """`qsgd_fn(q, levels, bucket, norm)` or `uniform_fn(q, bits, mode)` of every shared tensor q, for the
+    quantiser the threat model lists (`last_quantiser`); empty when none is listed."""
     spec = last_quantiser(update)
     if spec is None:
         return {}
     if spec["name"] == "qsgd":
-        return {n: qsgd_bounds(g, spec["levels"], spec["bucket"], spec["norm"]) for n, g in update.gradients.items()}
-    return {n: uniform_bounds(g, spec["bits"], spec["mode"]) for n, g in update.gradients.items()}
+        return {n: qsgd_fn(g, spec["levels"], spec["bucket"], spec["norm"]) for n, g in update.gradients.items()}
+    return {n: uniform_fn(g, spec["bits"], spec["mode"]) for n, g in update.gradients.items()}
+
+
+def quantised_bounds(update: ClientUpdate) -> Bounds:
+    """For every shared tensor, the (low, high) box its true gradient lay in (module doc)."""
+    return _per_tensor(update, qsgd_bounds, uniform_bounds)
+
+
+def quantised_weights(update: ClientUpdate) -> dict[str, torch.Tensor]:
+    """For every shared tensor, 1/Δ per entry (module doc, `fit = "whitened"`): 0 where the step says
+    nothing (inf), and the tensor's largest weight where the entry is known to be exactly 0 (Δ = 0)."""
+    return {n: _whitening(step) for n, step in _per_tensor(update, qsgd_steps, uniform_steps).items()}
+
+
+def _whitening(step: torch.Tensor) -> torch.Tensor:
+    positive = step[(step > 0) & torch.isfinite(step)]
+    floor = positive.min() if positive.numel() else step.new_ones(())
+    return torch.where(torch.isinf(step), 0.0, 1 / torch.maximum(step, floor))
 
 
 def _around(q: torch.Tensor, step: torch.Tensor, limit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,12 +97,22 @@ def _around(q: torch.Tensor, step: torch.Tensor, limit: torch.Tensor) -> tuple[t
     return torch.maximum(q - step, -limit), torch.minimum(q + step, limit)
 
 
+def uniform_steps(q: torch.Tensor, bits: int, mode: str) -> torch.Tensor:
+    """Per entry of `q` (shared by uniform-quantise), its rounding step Δ = 2·max|q|/(2^b − 1); 1 in sign mode
+    (the magnitude is gone: the signs are matched as shared)."""
+    if mode == "sign":
+        return torch.ones_like(q)
+    scale = q.abs().amax() if q.numel() else q.new_zeros(())
+    step: torch.Tensor = (2 * scale / (2**bits - 1)).expand(q.shape)
+    return step
+
+
 def uniform_bounds(q: torch.Tensor, bits: int, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The box behind `q`, shared by uniform-quantise with `bits` in `mode` (module doc)."""
     if mode == "sign":
         return (torch.where(q < 0, -torch.inf, 0.0).to(q.dtype), torch.where(q > 0, torch.inf, 0.0).to(q.dtype))
-    scale = q.abs().amax() * (1 + SLACK) if q.numel() else q.new_zeros(())
-    return _around(q, 2 * scale / (2**bits - 1), scale)
+    step = uniform_steps(q, bits, mode) * (1 + SLACK)
+    return _around(q, step, step * (2**bits - 1) / 2)
 
 
 def bucket_steps(mag: torch.Tensor, levels: int, tol: float = 1e-3) -> torch.Tensor:
@@ -100,24 +135,64 @@ def bucket_steps(mag: torch.Tensor, levels: int, tol: float = 1e-3) -> torch.Ten
     return steps.unsqueeze(1)
 
 
-def qsgd_bounds(q: torch.Tensor, levels: int, bucket: int, norm: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The box behind `q`, shared by QSGD with s = `levels`, buckets of `bucket` entries and scale `norm`
-    (module doc)."""
+def qsgd_steps(q: torch.Tensor, levels: int, bucket: int, norm: str) -> torch.Tensor:
+    """Per entry of `q` (shared by QSGD with s = `levels`, buckets of `bucket` entries, scale `norm`), its
+    bucket's step Δ (`bucket_steps`; max|q|/s for norm "max"): 0 in a bucket known to be zero, inf where the
+    step cannot be read or an all-zero bucket may hide a non-zero one (module doc)."""
     n = q.numel()
-    if n == 0:
-        return q.clone(), q.clone()
-    d = bucket or n
+    d = bucket or max(n, 1)
     padded = torch.cat([q.reshape(-1), q.new_zeros((-n) % d)]).reshape(-1, d).to(torch.float64)
     big = padded.abs().amax(dim=1, keepdim=True)
     step = big / levels if norm == "max" else bucket_steps(padded.abs(), levels)
-    step = step * (1 + SLACK)
-    low, high = _around(padded, step, step * levels)
-    low = torch.where(padded > 0, low.clamp_min(0.0), low)  # the sign is kept
-    high = torch.where(padded < 0, high.clamp_max(0.0), high)
-    cone = norm != "max" and levels**2 < d  # an all-zero bucket may be a non-zero one rounded down
-    unknown = torch.isinf(step) | ((big == 0) & cone)
-    low, high = torch.where(unknown, -torch.inf, low), torch.where(unknown, torch.inf, high)
-    return (low.reshape(-1)[:n].reshape(q.shape).to(q.dtype), high.reshape(-1)[:n].reshape(q.shape).to(q.dtype))
+    if norm != "max" and levels**2 < d:  # an all-zero bucket may be a non-zero one rounded down: a cone
+        step = torch.where(big == 0, torch.inf, step)
+    return step.expand(padded.shape).reshape(-1)[:n].reshape(q.shape)
+
+
+def qsgd_bounds(q: torch.Tensor, levels: int, bucket: int, norm: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The box behind `q`, shared by QSGD with s = `levels`, buckets of `bucket` entries and scale `norm`
+    (module doc)."""
+    step, wide = qsgd_steps(q, levels, bucket, norm) * (1 + SLACK), q.to(torch.float64)
+    low, high = _around(wide, step, step * levels)
+    low = torch.where(wide > 0, low.clamp_min(0.0), low)  # the sign is kept
+    high = torch.where(wide < 0, high.clamp_max(0.0), high)
+    return low.to(q.dtype), high.to(q.dtype)
+
+
+FITS = ("box", "whitened")
+"""How the variants match the candidate's gradient to the quantised one (module doc)."""
+
+
+@dataclass(frozen=True)
+class DequantIGConfig(IGConfig):
+    """Inverting Gradients' settings (`IGConfig`) and how the quantised gradient is matched.
+
+    fit: "box" (distance to the box of gradients the levels allow) or "whitened" (each entry weighted by 1/Δ,
+        its rounding step, against the shared value); see `leakbench.attacks.dequant`.
+    """
+
+    fit: str = chosen("box", *FITS)
+
+
+@dataclass(frozen=True)
+class DequantDLGConfig(DLGConfig):
+    """Deep Leakage from Gradients' settings (`DLGConfig`) and how the quantised gradient is matched.
+
+    fit: "box" (squared distance to the box of gradients the levels allow) or "whitened" (each entry weighted
+        by 1/Δ, its rounding step, against the shared value); see `leakbench.attacks.dequant`.
+    """
+
+    fit: str = chosen("box", *FITS)
+
+
+def fit_bounds(fit: str, update: ClientUpdate) -> Bounds | None:
+    """The boxes for fit "box" (else None)."""
+    return quantised_bounds(update) if fit == "box" else None
+
+
+def fit_weights(fit: str, update: ClientUpdate) -> dict[str, torch.Tensor] | None:
+    """The per-entry weights for fit "whitened" (else None): the oracle's masks, which scale both sides."""
+    return quantised_weights(update) if fit == "whitened" else None
 
 
 @register_attack
@@ -129,9 +204,14 @@ class DequantInvertingGradients(InvertingGradientsAttack):
     adapts_to = QUANTISERS
     description = ("Inverting Gradients matched to the interval each quantised entry's level allows under a known "
                    "QSGD or uniform quantiser (leakbench's adaptive form, not published)")
+    Config = DequantIGConfig
+    config: DequantIGConfig
 
     def bounds(self, update: ClientUpdate) -> Bounds | None:
-        return quantised_bounds(update)
+        return fit_bounds(self.config.fit, update)
+
+    def masks(self, update: ClientUpdate) -> dict[str, torch.Tensor] | None:
+        return fit_weights(self.config.fit, update)
 
 
 @register_attack
@@ -144,10 +224,16 @@ class DequantDeepLeakage(DeepLeakageAttack):
     description = ("Deep Leakage from Gradients matched to the interval each quantised entry's level allows under "
                    "a known QSGD or uniform quantiser: squared distance to it (leakbench's adaptive form, not "
                    "published)")
+    Config = DequantDLGConfig
+    config: DequantDLGConfig
 
     def bounds(self, update: ClientUpdate) -> Bounds | None:
-        return quantised_bounds(update)
+        return fit_bounds(self.config.fit, update)
+
+    def masks(self, update: ClientUpdate) -> dict[str, torch.Tensor] | None:
+        return fit_weights(self.config.fit, update)
 
 
-__all__ = ["QUANTISERS", "DequantDeepLeakage", "DequantInvertingGradients", "bucket_steps", "last_quantiser",
-           "qsgd_bounds", "quantised_bounds", "uniform_bounds"]
+__all__ = ["FITS", "QUANTISERS", "DequantDLGConfig", "DequantDeepLeakage", "DequantIGConfig",
+           "DequantInvertingGradients", "bucket_steps", "last_quantiser", "qsgd_bounds", "qsgd_steps",
+           "quantised_bounds", "quantised_weights", "uniform_bounds", "uniform_steps"]
