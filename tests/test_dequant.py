@@ -5,12 +5,20 @@ from the threat model's listing, and the attack answers from the update alone.""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 import torch
 
 from leakbench.attacks import create_attack
-from leakbench.attacks.dequant import bucket_steps, qsgd_bounds, quantised_bounds, uniform_bounds
+from leakbench.attacks.dequant import (
+    bucket_steps,
+    qsgd_bounds,
+    qsgd_steps,
+    quantised_bounds,
+    quantised_weights,
+    uniform_bounds,
+)
 from leakbench.attacks.gradient_matching import GradientOracle, cosine_distance, l2_distance
 from leakbench.datasets import Batch
 from leakbench.fl.qsgd import QSGD, QSGDConfig, qsgd
@@ -99,14 +107,29 @@ def test_the_box_is_read_from_the_threat_models_listing() -> None:
     assert quantised_bounds(after) == {}  # summed after quantising: the levels no longer say where each entry lay
 
 
+def test_the_whitened_fit_weighs_each_tensor_by_one_over_its_rms_step() -> None:
+    levels, bucket = 4, 16
+    update = _update(QSGD(QSGDConfig(levels=levels, bucket=bucket)), known=True)
+    for name, w in quantised_weights(update).items():
+        step = qsgd_steps(update.gradients[name], levels, bucket, "l2")
+        told = step[(step > 0) & torch.isfinite(step)]
+        assert torch.allclose(w, torch.ones(()).double() / told.pow(2).mean().sqrt())
+    bits = _update(UniformQuantise(QuantiseConfig(bits=4)), known=True)
+    for name, w in quantised_weights(bits).items():  # one step per tensor: 2·max|q| / 15
+        assert torch.allclose(w, 15 / (2 * bits.gradients[name].abs().max()))
+    sign = _update(UniformQuantise(QuantiseConfig(mode="sign")), known=True)
+    assert all(bool((w == 1).all()) for w in quantised_weights(sign).values())  # signs matched as shared
+
+
+@pytest.mark.parametrize("fit", ["box", "whitened"])
 @pytest.mark.parametrize("name", ["ig-dequant", "dlg-dequant"])
-def test_with_the_defence_unknown_the_dequant_variants_are_their_plain_forms(name: str) -> None:
+def test_with_the_defence_unknown_the_dequant_variants_are_their_plain_forms(name: str, fit: str) -> None:
     quantiser = QSGD(QSGDConfig(levels=4, bucket=16))
-    budget = {"iterations": 5}
-    adaptive = create_attack(name, **budget).reconstruct(_update(quantiser, known=False), seed=3)
+    budget: dict[str, Any] = {"iterations": 5}
+    adaptive = create_attack(name, fit=fit, **budget).reconstruct(_update(quantiser, known=False), seed=3)
     plain = create_attack(name.removesuffix("-dequant"), **budget).reconstruct(_update(quantiser, known=False), seed=3)
     assert adaptive.images is not None and plain.images is not None and torch.equal(adaptive.images, plain.images)
-    known = create_attack(name, **budget).reconstruct(_update(quantiser, known=True), seed=3)
+    known = create_attack(name, fit=fit, **budget).reconstruct(_update(quantiser, known=True), seed=3)
     assert known.images is not None and not torch.equal(known.images, plain.images)  # known: it does adapt
 
 

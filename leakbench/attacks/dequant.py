@@ -81,15 +81,15 @@ def quantised_bounds(update: ClientUpdate) -> Bounds:
 
 
 def quantised_weights(update: ClientUpdate) -> dict[str, torch.Tensor]:
-    """For every shared tensor, 1/Δ per entry (module doc, `fit = "whitened"`): 0 where the step says
-    nothing (inf), and the tensor's largest weight where the entry is known to be exactly 0 (Δ = 0)."""
+    """For every shared tensor, one weight 1/Δ̄ (module doc, `fit = "whitened"`): Δ̄ the root mean square of its
+    entries' rounding steps (those the levels tell), 1 where they tell none."""
     return {n: _whitening(step) for n, step in _per_tensor(update, qsgd_steps, uniform_steps).items()}
 
 
 def _whitening(step: torch.Tensor) -> torch.Tensor:
-    positive = step[(step > 0) & torch.isfinite(step)]
-    floor = positive.min() if positive.numel() else step.new_ones(())
-    return torch.where(torch.isinf(step), 0.0, 1 / torch.maximum(step, floor))
+    told = step[(step > 0) & torch.isfinite(step)]
+    rms = told.pow(2).mean().sqrt() if told.numel() else step.new_ones(())
+    return (1 / rms).expand(step.shape)
 
 
 def _around(q: torch.Tensor, step: torch.Tensor, limit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
