@@ -107,18 +107,28 @@ def test_the_box_is_read_from_the_threat_models_listing() -> None:
     assert quantised_bounds(after) == {}  # summed after quantising: the levels no longer say where each entry lay
 
 
+def _ratios(weights: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Each tensor's weight over its expected weight (one number per tensor: the weights are constant)."""
+    assert all(bool((w == w.reshape(-1)[0]).all()) for w in weights.values())
+    return torch.stack([weights[n].reshape(-1)[0] / expected[n] for n in sorted(weights)])
+
+
 def test_the_whitened_fit_weighs_each_tensor_by_one_over_its_rms_step() -> None:
     levels, bucket = 4, 16
     update = _update(QSGD(QSGDConfig(levels=levels, bucket=bucket)), known=True)
-    for name, w in quantised_weights(update).items():
-        step = qsgd_steps(update.gradients[name], levels, bucket, "l2")
-        told = step[(step > 0) & torch.isfinite(step)]
-        assert torch.allclose(w, torch.ones(()).double() / told.pow(2).mean().sqrt())
-    bits = _update(UniformQuantise(QuantiseConfig(bits=4)), known=True)
-    for name, w in quantised_weights(bits).items():  # one step per tensor: 2·max|q| / 15
-        assert torch.allclose(w, 15 / (2 * bits.gradients[name].abs().max()))
+    expected = {}
+    for name, g in update.gradients.items():
+        step = qsgd_steps(g, levels, bucket, "l2")
+        expected[name] = 1 / step[(step > 0) & torch.isfinite(step)].pow(2).mean().sqrt()
+    ratios = _ratios(quantised_weights(update), expected)
+    assert torch.allclose(ratios, ratios[0].expand(ratios.shape))  # up to one common factor
+    bits = _update(UniformQuantise(QuantiseConfig(bits=4)), known=True)  # one step per tensor: 2·max|q| / 15
+    ratios = _ratios(quantised_weights(bits), {n: 15 / (2 * g.abs().max()) for n, g in bits.gradients.items()})
+    assert torch.allclose(ratios, ratios[0].expand(ratios.shape))
+    weighted = sum(float((w * bits.gradients[n]).pow(2).sum()) for n, w in quantised_weights(bits).items())
+    assert weighted == pytest.approx(sum(float(g.pow(2).sum()) for g in bits.gradients.values()), rel=1e-5)
     sign = _update(UniformQuantise(QuantiseConfig(mode="sign")), known=True)
-    assert all(bool((w == 1).all()) for w in quantised_weights(sign).values())  # signs matched as shared
+    assert all(torch.allclose(w, torch.ones(()).double()) for w in quantised_weights(sign).values())
 
 
 @pytest.mark.parametrize("fit", ["box", "whitened"])

@@ -81,15 +81,20 @@ def quantised_bounds(update: ClientUpdate) -> Bounds:
 
 
 def quantised_weights(update: ClientUpdate) -> dict[str, torch.Tensor]:
-    """For every shared tensor, one weight 1/Δ̄ (module doc, `fit = "whitened"`): Δ̄ the root mean square of its
-    entries' rounding steps (those the levels tell), 1 where they tell none."""
-    return {n: _whitening(step) for n, step in _per_tensor(update, qsgd_steps, uniform_steps).items()}
+    """For every shared tensor, one weight ∝ 1/Δ̄ (module doc, `fit = "whitened"`): Δ̄ the root mean square of
+    its entries' rounding steps (those the levels tell; 1 where they tell none), all scaled so that the weighted
+    shared gradient keeps its norm (DLG's loss keeps its scale; the cosine ignores it)."""
+    steps = _per_tensor(update, qsgd_steps, uniform_steps)
+    weights = {n: 1 / _rms_step(step) for n, step in steps.items()}
+    plain = sum(float(update.gradients[n].double().pow(2).sum()) for n in weights)
+    weighted = sum(float((w * update.gradients[n].double()).pow(2).sum()) for n, w in weights.items())
+    scale = (plain / weighted) ** 0.5 if weighted > 0 else 1.0
+    return {n: (w * scale).expand(steps[n].shape) for n, w in weights.items()}
 
 
-def _whitening(step: torch.Tensor) -> torch.Tensor:
-    told = step[(step > 0) & torch.isfinite(step)]
-    rms = told.pow(2).mean().sqrt() if told.numel() else step.new_ones(())
-    return (1 / rms).expand(step.shape)
+def _rms_step(step: torch.Tensor) -> torch.Tensor:
+    told = step[(step > 0) & torch.isfinite(step)].double()
+    return told.pow(2).mean().sqrt() if told.numel() else step.new_ones((), dtype=torch.float64)
 
 
 def _around(q: torch.Tensor, step: torch.Tensor, limit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
