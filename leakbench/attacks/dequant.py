@@ -16,15 +16,33 @@ entry lay in — a box of consistent gradients (`quantised_bounds`):
   within ±max|g| (max|g| is the largest shared |q|: the extreme entry sits on a level); sign mode: the sign's
   half-line, an exact 0 for 0. `quantise` is its retired name (stored cells).
 
-The loss is the gradient distance (IG's cosine, DLG's L2) between the candidate's gradient r and the point of
-the box nearest to it, r clamped to [low, high] (`GradientOracle`'s bounds). For DLG that is the squared
-Euclidean distance to the box: zero exactly when r could have produced the shared levels, growing with how far
-it lies outside. Why not match the dequantised values, as plain IG/DLG do: stochastic rounding moves each entry
-by up to a step at random, so the true gradient almost never equals the shared one; matching it as exact asks
-the candidate to reproduce the rounding noise (as matching a pruned zero asks it to reproduce the zero). The
-box uses all that the levels say and nothing they do not. (Within the box stochastic rounding favours values
-near the level — its likelihood is triangular —; the box loss ignores that, and the bucket norm constraint of
-QSGD's l2 scale.)
+Two ways to match, the setting `fit`:
+
+- "box": the gradient distance (IG's cosine, DLG's L2) between the candidate's gradient r and the point of the
+  box nearest to it, r clamped to [low, high] (`GradientOracle`'s bounds). For DLG that is the squared
+  Euclidean distance to the box: zero exactly when r could have produced the shared levels, growing with how far
+  it lies outside. It uses what the levels say for certain and nothing more — and so throws away that
+  stochastic rounding is unbiased and independent entry by entry: a box of ±Δ around every entry is loose,
+  and many wrong candidates fit inside it.
+- "whitened": the shared (dequantised) values as targets, each tensor weighted by 1/Δ̄, the root mean square
+  of its rounding steps (`quantised_weights`; the masks of `GradientOracle`, which scale both sides). Rounding
+  noise is zero-mean with variance ≤ Δ²/4 per entry, so least squares against the shared values with each
+  entry weighted by its noise level is the (Gaussian) maximum-likelihood fit; one weight per tensor rather
+  than per bucket, because QSGD's per-bucket steps span orders of magnitude (they follow each bucket's norm)
+  and per-bucket weights made the problem ill-conditioned (measured: IG 10.0 dB, DLG 7.1 dB under qsgd
+  s = 256, against 17.5 and 26.2 dB plain). The weights are scaled so the weighted shared gradient keeps its
+  norm: DLG's loss keeps its scale, IG's cosine ignores it. The tensors the plain forms weigh alike are now
+  weighed by how precisely each was shared.
+
+Which is the default, measured (CIFAR-10, FC-6 w200 at init, layer 1, b = 1, seeds 0–2, the suite budgets;
+docs/notebook/defences.md, 2026-12-06): neither fit beats the plain forms as dequantisation. The box is
+weaker than plain matching (IG 0.3–4.5 dB, DLG 4.5–11 dB lower medians under qsgd); "whitened" raises IG by
+2–5 dB on every quantised level, but by as much (+4.6 dB) under a 24-bit uniform quantiser whose rounding is
+negligible: the gain is the per-tensor re-weighting, which would help IG without any defence, not
+dequantisation (and run only on defended levels it would show a quantised level leaking more than the
+undefended one). Stochastic rounding is unbiased and independent entry by entry, so least squares against
+the shared values is already close to what the levels allow. The default is "box", the form that reads the
+levels; "whitened" is the measured alternative.
 
 The bounds apply when the threat model lists a quantiser as the update's last defence; with the defence
 unknown, no quantiser, or a defence after it (e.g. secure aggregation summing quantised updates), the variants
