@@ -141,8 +141,9 @@ def uniform_bounds(q: torch.Tensor, bits: int, mode: str) -> tuple[torch.Tensor,
 def bucket_steps(mag: torch.Tensor, levels: int, tol: float = 1e-3) -> torch.Tensor:
     """(buckets, d) magnitudes of QSGD-shared entries (each a whole number l ≤ `levels` of its bucket's step)
     → (buckets, 1) steps: the largest m/k, m the bucket's smallest non-zero magnitude, k = 1 … STEP_TRIES, of
-    which every magnitude is a whole multiple (within `tol`) and the largest at most `levels` times; 0 for an
-    all-zero bucket, inf where no k fits."""
+    which every magnitude is a whole multiple (within `tol` + SLACK·multiple) and the largest at most `levels`
+    times; 0 for an all-zero bucket, inf where no k fits. Any step found is l·Δ for a whole l ≥ 1 (m is one):
+    at worst a wider box, never a narrower one."""
     big = mag.amax(dim=1)
     m = torch.where(mag > 0, mag, torch.inf).amin(dim=1)
     steps = torch.where(big > 0, torch.inf, 0.0).to(mag.dtype)
@@ -152,7 +153,7 @@ def bucket_steps(mag: torch.Tensor, levels: int, tol: float = 1e-3) -> torch.Ten
             break
         step = (m[rows] / k).unsqueeze(1)
         ratio = mag[rows] / step
-        whole = ((ratio - ratio.round()).abs() <= tol * (1 + ratio)).all(dim=1)
+        whole = ((ratio - ratio.round()).abs() <= tol + SLACK * ratio).all(dim=1)  # float32's error grows with l
         fits = whole & (big[rows] <= step.squeeze(1) * levels * (1 + SLACK))
         steps[rows[fits]] = step.squeeze(1)[fits]
     return steps.unsqueeze(1)
