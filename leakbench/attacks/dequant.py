@@ -36,8 +36,8 @@ Two ways to match, the setting `fit`:
 
 Which is the default, measured (CIFAR-10, FC-6 w200 at init, layer 1, b = 1, seeds 0–2, the suite budgets;
 docs/notebook/defences.md, 2026-12-06): neither fit beats the plain forms as dequantisation. The box is
-weaker than plain matching (IG 0.3–4.5 dB, DLG 4.5–11 dB lower medians under qsgd); "whitened" raises IG by
-2–5 dB on every quantised level, but by as much (+4.6 dB) under a 24-bit uniform quantiser whose rounding is
+weaker than plain matching (IG 1.7–4.3 dB, DLG 4.5–10.8 dB lower medians under qsgd); "whitened" raises IG by
+1.5–4.8 dB on every quantised level, but by as much (+4.6 dB) under a 24-bit uniform quantiser whose rounding is
 negligible: the gain is the per-tensor re-weighting, which would help IG without any defence, not
 dequantisation (and run only on defended levels it would show a quantised level leaking more than the
 undefended one). Stochastic rounding is unbiased and independent entry by entry, so least squares against
