@@ -34,15 +34,15 @@ Two ways to match, the setting `fit`:
   norm: DLG's loss keeps its scale, IG's cosine ignores it. The tensors the plain forms weigh alike are now
   weighed by how precisely each was shared.
 
-Which is the default, measured (CIFAR-10, FC-6 w200 at init, layer 1, b = 1, seeds 0–2, the suite budgets;
-docs/notebook/defences.md, 2026-12-06): neither fit beats the plain forms as dequantisation. The box is
-weaker than plain matching (IG 1.7–4.3 dB, DLG 4.5–10.8 dB lower medians under qsgd); "whitened" raises IG by
-1.5–4.8 dB on every quantised level, but by as much (+4.6 dB) under a 24-bit uniform quantiser whose rounding is
-negligible: the gain is the per-tensor re-weighting, which would help IG without any defence, not
-dequantisation (and run only on defended levels it would show a quantised level leaking more than the
-undefended one). Stochastic rounding is unbiased and independent entry by entry, so least squares against
-the shared values is already close to what the levels allow. The default is "box", the form that reads the
-levels; "whitened" is the measured alternative.
+Which is the default, measured (CIFAR-10, FC-6 w200 at init, layer 1, b = 1 and 16, seeds 0–2, the suite
+budgets; docs/notebook/defences.md, 2026-12-06): neither fit beats the plain forms as dequantisation. The box
+is weaker than plain matching (b = 1: IG 1.7–4.3 dB, DLG 4.5–10.8 dB lower medians under qsgd). "whitened"
+raises IG by 1.5–4.8 dB on every quantised level, but by as much where rounding is negligible (24-bit uniform:
++4.6 dB; qsgd s = 4096: +3.0 dB, and +3.9 dB at b = 16 where qsgd 16 gains 0.4 dB): the gain is the
+per-tensor re-weighting, which would help IG without any defence, not dequantisation (run only on defended
+levels it would show a quantised level leaking more than the undefended one). Stochastic rounding is unbiased
+and independent entry by entry, so least squares against the shared values is already close to what the
+levels allow. The default is "box", the form that reads the levels; "whitened" is the measured alternative.
 
 The bounds apply when the threat model lists a quantiser as the update's last defence; with the defence
 unknown, no quantiser, or a defence after it (e.g. secure aggregation summing quantised updates), the variants
