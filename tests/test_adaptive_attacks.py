@@ -142,7 +142,7 @@ def test_each_adaptive_variant_names_its_plain_form_and_what_it_adapts_to() -> N
     for name, plain in PLAIN.items():
         cls = attack_class(name)
         assert cls.adapts_to and "not published" in cls.description
-        assert cls.Config is attack_class(plain).Config  # the plain attack's settings, the same knobs
+        assert issubclass(cls.Config, attack_class(plain).Config)  # the plain attack's knobs (ig-dequant adds `fit`)
 
 
 # --------------------------------------------------------------------------- spear-demix (Huang et al.'s MixUp)

@@ -431,8 +431,8 @@ def test_paper_suites_parse() -> None:
     matrix = load_suite(shipped_suite("paper/defences")).cells  # 5 attacks × 26 levels × 2 victims × 3 seeds,
     # + each adaptive attack × 2 victims × 3 seeds × the levels it adapts to: spear-approx 9 (noise, dp, qsgd),
     # spear-masked, ig-masked, dlg-masked 6 each (prune, soteria), ig-/dlg-precode 3 each, spear-unmix 1,
-    # spear-demix 3 (mixup k = 2, 4, 6)
-    assert len(matrix) == 780 + 6 * (9 + 3 * 6 + 2 * 3 + 1 + 3) and {c.train_epochs for c in matrix} == {0, 1}
+    # spear-demix 3 (mixup k = 2, 4, 6), ig-/dlg-dequant 3 each (qsgd)
+    assert len(matrix) == 780 + 6 * (9 + 3 * 6 + 2 * 3 + 1 + 3 + 2 * 3) and {c.train_epochs for c in matrix} == {0, 1}
     assert all(c.defence_known for c in matrix) and {c.seed for c in matrix} == {0, 1, 2}
     levels = {tuple(d.name for d in c.defences) for c in matrix}
     assert {name for level in levels for name in level} >= {"prune", "qsgd", "soteria", "precode", "mixup",

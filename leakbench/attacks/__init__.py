@@ -25,6 +25,7 @@ __all__ = ["ATTACKS", "Attack", "Reconstruction", "Requirements", "attack_budget
 # The shipped attacks register on import (after the names above: `attacks.spear` imports them from here).
 from leakbench.attacks import adaptive as _adaptive  # noqa: F401  (ig-masked, dlg-masked)
 from leakbench.attacks import cpa as _cpa  # noqa: F401
+from leakbench.attacks import dequant as _dequant  # noqa: F401  (ig-dequant, dlg-dequant)
 from leakbench.attacks import gradient_matching as _gradient_matching  # noqa: F401
 from leakbench.attacks import presets as _presets  # noqa: F401  (cpa-released, ig-breaching)
 from leakbench.attacks import spear as _spear  # noqa: F401  (registers on import)

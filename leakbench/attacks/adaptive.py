@@ -5,7 +5,8 @@ False, or the defence not listed in `ClientUpdate.defences`): the masked variant
 below), the PRECODE-aware variants (`ig-precode`, `dlg-precode`: PRECODE section) and SPEAR followed by
 un-mixing for the in-batch MixUp (`spear-unmix`: MixUp section). A fourth, SPEAR followed by a per-image
 estimate for Huang et al.'s MixUp (`spear-demix`: last section), has no plain form: where the defence is not
-known to be that MixUp it answers "not applicable".
+known to be that MixUp it answers "not applicable". The dequantising variants (`ig-dequant`, `dlg-dequant`:
+matched to the intervals a known quantiser's levels allow) live in `attacks/dequant.py`.
 
 A zeroing defence — gradient pruning (`leakbench.fl.prune`), Soteria (`leakbench.fl.soteria`) —
 replaces shared entries by exact zeros. Plain gradient matching then asks the dummy batch to produce
@@ -443,7 +444,8 @@ class SpearDemix(Attack[SpearDemixConfig]):
         return Reconstruction(status="ok", space="image", images=images.to(torch.float32), layer=1, stats=stats)
 
 
-PLAIN = {"ig-masked": "ig", "dlg-masked": "dlg", "ig-precode": "ig", "dlg-precode": "dlg", "spear-unmix": "spear"}
+PLAIN = {"ig-masked": "ig", "dlg-masked": "dlg", "ig-precode": "ig", "dlg-precode": "dlg", "spear-unmix": "spear",
+         "ig-dequant": "ig", "dlg-dequant": "dlg"}  # the last two: `leakbench.attacks.dequant`
 """Each adaptive variant's plain form: what it is where the threat model withholds the defence."""
 ADAPTIVE = tuple(PLAIN)
 """The adaptive variants' names (the default suite runs their plain forms, not them)."""

@@ -37,6 +37,8 @@ MAX_INNER = 10**4
 """L-BFGS function evaluations per step, and its memory (history_size)."""
 
 GradientDistance = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor]], torch.Tensor]
+Bounds = dict[str, tuple[torch.Tensor, torch.Tensor]]
+"""Parameter name → (low, high), entrywise bounds of its true gradient (`GradientOracle`)."""
 
 
 # --------------------------------------------------------------------------- gradient distances
@@ -97,10 +99,13 @@ class GradientOracle:
 
     `masks` (parameter name → boolean tensor of its shape) restricts the comparison to the entries
     marked True in those tensors (the adaptive variants, `leakbench.attacks.adaptive`); the others
-    are compared whole.
+    are compared whole. `bounds` (parameter name → (low, high) of its shape) replaces that tensor's target by a
+    box of possible true gradients: the candidate's gradient is compared with the point of the box nearest to
+    it, itself clamped to [low, high] (`leakbench.attacks.dequant`), so it costs nothing inside the box.
     """
 
-    def __init__(self, update: ClientUpdate, masks: dict[str, torch.Tensor] | None = None) -> None:
+    def __init__(self, update: ClientUpdate, masks: dict[str, torch.Tensor] | None = None,
+                 bounds: Bounds | None = None) -> None:
         self.model = copy.deepcopy(update.model).train(update.threat.bn_mode == "train")
         named = dict(self.model.named_parameters())
         self.names = [n for n in named if n in update.gradients]
@@ -113,6 +118,8 @@ class GradientOracle:
         self.targets = [update.gradients[n].detach().to(self.dtype) for n in self.names]
         self.masks = [None if masks is None or n not in masks else masks[n].to(self.dtype) for n in self.names]
         self.targets = [t if m is None else t * m for t, m in zip(self.targets, self.masks, strict=True)]
+        self.bounds = [None if bounds is None or n not in bounds else
+                       (bounds[n][0].to(self.dtype), bounds[n][1].to(self.dtype)) for n in self.names]
         shape = getattr(update.model, "input_shape", None)
         if shape is None:
             raise ConfigError("gradient matching needs the victim's image shape (`model.input_shape`)")
@@ -132,7 +139,13 @@ class GradientOracle:
 
     def distance(self, z: torch.Tensor, labels: torch.Tensor, fn: GradientDistance) -> torch.Tensor:
         rec = [g if m is None else g * m for g, m in zip(self.gradients(z, labels), self.masks, strict=True)]
-        return fn(rec, self.targets)
+        return fn(rec, self.matched(rec))
+
+    def matched(self, rec: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """What the candidate's gradients `rec` are compared with: the shared gradients, or for a tensor with
+        bounds the point of its box nearest to `rec` (differentiable: the exact gradient of the distance)."""
+        return [t if b is None else torch.clamp(r, b[0], b[1])
+                for r, t, b in zip(rec, self.targets, self.bounds, strict=True)]
 
 
 def _labels(update: ClientUpdate, b: int, strategy: str) -> tuple[torch.Tensor, str]:
@@ -206,12 +219,17 @@ class _GradientMatchingAttack(Attack[ConfigT]):
         self.check_update(update)
         start = time.perf_counter()
         assert update.batch_size is not None  # checked by check_update
-        oracle = GradientOracle(update, self.masks(update))
+        oracle = GradientOracle(update, self.masks(update), self.bounds(update))
         return start, int(update.batch_size), oracle, torch.Generator().manual_seed(seed)
 
     def masks(self, update: ClientUpdate) -> dict[str, torch.Tensor] | None:
         """The entries of each shared tensor the attack compares (None: all of them; the adaptive
         variants restrict it)."""
+        return None
+
+    def bounds(self, update: ClientUpdate) -> Bounds | None:
+        """Boxes of possible true gradients for some shared tensors (None: the shared values are the targets;
+        the dequantising variants, `leakbench.attacks.dequant`, read them from a known quantiser)."""
         return None
 
 
@@ -394,5 +412,5 @@ class DeepLeakageAttack(_GradientMatchingAttack[DLGConfig]):
         return Reconstruction(status="ok", space="image", images=_finish(oracle, best_z), stats=stats)
 
 
-__all__ = ["TV_FORMS", "DLGConfig", "DeepLeakageAttack", "GradientOracle", "IGConfig", "InvertingGradientsAttack",
-           "cosine_distance", "l2_distance", "padded_total_variation"]
+__all__ = ["TV_FORMS", "Bounds", "DLGConfig", "DeepLeakageAttack", "GradientOracle", "IGConfig",
+           "InvertingGradientsAttack", "cosine_distance", "l2_distance", "padded_total_variation"]

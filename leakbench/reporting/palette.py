@@ -33,6 +33,8 @@ SHIPPED: dict[str, str] = {
     "dlg-precode": "#f7b6d2",
     "spear-unmix": "#9ecae1",
     "spear-demix": "#3182bd",  # issue 43, mixsec: SPEAR then an estimate from Huang et al.'s MixUp mixtures
+    "ig-dequant": "#31a354",  # issue 43, dequant: gradient matching to a known quantiser's intervals
+    "dlg-dequant": "#fb6a4a",
     "mean-image": "#7f7f7f",
 }
 """Fixed colours of the shipped attacks (and the example plugin's `mean-image`), hex RGB."""
