@@ -285,3 +285,30 @@ def test_a_threat_every_cell_shares_is_said_once_not_in_each_label() -> None:
     assert set(defence_levels(with_model(mixed))) == {"none", f"{NOISE} · {known}", f"prune p=0.5 · {known}"}
     assert shared_note(mixed) == []
     assert all(known in c for c in with_model(raw, keep_shared=True)["client"])
+
+
+def test_the_verdict_figure_plots_each_level_at_its_worst_attack_adaptive_included(tmp_path: Any) -> None:
+    """prune's plain ig leaks little (reid 25 %) but ig-masked, told the defence, re-identifies every image:
+    the verdict point of prune is ig-masked's 100 %, adaptive, at prune's accuracy cost; a level at init (no
+    accuracy) has no point. Old code: no verdict points, and the report's figures showed each attack alone."""
+    from leakbench.reporting.defences import verdict_points
+    from leakbench.reporting.figures import verdict_figure
+
+    known = "defence known"
+    accuracy = {"none": [0.40, 0.41, 0.39], "prune p=0.5": [0.36, 0.37, 0.35]}
+    specs = [_cell(level, attack, seed, psnr=20.0, reid=reid, threat=threat, accuracy=accuracy[level][seed])
+             for seed in (0, 1, 2) for level, attack, reid, threat in (
+                 ("none", "ig", 1.0, "default"), ("prune p=0.5", "ig", 0.25, "default"),
+                 ("prune p=0.5", "ig-masked", 1.0, known))]
+    records, cells = _tables(specs)
+    points = verdict_points(records, cells, MASKED).set_index("level")
+    assert set(points.index) == {"none", "prune p=0.5"}
+    prune = points.loc["prune p=0.5"]
+    assert (prune["attack"], bool(prune["adaptive"]), prune["leakage_pct"], prune["measure"]) == \
+        ("ig-masked", True, 100.0, "reid")
+    assert round(prune["cost_pp"], 6) == 4.0 and prune["cost_low_pp"] < 4.0 < prune["cost_high_pp"]
+    assert not prune["marked"] and points.loc["none", "cost_pp"] == 0.0
+    at_init = _tables([{**s, "accuracy": float("nan")} for s in specs])
+    assert verdict_points(*at_init, MASKED).empty
+    path = verdict_figure(points.reset_index(), tmp_path / "verdict.png", "title")
+    assert path.stat().st_size > 0

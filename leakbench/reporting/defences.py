@@ -514,6 +514,36 @@ def privacy_utility_data(records: pd.DataFrame, cells: pd.DataFrame) -> pd.DataF
     return pd.DataFrame(rows, columns=[*by, "accuracy_pct", "exact_pct", "psnr_median", "lpips_mean"])
 
 
+VERDICT_POINTS = ["dataset", "model", "batch_size", "level", "rank", "cost_pp", "cost_low_pp", "cost_high_pp",
+                  "leakage_pct", "leakage_spread", "measure", "attack", "adaptive", "marked"]
+"""The columns of `verdict_points`."""
+
+
+def verdict_points(records: pd.DataFrame, cells: pd.DataFrame,
+                   adaptations: Adaptations = NO_ADAPTATIONS) -> pd.DataFrame:
+    """The verdict boards as points of a privacy–utility plane (the report's verdict figure): per board
+    (dataset, model, batch size) with trained victims, one row per evaluated level with an accuracy cost — its
+    rank (None: not ranked), cost and 95 % interval in points, and its worst attack's leakage (adaptive attacks
+    included, `Verdict.worst`): re-identification % with its seed spread, or exact % where the records carry
+    no re-identification (`measure` says which); `marked`: the row carries a mark (`Verdict.marks`)."""
+    cells = verdict_levels(cells)
+    rows = []
+    for (dataset, model, b), sub in _boards(cells, RANKING_BOARD, board_order_key(cells)):
+        mine = records[records["cell_id"].isin(set(sub["cell_id"]))]
+        for rank, v in ranked(verdicts(mine, sub, adaptations), level_sorter(sub)):
+            worst = v.worst()
+            if worst is None or math.isnan(v.cost):
+                continue
+            reid = not math.isnan(worst.leakage[0])
+            component = 0 if reid else 1
+            rows.append({"dataset": dataset, "model": model, "batch_size": b, "level": v.level, "rank": rank,
+                         "cost_pp": 100 * v.cost, "cost_low_pp": 100 * v.low, "cost_high_pp": 100 * v.high,
+                         "leakage_pct": worst.leakage[component], "leakage_spread": worst.seeds.spread[component],
+                         "measure": "reid" if reid else "exact", "attack": worst.attack,
+                         "adaptive": worst.adaptive, "marked": bool(v.marks())})
+    return pd.DataFrame(rows, columns=VERDICT_POINTS)
+
+
 # --------------------------------------------------------------------------- the leaderboard's defence ranking
 
 def defence_ranking(records: pd.DataFrame, cells: pd.DataFrame, papers: Papers | None = None,

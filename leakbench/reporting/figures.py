@@ -263,3 +263,43 @@ def privacy_utility_figure(levels: pd.DataFrame, path: Path, title: str) -> Path
     fig.suptitle(wrapped(title, 15), fontsize=11)
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+def verdict_figure(points: pd.DataFrame, path: Path, title: str) -> Path:
+    """One verdict board as a privacy–utility plane: per defence level, its worst attack's leakage (adaptive
+    attacks included: re-identification %, else exact %, ± the seed spread) against its accuracy cost (points,
+    with the 95 % interval). Filled: ranked without a mark; hollow: a marked row (no or failed adaptive
+    attack, unusable, not run against every attack); the first rank's levels and 'none' named. `points`: the
+    rows of one board of `reporting.defences.verdict_points`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for _, row in points.iterrows():
+        tint = colour(str(row["attack"]))
+        xerr = [[row["cost_pp"] - row["cost_low_pp"]], [row["cost_high_pp"] - row["cost_pp"]]] \
+            if np.isfinite(row["cost_low_pp"]) else None
+        ax.errorbar(row["cost_pp"], row["leakage_pct"], xerr=xerr, yerr=row["leakage_spread"] or None,
+                    fmt="o" if row["adaptive"] else "s", ms=7, color=tint, mfc="white" if row["marked"] else tint,
+                    ecolor=tint, elinewidth=0.8, capsize=2, zorder=3)
+        if row["rank"] == 1 or row["level"] == NONE:
+            ax.annotate(str(row["level"]), (row["cost_pp"], row["leakage_pct"]), textcoords="offset points",
+                        xytext=(6, 5), fontsize=8)
+    measure = "re-identified %" if (points["measure"] == "reid").all() else "re-identified % (else exact %)"
+    ax.set_xlabel("accuracy cost (points; 95 % interval over training seeds)  → more expensive")
+    ax.set_ylabel(f"worst attack: {measure} (± seed spread)")
+    ax.set_ylim(-5, 105)
+    ax.grid(True, alpha=0.3)
+    handles = [Line2D([], [], color="grey", marker=m, ls="", mfc=f, label=t) for m, f, t in (
+        ("o", "grey", "worst attack adaptive"), ("s", "grey", "worst attack not adaptive"),
+        ("o", "white", "hollow: a marked row (see the board)"))]
+    attacks = sorted(set(points["attack"].astype(str)))
+    handles += [Line2D([], [], color=colour(a), marker="o", ls="", label=a) for a in attacks]
+    ax.legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.suptitle(wrapped(title, 11), fontsize=11)
+    fig.tight_layout()
+    return save_figure(fig, path)
+

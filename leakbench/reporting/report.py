@@ -49,8 +49,14 @@ from leakbench.reporting.aggregate import (
     with_model,
 )
 from leakbench.reporting.compare import comparison_figures
-from leakbench.reporting.defences import NO_ADAPTATIONS, Adaptations, defence_blocks, privacy_utility_data
-from leakbench.reporting.figures import axis_figure, defence_figure, privacy_utility_figure
+from leakbench.reporting.defences import (
+    NO_ADAPTATIONS,
+    Adaptations,
+    defence_blocks,
+    privacy_utility_data,
+    verdict_points,
+)
+from leakbench.reporting.figures import axis_figure, defence_figure, privacy_utility_figure, verdict_figure
 from leakbench.reporting.findings import findings_block, headline_table, settings
 from leakbench.reporting.order import NONE, defence_levels, level_sorter, ordered
 from leakbench.reporting.pivot import pivot_table, triple
@@ -238,11 +244,12 @@ def defence_figures(per_cell: pd.DataFrame, cells: pd.DataFrame, folder: Path, s
 
 def defence_sections(records: pd.DataFrame, cells: pd.DataFrame, folder: Path, suite: str,
                      adaptations: Adaptations = NO_ADAPTATIONS) -> list[Block]:
-    """The defence boards of the run (as in the leaderboard), then per dataset, trained victim and attack
-    with more than one defence level: leakage (exact %, PSNR median, LPIPS) against the victim's test
-    accuracy, one point per level (nothing for a run without defence levels)."""
+    """The defence boards of the run (as in the leaderboard), then each board with trained victims as a figure
+    (`verdict_items`), then per dataset, trained victim and attack with more than one defence level: leakage (exact
+    %, PSNR median, LPIPS) against the victim's test accuracy, one point per level (nothing for a run without
+    defence levels)."""
     data = privacy_utility_data(records, with_model(cells))
-    items = []
+    items = verdict_items(records, cells, folder, suite, adaptations)
     for (dataset, model, attack), sub in data.groupby(["dataset", "model", "attack"], sort=True):
         if sub["level"].nunique() < 2:
             continue
@@ -255,10 +262,27 @@ def defence_sections(records: pd.DataFrame, cells: pd.DataFrame, folder: Path, s
         return boards
     return [*boards, Images("Privacy–utility: leakage against the victim's test accuracy", items, [
         "Each victim was trained with its defence level applied to every update (FedSGD rounds of the training "
-        "recipe); its accuracy is on the dataset's test part. Points: exact %, PSNR median and mean LPIPS of the "
-        "attack pooled over the level's cells (seeds, layers), in the attack's colour, one marker per batch size. "
-        "Named: 'none' and the levels no other level beats in both accuracy and privacy (the rest are in the "
-        "defence tables above)."])]
+        "recipe); its accuracy is on the dataset's test part. The first figures ('verdict-…') are the defence "
+        "boards above as points: each level's worst attack, adaptive ones included (circles: adaptive; squares: "
+        "not), re-identification % ± its seed spread against the accuracy cost with its 95 % interval; hollow: a "
+        "marked row; named: the first rank and 'none'. The per-attack figures after them: exact %, PSNR median and"
+        " mean LPIPS of the attack pooled over the level's cells (seeds, layers), in the attack's colour, one "
+        "marker per batch size. Named: 'none' and the levels no other level beats in both accuracy and privacy "
+        "(the rest are in the defence tables above)."])]
+
+
+def verdict_items(records: pd.DataFrame, cells: pd.DataFrame, folder: Path, suite: str,
+                  adaptations: Adaptations) -> list[tuple[str, str]]:
+    """Per defence board with trained victims: its verdict figure (`figures.verdict_figure`), as (path, caption)."""
+    items = []
+    points = verdict_points(records, with_model(cells), adaptations)
+    for (dataset, model, b), sub in points.groupby(["dataset", "model", "batch_size"], sort=False):
+        name = "verdict-" + re.sub(r"[^A-Za-z0-9.]+", "-", f"{dataset} {model} b{b}").strip("-") + ".png"
+        caption = (f"{dataset} · {model} · b={b}: each defence level's worst attack (adaptive ones included) "
+                   "against its accuracy cost")
+        verdict_figure(sub, folder / name, f"{suite}: {caption}")
+        items.append((f"{suite}/figures/{name}", caption))
+    return items
 
 
 def unranked_blocks(records: pd.DataFrame, cells: pd.DataFrame) -> list[Block]:
