@@ -210,11 +210,14 @@ def noisy_column_search(problem: LayerProblem, settings: SearchSettings, gen: to
     `approx_per_chunk` with the most zeros of each chunk by `refine_noisy` (zeros: |L_r·q| ≤ `approx_zero_sigmas`
     × the noise std), keep those with at least `approx_zero_fraction`·m zeros as columns (one per direction within
     `approx_same`, the one with more zeros); once b independent columns are kept and `approx_patience` chunks in a
-    row changed no column (or the budget is spent), select b of them as spear-paper does (sparsest first, then the
+    row changed no column (or the draw budget is spent), select b of them as spear-paper does (sparsest first, then the
     paper's second greedy stage, `select.improve_by_swaps`), scale and check them (`solve.solve_batch`) and stop.
     The exact test's relative tolerance (`candidates.zero_tolerance`) counts nearly every neuron of a weak row as
     zero under noise, so the exact refinement drifts off the true columns (measured: none of 511 columns within
     cos 0.99 of a true one at σ = 1e-5, CIFAR-10 FC-6 w400, b = 8).
+    The stopping rule counts work only (chunks of draws), so a seed gives the same batch on any machine and load;
+    the time cap (`max_seconds`) is a safety net: hit before the selection, the search ends with no batch
+    (`SearchState.time_capped`, a failure of kind "budget").
     Returns the state (`best`: the batch checked) and that solution, or None when the budget ran out first."""
     t = settings.tolerances
     L, b = problem.L, problem.b
@@ -253,7 +256,7 @@ def noisy_column_search(problem: LayerProblem, settings: SearchSettings, gen: to
             show_progress(bar, state, settings)
             quiet = quiet + 1 if zeros.shape == before.shape and bool((zeros == before).all()) else 0
             chosen = select_independent(state.columns, zeros, b, rtol=t.select_rtol)
-            if chosen.numel() == b and (quiet >= t.approx_patience or out_of_budget(state, settings)):
+            if chosen.numel() == b and (quiet >= t.approx_patience or state.draws >= settings.max_draws):
                 tol = threshold_tol(problem, threshold)
                 chosen = improve_by_swaps(problem, state.columns, chosen, zeros, tol)
                 solution = solve_batch(problem, state.columns[chosen.sort().values].T, tol)
