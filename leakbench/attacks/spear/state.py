@@ -85,7 +85,8 @@ def stop_reason(state: SearchState, settings: SearchSettings, b: int) -> str:
     """Why a search stopped without a batch, as the failed cell's reason: nothing could be drawn any
     more (the rest of the draw budget was charged without drawing), the time cap (`SearchState.time_capped`), or
     the draw budget."""
-    found = f"with {state.found} of {b} samples found"
+    found = (f"with {state.found} of {b} samples found" if state.found <= b else  # the column search keeps more
+             f"with {state.found} candidate columns kept for {b} samples")
     if state.unverifiable:
         return f"stopped after {state.draws} draws {found}: {state.unverifiable}"
     if state.undrawable:
