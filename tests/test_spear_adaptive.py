@@ -10,6 +10,7 @@ import torch
 
 from leakbench.attacks import attack_class, create_attack
 from leakbench.attacks.spear.adaptive import complete_in_span, complete_low_rank, inpaint
+from leakbench.attacks.spear.state import SearchState
 from leakbench.core.reconstruction import Reconstruction
 from leakbench.datasets import Batch, load_dataset, sample_batch
 from leakbench.fl import ClientUpdate, ThreatModel, fedsgd_update
@@ -57,6 +58,46 @@ def test_paper_return_unverified_flag() -> None:
     result = create_attack("spear-paper", max_draws=200_000, return_unverified=True).reconstruct(update, seed=1)
     assert result.status == "ok" and result.images is not None and result.images.shape[0] == B
     assert result.stats["verified"] is False and "verification failed" in result.stats["unverified_reason"]
+
+
+def _machine(monkeypatch: pytest.MonkeyPatch, draws_per_second: float) -> None:
+    """Simulate a machine that does `draws_per_second` of the search's work per second (its speed under load): the
+    search's clock reads its draws so far at that rate, so the time cap is hit at a known point of the work."""
+    monkeypatch.setattr(SearchState, "seconds", property(lambda state: state.draws / draws_per_second))
+
+
+def _approx_on_noise(**params: float) -> Reconstruction:
+    """spear-approx on the noisy cell of the tests above (σ = 1e-4, seed 1), in small chunks (several per run)."""
+    _, clean = _cell(seed=1)
+    return create_attack("spear-approx", max_draws=200_000, chunk=256, **params).reconstruct(
+        add_noise(clean, 1e-4, 1), seed=1)
+
+
+def test_approx_stops_by_work_not_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same seed gives the same answer (same draws, same images) on a fast and on a slow machine; where the slow
+    machine hits the time cap first it gives no answer (a budget failure), never an earlier batch."""
+    _machine(monkeypatch, 1e12)
+    reference = _approx_on_noise(max_seconds=10)
+    assert reference.status == "ok" and reference.images is not None
+    capped = 0
+    for speed in (1e6, 1e3, 100.0, 30.0, 10.0):
+        _machine(monkeypatch, speed)
+        result = _approx_on_noise(max_seconds=10)
+        if result.status == "failed":
+            assert result.failure == "budget"
+            capped += 1
+            continue
+        assert result.stats["draws"] == reference.stats["draws"]
+        assert result.images is not None and torch.equal(result.images, reference.images)
+    assert capped  # the slowest machines hit the cap before the search's own stop
+
+
+def test_approx_time_cap_is_a_budget_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hitting the safety cap (max_seconds) before the search stops by its work: failed, kind "budget", no images."""
+    _machine(monkeypatch, 1.0)
+    result = _approx_on_noise(max_seconds=1)
+    assert result.status == "failed" and result.failure == "budget" and result.images is None
+    assert "max_seconds" in result.reason
 
 
 def test_approx_without_noise_is_exact_and_verified() -> None:

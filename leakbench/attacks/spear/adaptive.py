@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from leakbench.attacks.spear.attack import SpearPaperAttack, SpearPaperConfig
+from leakbench.attacks.spear.attack import MAX_DRAWS, SpearPaperAttack, SpearPaperConfig
 from leakbench.attacks.spear.candidates import canonical, noise_std, one_per_direction
 from leakbench.attacks.spear.factors import LayerProblem, top_svd
 from leakbench.attacks.spear.sampling import draw_directions
@@ -35,6 +35,7 @@ from leakbench.attacks.spear.search import ColumnState
 from leakbench.attacks.spear.select import improve_by_swaps, select_independent
 from leakbench.attacks.spear.solve import Solution, solve_batch
 from leakbench.attacks.spear.state import SearchSettings, SearchState, out_of_budget, search_bar, show_progress
+from leakbench.core.ranges import ranged
 from leakbench.fl.update import ClientUpdate
 
 APPROX_ADAPTS_TO = frozenset({"noise", "dp", "uniform-quantise", "quantise", "qsgd"})
@@ -46,8 +47,19 @@ MASKED_ADAPTS_TO = frozenset({"prune", "soteria", "soteria-first"})
 
 @dataclass(frozen=True)
 class SpearApproxConfig(SpearPaperConfig):
-    """spear-paper's hyperparameters with `return_unverified` on: the best whole batch when none verifies."""
+    """spear-paper's hyperparameters with `return_unverified` on: the best whole batch when none verifies.
 
+    max_draws: the budget of the search, in draws. Under added noise the noise-aware search stops once b columns
+        are kept and `approx_patience` chunks in a row changed none, or when the draws are spent (then it selects
+        from what it kept); at the rounding level, spear-paper's search stops when a selection verifies or the
+        draws are spent. Work, not time, so a seed gives the same answer on any machine and load. Default
+        2,000,000 (b = 16 under DP σ = 0.1 at CIFAR-10 FC-6 w200: 200,000 draws in about 10 s on one core).
+    max_seconds: a safety cap on wall-clock time, not a budget: a search that hits it before its draws are spent
+        answers nothing (failed, kind "budget"; `SearchState.time_capped`), since where the clock stops it depends
+        on the machine's load.
+    """
+
+    max_draws: int = ranged(2_000_000, 1, MAX_DRAWS)
     return_unverified: bool = True
     attack_name: ClassVar[str] = "spear-approx"
 
@@ -210,11 +222,14 @@ def noisy_column_search(problem: LayerProblem, settings: SearchSettings, gen: to
     `approx_per_chunk` with the most zeros of each chunk by `refine_noisy` (zeros: |L_r·q| ≤ `approx_zero_sigmas`
     × the noise std), keep those with at least `approx_zero_fraction`·m zeros as columns (one per direction within
     `approx_same`, the one with more zeros); once b independent columns are kept and `approx_patience` chunks in a
-    row changed no column (or the budget is spent), select b of them as spear-paper does (sparsest first, then the
+    row changed no column (or the draw budget is spent), select b of them as spear-paper does (sparsest first, then the
     paper's second greedy stage, `select.improve_by_swaps`), scale and check them (`solve.solve_batch`) and stop.
     The exact test's relative tolerance (`candidates.zero_tolerance`) counts nearly every neuron of a weak row as
     zero under noise, so the exact refinement drifts off the true columns (measured: none of 511 columns within
     cos 0.99 of a true one at σ = 1e-5, CIFAR-10 FC-6 w400, b = 8).
+    The stopping rule counts work only (chunks of draws), so a seed gives the same batch on any machine and load;
+    the time cap (`max_seconds`) is a safety net: hit before the selection, the search ends with no batch
+    (`SearchState.time_capped`, a failure of kind "budget").
     Returns the state (`best`: the batch checked) and that solution, or None when the budget ran out first."""
     t = settings.tolerances
     L, b = problem.L, problem.b
@@ -253,7 +268,7 @@ def noisy_column_search(problem: LayerProblem, settings: SearchSettings, gen: to
             show_progress(bar, state, settings)
             quiet = quiet + 1 if zeros.shape == before.shape and bool((zeros == before).all()) else 0
             chosen = select_independent(state.columns, zeros, b, rtol=t.select_rtol)
-            if chosen.numel() == b and (quiet >= t.approx_patience or out_of_budget(state, settings)):
+            if chosen.numel() == b and (quiet >= t.approx_patience or state.draws >= settings.max_draws):
                 tol = threshold_tol(problem, threshold)
                 chosen = improve_by_swaps(problem, state.columns, chosen, zeros, tol)
                 solution = solve_batch(problem, state.columns[chosen.sort().values].T, tol)

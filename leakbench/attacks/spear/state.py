@@ -53,6 +53,9 @@ class SearchState:
     unverifiable: str = ""
     """Why the search stopped before its budget with b − 1 samples ('' otherwise): the last one is too weak in the
     gradient to verify (completion.weak_last_sample)."""
+    time_capped: bool = False
+    """The search stopped on its wall-clock cap (`max_seconds`) with draws of its budget left (`out_of_budget`
+    records it): where it stopped depends on the machine's speed and load, so its answer would too."""
 
     @property
     def seconds(self) -> float:
@@ -80,15 +83,18 @@ def charge_undrawable(state: SearchState, count: int, rows: int, total: int, nee
 
 def stop_reason(state: SearchState, settings: SearchSettings, b: int) -> str:
     """Why a search stopped without a batch, as the failed cell's reason: nothing could be drawn any
-    more (the rest of the draw budget was charged without drawing), the time budget, or the draw budget."""
-    found = f"with {state.found} of {b} samples found"
+    more (the rest of the draw budget was charged without drawing), the time cap (`SearchState.time_capped`), or
+    the draw budget."""
+    found = (f"with {state.found} of {b} samples found" if state.found <= b else  # the column search keeps more
+             f"with {state.found} candidate columns kept for {b} samples")
     if state.unverifiable:
         return f"stopped after {state.draws} draws {found}: {state.unverifiable}"
     if state.undrawable:
         return (f"nothing left to draw after {state.draws - state.undrawn} draws {found}: {state.undrawable} "
                 f"(the other {state.undrawn} draws of the budget were charged without drawing)")
-    if state.seconds >= settings.max_seconds:
-        return f"time budget spent after {state.draws} draws {found}"
+    if state.time_capped:
+        return (f"time budget spent (the safety cap max_seconds = {settings.max_seconds:g}) after {state.draws} of "
+                f"{settings.max_draws} draws {found}")
     return f"draw budget spent after {state.draws} draws {found}"
 
 
@@ -108,8 +114,11 @@ def stop_failure(state: SearchState) -> Failure:
 
 
 def out_of_budget(state: SearchState, settings: SearchSettings) -> bool:
-    """The draw or time budget is spent."""
-    return state.draws >= settings.max_draws or state.seconds >= settings.max_seconds
+    """The draw or time budget is spent; a stop on time with draws left is recorded (`SearchState.time_capped`)."""
+    if state.draws >= settings.max_draws:
+        return True
+    state.time_capped = state.seconds >= settings.max_seconds
+    return state.time_capped
 
 
 def search_bar(problem: LayerProblem, settings: SearchSettings) -> AbstractContextManager[Tally]:
