@@ -219,8 +219,21 @@ def fit_weights(fit: str, update: ClientUpdate) -> dict[str, torch.Tensor] | Non
     return quantised_weights(update) if fit == "whitened" else None
 
 
+class DequantFit:
+    """What both dequantising attacks add to their plain form: the box (`bounds`) or the per-tensor weights
+    (`masks`) of their `fit` setting."""
+
+    config: DequantIGConfig | DequantDLGConfig
+
+    def bounds(self, update: ClientUpdate) -> Bounds | None:
+        return fit_bounds(self.config.fit, update)
+
+    def masks(self, update: ClientUpdate) -> dict[str, torch.Tensor] | None:
+        return fit_weights(self.config.fit, update)
+
+
 @register_attack
-class DequantInvertingGradients(InvertingGradientsAttack):
+class DequantInvertingGradients(DequantFit, InvertingGradientsAttack):
     """Inverting Gradients matched to the box of gradients a known quantiser's levels allow (leakbench's adaptive
     form, not published): cosine distance to the nearest point of the box (module doc), everything else as `ig`."""
 
@@ -231,15 +244,9 @@ class DequantInvertingGradients(InvertingGradientsAttack):
     Config = DequantIGConfig
     config: DequantIGConfig
 
-    def bounds(self, update: ClientUpdate) -> Bounds | None:
-        return fit_bounds(self.config.fit, update)
-
-    def masks(self, update: ClientUpdate) -> dict[str, torch.Tensor] | None:
-        return fit_weights(self.config.fit, update)
-
 
 @register_attack
-class DequantDeepLeakage(DeepLeakageAttack):
+class DequantDeepLeakage(DequantFit, DeepLeakageAttack):
     """Deep Leakage from Gradients matched to the box of gradients a known quantiser's levels allow (leakbench's
     adaptive form, not published): squared distance to the box (module doc), everything else as `dlg`."""
 
@@ -250,12 +257,6 @@ class DequantDeepLeakage(DeepLeakageAttack):
                    "published)")
     Config = DequantDLGConfig
     config: DequantDLGConfig
-
-    def bounds(self, update: ClientUpdate) -> Bounds | None:
-        return fit_bounds(self.config.fit, update)
-
-    def masks(self, update: ClientUpdate) -> dict[str, torch.Tensor] | None:
-        return fit_weights(self.config.fit, update)
 
 
 __all__ = ["FITS", "QUANTISERS", "DequantDLGConfig", "DequantDeepLeakage", "DequantIGConfig",
