@@ -154,6 +154,19 @@ def test_levels_rank_on_the_privacy_utility_front() -> None:
         ("1", "noise σ=0.1"), ("1", NOISE), ("2", "none"), ("3", "noise σ=0.5")]
 
 
+def test_a_level_leaking_as_much_as_no_defence_never_ranks_above_it() -> None:
+    """prune leaks exactly what the undefended level leaks, on victims 2.5 pp more accurate; noise leaks less at a
+    1 pp cost within the interval. Interval ties are not transitive: noise dominates none but not prune (prune
+    is cheaper beyond the interval), so the old code ranked prune first beside noise and none second. Now a
+    level that does not leak less than none never ranks above the undefended level."""
+    leak = {"none": 40.0, NOISE: 25.0, "prune p=0.5": 40.0}
+    accuracy = {"none": [0.40, 0.41, 0.39], NOISE: [0.39, 0.40, 0.38], "prune p=0.5": [0.425, 0.42, 0.43]}
+    records, cells = _tables(_accuracy_specs(leak, accuracy))
+    [table] = defence_blocks(records, cells, MASKED)
+    rows = _rows(table)
+    assert [rows[level]["rank"] for level in (NOISE, "none", "prune p=0.5")] == ["1", "2", "2"]
+
+
 def test_leakage_differences_within_the_seed_spread_are_ties() -> None:
     """prune's ig PSNR varies 10 dB over seeds around 22; noise's is 20 dB: within the spread, so neither leaks
     less, and at equal cost they share a rank; at one seed each (no spread) noise ranks above."""
@@ -240,7 +253,8 @@ def test_a_failed_seed_is_shown_and_never_counted_as_no_leakage() -> None:
     """prune's ig answered on one seed of three (15 dB, 0 % exact), noise's on all three (20 dB ± 0.5). Old code:
     the one answered seed had no spread and prune ranked above noise, the failed seeds unseen. Now the board
     says 'answered on 1 of 3 seeds' and prune may not leak less than noise: its failed seeds could have been
-    exact, so the two tie; noise, measured on every seed, still ranks above the undefended level."""
+    exact, so the two tie, and for the same reason it may not leak less than the undefended level either: it
+    ranks with 'none' (`protects`); noise, measured on every seed, ranks above both."""
     specs = [_cell("none", "ig", s, exact=1.0, psnr=np.inf) for s in (0, 1, 2)]
     specs += [_cell("prune p=0.5", "ig", s, psnr=15.0, status="ok" if s == 0 else "failed") for s in (0, 1, 2)]
     specs += [_cell(NOISE, "ig", s, psnr=p) for s, p in zip((0, 1, 2), (19.5, 20.0, 20.5), strict=True)]
@@ -249,7 +263,7 @@ def test_a_failed_seed_is_shown_and_never_counted_as_no_leakage() -> None:
     prune, noise = rows["prune p=0.5"], rows[NOISE]
     assert prune["worst non-adaptive attack"] == "ig (answered on 1 of 3 seeds)"
     assert prune["worst non-adaptive exact %"] == "0"  # one answered seed: no spread
-    assert prune["rank"] == noise["rank"] == "1" and rows["none"]["rank"] == "2"
+    assert noise["rank"] == "1" and prune["rank"] == rows["none"]["rank"] == "2"
     # two answered seeds of three: value and spread over those two, the third never read as 0
     two = _tables([{**s, "status": "ok"} if s["level"] == "prune p=0.5" and s["seed"] == 1 else s
                    for s in specs])

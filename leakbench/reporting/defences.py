@@ -27,7 +27,9 @@ verdict is the worst case over the attacks that ran against it with and without 
   Rank 1 holds the evaluated, usable levels no other dominates; rank k + 1 those no level left after rank k
   dominates (non-dominated sorting); levels that share a rank are ties. A level that an attack answering
   against the undefended level never ran against is not compared on the same attacks: ranked after the levels
-  measured against all of them. Unusable levels are ranked after the usable ones in the same way, levels not
+  measured against all of them. A level that does not leak less than the undefended one beyond the seed
+  spread (`protects`) never ranks above it, whatever its cost (its rank is raised to the undefended level's).
+  Unusable levels are ranked after the usable ones in the same way, levels not
   evaluated are not ranked ('–').
 
 `defence_blocks` are the report's defence boards, `defence_ranking` the leaderboard's view "Defences ranked"
@@ -300,15 +302,28 @@ def dominates(a: Verdict, b: Verdict) -> bool:
     return all(leaks_less(x.seeds, wb.seeds) for x in (wa, *unsure))
 
 
+def protects(v: Verdict, rows: list[Verdict]) -> bool:
+    """Whether level `v` leaks less than the undefended level of `rows` beyond the seed spread (`leaks_less`,
+    costs aside); True where the board has no answered undefended level. A level that does not (the undefended
+    level itself included) never ranks above the undefended level, whatever its cost: tie-by-interval cost
+    comparisons are not transitive, and without this a level leaking as much as no defence could rank above
+    it on victims that came out a little more accurate."""
+    none = next((w for r in rows if r.level == NONE and (w := r.worst()) is not None), None)
+    wv = v.worst()
+    return none is None or (v.level != NONE and wv is not None and leaks_less(wv.seeds, none.seeds))
+
+
 def ranked(rows: list[Verdict], order: Callable[[object], tuple[Any, ...]]) -> list[tuple[int | None, Verdict]]:
     """Levels with their rank (`dominates`, non-dominated sorting: the module's doc): usable evaluated levels
     first, then those an attack of the undefended level never ran against (`Verdict.missing`: not compared on
-    the same attacks), then unusable ones, ranks counting on; levels not evaluated last, unranked (None).
+    the same attacks), then unusable ones, ranks counting on; a level that does not leak less than the
+    undefended one (`protects`) never ranks above it (its rank is raised to the undefended level's); levels not
+    evaluated last, unranked (None).
     Within a rank: least leakage, then smallest cost (unknown last), then level order."""
     def within(v: Verdict) -> tuple[Any, ...]:
         w = v.worst()
         return (_order_key(w) if w else (), v.cost if not math.isnan(v.cost) else math.inf, order(v.level))
-    out: list[tuple[int | None, Verdict]] = []
+    out: list[tuple[int, Verdict]] = []
     rank = 0
     evaluated = [v for v in rows if v.evaluated]
     tiers = ([v for v in evaluated if v.usable and not v.missing], [v for v in evaluated if v.usable and v.missing],
@@ -320,7 +335,11 @@ def ranked(rows: list[Verdict], order: Callable[[object], tuple[Any, ...]]) -> l
             rank += 1
             out += [(rank, v) for v in sorted(front, key=within)]
             left = [v for v in left if all(v is not f for f in front)]
-    return out + [(None, v) for v in sorted((v for v in rows if not v.evaluated), key=lambda v: order(v.level))]
+    floor = next((r for r, v in out if v.level == NONE), 0)
+    out = [(r if protects(v, rows) else max(r, floor), v) for r, v in out]
+    unevaluated = sorted((v for v in rows if not v.evaluated), key=lambda v: order(v.level))
+    ranks: list[tuple[int | None, Verdict]] = [*sorted(out, key=lambda rv: (rv[0], within(rv[1])))]
+    return ranks + [(None, v) for v in unevaluated]
 
 
 # --------------------------------------------------------------------------- the board (report and leaderboard)
