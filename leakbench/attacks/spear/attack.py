@@ -163,7 +163,8 @@ class SpearSearch(Attack[BudgetT]):
         else:
             verdict = None if self.adapts_to else structure_refusal(problem, self._layer(update)[0])
             if verdict is not None and not verdict.applicable:  # fail fast, before any search (applicability.py)
-                return verdict.reason, None, {"mode": "not applicable", **verdict.stats, FAILURE_STAT: "not-applicable"}
+                return verdict.reason, None, {"mode": "not applicable", "draws": 0, **verdict.stats,
+                                             FAILURE_STAT: "not-applicable"}
             reason, X, stats = self._search(problem, seed, update)
         hidden = b - problem.b
         if hidden:
