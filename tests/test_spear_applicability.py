@@ -103,6 +103,14 @@ def test_adaptive_forms_are_never_refused(attack: str, defence: str) -> None:
     assert result.stats.get("mode") != "not applicable"
 
 
+def test_the_approximate_form_of_spear_paper_is_never_refused() -> None:
+    """`return_unverified` answers the best batch as the paper scores SPEAR under noise: an answer, not a refusal."""
+    transform, _ = DEFENDED["noise"]
+    result = create_attack("spear-paper", return_unverified=True, max_draws=2_000, max_seconds=60).reconstruct(
+        transform(_clean(8)), seed=0)
+    assert result.stats.get("mode") != "not applicable" and result.failure != "not-applicable"
+
+
 def test_signature_of_quantised_and_pruned_gradients() -> None:
     update = _clean(8)
     G = update.gradients[update.model.layer_param_names(1)[0]]

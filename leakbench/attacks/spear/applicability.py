@@ -18,7 +18,9 @@ reason's evidence (`signature`): values on few levels (quantised, `quantisation_
 and columns (pruned, `unexplained_zeros`; at layer 1 the ReLU structure zeroes whole rows only).
 
 The adaptive forms (`spear-approx`, `spear-masked`, `spear-unmix`, `spear-demix`: an attack with `adapts_to`) are
-never refused here: they exist for these defences (`SpearSearch._run` skips the check for them).
+never refused here: they exist for these defences (`SpearSearch._run` skips the check for them), nor is an
+approximate form (`spear-paper` with `return_unverified`, as the paper scores SPEAR under noise), which answers its
+best batch whether or not the structure shows.
 """
 
 from __future__ import annotations

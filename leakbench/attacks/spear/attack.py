@@ -161,7 +161,8 @@ class SpearSearch(Attack[BudgetT]):
             G, g, _, _ = self._layer(update)
             reason, X, stats = "", one_sample(G, g), {"draws": 0, "method": "closed form (one visible sample)"}
         else:
-            verdict = None if self.adapts_to else structure_refusal(problem, self._layer(update)[0])
+            exempt = bool(self.adapts_to) or self.answers_unverified()  # adaptive and approximate forms answer anyway
+            verdict = None if exempt else structure_refusal(problem, self._layer(update)[0])
             if verdict is not None and not verdict.applicable:  # fail fast, before any search (applicability.py)
                 return verdict.reason, None, {"mode": "not applicable", "draws": 0, **verdict.stats,
                                              FAILURE_STAT: "not-applicable"}
