@@ -9,9 +9,10 @@ cell's batch and init, `harness.victim.prepare`), and one client update; then
 
 - leakbench's attacks (`--attacks`, each one cell through the harness: sandboxed worker, scored by the
   harness against the batch);
-- the peer's released code (`--peer-code`: the folder holding its `peeling_attack.py`; Shariati & Alambardar
-  Meybodi, arXiv:2609.09659) on the same update: its `TrapModel` holds leakbench's victim weights (first layer
-  transposed to its F × N layout, the classifier as its `downstream`), its `IterativeSubtractionAttack.run`
+- the peer's released code (`--peer-code`: the folder holding its `peeling_attack.py`, called `trapweights.py`
+  in its earlier commits; Shariati & Alambardar Meybodi, arXiv:2609.09659) on the same update: its `TrapModel`
+  holds leakbench's victim weights (first layer transposed to its F × N layout, the classifier as its
+  `downstream`), its `IterativeSubtractionAttack.run`
   gets leakbench's first-layer gradients (float64, transposed), and its samples are scored by the same
   harness function (`metrics.score_images`). TensorFlow is optional: when it cannot be imported, one line says
   so and only leakbench's side runs. The peer's data-range filter assumes raw [0, 1] inputs: on FC-2 it sees
@@ -55,6 +56,8 @@ from leakbench.harness.victim import prepare
 from leakbench.metrics import score_images
 
 SPEAR_FAMILY = ("spear", "spear-guided", "spear-dl", "spear-paper")
+PEER_MODULES = ("peeling_attack", "trapweights")
+"""The released code's module, by its names over its history (the same TrapModel and IterativeSubtractionAttack)."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ def leakbench_row(spec: CellSpec) -> dict[str, Any]:
 
 
 def load_peer(folder: str | None) -> Any:
-    """The peer's `peeling_attack` module from `folder`, or None (one line on stderr: why) when TensorFlow is not
+    """The peer's module (`PEER_MODULES`) from `folder`, or None (one line on stderr: why) when TensorFlow is not
     importable or no folder was given."""
     if folder is None:
         print("peer: no --peer-code given; running leakbench's side only", file=sys.stderr)
@@ -105,7 +108,8 @@ def load_peer(folder: str | None) -> Any:
             stand_in.load_dataset = None  # type: ignore[attr-defined]
             sys.modules[name] = stand_in
     sys.path.insert(0, folder)
-    peer = importlib.import_module("peeling_attack")
+    name = next(m for m in PEER_MODULES if (Path(folder) / f"{m}.py").is_file())
+    peer = importlib.import_module(name)
     import tensorflow as tf
 
     if not tf.config.list_physical_devices("GPU"):
@@ -172,7 +176,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", required=True, help="folder of the CIFAR-10 files")
     parser.add_argument("--dataset", default="cifar10")
-    parser.add_argument("--peer-code", help="folder holding the peer's peeling_attack.py (optional)")
+    parser.add_argument("--peer-code", help="folder holding the peer's peeling_attack.py or trapweights.py (optional)")
     parser.add_argument("--victims", default="lt-mlp-f64,fc2", help=f"comma list of {', '.join(VICTIMS)}")
     parser.add_argument("--batch-sizes", default="64,128,256")
     parser.add_argument("--seeds", default="0-2")
@@ -192,8 +196,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.exit(2, f"peer_side_by_side: unknown victim {unknown[0]!r} (known: {', '.join(VICTIMS)})\n")
     if not Path(args.data_root).is_dir():
         parser.exit(2, f"peer_side_by_side: --data-root {args.data_root} is not a folder\n")
-    if args.peer_code is not None and not (Path(args.peer_code) / "peeling_attack.py").is_file():
-        parser.exit(2, f"peer_side_by_side: no peeling_attack.py in --peer-code {args.peer_code}\n")
+    if args.peer_code is not None and not any((Path(args.peer_code) / f"{m}.py").is_file() for m in PEER_MODULES):
+        parser.exit(2, f"peer_side_by_side: no {' or '.join(m + '.py' for m in PEER_MODULES)} in --peer-code "
+                       f"{args.peer_code}\n")
     if any(b < 1 for b in args.batch_sizes) or args.width < 1 or not args.max_seconds > 0:
         parser.exit(2, "peer_side_by_side: batch sizes, width and --max-seconds must be positive\n")
     return args
