@@ -46,6 +46,7 @@ from leakbench.core.citation import Citation
 from leakbench.core.errors import ConfigError
 from leakbench.core.ranges import MAX_SECONDS, Ranged, ranged
 from leakbench.fl.update import ClientUpdate
+from leakbench.models.base import ImageVictim
 
 JACOBIAN_VALUES = 2**24
 """Candidates are certified in chunks whose Jacobians ∂u/∂z (chunk × classes × width) hold at most this many
@@ -159,7 +160,7 @@ def residual_of(update: ClientUpdate) -> Residual:
     """The decoder's starting point: the update's first-layer gradients in float64 and a float64 copy of the victim."""
     model = update.model
     weight_name, bias_name = model.layer_param_names(1)
-    net = copy.deepcopy(model).to(torch.float64).eval().requires_grad_(False)
+    net: Any = copy.deepcopy(model).to(torch.float64).eval().requires_grad_(False)  # an FC victim: check_update
     first = net.linear_layers()[0]
     assert update.batch_size is not None
     return Residual(G=update.gradients[weight_name].detach().to("cpu", torch.float64).clone(),
@@ -167,7 +168,7 @@ def residual_of(update: ClientUpdate) -> Residual:
                     net=net, weight=first.weight.detach(), bias=first.bias.detach(), B=int(update.batch_size))
 
 
-def peel(res: Residual, model: nn.Module, cfg: PeelingConfig, start: float) -> Peeled:
+def peel(res: Residual, model: ImageVictim, cfg: PeelingConfig, start: float) -> Peeled:
     """Algorithm 1: candidates, deduplication, certificate, peeling, until an iteration certifies nothing."""
     out = Peeled()
     while True:
@@ -194,13 +195,13 @@ def peel(res: Residual, model: nn.Module, cfg: PeelingConfig, start: float) -> P
         out.per_iteration.append(int(accepted.numel()))
 
 
-def candidates(res: Residual, model: nn.Module, cfg: PeelingConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def candidates(res: Residual, model: ImageVictim, cfg: PeelingConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """The live neurons (|h| > ratio_tol) whose ratio G[j]/h[j] lies in the data range (its image within
     [−margin, 1 + margin]): their indices and the ratios (Eq. 9), in neuron order."""
     live = torch.nonzero(res.h.abs() > cfg.ratio_tol).flatten()
     ratios = res.G[live] / res.h[live, None]
     finite = torch.isfinite(ratios).all(dim=1)
-    images = model.denormalize(ratios).flatten(1)  # type: ignore[operator]
+    images = model.denormalize(ratios).flatten(1)
     inside = finite & (images >= -cfg.range_margin).all(dim=1) & (images <= 1 + cfg.range_margin).all(dim=1)
     return live[inside], ratios[inside]
 
@@ -279,7 +280,7 @@ def answer(update: ClientUpdate, peeled: Peeled, stats: dict[str, Any]) -> Recon
         return Reconstruction.failed(f"peeling: no degree-1 neuron ({seen}): no neuron fires for exactly one "
                                      "sample", failure="not-applicable", stats=stats)
     model = update.model
-    images = model.denormalize(torch.stack(peeled.inputs)).clamp(0.0, 1.0).to(torch.float32)  # type: ignore[operator]
+    images = model.denormalize(torch.stack(peeled.inputs)).clamp(0.0, 1.0).to(torch.float32)
     if k >= B:
         reason = "" if k == B else f"certified {k} samples for a batch of {B}: at least {k - B} are false accepts"
         return Reconstruction(status="ok", space="image", images=images, layer=1, reason=reason, stats=stats)
