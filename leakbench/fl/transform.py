@@ -215,13 +215,10 @@ class FedSGD(UpdateTransform):
 
 
 @register_transform
-class FedSGD64(UpdateTransform):
+class FedSGD64(FedSGD):
     """FedSGD computed in float64: the client casts its model copy and batch to float64 and shares float64 gradients."""
 
-    paper = Citation("McMahan et al., AISTATS 2017", "https://arxiv.org/abs/1602.05629")
     name = "fedsgd-f64"
-    Config = EmptyConfig
-    makes_update = True
 
     def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:
         update = fedsgd_update(client.model, client.batch, client.threat, dtype=torch.float64)
