@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--data-root", help="folder holding the dataset files")
     attack.add_argument("--image-size", type=int, help="resize images to S×S where the dataset allows it")
     attack.add_argument("--arch", default="fc",
-                        help="victim: fc (FC-depth), conv (VGG-style trunk = layer 1, FC head = layers 2..depth), "
+                        help="victim: fc (FC-depth), lt-mlp (the LT-code peeling paper's 2-layer MLP on raw pixels), "
+                             "conv (VGG-style trunk = layer 1, FC head = layers 2..depth), "
                              "resnet (ResNet-8 with BatchNorm, then the same head) or a victim plugin's name")
     attack.add_argument("--width", type=int, default=200, help="hidden width of the FC layers, 1..65536 (default 200)")
     attack.add_argument("--depth", type=int, help="layers of the victim, at most 64 (default 6 for fc, 3 for conv)")

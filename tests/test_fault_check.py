@@ -24,7 +24,7 @@ BAD = [case for case in fault_check.ISSUE_12]
 FAULTS = [case for case in fault_check.FAULTS if 0 < case.item <= 10]
 FAULTS_22 = [case for case in fault_check.FAULTS if case.item == 22]
 """Issue 22's faults (signals, same-name suites, code changes, other images, disk full, foreign temporary
-names, interrupted reports): slow (the SIGTERM case runs a 64-cell reference)."""
+names, interrupted reports): slow (the SIGTERM case interrupts and resumes a 16-cell run)."""
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +40,14 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return fault_check.reference_run(tmp_path_factory.mktemp("faults"))
 
 
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder holding every fault case's folder, as the script lays them out: the signal scenarios on
+    SLOW_SUITE then share its uninterrupted reference (made once, in `_reference_slow` beside the
+    case folders) instead of making it again for each case."""
+    return tmp_path_factory.mktemp("cases")
+
+
 @pytest.mark.parametrize("case", BAD, ids=[f"item{c.item}-{c.name}" for c in BAD])
 def test_bad_input_is_refused_cleanly(bad_outcomes: dict[str, object], case) -> None:
     outcome = bad_outcomes[case.name]
@@ -48,15 +56,15 @@ def test_bad_input_is_refused_cleanly(bad_outcomes: dict[str, object], case) -> 
 
 
 @pytest.mark.parametrize("case", FAULTS, ids=[f"item{c.item}-{c.name}" for c in FAULTS])
-def test_fault_is_recovered(reference: Path, case, tmp_path: Path) -> None:
-    outcome = fault_check.run_fault(case, tmp_path / case.name, reference)
+def test_fault_is_recovered(reference: Path, case, cases: Path) -> None:
+    outcome = fault_check.run_fault(case, cases / case.name, reference)
     assert outcome.ok, outcome.detail
     assert outcome.outside == 0 and outcome.deleted == 0
 
 
 @pytest.mark.parametrize("case", FAULTS_22, ids=[c.name for c in FAULTS_22])
-def test_issue_22_fault_is_recovered(reference: Path, case, tmp_path: Path) -> None:
-    outcome = fault_check.run_fault(case, tmp_path / case.name, reference)
+def test_issue_22_fault_is_recovered(reference: Path, case, cases: Path) -> None:
+    outcome = fault_check.run_fault(case, cases / case.name, reference)
     assert outcome.ok, outcome.detail
     assert outcome.outside == 0 and outcome.deleted == 0
 

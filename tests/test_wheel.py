@@ -67,7 +67,7 @@ def test_installed_wheel_runs_without_the_checkout(site: Path, tmp_path: Path) -
     assert (site / f"leakbench-{leakbench.__version__}.dist-info").is_dir()  # pyproject reads the same one
 
     plan = _leakbench(site, tmp_path, "-m", "leakbench", "run", "--plan")
-    assert plan.returncode == 0 and plan.stdout.splitlines()[-1].startswith("84 cells in suite default"), plan.stderr
+    assert plan.returncode == 0 and plan.stdout.splitlines()[-1].startswith("96 cells in suite default"), plan.stderr
 
     papers = _leakbench(site, tmp_path, "-m", "leakbench", "list", "papers")
     assert papers.returncode == 0 and "spear-batch-size" in papers.stdout, papers.stderr

@@ -214,6 +214,17 @@ class FedSGD(UpdateTransform):
         return fedsgd_update(client.model, client.batch, client.threat)
 
 
+@register_transform
+class FedSGD64(FedSGD):
+    """FedSGD computed in float64: the client casts its model copy and batch to float64 and shares float64 gradients."""
+
+    name = "fedsgd-f64"
+
+    def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:
+        update = fedsgd_update(client.model, client.batch, client.threat, dtype=torch.float64)
+        return dataclasses.replace(update, kind=self.name)
+
+
 def client_update(transforms: list[UpdateTransform], client: Client) -> ClientUpdate:
     """Apply `transforms` (one client transform first, then the defences in order) for `client`."""
     if not transforms or not transforms[0].makes_update or any(t.makes_update for t in transforms[1:]):

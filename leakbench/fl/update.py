@@ -117,14 +117,19 @@ def shared_buffers(model: nn.Module, threat: ThreatModel) -> dict[str, torch.Ten
     return {name: b.detach().clone() for name, b in model.named_buffers()}
 
 
-def fedsgd_update(model: ImageVictim, batch: Batch, threat: ThreatModel = ThreatModel()) -> ClientUpdate:
+def fedsgd_update(model: ImageVictim, batch: Batch, threat: ThreatModel = ThreatModel(), *,
+                  dtype: torch.dtype | None = None) -> ClientUpdate:
     """Compute the FedSGD update of `model` on `batch` in the threat model's mode (`bn_mode`): the
     gradient of the client's training loss (`training_loss`: cross-entropy, plus PRECODE's KL term
     where the victim has one). The model is copied, not modified; the update's model is the one the
-    server sent (its buffers as they were before the step, in eval mode)."""
+    server sent (its buffers as they were before the step, in eval mode). `dtype` (e.g. torch.float64):
+    the client computes in that precision — its copy of the model and the batch cast to it, so the
+    shared gradients are of that dtype (`fedsgd-f64`); None: the model's own dtype."""
     from leakbench.models.base import training_loss
 
     work = client_mode(copy.deepcopy(model), threat)
+    if dtype is not None:
+        work = work.to(dtype)
     work.zero_grad(set_to_none=True)
     dtype = next(work.parameters()).dtype
     loss = training_loss(work, work(batch.images.to(dtype)), batch.labels)

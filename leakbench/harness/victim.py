@@ -16,7 +16,7 @@ from leakbench.fl import Client, ClientUpdate, client_update
 from leakbench.fl.dp import DPSGD, epsilon
 from leakbench.fl.fedavg import FedAvg
 from leakbench.fl.secagg import SecAgg
-from leakbench.fl.transform import FedSGD
+from leakbench.fl.transform import FedSGD, FedSGD64
 from leakbench.models import ImageVictim, build_model
 from leakbench.models.base import VictimInfo
 from leakbench.models.training import UpdateRule, steps_per_epoch
@@ -89,9 +89,10 @@ def training_rule(spec: CellSpec, dataset: ImageDataset) -> UpdateRule:
     secure aggregation are the attacked round's protocol, not a change to what is learnt (the mean of K
     clients' FedSGD updates is the FedSGD update of their union): their victims train by FedSGD. Plain FedSGD for a cell
     without any (the victim trained as before, under the same cache key). Defences that change the victim
-    (PRECODE) act through the model it trains (its own loss term), not through the rule."""
+    (PRECODE) act through the model it trains (its own loss term), not through the rule. The float64 client
+    (`fedsgd-f64`) is the attacked round's arithmetic: its victims train by plain FedSGD too."""
     cell = [t for t in transforms(spec) if not t.changes_victim]
-    client = FedSGD(FedSGD.Config()) if isinstance(cell[0], (FedAvg, SecAgg)) else cell[0]
+    client = FedSGD(FedSGD.Config()) if isinstance(cell[0], (FedAvg, SecAgg, FedSGD64)) else cell[0]
     return UpdateRule((client, *cell[1:]), spec.dataset, dataset.num_classes, spec.threat)
 
 

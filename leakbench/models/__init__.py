@@ -1,8 +1,9 @@
 """Victim networks. Normalisation happens inside the model, once; inputs are images in [0, 1].
 
 `VICTIMS` is the registry of victim architectures (a suite's `arch`, `--arch`): the shipped `fc`,
-`conv` and `resnet`, and victim plugins (entry-point group `leakbench.victims`, or a suite's
-`victim_plugins`; `leakbench.models.outside`).
+`lt-mlp` (the LT-code peeling paper's two-layer MLP on raw pixels, `leakbench.models.lt_mlp`), `conv` and
+`resnet`, and victim plugins (entry-point group `leakbench.victims`, or a suite's `victim_plugins`;
+`leakbench.models.outside`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from leakbench.core.registry import Registry
 from leakbench.models.base import ImageVictim
 from leakbench.models.conv import ConvNet, build_conv
 from leakbench.models.fc import FCNet, build_fc
+from leakbench.models.lt_mlp import LTMLP, build_lt_mlp
 from leakbench.models.outside import PluginVictim, VictimFactory
 from leakbench.models.resnet import ResNet, build_resnet
 from leakbench.plugins import load_victim_plugins, serve
@@ -56,6 +58,9 @@ def register_victim(name: str, factory: VictimFactory) -> None:
 
 VICTIMS.register("fc", lambda: Architecture(build_fc, 6, lambda d: list(range(1, d)), "FC"),
                  "FCNet: Normalise → (Linear → ReLU) × (depth−1) → Linear; layers 1..depth linear")
+VICTIMS.register("lt-mlp", lambda: Architecture(build_lt_mlp, 2, lambda d: list(range(1, d)), "LT-MLP"),
+                 "the LT-code peeling paper's MLP (Shariati & Alambardar Meybodi 2026): raw [0, 1] pixels → "
+                 "Linear(width), N(0, 0.5²) weights, zero bias → ReLU → Xavier-uniform classifier; depth 2 only")
 VICTIMS.register("conv", lambda: Architecture(build_conv, 3, lambda d: list(range(2, d)), "conv"),
                  "ConvNet: VGG-style conv trunk (layer 1) → FC+ReLU head (layers 2..depth)")
 VICTIMS.register("resnet", lambda: Architecture(build_resnet, 3, lambda d: list(range(2, d)), "resnet"),
@@ -118,6 +123,7 @@ def _admit(name: str, obj: object) -> bool:
 
 serve("victims", VICTIMS, _admit, "a VictimFactory")  # the shipped architectures are in
 
-__all__ = ["VICTIMS", "Architecture", "ConvNet", "FCNet", "ImageVictim", "PluginVictim", "ResNet", "VictimFactory",
-           "arch_names", "architecture", "build_conv", "build_fc", "build_model", "build_resnet", "default_depth",
+__all__ = ["LTMLP", "VICTIMS", "Architecture", "ConvNet", "FCNet", "ImageVictim", "PluginVictim", "ResNet",
+           "VictimFactory", "arch_names", "architecture", "build_conv", "build_fc", "build_lt_mlp", "build_model",
+           "build_resnet", "default_depth",
            "first_attackable_layer", "known_arch", "register_victim", "victim_label"]

@@ -59,6 +59,14 @@ class FCNet(ImageVictim):
             h = module(h)
         return h
 
+    def logits_from(self, pre_activation: torch.Tensor, layer: int) -> torch.Tensor:
+        """The logits given linear layer `layer`'s output (its pre-activation, before the ReLU): the rest
+        of the network after that layer, so a server can differentiate the loss in that layer's output."""
+        if not 1 <= layer <= self.depth - 1:
+            raise ConfigError(f"FC-{self.depth} has no linear layer {layer} followed by a ReLU")
+        out: torch.Tensor = self.body[2 * layer - 1:](pre_activation)
+        return out
+
     def check_attackable(self, layer: int) -> None:
         """Raise unless linear layer `layer` exists and is followed by a ReLU."""
         if not 1 <= layer <= self.depth - 1:

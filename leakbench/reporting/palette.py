@@ -35,6 +35,7 @@ SHIPPED: dict[str, str] = {
     "spear-demix": "#3182bd",  # issue 43, mixsec: SPEAR then an estimate from Huang et al.'s MixUp mixtures
     "ig-dequant": "#31a354",  # issue 43, dequant: gradient matching to a known quantiser's intervals
     "dlg-dequant": "#fb6a4a",
+    "peeling": "#636363",  # issue 44: LT-code peeling (Shariati & Alambardar Meybodi 2026), a grey of its own
     "mean-image": "#7f7f7f",
 }
 """Fixed colours of the shipped attacks (and the example plugin's `mean-image`), hex RGB."""

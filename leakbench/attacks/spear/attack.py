@@ -24,6 +24,7 @@ from typing_extensions import TypeVar
 
 from leakbench.attacks.base import AGGREGATES, Attack, Reconstruction, Requirements
 from leakbench.attacks.spear.active import find_batch_span
+from leakbench.attacks.spear.applicability import structure_refusal
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.factors import LayerProblem, factorize
 from leakbench.attacks.spear.joint import next_layer_residuals
@@ -160,6 +161,11 @@ class SpearSearch(Attack[BudgetT]):
             G, g, _, _ = self._layer(update)
             reason, X, stats = "", one_sample(G, g), {"draws": 0, "method": "closed form (one visible sample)"}
         else:
+            exempt = bool(self.adapts_to) or self.answers_unverified()  # adaptive and approximate forms answer anyway
+            verdict = None if exempt else structure_refusal(problem, self._layer(update)[0])
+            if verdict is not None and not verdict.applicable:  # fail fast, before any search (applicability.py)
+                return verdict.reason, None, {"mode": "not applicable", "draws": 0, **verdict.stats,
+                                             FAILURE_STAT: "not-applicable"}
             reason, X, stats = self._search(problem, seed, update)
         hidden = b - problem.b
         if hidden:
