@@ -44,12 +44,14 @@ dp-figure: $(STAMP)
 claims: $(STAMP)
 	$(RUN) benchmarks/claims.py docs/claims.toml --data-root $(DATA_ROOT)
 
-# The full suite (CI, with lint and types first: `.ci/run`). PYTEST_ARGS adds pytest options, e.g. (with
-# pytest-xdist installed, not a dependency) `make test PYTEST_ARGS="-n 2 --dist loadfile"`: loadfile keeps each
+# The full suite (CI, with lint and types first: `.ci/run`), on TEST_WORKERS pytest-xdist workers (2: this
+# project's two-core machines; `make test TEST_WORKERS=0` runs it in one process). `--dist loadfile` keeps each
 # file's tests in one worker, so a module fixture (a reference run, a batch of CLI calls) runs once, not per worker.
+# PYTEST_ARGS adds pytest options. Timings per file: benchmarks/suite_times.py.
+TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 test: $(STAMP)
-	$(RUN) -m pytest -q $(PYTEST_ARGS)
+	$(RUN) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The gate: ruff over everything, mypy --strict over the package ([tool.ruff] and [tool.mypy] in pyproject.toml).
 lint: $(STAMP)
