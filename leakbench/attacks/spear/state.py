@@ -26,6 +26,7 @@ class SearchSettings:
     last_column: bool = False
     lp_check: bool = False
     second_stage: bool = False
+    next_weight_check: bool = False
     label: str = "spear"
 
 

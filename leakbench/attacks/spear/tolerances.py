@@ -155,6 +155,12 @@ class Tolerances:
     """... and no more than this fraction of its zeros lie inside another remembered direction's larger zero set
     (last_column.sure_directions)."""
 
+    next_weight_tol: float = 1e-4
+    """A column passes the next-layer weight check (next_weight.py, leakbench's) when its relative residual against
+    the next layer's weight is at most this (or the noise slack). Measured on FC-2 (docs/reference/attacks.md)."""
+    next_weight_spare: int = 10
+    """The check runs only on columns with more than m2 + this many non-zero rows (m2: the next layer's width)."""
+
     # --- the deflated search's schedules (deflation.py, scheduler.py)
     one_per_direction_from_b: int = 64
     """From this b, of a chunk's drawn directions within direction_cos of one another only the sparsest is kept

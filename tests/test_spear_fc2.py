@@ -1,0 +1,68 @@
+"""SPEAR on a shallow MLP (issue 44): the attacked layer feeds the classifier directly (FC-2).
+
+The classifier's gradient has rank ≤ classes − 1 < b, so the deflated search's next-layer fit cannot run and SPEAR
+falls back to its column search; leakbench's guided column search (guided_columns.py) gives that search the guide's
+proposals. Before it, spear-guided drew uniformly there (its guide unused) and found nothing past b ≈ 25.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from leakbench.attacks import create_attack
+from leakbench.attacks.spear.candidates import zero_tolerance
+from leakbench.attacks.spear.guided import make_guide
+from leakbench.attacks.spear.guided_columns import ColumnGuides
+from leakbench.attacks.spear.search import search_columns
+from leakbench.attacks.spear.state import SearchSettings
+from leakbench.attacks.spear.tolerances import TOLERANCES
+from leakbench.cell.spec import CellSpec
+from leakbench.harness.cell import run_cell
+from leakbench.harness.victim import prepare
+
+
+def _fc2(b: int, width: int, seed: int = 0) -> tuple[object, torch.Tensor]:
+    """Layer 1 of an FC-2 at init on b embedded images (6 classes): the problem spear-guided searches, and its true
+    layer inputs (b, n)."""
+    spec = CellSpec(attack="spear-guided", dataset="embedded", batch_size=b, seed=seed, width=width, depth=2)
+    batch, model, update = prepare(spec)
+    problem = create_attack("spear-guided").layer_problem(update)
+    with torch.no_grad():
+        X = model.layer_inputs(batch.images, 1).flatten(1).double()
+    return problem, X
+
+
+def test_classifier_gradient_leaves_no_next_layer_fit() -> None:
+    """The mechanism: on FC-2 the next layer's gradient has rank ≤ classes − 1 (6 classes here), so past b = 5 there
+    is no row space to fit samples in (`LayerProblem.P_next` None) and the column search runs."""
+    problem, _ = _fc2(b=12, width=100)
+    assert problem.P_next is None and problem.b == 12
+
+
+def test_exact_guide_finds_every_column_of_a_b24_fc2() -> None:
+    """With a perfect guide (the true inputs), the guided column search finds the whole batch exactly in a budget in
+    which SPEAR's uniform draws (b = 24: hit probability ≈ 2^−23 per draw) find nothing."""
+    problem, X = _fc2(b=24, width=200)
+    assert problem.P_next is None
+    settings = SearchSettings(max_draws=50_000, max_seconds=600, chunk=4096, last_column=True, lp_check=True,
+                              next_weight_check=True)
+    tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
+    guides = ColumnGuides(make_guide(problem, X, TOLERANCES.pool_start), TOLERANCES.pool_growth)
+    _, solution = search_columns(problem, tol, settings, torch.Generator().manual_seed(0), guides)
+    assert solution is not None and solution.ok
+    err = (solution.X[None] - (X @ problem.R.T @ problem.R)[:, None]).norm(dim=-1).amin(0) / X.norm(dim=1).mean()
+    assert float(err.max()) < 1e-4  # every recovered sample is a true one
+    _, solution = search_columns(problem, tol, settings, torch.Generator().manual_seed(0))
+    assert solution is None  # SPEAR's own draws alone: nothing in the same budget
+
+
+@pytest.mark.slow
+def test_spear_guided_exact_on_fc2_b24() -> None:
+    """Regression (issue 44): spear-guided on FC-2 (embedded, width 200, b = 24) with CPA's guide, 200,000 draws: exact.
+    The old code ran the column search with uniform draws there and reported failure."""
+    s = run_cell(CellSpec(attack="spear-guided", dataset="embedded", batch_size=24, seed=0, width=200, depth=2,
+                          hyperparameters={"max_draws": 200_000})).summary
+    assert s["status"] == "ok", s["reason"]
+    assert s["exact_fraction"] == 1.0
+    assert s["attack_stats"]["mode"] == "sampling+lp+guide"
