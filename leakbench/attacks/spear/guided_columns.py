@@ -83,8 +83,9 @@ def match_columns(guide: Guide, problem: LayerProblem, state: ColumnState, tol: 
     guide.open[:] = True
     if state.columns.shape[0] == 0:
         return
-    zero = zero_masks(problem.Ln, state.columns, tol).cpu()
-    agree = ((guide.margin < 0).unsqueeze(1) == zero.unsqueeze(0)).to(torch.float64).mean(-1)
+    zero = zero_masks(problem.Ln, state.columns, tol).cpu().to(torch.float64)
+    predicted = (guide.margin < 0).to(torch.float64)
+    agree = (predicted @ zero.T + (1 - predicted) @ (1 - zero).T) / zero.shape[1]  # (guides, columns), no (g, k, m)
     for _ in range(min(agree.shape)):
         i, k = divmod(int(agree.argmax()), agree.shape[1])
         if agree[i, k] < 0:
