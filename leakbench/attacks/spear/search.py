@@ -64,6 +64,8 @@ def consider(problem: LayerProblem, masks: torch.Tensor, tol: torch.Tensor, stat
     enough = exact.sum(1) >= min_zeros(problem, settings)
     keep = unique & enough
     q, exact = canonical(q[keep]), exact[keep]
+    new = is_new(q, state.columns)
+    q, exact = q[new], exact[new]
     if settings.next_weight_check and q.shape[0]:  # leakbench's next-layer weight check (next_weight.py)
         passed = passes_next_weight(problem, q, tol)
         state.rejected_next_weight += int((~passed).sum())
