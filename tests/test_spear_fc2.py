@@ -66,3 +66,29 @@ def test_spear_guided_exact_on_fc2_b24() -> None:
     assert s["status"] == "ok", s["reason"]
     assert s["exact_fraction"] == 1.0
     assert s["attack_stats"]["mode"] == "sampling+lp+guide"
+
+
+def test_next_weight_check_keeps_true_columns_and_rejects_mixtures() -> None:
+    """Synthetic layer: columns d_i = mask_i ⊙ W2ᵀδ_i (m = 120, classes 6, b = 12). Every true column's residual is at
+    rounding level; a mixture of two samples with almost the same δ (one label at init) is far off."""
+    from leakbench.attacks.spear.factors import LayerProblem
+    from leakbench.attacks.spear.next_weight import next_weight_residuals
+
+    gen = torch.Generator().manual_seed(0)
+    m, k, b, n = 120, 6, 12, 40
+    W2 = torch.randn(k, m, generator=gen, dtype=torch.float64)
+    delta = torch.randn(k, generator=gen, dtype=torch.float64)[None] + 1e-3 * torch.randn(b, k, generator=gen,
+                                                                                        dtype=torch.float64)
+    masks = torch.rand(m, b, generator=gen) < 0.5
+    Dt = masks * (W2.T @ delta.T)  # (m, b)
+    Q = torch.randn(b, b, generator=gen, dtype=torch.float64)
+    L = Dt @ torch.linalg.inv(Q)  # Dᵀ = L Q
+    zeros = torch.zeros(m, dtype=torch.float64)
+    problem = LayerProblem(L=L, Ln=L / L.norm(dim=1, keepdim=True), R=torch.eye(b, n, dtype=torch.float64), g=zeros,
+                           A=torch.zeros(m, b, dtype=torch.float64), bias=zeros, rows=torch.arange(m), noise=0.0,
+                           W_next=W2.T.contiguous())
+    tol = torch.full((m,), 1e-9, dtype=torch.float64)
+    true = next_weight_residuals(problem, (Q / Q.norm(dim=0)).T, tol)
+    assert float(true.max()) < 1e-8
+    mixture = Q[:, 0] - Q[:, 1]
+    assert float(next_weight_residuals(problem, (mixture / mixture.norm())[None], tol)[0]) > 1e-2
