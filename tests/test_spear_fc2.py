@@ -48,7 +48,7 @@ def test_exact_guide_finds_every_column_of_a_b24_fc2() -> None:
     settings = SearchSettings(max_draws=50_000, max_seconds=600, chunk=4096, last_column=True, lp_check=True,
                               next_weight_check=True)
     tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
-    guides = ColumnGuides(make_guide(problem, X, TOLERANCES.pool_start), TOLERANCES.pool_growth)
+    guides = ColumnGuides(make_guide(problem, X, TOLERANCES.pool_start))
     _, solution = search_columns(problem, tol, settings, torch.Generator().manual_seed(0), guides)
     assert solution is not None and solution.ok
     err = (solution.X[None] - (X @ problem.R.T @ problem.R)[:, None]).norm(dim=-1).amin(0) / X.norm(dim=1).mean()

@@ -83,7 +83,7 @@ class GuidedSpearAttack(DeflatedSpear[GuidedSpearConfig]):
             return None, {"guide": self.config.guide, "guide_seconds": seconds, "guide_failed": reason}
         t = settings.tolerances
         guide = make_guide(problem, features, t.pool_start)
-        return ColumnGuides(guide, t.pool_growth), {"guide": self.config.guide, "guide_seconds": seconds}
+        return ColumnGuides(guide), {"guide": self.config.guide, "guide_seconds": seconds}
 
     def guide_features(self, update: ClientUpdate, seed: int) -> tuple[torch.Tensor | None, str]:
         """The guide's reconstruction of this layer's inputs (b, n), or None and why it failed.

@@ -21,60 +21,78 @@ from typing import Any
 
 import torch
 
-from leakbench.attacks.spear.candidates import min_zeros, new_patterns, zero_masks
+from leakbench.attacks.spear.candidates import new_patterns, zero_masks
+from leakbench.attacks.spear.deflation import null_basis
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.guided import Guide
-from leakbench.attacks.spear.sampling import count_zeros, draw_rows, kernel_directions
 from leakbench.attacks.spear.search import ColumnState
 from leakbench.attacks.spear.state import SearchSettings
 
 
 class ColumnGuides:
     """A guide's proposals for the column search (`search.search_columns`' `propose`): zero masks (k, m), or None
-    when no guide is left to follow (every guide matched to a found column, or every open pool holds all rows)."""
+    when no guide is left to follow (every guide matched to a found column).
 
-    def __init__(self, guide: Guide, growth: float) -> None:
-        self.guide, self.growth = guide, growth
-        self.refined = torch.zeros_like(guide.open)
+    A guide's most confidently inactive rows are often inactive for many samples at once (rows whose weights oppose
+    every image), so the kernel of a block of them is several samples' span. Each proposal is therefore b−1 + e rows
+    (e = 0 … `max_extra`) drawn uniformly among the guide's most confident fraction (½, ¾ or all, in turn) of the
+    rows it predicts inactive: another sample is inactive on all of them with probability ≈ 2^−(b−1+e), and the
+    guide's sample is wherever the drawn rows are truly inactive for it. The column search refines every mask to its
+    exact zero set (`search.consider`).
+
+    Each found column sharpens the guides still open (`projected_margins`): a missing sample's input coordinates p_j
+    (a row of Q⁻¹) are orthogonal to every found column q_i (p_j·q_i = 0 for i ≠ j), so only a guide's component
+    in the complement of the found columns predicts anything; projecting onto it removes the rest of its error."""
+
+    def __init__(self, guide: Guide, per_turn: int = 256, max_extra: int = 4,
+                 fractions: tuple[float, ...] = (0.5, 0.75, 1.0)) -> None:
+        self.guide, self.per_turn, self.max_extra, self.fractions = guide, per_turn, max_extra, fractions
         self.proposed = 0
+        self.margin, self.projected_at = guide.margin, 0
 
     def __call__(self, problem: LayerProblem, state: ColumnState, tol: torch.Tensor, settings: SearchSettings,
                  gen: torch.Generator) -> torch.Tensor | None:
         guide = self.guide
         match_columns(guide, problem, state, tol)
         need = problem.b - 1
-        m = problem.m
-        open_ = guide.open & (guide.pool * need < m)
-        if need < 1 or not bool(open_.any()):
+        if need < 1 or not bool(guide.open.any()):
             return None
-        conf = -guide.margin.to(problem.Ln.device)
-        rank = conf.argsort(dim=1, descending=True).argsort(dim=1)
-        first = open_ & ~self.refined
-        if bool(first.any()):  # each guide's b−1 most confident rows, once, as a zero set to refine
-            self.refined |= first
-            masks = rank[first.to(rank.device)] < need
-            self.proposed += int(masks.shape[0])
-            state.draws += int(masks.shape[0])
-            return masks[new_patterns(masks, state, masks.shape[0])]
-        n_open = int(open_.sum())
-        per_guide = max(1, min(settings.chunk, settings.max_draws - state.draws) // n_open)
-        size = (guide.pool[open_] * need).ceil().long().clamp(min=need, max=m).to(rank.device)
-        weights = (rank[open_.to(rank.device)] < size[:, None]).to(problem.Ln.dtype)
-        weights = weights.repeat_interleave(per_guide, dim=0)
-        idx = draw_rows(m, problem.b, weights.shape[0], gen, weights=weights)
-        q, _ = kernel_directions(problem.Ln, idx)
-        state.draws += int(idx.shape[0])
-        self.proposed += int(idx.shape[0])
-        q = q[torch.isfinite(q).all(dim=1)]
-        loose = tol * settings.tolerances.sample_tol_factor
-        hits = q[count_zeros(problem.Ln, q, loose) >= min_zeros(problem, settings)]
-        state.candidates += int(hits.shape[0])
-        guide.pool[open_] *= self.growth
-        masks = zero_masks(problem.Ln, hits, loose)
-        return masks[new_patterns(masks, state, settings.tolerances.max_new_per_chunk)]
+        if guide.rows is not None and state.found != self.projected_at:
+            self.margin, self.projected_at = projected_margins(problem, guide.rows, state.columns), state.found
+        margin = self.margin[guide.open]
+        rank = (-margin).argsort(dim=1, descending=True).argsort(dim=1)
+        inactive = (margin < 0).sum(dim=1)
+        repeats = max(2, min(self.per_turn, settings.max_draws - state.draws) // int(guide.open.sum()))
+        masks = []
+        for t in range(repeats):
+            fraction = self.fractions[t % len(self.fractions)]
+            count = need + (t // len(self.fractions)) % (self.max_extra + 1)
+            limit = (inactive * fraction).long().clamp(min=count, max=problem.m)
+            masks.append(draw_within(rank, limit, count, gen))
+        out = torch.cat(masks)
+        state.draws += int(out.shape[0])
+        self.proposed += int(out.shape[0])
+        out = out.to(problem.Ln.device)
+        return out[new_patterns(out, state, settings.tolerances.max_new_per_chunk)]
 
     def stats(self) -> dict[str, Any]:
         return {"guided_column_proposals": self.proposed, "guides_matched": self.guide.matched}
+
+
+def projected_margins(problem: LayerProblem, rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """The guides' margins (g, m) from their row coordinates c (g, b) projected onto the complement of the found
+    columns (k, b) (guided.make_guide's margin otherwise)."""
+    N = null_basis(columns, problem.b)
+    z = (rows @ N) @ (N.T @ problem.A.T) + problem.bias
+    return (z / problem.A.norm(dim=1).clamp_min(1e-300)).cpu()
+
+
+def draw_within(rank: torch.Tensor, limit: torch.Tensor, count: int, gen: torch.Generator) -> torch.Tensor:
+    """Masks (g, m): per guide, `count` rows drawn uniformly among its `limit` most confident ones (rank < limit)."""
+    u = torch.rand(rank.shape, generator=gen, dtype=torch.float64)
+    u[rank >= limit[:, None]] = 2.0
+    picked: torch.Tensor = u.argsort(dim=1).argsort(dim=1) < count
+    return picked
 
 
 def match_columns(guide: Guide, problem: LayerProblem, state: ColumnState, tol: torch.Tensor) -> None:
