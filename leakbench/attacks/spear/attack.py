@@ -278,8 +278,8 @@ class DeflatedSpear(SpearSearch[SpearConfigT]):
             propose, stats = self._column_sources(problem, update, seed, tol, settings)
             if propose is None:
                 return super()._find(problem, seed, update, tol, settings, gen)
-            state, solution = search_columns(problem, tol, settings, gen, propose)
-            return state, solution, {**stats, **propose.stats()}, "sampling+lp+guide"
+            columns, found = search_columns(problem, tol, settings, gen, propose)
+            return columns, found, {**stats, **propose.stats()}, "sampling+lp+guide"
         state, solution, stats = self._deflated(problem, seed, update, tol, settings, gen)
         return state, solution, stats, "deflation+next-layer"
 

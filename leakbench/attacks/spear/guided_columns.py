@@ -101,7 +101,8 @@ def projected_margins(problem: LayerProblem, rows: torch.Tensor, columns: torch.
     columns (k, b) (guided.make_guide's margin otherwise)."""
     N = null_basis(columns, problem.b)
     z = (rows @ N) @ (N.T @ problem.A.T) + problem.bias
-    return (z / problem.A.norm(dim=1).clamp_min(1e-300)).cpu()
+    margin: torch.Tensor = (z / problem.A.norm(dim=1).clamp_min(1e-300)).cpu()
+    return margin
 
 
 def draw_within(rank: torch.Tensor, limit: torch.Tensor, count: int, gen: torch.Generator) -> torch.Tensor:
