@@ -27,6 +27,7 @@ from leakbench.attacks.spear.active import find_batch_span
 from leakbench.attacks.spear.applicability import structure_refusal
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.factors import LayerProblem, factorize
+from leakbench.attacks.spear.guided_columns import ColumnGuides
 from leakbench.attacks.spear.joint import next_layer_residuals
 from leakbench.attacks.spear.samples import SampleState, nearest_known
 from leakbench.attacks.spear.scheduler import ProposalSource, Scheduler, default_sources, search_samples
@@ -179,12 +180,15 @@ class SpearSearch(Attack[BudgetT]):
         """The factorised layer this attack searches for `update` (b ≥ 2): its layer's gradient, weights and
         bias on the configured device, with the next layer's gradient where the search reads it."""
         G, g, W, bias = self._layer(update)
-        G_next = None
+        G_next = W_next = None
         if self.uses_next_layer:
             next_weight, _ = update.model.layer_param_names(self.config.layer + 1)
             G_next = update.gradients[next_weight].to(G.device)
+            W_next = dict(update.model.named_parameters())[next_weight].detach().to(G.device)
+            if W_next.dim() != 2 or W_next.shape[1] != G.shape[0]:  # not a linear layer on this one's outputs
+                W_next = None
         assert update.batch_size is not None  # checked by check_update
-        return factorize(G, g, W, bias, int(update.batch_size), G_next=G_next)
+        return factorize(G, g, W, bias, int(update.batch_size), G_next=G_next, W_next=W_next)
 
     def _layer(self, update: ClientUpdate) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(dL/dW, dL/db, W, bias) of the attacked layer, detached, on the configured device."""
@@ -263,7 +267,7 @@ class DeflatedSpear(SpearSearch[SpearConfigT]):
         cfg = self.config
         return SearchSettings(max_draws=cfg.max_draws, max_seconds=cfg.max_seconds,
                               chunk=cfg.chunk or auto_chunk(problem.m, problem.b), last_column=True, lp_check=True,
-                              label=self.name)
+                              next_weight_check=True, label=self.name)
 
     def _find(self, problem: LayerProblem, seed: int, update: ClientUpdate, tol: torch.Tensor,
               settings: SearchSettings, gen: torch.Generator
@@ -271,9 +275,20 @@ class DeflatedSpear(SpearSearch[SpearConfigT]):
         """The deflated search where the next layer's gradient has rank b (`problem.P_next`), else the column
         search with leakbench's LP check and closed-form last column (`_settings`)."""
         if problem.P_next is None:
-            return super()._find(problem, seed, update, tol, settings, gen)
+            propose, stats = self._column_sources(problem, update, seed, tol, settings)
+            if propose is None:
+                return super()._find(problem, seed, update, tol, settings, gen)
+            columns, found = search_columns(problem, tol, settings, gen, propose)
+            return columns, found, {**stats, **propose.stats()}, "sampling+lp+guide"
         state, solution, stats = self._deflated(problem, seed, update, tol, settings, gen)
         return state, solution, stats, "deflation+next-layer"
+
+    def _column_sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
+                        settings: SearchSettings) -> tuple[ColumnGuides | None, dict[str, Any]]:
+        """The proposal source the column search asks before SPEAR's own draws where the next layer's gradient has
+        rank below b (FC-2: the classifier), and stats known before the search: none in SPEAR; the guide's
+        (guided_columns.ColumnGuides, leakbench's guided column search) in spear-guided."""
+        return None, {}
 
     def _verified(self, problem: LayerProblem, state: SearchState, settings: SearchSettings) -> torch.Tensor | None:
         """The samples the deflated search verified one by one (`verified_samples`); none where the column search

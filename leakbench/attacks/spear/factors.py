@@ -24,6 +24,8 @@ class LayerProblem:
     h_i lies in that row space, since dL/dW_next = Σ_i δ_i h_iᵀ. None when that gradient has rank
     below b (e.g. a classifier with fewer classes than b), where the check does not hold.
     `V_next` (m'×b) is an orthonormal basis of that row space (P_next = I − V Vᵀ).
+    `W_next` (m'×m2): the next linear layer's weight, transposed, on the kept neurons (next_weight.py's check of a
+    column), where the search reads the next layer.
     """
 
     L: torch.Tensor
@@ -36,6 +38,7 @@ class LayerProblem:
     noise: float
     P_next: torch.Tensor | None = None
     V_next: torch.Tensor | None = None
+    W_next: torch.Tensor | None = None
 
     @property
     def slack(self) -> float:
@@ -55,9 +58,10 @@ class LayerProblem:
 
 
 def factorize(G: torch.Tensor, g: torch.Tensor, W: torch.Tensor, bias: torch.Tensor, b: int,
-              *, G_next: torch.Tensor | None = None, dead_tol: float = TOLERANCES.dead_row,
-              next_rank_tol: float = TOLERANCES.next_rank_tol) -> LayerProblem:
-    """Drop dead neurons (rows with negligible gradient) and keep the top-b SVD components."""
+              *, G_next: torch.Tensor | None = None, W_next: torch.Tensor | None = None,
+              dead_tol: float = TOLERANCES.dead_row, next_rank_tol: float = TOLERANCES.next_rank_tol) -> LayerProblem:
+    """Drop dead neurons (rows with negligible gradient) and keep the top-b SVD components. `W_next` (m2 × m): the next
+    linear layer's weight, kept (transposed, live rows) for the next-layer weight check."""
     G, g, W, bias = (t.to(torch.float64) for t in (G, g, W, bias))
     norms = torch.sqrt((G * G).sum(1) + g * g)
     rows = torch.nonzero(norms > dead_tol * norms.max()).flatten()
@@ -74,7 +78,8 @@ def factorize(G: torch.Tensor, g: torch.Tensor, W: torch.Tensor, bias: torch.Ten
     V = next_layer_basis(spectrum, b)
     P = None if V is None else torch.eye(V.shape[0], dtype=V.dtype, device=V.device) - V @ V.T
     return LayerProblem(L=L, Ln=Ln, R=R, g=g[rows], A=W[rows] @ R.T, bias=bias[rows], rows=rows,
-                        noise=noise, P_next=P, V_next=V)
+                        noise=noise, P_next=P, V_next=V,
+                        W_next=None if W_next is None else W_next.to(torch.float64)[:, rows].T.contiguous())
 
 
 def visible_rank(S: torch.Tensor, b: int) -> int:

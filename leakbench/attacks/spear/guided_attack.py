@@ -13,6 +13,7 @@ from leakbench.attacks.spear.attack import DeflatedSpear, SpearConfig
 from leakbench.attacks.spear.descent import GuideDescent, RowSpaceDescent
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.guided import GuidePool, PatternFits, make_guide
+from leakbench.attacks.spear.guided_columns import ColumnGuides
 from leakbench.attacks.spear.residual import ResidualGuides
 from leakbench.attacks.spear.scheduler import ProposalSource
 from leakbench.attacks.spear.state import SearchSettings
@@ -70,6 +71,19 @@ class GuidedSpearAttack(DeflatedSpear[GuidedSpearConfig]):
         sources: list[ProposalSource] = [PatternFits(guide, rounds, pause=descent.has_starts), descent,
                                          GuidePool(guides, t.pool_growth, cfg.refine_first), RowSpaceDescent()]
         return sources, {"guide": cfg.guide, "guide_seconds": seconds}
+
+    def _column_sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
+                        settings: SearchSettings) -> tuple[ColumnGuides | None, dict[str, Any]]:
+        """The guide's proposals for the column search (guided_columns.ColumnGuides, leakbench's guided column search),
+        where the next layer's gradient has rank below b (FC-2)."""
+        start = time.perf_counter()
+        features, reason = self.guide_features(update, seed)
+        seconds = time.perf_counter() - start
+        if features is None:
+            return None, {"guide": self.config.guide, "guide_seconds": seconds, "guide_failed": reason}
+        t = settings.tolerances
+        guide = make_guide(problem, features, t.pool_start)
+        return ColumnGuides(guide), {"guide": self.config.guide, "guide_seconds": seconds}
 
     def guide_features(self, update: ClientUpdate, seed: int) -> tuple[torch.Tensor | None, str]:
         """The guide's reconstruction of this layer's inputs (b, n), or None and why it failed.

@@ -6,6 +6,7 @@ next layer's gradient cannot be used (rank below b); otherwise it runs deflation
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from leakbench.attacks.spear.candidates import (
 )
 from leakbench.attacks.spear.factors import LayerProblem
 from leakbench.attacks.spear.last_column import last_column_candidates
+from leakbench.attacks.spear.next_weight import passes_next_weight
 from leakbench.attacks.spear.sampling import count_zeros, draw_directions
 from leakbench.attacks.spear.select import improve_by_swaps, select_independent
 from leakbench.attacks.spear.solve import Solution, solve_batch
@@ -37,6 +39,7 @@ class ColumnState(SearchState):
 
     columns: torch.Tensor
     lp_checks: int = 0
+    rejected_next_weight: int = 0
     best: Solution | None = None
 
     @property
@@ -44,27 +47,40 @@ class ColumnState(SearchState):
         return int(self.columns.shape[0])
 
     def stats(self) -> dict[str, Any]:
-        return {**super().stats(), "fits_or_lp_checks": self.lp_checks}
+        return {**super().stats(), "fits_or_lp_checks": self.lp_checks,
+                **({"rejected_next_weight": self.rejected_next_weight} if self.rejected_next_weight else {})}
 
 
 def consider(problem: LayerProblem, masks: torch.Tensor, tol: torch.Tensor, state: ColumnState,
              settings: SearchSettings) -> None:
-    """Refine candidate zero sets; accept unique-kernel, sparse, new columns (and, with `settings.lp_check`,
-    only those whose pattern is a feasible ReLU pattern: leakbench's LP check)."""
+    """Refine candidate zero sets; accept unique-kernel, sparse, new columns (with `settings.next_weight_check`, only
+    those in the span of the next layer's weight on their non-zero rows: leakbench's next-layer weight check,
+    next_weight.py; with `settings.lp_check`, only those whose pattern is a feasible ReLU pattern: leakbench's LP
+    check)."""
     if masks.shape[0] == 0:
         return
     state.patterns += int(masks.shape[0])
     q, exact, unique = refine(problem.Ln, masks, tol, settings.tolerances.unique_gap)
     enough = exact.sum(1) >= min_zeros(problem, settings)
+    if settings.lp_check:  # leakbench's: a direction (numerically) zero on almost every row is no sample's pattern
+        enough &= exact.sum(1) <= settings.tolerances.max_zero_fraction * problem.m
     keep = unique & enough
     q, exact = canonical(q[keep]), exact[keep]
+    new = is_new(q, state.columns)
+    q, exact = q[new], exact[new]
+    if settings.next_weight_check and q.shape[0]:  # leakbench's next-layer weight check (next_weight.py)
+        passed = passes_next_weight(problem, q, tol)
+        state.rejected_next_weight += int((~passed).sum())
+        q, exact = q[passed], exact[passed]
     for direction, zero in zip(q, exact, strict=True):
         if not bool(is_new(direction[None], state.columns)[0]):
             continue
         if settings.lp_check:
-            active = (problem.Ln @ direction).abs() > 100 * tol
+            size = (problem.Ln @ direction).abs()
+            active = size > 100 * tol
+            sure = zero & (size <= settings.tolerances.lp_zero_factor * tol)
             state.lp_checks += 1
-            if pattern_margin(problem, zero.cpu().numpy(), active.cpu().numpy()) <= 0:
+            if pattern_margin(problem, sure.cpu().numpy(), active.cpu().numpy()) <= 0:
                 continue
         state.columns = torch.cat([state.columns, direction[None]])
 
@@ -95,8 +111,14 @@ def select_columns(problem: LayerProblem, state: ColumnState, tol: torch.Tensor,
     return chosen.sort().values
 
 
+ColumnProposals = Callable[[LayerProblem, ColumnState, torch.Tensor, SearchSettings, torch.Generator],
+                           "torch.Tensor | None"]
+"""A proposal source of the column search (guided_columns.ColumnGuides): loose zero masks (k, m) to refine, or None
+to leave the turn to SPEAR's own draws."""
+
+
 def search_columns(problem: LayerProblem, tol: torch.Tensor, settings: SearchSettings,
-                   gen: torch.Generator) -> tuple[ColumnState, Solution | None]:
+                   gen: torch.Generator, propose: ColumnProposals | None = None) -> tuple[ColumnState, Solution | None]:
     """The column search: sample, filter, select b columns of Q, scale and verify, within the budget.
 
     Each chunk of draws (`sample_chunk`) is filtered (`consider`: exact zero set, unique kernel, zero
@@ -107,7 +129,9 @@ def search_columns(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
     complete selection is final (its candidates are all sound). With `last_column`, the b-th column is
     looked for in closed form as soon as b−1 are selected (last_column.py). Returns the state (its `best`:
     the selection with the fewest ReLU violations) and the last solution (None when the budget ran out before
-    b columns were selected).
+    b columns were selected). `propose` (leakbench's guided column search, guided_columns.py) is asked first every
+    turn; once `Tolerances.guide_share_after` of its turns in a row found no column it gives every other turn to
+    SPEAR's own draws, until it finds one again.
     """
     b = problem.b
     state = ColumnState(columns=torch.empty(0, b, dtype=problem.Ln.dtype, device=problem.Ln.device))
@@ -115,9 +139,17 @@ def search_columns(problem: LayerProblem, tol: torch.Tensor, settings: SearchSet
     solution: Solution | None = None
     verified: set[tuple[int, ...]] = set()
     selected_from, chosen = -1, torch.empty(0, dtype=torch.long)
+    misses = turn = 0
     with search_bar(problem, settings) as bar:
         while not out_of_budget(state, settings):
-            consider(problem, sample_chunk(problem, tol, state, settings, gen), tol, state, settings)
+            turn += 1
+            shared = misses >= settings.tolerances.guide_share_after and turn % 2 == 0
+            masks = propose(problem, state, tol, settings, gen) if propose is not None and not shared else None
+            found = state.found
+            consider(problem, sample_chunk(problem, tol, state, settings, gen) if masks is None else masks, tol,
+                     state, settings)
+            if masks is not None:
+                misses = 0 if state.found > found else misses + 1
             if state.columns.shape[0] != selected_from:  # the selection depends on the candidates only
                 selected_from, chosen = state.columns.shape[0], select_columns(problem, state, tol, settings)
             if settings.last_column and chosen.numel() == b - 1 and not tried_last:

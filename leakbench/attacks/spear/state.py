@@ -17,7 +17,8 @@ from leakbench.progress import Tally, tally
 class SearchSettings:
     """One run's budget (`attack.SearchBudget`'s fields, `chunk` resolved by `attack.auto_chunk`), the
     fixed tolerances (tolerances.py), the column search's options (`paper.SpearPaperConfig`; the
-    deflated search never reads them) and the progress bar's `label`."""
+    deflated search never reads them; `next_weight_check`, leakbench's next-layer weight check of a column,
+    next_weight.py, is set by the deflated search's fallback only) and the progress bar's `label`."""
 
     max_draws: int
     max_seconds: float
@@ -26,6 +27,7 @@ class SearchSettings:
     last_column: bool = False
     lp_check: bool = False
     second_stage: bool = False
+    next_weight_check: bool = False
     label: str = "spear"
 
 

@@ -155,6 +155,21 @@ class Tolerances:
     """... and no more than this fraction of its zeros lie inside another remembered direction's larger zero set
     (last_column.sure_directions)."""
 
+    max_zero_fraction: float = 0.9
+    """With the LP check (leakbench's), a candidate zero on more than this fraction of the live rows is refused: on
+    lt-mlp (float32) near-null directions of L, dominated by samples the victim already classifies with p ≈ 1 (their
+    dL/dZ ≈ 0), are below the zero tolerance on ≈ 98 % of rows; the LP refused them only through the rows below."""
+    lp_zero_factor: float = 1e-2
+    """The LP check (candidates.pattern_margin) constrains to z ≤ 0 only the zero rows at most this fraction of the zero
+    tolerance: where the tolerance is set by the noise estimate (lt-mlp's float32 update: pre-activations ≈ 20), an
+    active neuron with a small gradient falls below it (1.6 % of active entries at width 1000, b = 64), and the LP
+    then refused true samples; true zeros sit at ≤ 1e-3 of the tolerance (99.9 %). Rows between are unconstrained."""
+    next_weight_tol: float = 1e-4
+    """A column passes the next-layer weight check (next_weight.py, leakbench's) when its relative residual against
+    the next layer's weight is at most this (or the noise slack). Measured on FC-2 (docs/reference/attacks.md)."""
+    next_weight_spare: int = 10
+    """The check runs only on columns with more than m2 + this many non-zero rows (m2: the next layer's width)."""
+
     # --- the deflated search's schedules (deflation.py, scheduler.py)
     one_per_direction_from_b: int = 64
     """From this b, of a chunk's drawn directions within direction_cos of one another only the sparsest is kept
