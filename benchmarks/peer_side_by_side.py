@@ -107,6 +107,9 @@ def load_peer(folder: str | None) -> Any:
             stand_in = types.ModuleType(name)
             stand_in.load_dataset = None  # type: ignore[attr-defined]
             sys.modules[name] = stand_in
+    # TensorFlow's native libraries loaded before Triton's make Triton's import segfault (TF 2.21, torch 2.14:
+    # torch imports Triton lazily, through torch._dynamo, in the middle of a cell); loading it first is safe.
+    importlib.import_module("torch._dynamo")
     sys.path.insert(0, folder)
     name = next(m for m in PEER_MODULES if (Path(folder) / f"{m}.py").is_file())
     peer = importlib.import_module(name)
