@@ -15,9 +15,10 @@ cell's batch and init, `harness.victim.prepare`), and one client update; then
   `downstream`), its `IterativeSubtractionAttack.run`
   gets leakbench's first-layer gradients (float64, transposed), and its samples are scored by the same
   harness function (`metrics.score_images`). TensorFlow is optional: when it cannot be imported, one line says
-  so and only leakbench's side runs. The peer's data-range filter assumes raw [0, 1] inputs: on FC-2 it sees
-  normalised ones, as its own code would on that victim. Its module imports `tensorflow_datasets` and
-  Hugging Face `datasets` for its loaders only; when they are missing, empty stand-ins are put in their place.
+  so and only leakbench's side runs (never install it into leakbench's venv: a scratch venv that sees it
+  through a .pth file, `pip install tensorflow-cpu`, runs this script). On FC-2 the peer sees normalised
+  inputs, as its own code would on that victim. Its module imports `tensorflow_datasets` and Hugging Face
+  `datasets` for its loaders only; when they are missing, empty stand-ins are put in their place.
 
 Victims (`--victims`): `lt-mlp-f64` (the paper's: `--arch lt-mlp`, raw pixels, float64 client `fedsgd-f64`),
 `lt-mlp-f32` (the same, float32 client), `fc2` (leakbench's FC-2: `--arch fc --depth 2`, its init and
@@ -25,8 +26,9 @@ normalisation, float32 client); width `--width` (1000, the paper's).
 
 Per row: recovered % (answer rows the harness matches 8-bit exactly to a batch image, over b), false accepts
 (answer rows it matches to no batch image exactly: a certified vector that is not a batch image, or one
-image answered twice), seconds, and for leakbench's attacks the ratio of their seconds to the peer's on the same
-batch. Then the means per victim, b and attack. Sizes this machine can afford: b ≤ 64 (seconds each for
+image answered twice), seconds (the peer: its `run` alone, after its model is built; leakbench: the harness's
+round trip to the attack worker), and for leakbench's attacks the ratio of their seconds to the peer's on the
+same batch. Then the means per victim, b and attack. Sizes this machine can afford: b ≤ 64 (seconds each for
 peeling; spear and spear-guided spend their budget where they fail).
 """
 
@@ -90,7 +92,7 @@ def leakbench_row(spec: CellSpec) -> dict[str, Any]:
     rows = result.reconstruction.rows()
     return {"recovered_pct": 100.0 * exact / b, "exact": exact, "answer_rows": rows,
             "false_accepts": max(rows - exact, 0), "seconds": float(s["seconds"]), "status": s["status"],
-            "reason": str(s["reason"])[:120]}
+            "reason": str(s["reason"])[:240]}
 
 
 def load_peer(folder: str | None) -> Any:
@@ -107,6 +109,9 @@ def load_peer(folder: str | None) -> Any:
             stand_in = types.ModuleType(name)
             stand_in.load_dataset = None  # type: ignore[attr-defined]
             sys.modules[name] = stand_in
+    # TensorFlow's native libraries loaded before Triton's make Triton's import segfault (TF 2.21, torch 2.14:
+    # torch imports Triton lazily, through torch._dynamo, in the middle of a cell); loading it first is safe.
+    importlib.import_module("torch._dynamo")
     sys.path.insert(0, folder)
     name = next(m for m in PEER_MODULES if (Path(folder) / f"{m}.py").is_file())
     peer = importlib.import_module(name)
