@@ -42,12 +42,16 @@ class ColumnGuides:
 
     Each found column sharpens the guides still open (`projected_margins`): a missing sample's input coordinates p_j
     (a row of Q⁻¹) are orthogonal to every found column q_i (p_j·q_i = 0 for i ≠ j), so only a guide's component
-    in the complement of the found columns predicts anything; projecting onto it removes the rest of its error."""
+    in the complement of the found columns predicts anything; projecting onto it removes the rest of its error.
+    When at most `sweep_below` samples are missing and two turns found nothing, the guides are replaced by a sweep
+    of that complement (`sweep_margins`): with two missing, each open guide is a mixture of both, and random points
+    of the plane they span, at the guides' scale, land in the missing samples' own ReLU cells."""
 
     def __init__(self, guide: Guide, per_turn: int = 256, max_extra: int = 4,
-                 fractions: tuple[float, ...] = (0.5, 0.75, 1.0)) -> None:
+                 fractions: tuple[float, ...] = (0.5, 0.75, 1.0), sweep_below: int = 2) -> None:
         self.guide, self.per_turn, self.max_extra, self.fractions = guide, per_turn, max_extra, fractions
-        self.proposed = 0
+        self.sweep_below = sweep_below
+        self.proposed = self.stalled = self.found_at = self.swept = 0
         self.margin, self.projected_at = guide.margin, 0
 
     def __call__(self, problem: LayerProblem, state: ColumnState, tol: torch.Tensor, settings: SearchSettings,
@@ -59,10 +63,16 @@ class ColumnGuides:
             return None
         if guide.rows is not None and state.found != self.projected_at:
             self.margin, self.projected_at = projected_margins(problem, guide.rows, state.columns), state.found
+        self.stalled = 0 if state.found != self.found_at else self.stalled + 1
+        self.found_at = state.found
         margin = self.margin[guide.open]
+        if guide.rows is not None and problem.b - state.found <= self.sweep_below and self.stalled >= 2:
+            margin = sweep_margins(problem, state.columns, guide.rows[guide.open.to(guide.rows.device)],
+                                   self.per_turn, gen)
+            self.swept += 1
         ranks = (confidence_ranks(margin), distinct_ranks(margin, zero_masks(problem.Ln, state.columns, tol).cpu()))
         inactive = (margin < 0).sum(dim=1)
-        repeats = max(2, min(self.per_turn, settings.max_draws - state.draws) // int(guide.open.sum()))
+        repeats = max(2, min(self.per_turn, settings.max_draws - state.draws) // margin.shape[0])
         masks = []
         for t in range(repeats):
             fraction = self.fractions[t % len(self.fractions)]
@@ -76,7 +86,8 @@ class ColumnGuides:
         return out[new_patterns(out, state, settings.tolerances.max_new_per_chunk)]
 
     def stats(self) -> dict[str, Any]:
-        return {"guided_column_proposals": self.proposed, "guides_matched": self.guide.matched}
+        return {"guided_column_proposals": self.proposed, "guides_matched": self.guide.matched,
+                "complement_sweeps": self.swept}
 
 
 def confidence_ranks(margin: torch.Tensor) -> torch.Tensor:
@@ -101,6 +112,19 @@ def projected_margins(problem: LayerProblem, rows: torch.Tensor, columns: torch.
     columns (k, b) (guided.make_guide's margin otherwise)."""
     N = null_basis(columns, problem.b)
     z = (rows @ N) @ (N.T @ problem.A.T) + problem.bias
+    margin: torch.Tensor = (z / problem.A.norm(dim=1).clamp_min(1e-300)).cpu()
+    return margin
+
+
+def sweep_margins(problem: LayerProblem, columns: torch.Tensor, rows: torch.Tensor, count: int,
+                  gen: torch.Generator) -> torch.Tensor:
+    """Margins (count, m) of random points of the complement of the found columns (k, b): uniform directions, norms
+    log-uniform in [¼, 4] × the median norm of the open guides' projected coordinates `rows` (g, b)."""
+    N = null_basis(columns, problem.b)
+    v = torch.randn(count, N.shape[1], generator=gen, dtype=N.dtype).to(N.device)
+    scale = float((rows @ N).norm(dim=1).median())
+    factor = torch.exp((torch.rand(count, 1, generator=gen, dtype=N.dtype) * 2 - 1) * math.log(4.0)).to(N.device)
+    z = ((v / v.norm(dim=1, keepdim=True)) * scale * factor) @ (N.T @ problem.A.T) + problem.bias
     margin: torch.Tensor = (z / problem.A.norm(dim=1).clamp_min(1e-300)).cpu()
     return margin
 
