@@ -3,6 +3,7 @@ attack (Shariati & Alambardar Meybodi 2026) — exact where degree-1 neurons exi
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -105,3 +106,56 @@ def test_peeling_refuses_a_victim_without_an_fc_first_layer() -> None:
     batch = _batch(torch.rand(2, 3, 32, 32), [0, 1], 10)
     with pytest.raises(ConfigError, match="not a linear layer followed by ReLU"):
         create_attack("peeling").reconstruct(fedsgd_update(model, batch), seed=0)
+
+
+def _near_copy_batch() -> tuple[torch.nn.Module, Batch, int]:
+    """Two samples, A (label 1) and B (label 0), on a 2-class lt-mlp whose logit difference is d·relu(z) + β:
+    64 neurons fire for A only (degree 1: A exactly), 4 for B only, and neuron `shared` for both, with a small
+    d there and B confidently of class 0, so B's coefficient on it is tiny (≈ 10⁻⁵ of A's): its ratio G/h is a
+    near-copy of A, 10⁻⁵ away (past dedup_tol), whose residual on that one neuron is below cert_tol."""
+    only_a, shared = 64, 64
+    xa = torch.tensor([0.9, 0.8, 0.1, 0.2], dtype=torch.float64)
+    xb = torch.tensor([0.1, 0.2, 0.9, 0.7], dtype=torch.float64)
+    sign = torch.tensor([1.0, 1.0, -1.0, -1.0], dtype=torch.float64)
+    noise = torch.randn(only_a, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    w1 = torch.cat([sign * torch.linspace(0.5, 1.0, only_a, dtype=torch.float64)[:, None] + 0.05 * noise,
+                    torch.full((1, 4), 0.5, dtype=torch.float64),
+                    -sign * torch.tensor([0.5, 0.6, 0.7, 0.8], dtype=torch.float64)[:, None]])
+    d = torch.cat([torch.full((only_a,), 0.004, dtype=torch.float64), torch.tensor([1e-3], dtype=torch.float64)])
+    za, zb = w1 @ xa, w1 @ xb
+    beta = -float(d @ za[:shared + 1])  # A's two logits equal: p = (½, ½)
+    d_b = (-12.0 - beta - float(d[shared] * zb[shared])) / float(zb[shared + 1:].sum())  # B's logit gap −12
+    model = build_model("lt-mlp", (1, 1, 4), 2, width=len(w1), depth=2, seed=0)
+    first, last = model.linear_layers()
+    with torch.no_grad():
+        first.weight.copy_(w1)
+        first.bias.zero_()
+        last.weight.zero_()
+        last.weight[1] = torch.cat([d, torch.full((4,), d_b, dtype=torch.float64)])
+        last.bias.copy_(torch.tensor([0.0, beta]))
+    return model, _batch(torch.stack([xa, xb]).reshape(2, 1, 1, 4).float(), [1, 0], 2), shared
+
+
+def test_peeling_certifies_no_near_copy_of_a_sample() -> None:
+    """The released code's certificate takes ε over every live row the candidate fires that fits, not over its
+    own neuron alone: A's near-copy (from the shared neuron) fits A's 64 degree-1 rows only approximately, and
+    those residuals add up past cert_tol, so each sample is certified once (main's certificate, on the
+    candidate's own neuron, accepted the near-copy too and peeled A twice)."""
+    from leakbench.attacks.peeling import PeelingConfig
+
+    cfg = PeelingConfig()
+    model, batch, shared = _near_copy_batch()
+    update = fedsgd_update(model, batch, dtype=torch.float64)
+    weight, bias = model.layer_param_names(1)
+    G, h = update.gradients[weight], update.gradients[bias]
+    near = G[shared] / h[shared]
+    assert cfg.dedup_tol < float(torch.linalg.vector_norm(near - batch.images[0].flatten())) < 1e-3  # near-copy of A
+    net = copy.deepcopy(model).double()
+    loss = torch.nn.functional.cross_entropy(net(near.reshape(1, 1, 1, 4)), torch.tensor([1])) / 2
+    alone = torch.autograd.grad(loss, net.linear_layers()[0].bias)[0][shared] - h[shared]
+    assert float(alone.abs()) < cfg.cert_tol  # which its own neuron alone would certify (with A's label)
+    recon = create_attack("peeling").reconstruct(update, seed=0)
+    assert recon.status == "ok", recon.reason
+    assert recon.images is not None and recon.images.shape[0] == 2, recon.stats  # A and B, each once
+    assert score_images(recon.images, batch.images)["exact"].all()
+    assert recon.stats["per_iteration"] == [2] and sorted(recon.stats["labels"]) == [0, 1]

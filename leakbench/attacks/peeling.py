@@ -1,7 +1,9 @@
 """LT-code peeling (Shariati & Alambardar Meybodi, arXiv:2609.09659, 2026), passive form: the peeling decoder.
 
-Written from the paper's equations (§II-B, §V), not from its released code. For the first linear layer
-z = W₁x + b₁ followed by a ReLU and the batch-mean cross-entropy, neuron j's gradient row and bias entry are
+Written from the paper's equations (§II-B, §V); its deduplication and certificate follow the released code
+(commit df2c313 of SaeedShariati/Gradient-Inversion-via-LT-Codes, `trapweights.IterativeSubtractionAttack`) step
+for step. For the first linear layer z = W₁x + b₁ followed by a ReLU and the batch-mean cross-entropy, neuron j's
+gradient row and bias entry are
 
     G[j] = Σ_{i ∈ A_j} c_ij x_i,    h[j] = Σ_{i ∈ A_j} c_ij      (A_j: the samples that activate j)   (Eq. 7)
 
@@ -10,24 +12,31 @@ so a neuron activated by exactly one sample (degree 1, a "singleton") gives it e
 
 1. a candidate r[j] for every live neuron (|h[j]| > `ratio_tol`); candidates whose image leaves the data range
    [0, 1] by more than `range_margin` are dropped before certification (§VII);
-2. deduplication (§V-C): candidates within `dedup_tol` of each other are one candidate, whose neuron set S
-   pools their neurons; candidates within `dedup_tol` of a sample already recovered are dropped;
-3. certificate and label (Eqs. 12–14): for a candidate x̂ the server's own forward pass gives the
-   sensitivities a genuine sample of label ℓ would have, (1/B)[(Jᵀp)_j − J[ℓ, j]] with J = ∂u/∂z at x̂;
-   ŷ minimises their distance ε to h on S, and x̂ is accepted when ε(x̂, ŷ) < `cert_tol`;
+2. deduplication (§V-C), in neuron order as the released code: a candidate within `dedup_tol` of an earlier
+   kept one is that one again; otherwise, within `dedup_tol` of a sample already recovered, it is dropped;
+   otherwise it is kept, with its neuron as its source row;
+3. certificate and label (Eqs. 12–14), the released code's `_row_fit`: for a candidate x̂ the server's own
+   forward pass gives the sensitivity a genuine sample of label ℓ would have on neuron j,
+   (1/B)[(Jᵀp)_j − J[ℓ, j]] with J = ∂u/∂z at x̂. The rows examined are S = the live neurons x̂ itself fires
+   (z_j(x̂) > 0, |h[j]| > `ratio_tol`) and its source row; a row *fits* when its best label's residual
+   |prediction − h[j]| is below `cert_tol`. The source row must fit; the label ŷ is the one most fitting rows
+   vote for (ties: the smaller summed residual), and x̂ is accepted when ε = ‖residuals of ŷ over the fitting
+   rows‖ < `cert_tol`. A near-copy of a sample (a neuron where a second sample adds a tiny coefficient) fits
+   that sample's own degree-1 rows only approximately, and its many small residuals add up past `cert_tol`;
 4. peeling (Eqs. 15–16): the accepted samples' own first-layer gradient, (1/B) Σ ℓ(x̂, ŷ) differentiated
    in (W₁, b₁), is subtracted from (G, h); the residual has the same form over the samples not yet
    recovered, and may hold new singletons;
 
-until an iteration certifies nothing new. No ground truth: the certificate is the only check, so a
-certified vector can still be a false accept (a linear combination that fits, or a sample certified
-twice where float32 noise defeats the deduplication). The harness counts those: answer rows that its
+until an iteration certifies nothing new, or after `max_iters` iterations. No ground truth: the certificate is
+the only check, so a certified vector can still be a false accept (a linear combination that fits, or a sample
+certified twice where float32 noise defeats the deduplication). The harness counts those: answer rows that its
 matching pairs with no batch image exactly (`benchmarks/peer_side_by_side.py`).
 
-The tolerances are the released code's defaults (float64 arithmetic, its §VIII); leakbench adds nothing
-to the algorithm. When no neuron isolates a sample the attack fails as not applicable (no degree-1 row),
-not as an answer of 0 %. The paper's active variants (trap weights, Soliton-Free, Soliton-Data) modify the
-model and are not this attack.
+The tolerances and the iteration cap are the released code's defaults (float64 arithmetic, its §VIII); the
+range filter of step 1 is the paper's (§VII), which the released code does not apply; leakbench adds nothing to
+the algorithm. When no neuron isolates a sample the attack fails as not applicable (no degree-1 row), not as an
+answer of 0 %. The paper's active variants (trap weights, Soliton-Free, Soliton-Data) modify the model and are
+not this attack.
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ class PeelingConfig(Ranged):
     dedup_tol: candidates closer than this (Euclidean, in the attacked layer's input space) are one (§V-C).
     range_margin: a candidate whose image leaves [−margin, 1 + margin] in any pixel is dropped before
         certification (§VII: "candidates lying outside the data range").
+    max_iters: at most this many iterations (the released code's safety cap on the cascade).
     max_seconds: time budget; past it the attack answers with the samples certified so far.
     """
 
@@ -69,6 +79,7 @@ class PeelingConfig(Ranged):
     cert_tol: float = ranged(1e-8, 0, 1, low_open=True)
     dedup_tol: float = ranged(1e-6, 0, 1)
     range_margin: float = ranged(0.1, 0, 10)
+    max_iters: int = ranged(30, 1, 10**6)
     max_seconds: float = ranged(900.0, 0, MAX_SECONDS, low_open=True)
 
 
@@ -85,14 +96,15 @@ class Residual:
     bias: torch.Tensor
     B: int
 
-    def sensitivities(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """For candidates x (M × inputs): Jᵀp (M × width) and J (M × classes × width), J = ∂u/∂z at each."""
+    def sensitivities(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """For candidates x (M × inputs): the pre-activations z (M × width), Jᵀp (M × width) and
+        J (M × classes × width), J = ∂u/∂z at each."""
         z = (x @ self.weight.T + self.bias).requires_grad_(True)
         u = self.net.logits_from(z, 1)
         p = torch.softmax(u.detach(), dim=1)
         rows = [torch.autograd.grad(u[:, k].sum(), z, retain_graph=k + 1 < u.shape[1])[0] for k in range(u.shape[1])]
         J = torch.stack(rows, dim=1)
-        return torch.einsum("mk,mkn->mn", p, J), J
+        return z.detach(), torch.einsum("mk,mkn->mn", p, J), J
 
     def subtract(self, x: torch.Tensor, labels: torch.Tensor) -> None:
         """Peel the samples x with labels: subtract their first-layer gradient of (1/B) Σ ℓ(x, y) (Eq. 15–16)."""
@@ -175,16 +187,19 @@ def peel(res: Residual, model: ImageVictim, cfg: PeelingConfig, start: float) ->
         if time.perf_counter() - start > cfg.max_seconds:
             out.stop = "budget"
             return out
+        if len(out.per_iteration) >= cfg.max_iters:
+            out.stop = "max iterations"
+            return out
         rows, cands = candidates(res, model, cfg)
         out.candidates += int(rows.numel())
-        groups = deduplicated(cands, torch.stack(out.inputs) if out.inputs else None, cfg.dedup_tol)
-        if not groups:
+        kept = deduplicated(cands, torch.stack(out.inputs) if out.inputs else None, cfg.dedup_tol)
+        if not kept:
             out.stop = "no candidate"
             return out
-        reps = torch.stack([cands[g[0]] for g in groups])
-        labels, eps = certified(res, reps, [rows[torch.as_tensor(g)] for g in groups])
+        reps = cands[kept]
+        labels, eps = certified(res, reps, rows[kept], cfg)
         accepted = torch.nonzero(eps < cfg.cert_tol).flatten()
-        out.rejected = len(groups) - int(accepted.numel())
+        out.rejected = len(kept) - int(accepted.numel())
         if not accepted.numel():
             out.stop = "nothing certified"
             return out
@@ -206,28 +221,22 @@ def candidates(res: Residual, model: ImageVictim, cfg: PeelingConfig) -> tuple[t
     return live[inside], ratios[inside]
 
 
-def deduplicated(cands: torch.Tensor, known: torch.Tensor | None, tol: float) -> list[list[int]]:
-    """Candidates grouped by distance (§V-C): each group holds the indices of one candidate and of those within
-    `tol` of it, first come first kept; candidates within `tol` of a `known` (recovered) sample are dropped."""
+def deduplicated(cands: torch.Tensor, known: torch.Tensor | None, tol: float) -> list[int]:
+    """The candidates kept (§V-C), in order, as the released code keeps them: a candidate within `tol` of an
+    earlier kept one is that one again; otherwise one within `tol` of a `known` (recovered) sample is dropped;
+    otherwise it is kept."""
     n_known = 0 if known is None else len(known)
     points = cands if known is None else torch.cat([known, cands])
     close: dict[int, list[int]] = {}
     for i, k in close_pairs(points, tol):
         close.setdefault(k, []).append(i)  # i < k: an earlier point
-    groups: list[list[int]] = []
-    owner: dict[int, int] = {}
+    kept: set[int] = set()
     for k in range(n_known, len(points)):
-        earlier = sorted(close.get(k, []))
-        if earlier and earlier[0] < n_known:
-            continue  # a recovered sample again
-        home = next((owner[i] for i in earlier if i in owner), None)
-        if home is None:
-            owner[k] = len(groups)
-            groups.append([k - n_known])
-        else:
-            owner[k] = home
-            groups[home].append(k - n_known)
-    return groups
+        earlier = close.get(k, [])
+        if any(i in kept for i in earlier) or any(i < n_known for i in earlier):
+            continue  # a kept candidate again, or a recovered sample again
+        kept.add(k)
+    return sorted(k - n_known for k in kept)
 
 
 def close_pairs(points: torch.Tensor, tol: float) -> list[tuple[int, int]]:
@@ -249,21 +258,34 @@ def close_pairs(points: torch.Tensor, tol: float) -> list[tuple[int, int]]:
     return pairs
 
 
-def certified(res: Residual, reps: torch.Tensor, neuron_sets: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The label fit and certificate (Eqs. 13–14) of each candidate on its neuron set S: the label ŷ minimising
-    ε(x̂, ℓ) = ‖(1/B)[(Jᵀp)_S − J[ℓ, S]] − h[S]‖, and ε(x̂, ŷ)."""
+def certified(res: Residual, reps: torch.Tensor, sources: torch.Tensor,
+              cfg: PeelingConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """The released code's certificate (`_row_fit`) of each candidate x̂ with its source row: its label ŷ and ε,
+    ε = ∞ when the source row does not fit (see the module docstring, step 3). Rows: the live neurons x̂ fires
+    and the source row; the residual of label ℓ on row j is |(1/B)[(Jᵀp)_j − J[ℓ, j]] − h[j]|."""
     labels, eps = [], []
     width, classes = res.G.shape[0], int(res.net.linear_layers()[-1].weight.shape[0])
     chunk = max(1, JACOBIAN_VALUES // (classes * width))
+    live = res.h.abs() > cfg.ratio_tol
     for lo in range(0, len(reps), chunk):
-        Jp, J = res.sensitivities(reps[lo:lo + chunk])
-        for m, S in enumerate(neuron_sets[lo:lo + chunk]):
-            predicted = (Jp[m, S][None, :] - J[m][:, S]) / res.B  # classes × |S|
-            fit = torch.linalg.vector_norm(predicted - res.h[S][None, :], dim=1)
-            best = int(torch.argmin(fit))
-            labels.append(best)
-            eps.append(float(fit[best]))
-    return torch.as_tensor(labels, dtype=torch.long), torch.as_tensor(eps, dtype=torch.float64)
+        z, Jp, J = res.sensitivities(reps[lo:lo + chunk])
+        src = sources[lo:lo + chunk]
+        rows = (z > 0) & live
+        rows[torch.arange(len(src)), src] = True
+        residual = ((Jp[:, None, :] - J) / res.B - res.h).abs()  # M × classes × width
+        best, vote = residual.min(dim=1)  # each row's best label and its residual
+        fits = rows & (best < cfg.cert_tol)
+        ballot = torch.zeros(len(src), classes, dtype=torch.float64)
+        counts = ballot.scatter_add(1, vote, fits.to(torch.float64))  # M × classes: fitting rows voting for each
+        summed = ballot.scatter_add(1, vote, torch.where(fits, best, 0.0))  # and their summed residuals
+        top = counts == counts.max(dim=1, keepdim=True).values
+        label = torch.where(top, summed, torch.inf).argmin(dim=1)  # ties: the smaller sum, then the smaller label
+        picked = residual.gather(1, label[:, None, None].expand(-1, 1, width))[:, 0]
+        norm = torch.linalg.vector_norm(torch.where(fits, picked, 0.0), dim=1)
+        source_fits = fits[torch.arange(len(src)), src]
+        labels.append(label)
+        eps.append(torch.where(source_fits, norm, torch.inf))
+    return torch.cat(labels), torch.cat(eps)
 
 
 def answer(update: ClientUpdate, peeled: Peeled, stats: dict[str, Any]) -> Reconstruction:
@@ -285,6 +307,7 @@ def answer(update: ClientUpdate, peeled: Peeled, stats: dict[str, Any]) -> Recon
         reason = "" if k == B else f"certified {k} samples for a batch of {B}: at least {k - B} are false accepts"
         return Reconstruction(status="ok", space="image", images=images, layer=1, reason=reason, stats=stats)
     why = "time budget" if peeled.stop == "budget" else \
+        f"the iteration cap ({len(peeled.per_iteration)} iterations)" if peeled.stop == "max iterations" else \
         f"the cascade stalled after {len(peeled.per_iteration)} iterations: no neuron isolates a remaining sample"
     return Reconstruction.partial(why, space="image", images=images, layer=1, stats=stats)
 
