@@ -5,13 +5,11 @@ classifier), the next layer's gradient dL/dW2 = Σ_i δ_i h_iᵀ has rank ≤ 9 
 entries summing to zero), so the next-layer fit of the deflated search (fit.py) has no row space to fit in,
 and SPEAR runs its column search (search.py) on the attacked layer's gradient alone. That search drew its
 b−1 rows uniformly, a hit with probability ≈ 2^−(b−1): past b ≈ 25 it finds nothing, and spear-guided's
-guide was computed and never asked. This source gives the column search the guide's proposals: each guide
-(guided.Guide: an approximate sample's predicted pre-activations) not yet matched to a found column first
-proposes its b−1 most confidently inactive rows as a zero set (refined by the column search to the exact
-zero set), then draws b−1 rows among its pool of confidently inactive rows, the pool growing by
-`Tolerances.pool_growth` after every turn in which it stays unmatched (as guided.GuidePool does in the
-deflated space). Everything after the proposal is the column search's: refinement, unique kernel,
-zero count, leakbench's LP check, selection, scale from dL/db and the ReLU verification.
+guide was computed and never asked. This source gives the column search the guide's proposals (`ColumnGuides`:
+draws within each open guide's predicted zeros, guides projected onto the complement of the found columns, and a
+sweep of that complement for the last two samples). Everything after the proposal is the column search's:
+refinement, unique kernel, zero count, the next-layer weight check, leakbench's LP check, selection, scale from
+dL/db and the ReLU verification.
 """
 
 from __future__ import annotations
@@ -61,15 +59,7 @@ class ColumnGuides:
         need = problem.b - 1
         if need < 1 or not bool(guide.open.any()):
             return None
-        if guide.rows is not None and state.found != self.projected_at:
-            self.margin, self.projected_at = projected_margins(problem, guide.rows, state.columns), state.found
-        self.stalled = 0 if state.found != self.found_at else self.stalled + 1
-        self.found_at = state.found
-        margin = self.margin[guide.open]
-        if guide.rows is not None and problem.b - state.found <= self.sweep_below and self.stalled >= 2:
-            margin = sweep_margins(problem, state.columns, guide.rows[guide.open.to(guide.rows.device)],
-                                   self.per_turn, gen)
-            self.swept += 1
+        margin = self._margins(problem, state, gen)
         ranks = (confidence_ranks(margin), distinct_ranks(margin, zero_masks(problem.Ln, state.columns, tol).cpu()))
         inactive = (margin < 0).sum(dim=1)
         repeats = max(2, min(self.per_turn, settings.max_draws - state.draws) // margin.shape[0])
@@ -84,6 +74,20 @@ class ColumnGuides:
         self.proposed += int(out.shape[0])
         out = out.to(problem.Ln.device)
         return out[new_patterns(out, state, settings.tolerances.max_new_per_chunk)]
+
+    def _margins(self, problem: LayerProblem, state: ColumnState, gen: torch.Generator) -> torch.Tensor:
+        """The open guides' margins (g, m) for this turn: projected onto the complement of the found columns, or a
+        sweep of that complement when at most `sweep_below` samples are missing and two turns found nothing."""
+        guide = self.guide
+        if guide.rows is not None and state.found != self.projected_at:
+            self.margin, self.projected_at = projected_margins(problem, guide.rows, state.columns), state.found
+        self.stalled = 0 if state.found != self.found_at else self.stalled + 1
+        self.found_at = state.found
+        if guide.rows is not None and problem.b - state.found <= self.sweep_below and self.stalled >= 2:
+            self.swept += 1
+            return sweep_margins(problem, state.columns, guide.rows[guide.open.to(guide.rows.device)], self.per_turn,
+                                 gen)
+        return self.margin[guide.open]
 
     def stats(self) -> dict[str, Any]:
         return {"guided_column_proposals": self.proposed, "guides_matched": self.guide.matched,
