@@ -118,3 +118,21 @@ def test_next_weight_check_keeps_true_columns_and_rejects_mixtures() -> None:
     assert float(true.max()) < 1e-8
     mixture = Q[:, 0] - Q[:, 1]
     assert float(next_weight_residuals(problem, (mixture / mixture.norm())[None], tol)[0]) > 1e-2
+
+
+@pytest.mark.slow
+def test_a_stalled_search_adds_another_guide_run() -> None:
+    """A guide that images nothing (random features) stalls the guided column search; the next run of the guide
+    (`more`, here the true inputs) joins the open guides and the batch is found. Without it, nothing is."""
+    problem, X = _fc2(b=24, width=200)
+    settings = SearchSettings(max_draws=30_000, max_seconds=600, chunk=4096, last_column=True, lp_check=True,
+                              next_weight_check=True)
+    tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
+    noise = torch.randn(X.shape, generator=torch.Generator().manual_seed(1), dtype=X.dtype)
+    guides = ColumnGuides(make_guide(problem, noise, TOLERANCES.pool_start), more=lambda run: X)
+    _, solution = search_columns(problem, tol, settings, torch.Generator().manual_seed(0), guides)
+    assert solution is not None and solution.ok
+    assert guides.stats()["guide_runs"] == 2
+    alone = ColumnGuides(make_guide(problem, noise, TOLERANCES.pool_start))
+    _, solution = search_columns(problem, tol, settings, torch.Generator().manual_seed(0), alone)
+    assert solution is None

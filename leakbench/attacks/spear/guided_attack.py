@@ -83,7 +83,11 @@ class GuidedSpearAttack(DeflatedSpear[GuidedSpearConfig]):
             return None, {"guide": self.config.guide, "guide_seconds": seconds, "guide_failed": reason}
         t = settings.tolerances
         guide = make_guide(problem, features, t.pool_start)
-        return ColumnGuides(guide), {"guide": self.config.guide, "guide_seconds": seconds}
+
+        def more(run: int) -> torch.Tensor | None:  # the guide from another seed, when the search stalls
+            return self.guide_features(update, seed + 1000 * (run + 1))[0]
+
+        return ColumnGuides(guide, more=more), {"guide": self.config.guide, "guide_seconds": seconds}
 
     def guide_features(self, update: ClientUpdate, seed: int) -> tuple[torch.Tensor | None, str]:
         """The guide's reconstruction of this layer's inputs (b, n), or None and why it failed.
