@@ -76,11 +76,28 @@ def make_guide(problem: LayerProblem, features: torch.Tensor, pool_start: float)
     predicts anything; the projection also removes whatever the guide got wrong outside it.
     """
     c = features.to(problem.R.dtype).to(problem.R.device).reshape(features.shape[0], -1) @ problem.R.T
-    z = c @ problem.A.T + problem.bias
-    margin = (z / problem.A.norm(dim=1).clamp_min(1e-300)).cpu()  # guide bookkeeping stays on the CPU
+    margin = row_margins(problem, c)
     g = margin.shape[0]
     return Guide(margin=margin, pool=torch.full((g,), pool_start, dtype=torch.float64),
                  open=torch.ones(g, dtype=torch.bool), rows=c)
+
+
+def row_margins(problem: LayerProblem, c: torch.Tensor) -> torch.Tensor:
+    """Margins (g, m) of points with row coordinates c (g, b): each neuron's pre-activation over its weight row's
+    norm, negative where predicted inactive; on the CPU, where guide bookkeeping stays."""
+    z = c @ problem.A.T + problem.bias
+    margin: torch.Tensor = (z / problem.A.norm(dim=1).clamp_min(1e-300)).cpu()
+    return margin
+
+
+def close_matched(open_: torch.Tensor, agree: torch.Tensor) -> None:
+    """Greedy one-to-one matching on agreement (guides × found, modified in place): the best remaining pair first;
+    each matched guide is closed in `open_`."""
+    for _ in range(min(agree.shape)):
+        i, k = divmod(int(agree.argmax()), agree.shape[1])
+        open_[i] = False
+        agree[i, :] = -math.inf
+        agree[:, k] = -math.inf
 
 
 def match_guides(guide: Guide, problem: LayerProblem, C: torch.Tensor) -> None:
@@ -92,11 +109,7 @@ def match_guides(guide: Guide, problem: LayerProblem, C: torch.Tensor) -> None:
         return
     zero = ((C @ problem.A.T + problem.bias) <= 0).cpu()
     agree = ((guide.margin < 0).unsqueeze(1) == zero.unsqueeze(0)).to(torch.float64).mean(-1)
-    for _ in range(min(agree.shape)):
-        i, k = divmod(int(agree.argmax()), agree.shape[1])
-        guide.open[i] = False
-        agree[i, :] = -1.0
-        agree[:, k] = -1.0
+    close_matched(guide.open, agree)
 
 
 def pool_weights(guide: Guide, live: torch.Tensor, need: int, per_guide: int) -> torch.Tensor:

@@ -23,7 +23,7 @@ import torch
 from leakbench.attacks.spear.candidates import new_patterns, zero_masks
 from leakbench.attacks.spear.deflation import null_basis
 from leakbench.attacks.spear.factors import LayerProblem
-from leakbench.attacks.spear.guided import Guide, make_guide
+from leakbench.attacks.spear.guided import Guide, close_matched, make_guide, row_margins
 from leakbench.attacks.spear.search import ColumnState
 from leakbench.attacks.spear.state import SearchSettings
 
@@ -133,9 +133,7 @@ def projected_margins(problem: LayerProblem, rows: torch.Tensor, columns: torch.
     """The guides' margins (g, m) from their row coordinates c (g, b) projected onto the complement of the found
     columns (k, b) (guided.make_guide's margin otherwise)."""
     N = null_basis(columns, problem.b)
-    z = (rows @ N) @ (N.T @ problem.A.T) + problem.bias
-    margin: torch.Tensor = (z / problem.A.norm(dim=1).clamp_min(1e-300)).cpu()
-    return margin
+    return row_margins(problem, rows @ N @ N.T)
 
 
 def sweep_margins(problem: LayerProblem, columns: torch.Tensor, rows: torch.Tensor, count: int,
@@ -146,9 +144,7 @@ def sweep_margins(problem: LayerProblem, columns: torch.Tensor, rows: torch.Tens
     v = torch.randn(count, N.shape[1], generator=gen, dtype=N.dtype).to(N.device)
     scale = float((rows @ N).norm(dim=1).median())
     factor = torch.exp((torch.rand(count, 1, generator=gen, dtype=N.dtype) * 2 - 1) * math.log(4.0)).to(N.device)
-    z = ((v / v.norm(dim=1, keepdim=True)) * scale * factor) @ (N.T @ problem.A.T) + problem.bias
-    margin: torch.Tensor = (z / problem.A.norm(dim=1).clamp_min(1e-300)).cpu()
-    return margin
+    return row_margins(problem, ((v / v.norm(dim=1, keepdim=True)) * scale * factor) @ N.T)
 
 
 def draw_within(rank: torch.Tensor, limit: torch.Tensor, count: int, gen: torch.Generator) -> torch.Tensor:
@@ -168,10 +164,4 @@ def match_columns(guide: Guide, problem: LayerProblem, state: ColumnState, tol: 
     zero = zero_masks(problem.Ln, state.columns, tol).cpu().to(torch.float64)
     predicted = (guide.margin < 0).to(torch.float64)
     agree = (predicted @ zero.T + (1 - predicted) @ (1 - zero).T) / zero.shape[1]  # (guides, columns), no (g, k, m)
-    for _ in range(min(agree.shape)):
-        i, k = divmod(int(agree.argmax()), agree.shape[1])
-        if agree[i, k] < 0:
-            break
-        guide.open[i] = False
-        agree[i, :] = -math.inf
-        agree[:, k] = -math.inf
+    close_matched(guide.open, agree)
