@@ -85,6 +85,10 @@ def cli_env() -> dict[str, str]:
     """The current environment with PYTHONPATH pointing at this checkout only."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO_ROOT)
+    # A CLI call is a fresh user command: it loads the plugins its own suite names. The attack plugins an
+    # earlier in-process test loaded by name (`plugins.load_plugin` notes them in LEAKBENCH_PLUGINS for its
+    # attack workers) live in that test's temporary folders, which this process cannot import.
+    env.pop("LEAKBENCH_PLUGINS", None)
     env.setdefault("OMP_NUM_THREADS", "1")  # several CLI runs go at once; see the note above
     return env
 

@@ -4,6 +4,7 @@ shows up as its own columns and its own rows through run → report → leaderbo
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 import textwrap
 from pathlib import Path
@@ -223,3 +224,22 @@ def test_a_run_stopped_by_a_defence_resumes_once_it_is_fixed(tmp_path: Path, bro
     sweep = run_sweep(str(path), out=tmp_path / "res")
     assert (sweep.ran, sweep.skipped) == (1, 1)
     assert list(sweep.cells["status"]) == ["ok", "ok"]
+
+
+def test_rescore_imports_only_the_plugins_its_cells_name(tmp_path: Path) -> None:
+    """A run records every plugin its process had loaded (another suite's too, run in the same notebook or
+    test session); rescoring it elsewhere needs only those its cells' specs name. One that is named and gone
+    is one ConfigError line naming it."""
+    from leakbench.harness.rescore import load_client_plugins, spec_names
+
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    (cell / "manifest.json").write_text(json.dumps(
+        {"spec": {"dataset": "embedded", "defences": [{"name": "gone-used", "config": {"keep": 0.5}}]}}))
+    used = spec_names([cell, tmp_path / "no-such-cell"])
+    assert {"embedded", "gone-used"} <= used
+    gone_unused = {"module": "leakbench_gone_unused", "defences": ["gone-unused"], "datasets": []}
+    gone_used = {"module": "leakbench_gone_used", "defences": ["gone-used"], "datasets": []}
+    load_client_plugins({"plugins": [gone_unused]}, used)
+    with pytest.raises(ConfigError, match="'leakbench_gone_used' cannot be loaded: ModuleNotFoundError"):
+        load_client_plugins({"plugins": [gone_unused, gone_used]}, used)

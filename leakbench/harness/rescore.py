@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -65,18 +66,49 @@ def rescore_run(run_dir: Path, *, lpips_weights: str | None = None,
     as `leakbench run` finds it; `data_root` where the run's dataset lies now)."""
     manifest = read_run_manifest(run_dir)  # checked: names, numbers (one line, never a traceback)
     plan = [c["cell_id"] for c in manifest["cells"]]
-    load_client_plugins(manifest)
     torch.set_num_threads(1)  # as every executor scores: the same float rounding, the same bytes
     with held_folder(run_dir, "a run of its suite, or a rescore"):  # not while a sweep writes it
         done = finished_cells(run_dir)
+        load_client_plugins(manifest, spec_names(cell_path(run_dir, c) for c in plan if c in done))
         for cid in (c for c in plan if c in done):
             rescore_cell(cell_path(run_dir, cid), lpips_weights=lpips_weights, data_root=data_root)
         return consolidate(run_dir, plan)
 
 
-def load_client_plugins(manifest: dict[str, Any]) -> None:
-    """Import again the client-side plugins (datasets, defences) the run loaded by module name: its cells'
-    specs name their datasets and defences. A plugin that is gone is one ConfigError line."""
+def load_client_plugins(manifest: dict[str, Any], used: set[str]) -> None:
+    """Import again the client-side plugins (datasets, defences, victims) the run loaded by module name whose
+    registered names its cells' specs use (`used`). The run records every plugin its process had loaded,
+    those of other suites run there too; only those its cells need must still be importable. A needed plugin
+    that is gone is one ConfigError line."""
     for plugin in manifest.get("plugins", []):
-        if isinstance(plugin, dict) and (plugin.get("datasets") or plugin.get("defences")) and plugin.get("module"):
+        if not isinstance(plugin, dict) or not plugin.get("module"):
+            continue
+        names = {n for kind in CLIENT_KINDS for n in plugin.get(kind) or () if isinstance(n, str)}
+        if names & used:
             load_client_plugin(str(plugin["module"]))
+
+
+CLIENT_KINDS = ("datasets", "defences", "victims")
+"""The registries whose plugins run in the harness (the client's side); attack plugins run in the worker."""
+
+
+def spec_names(cell_dirs: Iterable[Path]) -> set[str]:
+    """Every string in the stored specs of these cells (their dataset, defence and victim names among them);
+    a cell without a readable manifest adds none (`rescore_cell` reports it)."""
+    found: set[str] = set()
+    for cell_dir in cell_dirs:
+        try:
+            found |= _strings(json.loads((cell_dir / "manifest.json").read_text()).get("spec"))
+        except (OSError, ValueError, AttributeError):
+            continue
+    return found
+
+
+def _strings(value: Any) -> set[str]:
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, dict):
+        return set().union(*map(_strings, value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*map(_strings, value)) if value else set()
+    return set()
