@@ -120,3 +120,62 @@ def test_signature_of_quantised_and_pruned_gradients() -> None:
     pruned = prune(G, 0.9)
     assert quantisation_levels(pruned) is None  # few non-zero entries, each its own value: not a grid
     assert unexplained_zeros(pruned) > 0.5
+
+
+@pytest.mark.parametrize("attack", ["spear", "spear-guided"])
+def test_a_stalled_search_on_a_defended_update_stops_on_the_stall_rule(attack: str) -> None:
+    """8-bit quantisation on FC-3 w200 b = 16 (embedded): the structure check lets the search run (its zeros are
+    mostly kept), and the draws find no sample. Old code: every draw of the budget, then "time budget spent". Now the
+    stall rule stops it after its limit in draws, with the reason and the update's evidence; failed or partial, never
+    scored as no leakage by silence."""
+    update = _quantised(_clean(16, width=200), 8)
+    result = create_attack(attack, max_draws=10**9, max_seconds=600).reconstruct(update, seed=0)
+    assert "no new sample in the last" in result.reason and "levels (quantised)" in result.reason
+    assert "time budget" not in result.reason and result.stats["draws"] < 10**9
+    if result.status == "failed":
+        assert result.failure == "not-applicable"
+        assert result.reason.startswith("not applicable: ") == (result.stats["samples_found"] == 0)
+
+
+def test_the_stall_rule_counts_draws_since_the_best_count() -> None:
+    """No stop before the limit; a new best count restarts it; a count that drops and comes back is no progress;
+    columns kept beyond b are no progress; the deflated route's draws take fewer rows as samples are found."""
+    from leakbench.attacks.spear.samples import SampleState
+    from leakbench.attacks.spear.search import ColumnState
+    from leakbench.attacks.spear.stall import StallRule
+    from leakbench.attacks.spear.state import stalled
+
+    rule = StallRule(b=8, evidence="test", factor=10.0, min_draws=1)
+    columns = ColumnState(columns=torch.zeros(0, 8))
+    limit = rule.limit(columns.draw_rows(8), 8)
+    assert limit == 10 * 2**7 / 8
+    columns.draws = int(limit) - 1
+    assert not stalled(columns, rule) and not columns.stalled
+    columns.columns = torch.zeros(3, 8)
+    columns.draws += 5
+    assert not stalled(columns, rule) and columns.best_found == 3  # progress: the count restarts here
+    restart = columns.progress_draw
+    for count in (2, 3):  # down (a sample set aside) and back up: no progress
+        columns.columns = torch.zeros(count, 8)
+        columns.draws += 1
+        assert not stalled(columns, rule) and columns.best_found == 3 and columns.progress_draw == restart
+    columns.draws = restart + int(rule.limit(7, 5)) - 1
+    assert not stalled(columns, rule)
+    columns.columns = torch.zeros(20, 8)  # beyond b: counted as b
+    assert not stalled(columns, rule) and columns.best_found == 8
+    columns.draws += int(rule.limit(7, 1))
+    assert stalled(columns, rule) and "no new sample" in columns.stalled
+    samples = SampleState(samples=torch.zeros(5, 8))
+    assert samples.draw_rows(8) == 2 and columns.draw_rows(8) == 7
+    assert rule.limit(2, 3) < rule.limit(7, 3)
+
+
+def test_no_stall_rule_without_a_defence_nor_for_the_forms_that_answer_anyway() -> None:
+    update = _clean(16, width=200)
+    quantised = _quantised(update, 8)
+    spear = create_attack("spear")
+    assert spear._stall_rule(spear.layer_problem(update), update) is None
+    rule = spear._stall_rule(spear.layer_problem(quantised), quantised)
+    assert rule is not None and rule.b == 16 and "quantised" in rule.evidence
+    for attack in (create_attack("spear-approx"), create_attack("spear-paper", return_unverified=True)):
+        assert attack._stall_rule(attack.layer_problem(quantised), quantised) is None

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 import time
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pandas as pd
@@ -429,6 +430,27 @@ def test_pool_interrupt_stops_at_once(tmp_path: Path) -> None:
     started = sorted(p.parent.name for p in tmp_path.glob("*/started"))
     finished = sorted(p.parent.name for p in tmp_path.glob("*/finished"))
     assert started == ["0", "1"] and finished == ["0"]
+
+
+@pytest.mark.slow
+def test_a_pool_worker_killed_from_outside_costs_its_cells_a_rerun_not_the_run(tmp_path: Path,
+                                                                              capfd: pytest.CaptureFixture[str]) -> None:
+    """The OOM killer ends a pool worker mid-cell (CI stop 51: BrokenProcessPool, the run's traceback, exit 1):
+    the unfinished cells run again in a fresh pool and each finished cell is reported once; a worker that keeps
+    dying still ends the run (`POOL_RESTARTS`)."""
+    from pool_helpers import killed_always_task, killed_once_task
+
+    tasks = [Task(spec=-0.5 if i == 1 else 0.5, out=tmp_path / str(i), selection=(), grid_seed=0) for i in range(4)]
+    reported: list[str] = []
+    executors._pool(tasks, lambda summary: reported.append(summary["name"]), 2, work=killed_once_task)
+    assert sorted(reported) == ["0", "1", "2", "3"]
+    assert sorted(p.parent.name for p in tmp_path.glob("*/finished")) == ["0", "1", "2", "3"]
+    assert "a pool worker died" in capfd.readouterr().err
+
+    with pytest.raises(BrokenProcessPool):
+        executors._pool([Task(spec=0, out=tmp_path / "always", selection=(), grid_seed=0)], lambda summary: None, 1,
+                        work=killed_always_task)
+    assert capfd.readouterr().err.count("a pool worker died") == executors.POOL_RESTARTS
 
 
 @pytest.mark.slow

@@ -15,8 +15,10 @@ import multiprocessing
 import os
 import signal
 import socket
+import sys
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -121,27 +123,53 @@ def execute(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], *, exe
                     on_done(run_task(task))
 
 
+POOL_RESTARTS = 2
+"""Fresh pools a run makes after a pool worker died from outside (the OOM killer, a stray SIGKILL): its unfinished
+cells run again there; one more death ends the run with the error."""
+
+
 def _pool(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int,
           work: Callable[[Task], dict[str, Any]] = run_task) -> None:
     """A local process pool (spawned workers: no state inherited from this process).
 
     At most `jobs` tasks are in the pool at a time, so nothing is queued behind the running cells;
     workers ignore Ctrl-C, and on any interruption this process terminates them at once (their
-    half-written temporary folders are removed by the sweep).
+    half-written temporary folders are removed by the sweep). A worker that dies (`BrokenProcessPool`: killed
+    from outside; a cell's own failures are its records, and a killed attack worker is retried inside the
+    cell) ends that pool: the cells not yet done run in a fresh one, at most `POOL_RESTARTS` times. A cell's
+    folder is written atomically and the same seed gives the same records, so one run again adds nothing twice.
     """
+    left = list(tasks)
+    for restart in range(POOL_RESTARTS + 1):
+        done: set[int] = set()
+        try:
+            _pool_round(left, on_done, jobs, work, done)
+            return
+        except BrokenProcessPool:
+            if restart == POOL_RESTARTS:
+                raise
+            left = [task for i, task in enumerate(left) if i not in done]
+            print(f"leakbench: a pool worker died (killed from outside?): its {len(left)} unfinished cells run "
+                  "again in a fresh pool", file=sys.stderr, flush=True)
+
+
+def _pool_round(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: int,
+                work: Callable[[Task], dict[str, Any]], done: set[int]) -> None:
+    """One pool over `tasks`; each finished task's index goes into `done` once `on_done` has taken it."""
     earlier = {child.pid for child in multiprocessing.active_children()}
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"),
                                initializer=_start_worker, initargs=(os.getpid(),))
-    waiting = iter(tasks)
+    waiting = iter(enumerate(tasks))
     try:
         with _ctrl_c_held():
-            running: set[Future[dict[str, Any]]] = {pool.submit(work, task) for task in islice(waiting, jobs)}
+            running = {pool.submit(work, task): i for i, task in islice(waiting, jobs)}
         while running:
-            finished, running = wait(running, return_when=FIRST_COMPLETED)
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
                 on_done(future.result())
+                done.add(running.pop(future))
                 with _ctrl_c_held():
-                    running |= {pool.submit(work, task) for task in islice(waiting, 1)}
+                    running |= {pool.submit(work, task): i for i, task in islice(waiting, 1)}
     except BaseException:
         _terminate(pool, earlier)
         raise

@@ -33,6 +33,7 @@ import torch
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.deflation import reduced_rows
 from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.state import NOT_APPLICABLE
 from leakbench.attacks.spear.tolerances import TOLERANCES, Tolerances
 
 MAX_LEVELS = 1 << 16
@@ -42,8 +43,6 @@ LEVEL_SAMPLE = 1 << 20
 """Entries of the gradient whose distinct values are counted (a fixed, evenly strided subset of a larger one)."""
 LEVEL_SHARE = 8
 """Entries per distinct value, on average, from which values on few levels are a grid (`quantisation_levels`)."""
-NOT_APPLICABLE = "not applicable"
-"""How a refusal's reason starts (the cell's state reads "not applicable": `records.cell_state`)."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from abc import abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
@@ -24,7 +24,7 @@ from typing_extensions import TypeVar
 
 from leakbench.attacks.base import AGGREGATES, Attack, Reconstruction, Requirements
 from leakbench.attacks.spear.active import find_batch_span
-from leakbench.attacks.spear.applicability import structure_refusal
+from leakbench.attacks.spear.applicability import signature, structure_refusal
 from leakbench.attacks.spear.candidates import zero_tolerance
 from leakbench.attacks.spear.factors import LayerProblem, factorize
 from leakbench.attacks.spear.guided_columns import ColumnGuides
@@ -33,6 +33,7 @@ from leakbench.attacks.spear.samples import SampleState, nearest_known
 from leakbench.attacks.spear.scheduler import ProposalSource, Scheduler, default_sources, search_samples
 from leakbench.attacks.spear.search import ColumnState, search_columns
 from leakbench.attacks.spear.solve import Solution
+from leakbench.attacks.spear.stall import MIN_ZERO_FRACTION, StallRule
 from leakbench.attacks.spear.state import FAILURE_STAT, SearchSettings, SearchState, stop_failure, stop_reason
 from leakbench.core.citation import Citation
 from leakbench.core.errors import ConfigError
@@ -162,8 +163,7 @@ class SpearSearch(Attack[BudgetT]):
             G, g, _, _ = self._layer(update)
             reason, X, stats = "", one_sample(G, g), {"draws": 0, "method": "closed form (one visible sample)"}
         else:
-            exempt = bool(self.adapts_to) or self.answers_unverified()  # adaptive and approximate forms answer anyway
-            verdict = None if exempt else structure_refusal(problem, self._layer(update)[0])
+            verdict = None if self.answers_anyway() else structure_refusal(problem, self._layer(update)[0])
             if verdict is not None and not verdict.applicable:  # fail fast, before any search (applicability.py)
                 return verdict.reason, None, {"mode": "not applicable", "draws": 0, **verdict.stats,
                                              FAILURE_STAT: "not-applicable"}
@@ -205,7 +205,7 @@ class SpearSearch(Attack[BudgetT]):
 
     def _search(self, problem: LayerProblem, seed: int, update: ClientUpdate
                 ) -> tuple[str, torch.Tensor | None, dict[str, Any]]:
-        settings = self._settings(problem)
+        settings = replace(self._settings(problem), stall=self._stall_rule(problem, update))
         tol = zero_tolerance(problem, settings.tolerances.zero_tol, settings.tolerances.noise_factor)
         gen = torch.Generator(device=problem.Ln.device).manual_seed(seed)
         state, solution, extra_stats, mode = self._find(problem, seed, update, tol, settings, gen)
@@ -217,8 +217,9 @@ class SpearSearch(Attack[BudgetT]):
             stats["relu_violations"] = solution.violations
             if solution.ok:
                 return "", solution.X, {**stats, "verified": True} if self.answers_unverified() else stats
+            stop = f"the search stopped: {state.stalled}" if state.stalled else "the budget ran out"
             reason = (f"verification failed ({solution.violations} ReLU violations, bias-gradient scale "
-                      f"{'ok' if solution.scale_ok else 'wrong'}) when the budget ran out")
+                      f"{'ok' if solution.scale_ok else 'wrong'}) when {stop}")
             stats[FAILURE_STAT] = "verification"
         if self.answers_unverified() and state.time_capped:  # stopped by the clock (load-dependent): no answer
             reason, stats[FAILURE_STAT] = stop_reason(state, settings, problem.b), "budget"
@@ -228,6 +229,22 @@ class SpearSearch(Attack[BudgetT]):
             return "", best.X, {**kept, "verified": False, "relu_violations": best.violations,
                                 "unverified_reason": reason}
         return reason, self._verified(problem, state, settings), stats
+
+    def answers_anyway(self) -> bool:
+        """Whether this form answers on a defended update whatever its structure shows: the adaptive forms (an
+        attack with `adapts_to`) exist for those defences and the approximate ones (`answers_unverified`) answer
+        their best batch; neither is refused before the search (applicability.py) nor stopped by the stall rule."""
+        return bool(self.adapts_to) or self.answers_unverified()
+
+    def _stall_rule(self, problem: LayerProblem, update: ClientUpdate) -> StallRule | None:
+        """The stall rule (stall.py) where the attacked gradient shows a defence (`applicability.signature`: values
+        on few levels, or at least `MIN_ZERO_FRACTION` of its live entries exact zeros) and this form does not answer
+        anyway; None elsewhere (the search runs to its budget, as before)."""
+        if self.answers_anyway():
+            return None
+        shown, stats = signature(self._layer(update)[0])
+        defended = stats["value_levels"] is not None or stats["unexplained_zero_fraction"] >= MIN_ZERO_FRACTION
+        return StallRule(problem.b, shown) if defended else None
 
     def answers_unverified(self) -> bool:
         """Whether a search whose batch never verifies answers with its best one (the column search's selection

@@ -94,6 +94,10 @@ class SampleState(SearchState):
     def found(self) -> int:
         return int(self.samples.shape[0])
 
+    def draw_rows(self, b: int) -> int:
+        """Rows a deflated draw takes with k samples known: b − k − 1 (at least 1)."""
+        return max(b - self.found - 1, 1)
+
     def stats(self) -> dict[str, Any]:
         return {**super().stats(), "fits_or_lp_checks": self.fits, "retries": self.retries,
                 "samples_from_directions": self.from_directions, "samples_from_outliers": self.from_outliers,

@@ -8,9 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leakbench.attacks.spear.factors import LayerProblem
+from leakbench.attacks.spear.stall import StallRule
 from leakbench.attacks.spear.tolerances import TOLERANCES, Tolerances
 from leakbench.core.reconstruction import Failure
 from leakbench.progress import Tally, tally
+
+NOT_APPLICABLE = "not applicable"
+"""How a refusal's reason starts (the cell's state reads "not applicable": `records.cell_state`): the pre-search
+refusal (applicability.py) and a stalled search that found nothing (stall.py)."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,8 @@ class SearchSettings:
     second_stage: bool = False
     next_weight_check: bool = False
     label: str = "spear"
+    stall: StallRule | None = None
+    """Stop early when the draws stop finding samples on an update that shows a defence (stall.py); None: off."""
 
 
 @dataclass(kw_only=True)
@@ -58,6 +65,12 @@ class SearchState:
     time_capped: bool = False
     """The search stopped on its wall-clock cap (`max_seconds`) with draws of its budget left (`out_of_budget`
     records it): where it stopped depends on the machine's speed and load, so its answer would too."""
+    best_found: int = 0
+    """The most samples (columns) found at once so far, and `progress_draw` the draw count when it last rose."""
+    progress_draw: int = 0
+    stalled: str = ""
+    """Why the stall rule stopped the search ('' otherwise): no new sample in many times the draws the next one
+    takes where SPEAR's structure holds, on an update that shows a defence (`settings.stall`, stall.py)."""
 
     @property
     def seconds(self) -> float:
@@ -67,6 +80,10 @@ class SearchState:
     def found(self) -> int:
         """Columns (paper route) or samples (deflated route) found so far."""
         raise NotImplementedError
+
+    def draw_rows(self, b: int) -> int:
+        """Rows a draw takes: b − 1 in the column search (the deflated route's state overrides it)."""
+        return b - 1
 
     def stats(self) -> dict[str, Any]:
         """The attack's search counters (`Reconstruction.stats`); the same keys on both routes."""
@@ -91,6 +108,9 @@ def stop_reason(state: SearchState, settings: SearchSettings, b: int) -> str:
              f"with {state.found} candidate columns kept for {b} samples")
     if state.unverifiable:
         return f"stopped after {state.draws} draws {found}: {state.unverifiable}"
+    if state.stalled:
+        return (f"{NOT_APPLICABLE}: " if state.best_found == 0 else "") + \
+            f"stopped after {state.draws} draws {found}: {state.stalled}"
     if state.undrawable:
         return (f"nothing left to draw after {state.draws - state.undrawn} draws {found}: {state.undrawable} "
                 f"(the other {state.undrawn} draws of the budget were charged without drawing)")
@@ -108,19 +128,38 @@ failure kind in its stats; `SpearSearch.reconstruct` takes it out and gives it t
 def stop_failure(state: SearchState) -> Failure:
     """The failure kind (`core.reconstruction.Failure`) of a search that stopped without a batch, as `stop_reason`
     words it: "verification" when a sample could not be verified (`unverifiable`), "not-applicable" when too
-    few neurons stand above the noise for a draw (SPEAR's exact zeros are gone: its assumption does not hold
-    for this update), else "budget" (the draw or time budget is spent)."""
+    few neurons stand above the noise for a draw or the stall rule stopped it (SPEAR's exact zeros are gone: its
+    assumption does not hold for this update), else "budget" (the draw or time budget is spent)."""
     if state.unverifiable:
         return "verification"
-    return "not-applicable" if state.undrawable else "budget"
+    return "not-applicable" if state.undrawable or state.stalled else "budget"
 
 
 def out_of_budget(state: SearchState, settings: SearchSettings) -> bool:
-    """The draw or time budget is spent; a stop on time with draws left is recorded (`SearchState.time_capped`)."""
+    """The draw or time budget is spent, or the stall rule stops the search (`stalled`); a stop on time with draws
+    left is recorded (`SearchState.time_capped`)."""
     if state.draws >= settings.max_draws:
+        return True
+    if settings.stall is not None and stalled(state, settings.stall):
         return True
     state.time_capped = state.seconds >= settings.max_seconds
     return state.time_capped
+
+
+def stalled(state: SearchState, rule: StallRule) -> bool:
+    """Whether the stall rule stops the search now: no new best count of found samples in `rule.limit` draws
+    (state.best_found and state.progress_draw follow the best count, at most b: columns the column search keeps
+    beyond b are no progress while no selection of b verifies; the reason goes to `state.stalled`)."""
+    found = min(state.found, rule.b)
+    if found > state.best_found:
+        state.best_found, state.progress_draw = found, state.draws
+        return False
+    missing, rows = max(rule.b - found, 1), state.draw_rows(rule.b)
+    idle = state.draws - state.progress_draw
+    if idle < rule.limit(rows, missing):
+        return False
+    state.stalled = rule.reason(idle, rows, missing)
+    return True
 
 
 def search_bar(problem: LayerProblem, settings: SearchSettings) -> AbstractContextManager[Tally]:
