@@ -433,8 +433,8 @@ def test_pool_interrupt_stops_at_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_pool_worker_killed_from_outside_costs_its_cells_a_rerun_not_the_run(tmp_path: Path,
-                                                                              capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_pool_worker_killed_from_outside_costs_its_cells_a_rerun_not_the_run(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """The OOM killer ends a pool worker mid-cell (CI stop 51: BrokenProcessPool, the run's traceback, exit 1):
     the unfinished cells run again in a fresh pool and each finished cell is reported once; a worker that keeps
     dying still ends the run (`POOL_RESTARTS`)."""
