@@ -75,9 +75,17 @@ VICTIMS = {"lt-mlp-f64": Victim("lt-mlp", 2, True), "lt-mlp-f32": Victim("lt-mlp
            "fc2": Victim("fc", 2, False)}
 
 
+AS_RELEASED = "peeling-as-released"
+"""`--attacks` name of leakbench's `peeling` without the paper's data-range filter (`range_filter = false`), as the
+released code runs: the twin of the peer's row, false accepts included."""
+
+
 def spec_for(victim: Victim, attack: str, b: int, seed: int, args: argparse.Namespace) -> CellSpec:
     """The cell of `attack` on `victim`: CIFAR-10 batch `b` drawn from `seed`, its init from `seed`, layer 1."""
-    budget = {"max_seconds": args.max_seconds} if attack == "peeling" or attack in SPEAR_FAMILY else {}
+    budget: dict[str, Any] = {"max_seconds": args.max_seconds} \
+        if attack in ("peeling", AS_RELEASED) or attack in SPEAR_FAMILY else {}
+    if attack == AS_RELEASED:
+        attack, budget = "peeling", {**budget, "range_filter": False}
     client = (DefenceSetting("fedsgd-f64", EmptyConfig()),) if victim.float64 else ()
     return CellSpec(attack=attack, dataset=args.dataset, batch_size=b, seed=seed, width=args.width,
                     depth=victim.depth, layer=1, arch=victim.arch, data_root=args.data_root,
@@ -186,7 +194,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-sizes", default="64,128,256")
     parser.add_argument("--seeds", default="0-2")
     parser.add_argument("--width", type=int, default=1000)
-    parser.add_argument("--attacks", default="peeling,spear,spear-guided", help="leakbench attacks (comma list)")
+    parser.add_argument("--attacks", default="peeling,spear,spear-guided", help="leakbench attacks (comma list; "
+                        f"{AS_RELEASED}: peeling without the paper's data-range filter, as the released code)")
     parser.add_argument("--max-seconds", type=float, default=900.0, help="budget of peeling and the SPEAR family")
     parser.add_argument("--out", help="CSV of every row (optional)")
     args = parser.parse_args(argv)

@@ -159,3 +159,17 @@ def test_peeling_certifies_no_near_copy_of_a_sample() -> None:
     assert recon.images is not None and recon.images.shape[0] == 2, recon.stats  # A and B, each once
     assert score_images(recon.images, batch.images)["exact"].all()
     assert recon.stats["per_iteration"] == [2] and sorted(recon.stats["labels"]) == [0, 1]
+
+
+def test_the_range_filter_is_the_papers_and_can_be_dropped_as_the_released_code() -> None:
+    """A candidate outside the data range is dropped before certification with `range_filter` (the paper's §VII) and
+    kept without it (the released code); candidates inside are kept either way, in neuron order."""
+    from leakbench.attacks.peeling import PeelingConfig, Residual, candidates
+
+    model = build_model("lt-mlp", (1, 2, 2), 2, width=3, depth=2, seed=0)
+    G = torch.tensor([[0.5, 0.5, 0.5, 0.5], [5.0, 0.0, 0.0, 0.0], [0.2, 0.4, 0.6, 0.8]], dtype=torch.float64)
+    res = Residual(G=G, h=torch.ones(3, dtype=torch.float64), net=None, weight=G, bias=torch.zeros(3), B=1)
+    kept, _ = candidates(res, model, PeelingConfig())
+    assert kept.tolist() == [0, 2]
+    kept, ratios = candidates(res, model, PeelingConfig(range_filter=False))
+    assert kept.tolist() == [0, 1, 2] and float(ratios[1, 0]) == 5.0

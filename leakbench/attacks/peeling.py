@@ -71,6 +71,8 @@ class PeelingConfig(Ranged):
     dedup_tol: candidates closer than this (Euclidean, in the attacked layer's input space) are one (§V-C).
     range_margin: a candidate whose image leaves [−margin, 1 + margin] in any pixel is dropped before
         certification (§VII: "candidates lying outside the data range").
+    range_filter: False drops that filter (every finite candidate is certified), as the released code does: its
+        side-by-side twin (`benchmarks/peer_side_by_side.py --peeling-as-released`).
     max_iters: at most this many iterations (the released code's safety cap on the cascade).
     max_seconds: time budget; past it the attack answers with the samples certified so far.
     """
@@ -79,6 +81,7 @@ class PeelingConfig(Ranged):
     cert_tol: float = ranged(1e-8, 0, 1, low_open=True)
     dedup_tol: float = ranged(1e-6, 0, 1)
     range_margin: float = ranged(0.1, 0, 10)
+    range_filter: bool = True
     max_iters: int = ranged(30, 1, 10**6)
     max_seconds: float = ranged(900.0, 0, MAX_SECONDS, low_open=True)
 
@@ -211,13 +214,14 @@ def peel(res: Residual, model: ImageVictim, cfg: PeelingConfig, start: float) ->
 
 
 def candidates(res: Residual, model: ImageVictim, cfg: PeelingConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """The live neurons (|h| > ratio_tol) whose ratio G[j]/h[j] lies in the data range (its image within
-    [−margin, 1 + margin]): their indices and the ratios (Eq. 9), in neuron order."""
+    """The live neurons (|h| > ratio_tol) whose ratio G[j]/h[j] is finite and, with `range_filter`, lies in the data
+    range (its image within [−margin, 1 + margin]): their indices and the ratios (Eq. 9), in neuron order."""
     live = torch.nonzero(res.h.abs() > cfg.ratio_tol).flatten()
     ratios = res.G[live] / res.h[live, None]
-    finite = torch.isfinite(ratios).all(dim=1)
-    images = model.denormalize(ratios).flatten(1)
-    inside = finite & (images >= -cfg.range_margin).all(dim=1) & (images <= 1 + cfg.range_margin).all(dim=1)
+    inside = torch.isfinite(ratios).all(dim=1)
+    if cfg.range_filter:
+        images = model.denormalize(ratios).flatten(1)
+        inside &= (images >= -cfg.range_margin).all(dim=1) & (images <= 1 + cfg.range_margin).all(dim=1)
     return live[inside], ratios[inside]
 
 
