@@ -1,0 +1,249 @@
+"""Flower (`flwr`) as a leakbench client: one real Flower round, in process, and what its server received.
+
+A prototype for issue 45. `fedsgd_round` runs one round of Flower's Simulation Runtime
+(`flwr.simulation.run_simulation`, Message API: a `ServerApp` and a `ClientApp`) on this machine, with no
+network: K virtual SuperNodes, client k holding the k-th private batch; the server sends the victim's
+weights θ₀ (its `state_dict`) to every client, each client does one full-batch SGD step
+θ₁ = θ₀ − η ∇L(θ₀) on its batch with leakbench's training loss (FedSGD) and returns θ₁, as a Flower client
+returns its new weights; the server records exactly the arrays it receives, and nothing else.
+
+Why the client returns new weights and not the gradient: Flower's own defences read a client's reply as
+weights (`fixedclipping_mod` and `LocalDpMod` clip θ₁ − θ₀; FedAvg and SecAgg+ average weights), so a
+gradient in their place would be clipped and averaged as something it is not. The attack's gradient is
+then (θ₀ − θ₁) / η (`as_gradients`): the same float32 arithmetic as leakbench's `fedavg` with one epoch
+over the whole batch, and the FedSGD gradient up to its rounding (about ε·max|θ₀| / η per entry).
+
+Flower's Simulation Runtime has one backend, Ray: each call starts a local Ray cluster (a GCS, a raylet
+and one worker process per client actor, on this host) and shuts it down before returning. A process
+already connected to Ray (a leakbench `--executor ray` worker) is refused: Flower's `ray.shutdown()`
+would end that connection. Flower's telemetry is turned off (`FLWR_TELEMETRY_ENABLED=0`).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from leakbench.core.errors import ConfigError
+from leakbench.fl.update import ClientUpdate, ThreatModel
+
+if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
+    from leakbench.datasets.base import Batch
+    from leakbench.models.base import ImageVictim
+
+MISSING = "the flower client needs flwr (Flower 1.21 or later): pip install 'flwr>=1.21,<2'"
+"""The one line a user gets when `flwr` cannot be imported."""
+
+NODE_WAIT_S = 120.0
+"""How long the server waits for the simulated SuperNodes to register before it gives up (seconds)."""
+
+Arrays = dict[str, torch.Tensor]
+"""Named tensors: a state dict as Flower's `ArrayRecord` carries it."""
+
+
+def flower() -> ModuleType:
+    """The `flwr` package, imported with Flower's telemetry off; one ConfigError line when it is missing
+    or older than the Message API (1.21)."""
+    os.environ["FLWR_TELEMETRY_ENABLED"] = "0"  # read at import, in this process and the Ray workers
+    try:
+        flwr = importlib.import_module("flwr")
+        importlib.import_module("flwr.simulation")
+        importlib.import_module("flwr.serverapp")
+        telemetry = importlib.import_module("flwr.supercore.telemetry")
+    except ImportError:
+        raise ConfigError(MISSING) from None
+    vars(telemetry)["FLWR_TELEMETRY_ENABLED"] = "0"  # imported earlier by someone else: off all the same
+    return flwr
+
+
+@dataclass(frozen=True)
+class Received:
+    """One reply the server received: the client's index (its partition, 0 … K−1, leakbench's client
+    order), the arrays it sent back (its new weights) and the example count it reported."""
+
+    client: int
+    arrays: Arrays
+    num_examples: int
+
+
+@dataclass(frozen=True)
+class FlowerRound:
+    """One Flower round as the server saw it: the weights it sent, each reply it received (in client
+    order), the flwr version and the round's wall time (Ray start and stop included)."""
+
+    sent: Arrays
+    received: tuple[Received, ...]
+    version: str
+    seconds: float
+
+
+def fedsgd_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, lr: float,
+                 threat: ThreatModel = ThreatModel()) -> FlowerRound:
+    """Run one Flower round in which client k does one full-batch SGD step of rate `lr` on
+    `batches[k]` (images, labels) from `model`'s weights, in the threat model's BatchNorm mode, and
+    return what the server received. `model` is not modified."""
+    if not batches:
+        raise ConfigError("a Flower round needs at least one client batch")
+    if not lr > 0:
+        raise ConfigError(f"the Flower client's learning rate must be > 0, got {lr}")
+    flwr = flower()
+    _refuse_running_ray()
+    sent = {name: t.detach().clone() for name, t in model.state_dict().items()}
+    template = copy.deepcopy(model).requires_grad_(True)
+    data = [(images.detach().clone(), labels.detach().clone()) for images, labels in batches]
+    replies: list[Received] = []
+    errors: list[str] = []
+    client_app = _client_app(template, data, lr, threat.bn_mode == "train")
+    server_app = _server_app(sent, len(data), replies, errors)
+    start = time.perf_counter()
+    with _quiet():
+        importlib.import_module("flwr.simulation").run_simulation(
+            server_app=server_app, client_app=client_app, num_supernodes=len(data),
+            backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                            "init_args": {"num_cpus": 1, "include_dashboard": False, "log_to_driver": False,
+                                          "logging_level": logging.ERROR}})
+    seconds = time.perf_counter() - start
+    if errors or len(replies) != len(data):
+        raise RuntimeError(f"the Flower round returned {len(replies)} of {len(data)} replies"
+                           + (f": {errors[0]}" if errors else ""))
+    return FlowerRound(sent=sent, received=tuple(sorted(replies, key=lambda r: r.client)),
+                       version=str(flwr.__version__), seconds=seconds)
+
+
+def as_gradients(sent: Arrays, new: Arrays, names: Sequence[str], lr: float) -> Arrays:
+    """The gradient a one-step client's new weights imply: (θ₀ − θ₁) / η for each parameter in `names`."""
+    return {name: ((sent[name] - new[name]) / lr).clone() for name in names}
+
+
+def flower_fedsgd_update(model: ImageVictim, batch: Batch, threat: ThreatModel = ThreatModel(), *,
+                         lr: float = 1.0) -> ClientUpdate:
+    """The FedSGD update of `model` on `batch` as a Flower server receives it: one Flower round with one
+    client (`fedsgd_round`), its new weights turned back into the gradient (`as_gradients`). The update's
+    model is the one the server sent; `kind` is "flower-fedsgd". `model` is not modified."""
+    result = fedsgd_round(model, [(batch.images, batch.labels)], lr=lr, threat=threat)
+    names = [name for name, _ in model.named_parameters()]
+    reply = result.received[0]
+    buffers = ({name: t.clone() for name, t in reply.arrays.items() if name not in names}
+               if threat.bn_stats_shared else None)
+    return ClientUpdate(
+        model=copy.deepcopy(model).requires_grad_(False).eval(),
+        gradients=as_gradients(result.sent, reply.arrays, names, lr),
+        threat=threat,
+        batch_size=reply.num_examples if threat.batch_size_known else None,
+        labels=batch.labels.clone() if threat.labels_known else None,
+        kind="flower-fedsgd",
+        buffers=buffers,
+    )
+
+
+def _client_step(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, lr: float) -> None:
+    """One full-batch SGD step of `model` in place on leakbench's training loss."""
+    from leakbench.models.base import training_loss
+
+    params = list(model.parameters())
+    dtype = params[0].dtype
+    loss = training_loss(model, model(images.to(dtype)), labels)
+    grads = torch.autograd.grad(loss, params)
+    with torch.no_grad():
+        for p, g in zip(params, grads, strict=True):
+            p.sub_(lr * g)
+
+
+def _client_app(template: nn.Module, data: list[tuple[torch.Tensor, torch.Tensor]], lr: float,
+                bn_train: bool, mods: Sequence[Any] = ()) -> Any:
+    """A Flower ClientApp whose `train` loads the weights it is sent into a copy of `template`, takes one
+    SGD step on its partition's batch and replies with its new weights and its example count."""
+    app_module = importlib.import_module("flwr.app")
+    client_app = importlib.import_module("flwr.clientapp").ClientApp(mods=list(mods))
+
+    def train(msg: Any, context: Any) -> Any:
+        partition = int(context.node_config["partition-id"])
+        images, labels = data[partition]
+        model = copy.deepcopy(template).train(bn_train)
+        model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+        _client_step(model, images, labels, lr)
+        content = app_module.RecordDict({
+            "arrays": app_module.ArrayRecord({k: v.detach() for k, v in model.state_dict().items()}),
+            "metrics": app_module.MetricRecord({"num-examples": int(labels.shape[0]), "partition-id": partition})})
+        return app_module.Message(content, reply_to=msg)
+
+    client_app.train()(train)
+    return client_app
+
+
+def _server_app(sent: Arrays, clients: int, replies: list[Received], errors: list[str]) -> Any:
+    """A Flower ServerApp that waits for `clients` SuperNodes, sends each a TRAIN message with `sent`,
+    and appends every reply's arrays to `replies` (an error reply's text to `errors`)."""
+    app_module = importlib.import_module("flwr.app")
+    server_app = importlib.import_module("flwr.serverapp").ServerApp()
+
+    def main(grid: Any, context: Any) -> None:
+        nodes = _wait_for_nodes(grid, clients)
+        messages = [app_module.Message(app_module.RecordDict({"arrays": app_module.ArrayRecord(sent)}),
+                                       dst_node_id=node, message_type=app_module.MessageType.TRAIN)
+                    for node in nodes]
+        for reply in grid.send_and_receive(messages):
+            if reply.has_error():
+                errors.append(str(reply.error.reason))
+                continue
+            metrics = reply.content["metrics"]
+            replies.append(Received(client=int(metrics["partition-id"]),
+                                    arrays=dict(reply.content["arrays"].to_torch_state_dict()),
+                                    num_examples=int(metrics["num-examples"])))
+
+    server_app.main()(main)
+    return server_app
+
+
+def _wait_for_nodes(grid: Any, count: int, wait_s: float = NODE_WAIT_S) -> list[int]:
+    """The ids of `count` registered SuperNodes, polled until they are all there (RuntimeError after `wait_s`)."""
+    deadline = time.monotonic() + wait_s
+    nodes = list(grid.get_node_ids())
+    while len(nodes) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(nodes)} of {count} Flower SuperNodes registered in {wait_s:g} s")
+        time.sleep(0.02)
+        nodes = list(grid.get_node_ids())
+    return [int(n) for n in nodes[:count]]
+
+
+def _refuse_running_ray() -> None:
+    """One ConfigError line when this process is already connected to Ray (Flower would shut it down)."""
+    try:
+        ray = importlib.import_module("ray")
+    except ImportError:
+        raise ConfigError("Flower's Simulation Runtime needs ray: pip install ray") from None
+    if ray.is_initialized():
+        raise ConfigError("a Flower round cannot run in a process already connected to Ray (Flower shuts Ray "
+                          "down when its round ends): run Flower cells without --executor ray")
+
+
+_QUIET_LOCK = threading.Lock()
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Flower's own log (its INFO lines, its deprecation warning for `run_simulation`) held to errors."""
+    with _QUIET_LOCK:
+        log = logging.getLogger("flwr")
+        level = log.level
+        log.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            log.setLevel(level)
+
+
+__all__ = ["MISSING", "FlowerRound", "Received", "as_gradients", "fedsgd_round", "flower", "flower_fedsgd_update"]
