@@ -1,0 +1,111 @@
+"""Flower (`flwr`) as a client (issue 45 prototype): one real Flower round in process gives leakbench's FedSGD update.
+
+The tests that run Flower skip, with one reason, where `flwr` is not importable (the default venv); each
+Flower round starts and stops a local Ray cluster (several seconds).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+from leakbench.cell.spec import CellSpec
+from leakbench.core.errors import ConfigError
+from leakbench.fl import fedsgd_update
+from leakbench.fl import flower as fl_flower
+from leakbench.harness.victim import prepare
+
+LR = 0.5
+EPS32 = float(torch.finfo(torch.float32).eps)
+
+
+@pytest.fixture(scope="module")
+def victim() -> tuple[Any, Any]:
+    batch, model, _ = prepare(CellSpec(attack="cpa", dataset="embedded", batch_size=4, width=32, depth=3))
+    return batch, model
+
+
+@pytest.fixture(scope="module")
+def flower_update(victim: tuple[Any, Any]) -> Any:
+    pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
+    batch, model = victim
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    update = fl_flower.flower_fedsgd_update(model, batch, lr=LR)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # victim untouched
+    return update
+
+
+def _bound(model: torch.nn.Module, gradients: dict[str, torch.Tensor], lr: float) -> float:
+    """What float32 rounding allows between (θ₀ − θ₁)/η and the gradient: a few ε of max|θ₀|/η + max|g|."""
+    weights = max(float(p.detach().abs().max()) for p in model.parameters())
+    grads = max(float(g.abs().max()) for g in gradients.values())
+    return 8 * EPS32 * (weights / lr + grads)
+
+
+def test_a_flower_round_gives_the_fedsgd_gradient(victim: tuple[Any, Any], flower_update: Any) -> None:
+    batch, model = victim
+    reference = fedsgd_update(model, batch)
+    assert flower_update.kind == "flower-fedsgd"
+    assert flower_update.batch_size == batch.size and flower_update.labels is None
+    assert set(flower_update.gradients) == set(reference.gradients)
+    gap = max(float((flower_update.gradients[k] - reference.gradients[k]).abs().max()) for k in reference.gradients)
+    assert gap <= _bound(model, reference.gradients, LR)
+    assert max(float(g.abs().max()) for g in reference.gradients.values()) > 1e3 * gap  # a gradient, not zeros
+
+
+def test_the_update_carries_the_weights_the_server_sent(victim: tuple[Any, Any], flower_update: Any) -> None:
+    _, model = victim
+    sent = dict(model.named_parameters())
+    assert all(torch.equal(p, sent[k].detach()) for k, p in flower_update.model.named_parameters())
+
+
+def test_the_server_records_the_new_weights_of_each_client_in_client_order(victim: tuple[Any, Any]) -> None:
+    pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
+    batch, model = victim
+    halves = [(batch.images[:2], batch.labels[:2]), (batch.images[2:], batch.labels[2:])]
+    result = fl_flower.fedsgd_round(model, halves, lr=LR)
+    assert [r.client for r in result.received] == [0, 1] and [r.num_examples for r in result.received] == [2, 2]
+    assert result.version.startswith("1.")
+    for (images, labels), reply in zip(halves, result.received, strict=True):
+        local = copy.deepcopy(model).eval()
+        fl_flower._client_step(local, images, labels, LR)  # the same step, in this process
+        expected = local.state_dict()
+        assert set(reply.arrays) == set(expected)
+        assert all(torch.allclose(reply.arrays[k], expected[k], rtol=0, atol=4 * EPS32) for k in expected)
+    first, second = (r.arrays for r in result.received)
+    assert any(not torch.equal(first[k], second[k]) for k in first)  # two batches, two replies
+
+
+def test_without_flwr_the_client_is_one_config_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.import_module
+
+    def no_flwr(name: str, package: str | None = None) -> ModuleType:
+        if name == "flwr" or name.startswith("flwr."):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return real(name, package)
+
+    monkeypatch.setattr(fl_flower.importlib, "import_module", no_flwr)
+    with pytest.raises(ConfigError) as info:
+        fl_flower.flower()
+    assert str(info.value) == fl_flower.MISSING and "\n" not in str(info.value)
+
+
+def test_a_process_connected_to_ray_is_refused(monkeypatch: pytest.MonkeyPatch, victim: tuple[Any, Any]) -> None:
+    pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
+    ray = pytest.importorskip("ray")
+    batch, model = victim
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    with pytest.raises(ConfigError, match="already connected to Ray"):
+        fl_flower.fedsgd_round(model, [(batch.images, batch.labels)], lr=LR)
+
+
+@pytest.mark.parametrize("lr", [0.0, -1.0, float("nan")])
+def test_bad_learning_rates_are_refused(victim: tuple[Any, Any], lr: float) -> None:
+    batch, model = victim
+    with pytest.raises(ConfigError, match="learning rate"):
+        fl_flower.fedsgd_round(model, [(batch.images, batch.labels)], lr=lr)
