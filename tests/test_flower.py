@@ -100,6 +100,11 @@ def test_a_process_connected_to_ray_is_refused(monkeypatch: pytest.MonkeyPatch, 
     ray = pytest.importorskip("ray")
     batch, model = victim
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
+
+    def no_round(**_: Any) -> None:
+        raise AssertionError("the round ran in a process connected to Ray")
+
+    monkeypatch.setattr(importlib.import_module("flwr.simulation"), "run_simulation", no_round)
     with pytest.raises(ConfigError, match="already connected to Ray"):
         fl_flower.fedsgd_round(model, [(batch.images, batch.labels)], lr=LR)
 
