@@ -107,19 +107,72 @@ def fedsgd_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.T
     errors: list[str] = []
     client_app = _client_app(template, data, lr, threat.bn_mode == "train")
     server_app = _server_app(sent, len(data), replies, errors)
-    start = time.perf_counter()
-    with _quiet():
-        importlib.import_module("flwr.simulation").run_simulation(
-            server_app=server_app, client_app=client_app, num_supernodes=len(data),
-            backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                            "init_args": {"num_cpus": 1, "include_dashboard": False, "log_to_driver": False,
-                                          "logging_level": logging.ERROR}})
-    seconds = time.perf_counter() - start
+    seconds = _simulate(server_app, client_app, len(data))
     if errors or len(replies) != len(data):
         raise RuntimeError(f"the Flower round returned {len(replies)} of {len(data)} replies"
                            + (f": {errors[0]}" if errors else ""))
     return FlowerRound(sent=sent, received=tuple(sorted(replies, key=lambda r: r.client)),
                        version=str(flwr.__version__), seconds=seconds)
+
+
+@dataclass(frozen=True)
+class SecAggPlusSettings:
+    """Flower's `SecAggPlusWorkflow` settings (its defaults but `num_shares` and `reconstruction_threshold`,
+    which Flower requires: here all clients share, and every share is needed). `max_weight`: the largest
+    example count a client may weigh in with; each client scales its weights by round(n/max_weight · 2^22)/2^22
+    before quantising them to `quantization_range` levels in ±`clipping_range`, so a small n against a large
+    `max_weight` costs precision (Flower's default 1000 against b = 2: steps of ≈ 1.9e-3 in weight units)."""
+
+    num_shares: float = 1.0
+    reconstruction_threshold: float = 1.0
+    max_weight: float = 1000.0
+    clipping_range: float = 8.0
+    quantization_range: int = 4194304
+    modulus_range: int = 4294967296
+
+
+@dataclass(frozen=True)
+class SecAggPlusRound:
+    """One Flower round under SecAgg+ as the server saw it: the weights it sent, the aggregate it unmasked
+    (the example-weighted mean of the clients' new weights, as the float64 arrays Flower hands its strategy,
+    in the order of `sent`), the example count of each client's reply, the settings, the flwr version and
+    the round's wall time."""
+
+    sent: Arrays
+    aggregate: Arrays
+    num_examples: tuple[int, ...]
+    settings: SecAggPlusSettings
+    version: str
+    seconds: float
+
+
+def secaggplus_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, lr: float,
+                     settings: SecAggPlusSettings = SecAggPlusSettings(), seed: int = 0,
+                     threat: ThreatModel = ThreatModel()) -> SecAggPlusRound:
+    """Run one Flower round under SecAgg+ (`secaggplus_mod` on each client, `SecAggPlusWorkflow` on the
+    server, honest server, K = len(batches) clients): client k does one full-batch SGD step of rate `lr` on
+    `batches[k]` and replies with its new weights; the server records the aggregate its strategy receives.
+    `seed` seeds each client's NumPy generator (client k: seed + k), which Flower's stochastic rounding
+    draws from, so the aggregate is reproducible. `model` is not modified."""
+    if len(batches) < 2:
+        raise ConfigError(f"SecAgg+ needs at least 2 clients, got {len(batches)}")
+    if not lr > 0:
+        raise ConfigError(f"the Flower client's learning rate must be > 0, got {lr}")
+    flwr = flower()
+    _refuse_running_ray()
+    sent = {name: t.detach().clone() for name, t in model.state_dict().items()}
+    template = copy.deepcopy(model).requires_grad_(True)
+    data = [(images.detach().clone(), labels.detach().clone()) for images, labels in batches]
+    record: dict[str, Any] = {}
+    client_app = _legacy_client_app(template, list(sent), data, lr, threat.bn_mode == "train", seed)
+    server_app = _secaggplus_server_app(sent, len(data), settings, record)
+    seconds = _simulate(server_app, client_app, len(data))
+    if "aggregate" not in record:
+        raise RuntimeError("the SecAgg+ round ended without an aggregate"
+                           + (f" ({record['failures']} failures)" if record.get("failures") else ""))
+    aggregate = {name: torch.from_numpy(array) for name, array in zip(sent, record["aggregate"], strict=True)}
+    return SecAggPlusRound(sent=sent, aggregate=aggregate, num_examples=tuple(record["num_examples"]),
+                           settings=settings, version=str(flwr.__version__), seconds=seconds)
 
 
 def as_gradients(sent: Arrays, new: Arrays, names: Sequence[str], lr: float) -> Arrays:
@@ -207,6 +260,82 @@ def _server_app(sent: Arrays, clients: int, replies: list[Received], errors: lis
     return server_app
 
 
+def _legacy_client_app(template: nn.Module, names: list[str], data: list[tuple[torch.Tensor, torch.Tensor]],
+                       lr: float, bn_train: bool, seed: int) -> Any:
+    """A Flower ClientApp of the NumPyClient kind behind `secaggplus_mod` (the mod reads a legacy FitRes):
+    `fit` loads the weights it is sent (in the order of `names`) into a copy of `template`, takes one SGD
+    step on its partition's batch, seeds NumPy's generator (the mod's stochastic rounding) and replies
+    with its new weights and example count."""
+    numpy_client = importlib.import_module("flwr.client").NumPyClient
+    mod = importlib.import_module("flwr.client.mod").secaggplus_mod
+
+    class StepClient(numpy_client):  # type: ignore[misc,valid-type]  # flwr is typed where installed, Any where not
+        def __init__(self, partition: int) -> None:
+            self.partition = partition
+
+        def fit(self, parameters: list[Any], config: dict[str, Any]) -> tuple[list[Any], int, dict[str, Any]]:
+            import numpy as np
+
+            images, labels = data[self.partition]
+            model = copy.deepcopy(template).train(bn_train)
+            model.load_state_dict({n: torch.from_numpy(np.array(a)) for n, a in zip(names, parameters, strict=True)})
+            _client_step(model, images, labels, lr)
+            np.random.seed(seed + self.partition)
+            state = model.state_dict()
+            return [state[n].detach().numpy() for n in names], int(labels.shape[0]), {}
+
+    def client_fn(context: Any) -> Any:
+        return StepClient(int(context.node_config["partition-id"])).to_client()
+
+    return importlib.import_module("flwr.clientapp").ClientApp(client_fn=client_fn, mods=[mod])
+
+
+def _secaggplus_server_app(sent: Arrays, clients: int, settings: SecAggPlusSettings, record: dict[str, Any]) -> Any:
+    """A Flower ServerApp running one round of Flower's FedAvg under `SecAggPlusWorkflow` from the weights
+    `sent`; its strategy writes the aggregate it receives (and each reply's example count) into `record`."""
+    server = importlib.import_module("flwr.server")
+    common = importlib.import_module("flwr.common")
+    workflow = importlib.import_module("flwr.server.workflow")
+
+    class RecordingFedAvg(server.strategy.FedAvg):  # type: ignore[misc,name-defined]
+        def aggregate_fit(self, server_round: int, results: list[Any], failures: list[Any]) -> Any:
+            record["failures"] = len(failures)
+            if results:  # under SecAgg+ every result carries the one unmasked aggregate
+                record["aggregate"] = common.parameters_to_ndarrays(results[0][1].parameters)
+                record["num_examples"] = [fit.num_examples for _, fit in results]
+            return super().aggregate_fit(server_round, results, failures)
+
+    strategy = RecordingFedAvg(
+        fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=clients, min_available_clients=clients,
+        initial_parameters=common.ndarrays_to_parameters([t.numpy() for t in sent.values()]))
+    server_app = server.ServerApp()
+
+    def main(grid: Any, context: Any) -> None:
+        _wait_for_nodes(grid, clients)
+        legacy = server.LegacyContext(context=context, config=server.ServerConfig(num_rounds=1), strategy=strategy)
+        secagg = workflow.SecAggPlusWorkflow(
+            num_shares=settings.num_shares, reconstruction_threshold=settings.reconstruction_threshold,
+            max_weight=settings.max_weight, clipping_range=settings.clipping_range,
+            quantization_range=settings.quantization_range, modulus_range=settings.modulus_range)
+        workflow.DefaultWorkflow(fit_workflow=secagg)(grid, legacy)
+
+    server_app.main()(main)
+    return server_app
+
+
+def _simulate(server_app: Any, client_app: Any, clients: int) -> float:
+    """Run `server_app` against `clients` simulated SuperNodes of `client_app` (Flower's Simulation
+    Runtime, Ray backend, one CPU, Flower's log held to errors); the wall time in seconds."""
+    start = time.perf_counter()
+    with _quiet():
+        importlib.import_module("flwr.simulation").run_simulation(
+            server_app=server_app, client_app=client_app, num_supernodes=clients,
+            backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                            "init_args": {"num_cpus": 1, "include_dashboard": False, "log_to_driver": False,
+                                          "logging_level": logging.ERROR}})
+    return time.perf_counter() - start
+
+
 def _wait_for_nodes(grid: Any, count: int, wait_s: float = NODE_WAIT_S) -> list[int]:
     """The ids of `count` registered SuperNodes, polled until they are all there (RuntimeError after `wait_s`)."""
     deadline = time.monotonic() + wait_s
@@ -246,4 +375,5 @@ def _quiet() -> Iterator[None]:
             log.setLevel(level)
 
 
-__all__ = ["MISSING", "FlowerRound", "Received", "as_gradients", "fedsgd_round", "flower", "flower_fedsgd_update"]
+__all__ = ["MISSING", "FlowerRound", "Received", "SecAggPlusRound", "SecAggPlusSettings", "as_gradients",
+           "fedsgd_round", "flower", "flower_fedsgd_update", "secaggplus_round"]
