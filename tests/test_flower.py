@@ -114,3 +114,29 @@ def test_bad_learning_rates_are_refused(victim: tuple[Any, Any], lr: float) -> N
     batch, model = victim
     with pytest.raises(ConfigError, match="learning rate"):
         fl_flower.fedsgd_round(model, [(batch.images, batch.labels)], lr=lr)
+
+
+def test_a_secaggplus_round_gives_the_secagg_mean_within_flowers_quantisation(victim: tuple[Any, Any]) -> None:
+    pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
+    from leakbench.datasets.base import split_batch
+    from leakbench.fl.secagg import secagg_update
+
+    batch, model = victim
+    parts = split_batch(batch, 2)
+    settings = fl_flower.SecAggPlusSettings(max_weight=2.0)  # = each client's example count: the finest steps
+    result = fl_flower.secaggplus_round(model, [(p.images, p.labels) for p in parts], lr=LR, settings=settings)
+    assert result.num_examples == (2, 2) and list(result.aggregate) == list(model.state_dict())
+    reference = secagg_update(model, parts).gradients
+    gradients = fl_flower.as_gradients(result.sent, result.aggregate, list(reference), LR)
+    # each client's scaled weights are rounded (stochastically) to steps of 2·clip/Q; the mean of K of them,
+    # unscaled, is off by less than one step · max_weight / n, and the gradient by that over η
+    step = 2 * settings.clipping_range / settings.quantization_range * settings.max_weight / 2
+    gap = max(float((gradients[k] - reference[k]).abs().max()) for k in reference)
+    assert gap <= step / LR + _bound(model, reference, LR)
+    assert max(float(g.abs().max()) for g in reference.values()) > 1e3 * gap
+
+
+def test_secaggplus_needs_two_clients(victim: tuple[Any, Any]) -> None:
+    batch, model = victim
+    with pytest.raises(ConfigError, match="at least 2 clients"):
+        fl_flower.secaggplus_round(model, [(batch.images, batch.labels)], lr=LR)
