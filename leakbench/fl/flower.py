@@ -27,7 +27,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
@@ -90,10 +90,16 @@ class FlowerRound:
 
 
 def fedsgd_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, lr: float,
-                 threat: ThreatModel = ThreatModel()) -> FlowerRound:
+                 threat: ThreatModel = ThreatModel(), mods: Sequence[Any] = (),
+                 config: Mapping[str, float] | None = None, seed: int = 0) -> FlowerRound:
     """Run one Flower round in which client k does one full-batch SGD step of rate `lr` on
     `batches[k]` (images, labels) from `model`'s weights, in the threat model's BatchNorm mode, and
-    return what the server received. `model` is not modified."""
+    return what the server received. `model` is not modified.
+
+    `mods`: Flower mods wrapping the client (`flwr.clientapp.mod`: `LocalDpMod(...)`, `fixedclipping_mod`),
+    first outermost. `config`: a ConfigRecord sent beside the weights (`{"clipping_norm": C}` is what
+    Flower's `DifferentialPrivacyClientSideFixedClipping` sends for `fixedclipping_mod`); None sends none.
+    `seed`: client k seeds NumPy's generator with seed + k after its step, so a mod's noise is reproducible."""
     if not batches:
         raise ConfigError("a Flower round needs at least one client batch")
     if not lr > 0:
@@ -105,8 +111,8 @@ def fedsgd_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.T
     data = [(images.detach().clone(), labels.detach().clone()) for images, labels in batches]
     replies: list[Received] = []
     errors: list[str] = []
-    client_app = _client_app(template, data, lr, threat.bn_mode == "train")
-    server_app = _server_app(sent, len(data), replies, errors)
+    client_app = _client_app(template, data, lr, threat.bn_mode == "train", mods, seed)
+    server_app = _server_app(sent, len(data), replies, errors, config)
     seconds = _simulate(server_app, client_app, len(data))
     if errors or len(replies) != len(data):
         raise RuntimeError(f"the Flower round returned {len(replies)} of {len(data)} replies"
@@ -215,18 +221,22 @@ def _client_step(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, l
 
 
 def _client_app(template: nn.Module, data: list[tuple[torch.Tensor, torch.Tensor]], lr: float,
-                bn_train: bool, mods: Sequence[Any] = ()) -> Any:
-    """A Flower ClientApp whose `train` loads the weights it is sent into a copy of `template`, takes one
-    SGD step on its partition's batch and replies with its new weights and its example count."""
+                bn_train: bool, mods: Sequence[Any], seed: int) -> Any:
+    """A Flower ClientApp (behind `mods`) whose `train` loads the weights it is sent into a copy of
+    `template`, takes one SGD step on its partition's batch, seeds NumPy's generator (seed + partition:
+    the mods draw their noise from it) and replies with its new weights and its example count."""
     app_module = importlib.import_module("flwr.app")
     client_app = importlib.import_module("flwr.clientapp").ClientApp(mods=list(mods))
 
     def train(msg: Any, context: Any) -> Any:
+        import numpy as np
+
         partition = int(context.node_config["partition-id"])
         images, labels = data[partition]
         model = copy.deepcopy(template).train(bn_train)
         model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
         _client_step(model, images, labels, lr)
+        np.random.seed(seed + partition)
         content = app_module.RecordDict({
             "arrays": app_module.ArrayRecord({k: v.detach() for k, v in model.state_dict().items()}),
             "metrics": app_module.MetricRecord({"num-examples": int(labels.shape[0]), "partition-id": partition})})
@@ -236,16 +246,21 @@ def _client_app(template: nn.Module, data: list[tuple[torch.Tensor, torch.Tensor
     return client_app
 
 
-def _server_app(sent: Arrays, clients: int, replies: list[Received], errors: list[str]) -> Any:
-    """A Flower ServerApp that waits for `clients` SuperNodes, sends each a TRAIN message with `sent`,
-    and appends every reply's arrays to `replies` (an error reply's text to `errors`)."""
+def _server_app(sent: Arrays, clients: int, replies: list[Received], errors: list[str],
+                config: Mapping[str, float] | None) -> Any:
+    """A Flower ServerApp that waits for `clients` SuperNodes, sends each a TRAIN message with `sent` (and
+    `config` as a ConfigRecord, if any), and appends every reply's arrays to `replies` (an error reply's
+    text to `errors`)."""
     app_module = importlib.import_module("flwr.app")
     server_app = importlib.import_module("flwr.serverapp").ServerApp()
 
     def main(grid: Any, context: Any) -> None:
         nodes = _wait_for_nodes(grid, clients)
-        messages = [app_module.Message(app_module.RecordDict({"arrays": app_module.ArrayRecord(sent)}),
-                                       dst_node_id=node, message_type=app_module.MessageType.TRAIN)
+        records: dict[str, Any] = {"arrays": app_module.ArrayRecord(sent)}
+        if config is not None:
+            records["config"] = app_module.ConfigRecord(dict(config))
+        messages = [app_module.Message(app_module.RecordDict(records), dst_node_id=node,
+                                       message_type=app_module.MessageType.TRAIN)
                     for node in nodes]
         for reply in grid.send_and_receive(messages):
             if reply.has_error():
