@@ -140,3 +140,42 @@ def test_secaggplus_needs_two_clients(victim: tuple[Any, Any]) -> None:
     batch, model = victim
     with pytest.raises(ConfigError, match="at least 2 clients"):
         fl_flower.secaggplus_round(model, [(batch.images, batch.labels)], lr=LR)
+
+
+def _norm(arrays: dict[str, torch.Tensor]) -> float:
+    return float(torch.sqrt(sum((v.double() ** 2).sum() for v in arrays.values())))
+
+
+def test_fixedclipping_mod_clips_what_the_server_receives(victim: tuple[Any, Any]) -> None:
+    pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
+    from flwr.clientapp.mod import fixedclipping_mod
+
+    batch, model = victim
+    reference = fedsgd_update(model, batch).gradients
+    clip = 0.1 * LR * _norm(reference)  # the step θ₀ − θ₁ = η g clipped to a tenth of its norm
+    result = fl_flower.fedsgd_round(model, [(batch.images, batch.labels)], lr=LR, mods=[fixedclipping_mod],
+                                    config={"clipping_norm": clip})
+    gradients = fl_flower.as_gradients(result.sent, result.received[0].arrays, list(reference), LR)
+    assert _norm(gradients) == pytest.approx(clip / LR, rel=1e-5)
+    scaled = {k: g * clip / (LR * _norm(reference)) for k, g in reference.items()}
+    assert max(float((gradients[k] - scaled[k]).abs().max()) for k in reference) <= _bound(model, reference, LR)
+
+
+def test_localdp_mod_adds_gaussian_noise_of_flowers_sigma_to_the_weights(victim: tuple[Any, Any]) -> None:
+    pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
+    import math
+
+    from flwr.clientapp.mod import LocalDpMod
+
+    batch, model = victim
+    reference = fedsgd_update(model, batch).gradients
+    clip, sensitivity, epsilon, delta = 0.1 * LR * _norm(reference), 0.01, 10.0, 1e-5
+    mod = LocalDpMod(clipping_norm=clip, sensitivity=sensitivity, epsilon=epsilon, delta=delta)
+    result = fl_flower.fedsgd_round(model, [(batch.images, batch.labels)], lr=LR, mods=[mod], seed=3)
+    received = result.received[0].arrays
+    clipped_step = {k: result.sent[k] - LR * g * clip / (LR * _norm(reference)) for k, g in reference.items()}
+    noise = torch.cat([(received[k] - clipped_step[k]).flatten() for k in reference])
+    sigma = sensitivity * math.sqrt(2 * math.log(1.25 / delta)) / epsilon  # LocalDpMod's Gaussian mechanism
+    assert noise.numel() > 10_000
+    assert float(noise.std()) == pytest.approx(sigma, rel=0.05)
+    assert abs(float(noise.mean())) < 5 * sigma / math.sqrt(noise.numel())
