@@ -123,15 +123,15 @@ def test_a_secaggplus_round_gives_the_secagg_mean_within_flowers_quantisation(vi
 
     batch, model = victim
     parts = split_batch(batch, 2)
-    settings = fl_flower.SecAggPlusSettings(max_weight=2.0)  # = each client's example count: the finest steps
-    result = fl_flower.secaggplus_round(model, [(p.images, p.labels) for p in parts], lr=LR, settings=settings)
-    assert result.num_examples == (2, 2) and list(result.aggregate) == list(model.state_dict())
+    update = fl_flower.flower_secaggplus_update(model, parts, lr=LR)  # max_weight = b = 2: the finest steps
+    assert update.kind == "flower-secaggplus" and update.batch_size == 4
     reference = secagg_update(model, parts).gradients
-    gradients = fl_flower.as_gradients(result.sent, result.aggregate, list(reference), LR)
+    assert all(update.gradients[k].dtype == g.dtype for k, g in reference.items())
     # each client's scaled weights are rounded (stochastically) to steps of 2·clip/Q; the mean of K of them,
     # unscaled, is off by less than one step · max_weight / n, and the gradient by that over η
-    step = 2 * settings.clipping_range / settings.quantization_range * settings.max_weight / 2
-    gap = max(float((gradients[k] - reference[k]).abs().max()) for k in reference)
+    settings = fl_flower.SecAggPlusSettings()
+    step = 2 * settings.clipping_range / settings.quantization_range * 2 / 2
+    gap = max(float((update.gradients[k] - reference[k]).abs().max()) for k in reference)
     assert gap <= step / LR + _bound(model, reference, LR)
     assert max(float(g.abs().max()) for g in reference.values()) > 1e3 * gap
 
