@@ -182,6 +182,33 @@ def secaggplus_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, tor
                            settings=settings, version=str(flwr.__version__), seconds=seconds)
 
 
+def flower_secaggplus_update(model: ImageVictim, batches: Sequence[Batch], threat: ThreatModel = ThreatModel(), *,
+                             lr: float = 1.0, settings: SecAggPlusSettings | None = None,
+                             seed: int = 0) -> ClientUpdate:
+    """The update a Flower server learns under SecAgg+ from K = len(batches) clients (`secaggplus_round`):
+    the aggregate of their new weights turned back into a gradient, (θ₀ − θ̄) / η, cast to the model's
+    dtype; with equal batches the mean of their FedSGD gradients up to Flower's quantisation, as leakbench's
+    `secagg` shares it. `settings` None: Flower's defaults but `max_weight` = the largest batch (the finest
+    quantisation). `kind` is "flower-secaggplus"; `model` is not modified."""
+    settings = settings or SecAggPlusSettings(max_weight=float(max(batch.size for batch in batches)))
+    result = secaggplus_round(model, [(batch.images, batch.labels) for batch in batches], lr=lr,
+                              settings=settings, seed=seed, threat=threat)
+    params = dict(model.named_parameters())
+    gradients = {name: g.to(params[name].dtype)
+                 for name, g in as_gradients(result.sent, result.aggregate, list(params), lr).items()}
+    buffers = ({name: t.to(result.sent[name].dtype) for name, t in result.aggregate.items() if name not in params}
+               if threat.bn_stats_shared else None)
+    return ClientUpdate(
+        model=copy.deepcopy(model).requires_grad_(False).eval(),
+        gradients=gradients,
+        threat=threat,
+        batch_size=sum(result.num_examples) if threat.batch_size_known else None,
+        labels=torch.cat([batch.labels for batch in batches]) if threat.labels_known else None,
+        kind="flower-secaggplus",
+        buffers=buffers,
+    )
+
+
 def as_gradients(sent: Arrays, new: Arrays, names: Sequence[str], lr: float) -> Arrays:
     """The gradient a one-step client's new weights imply: (θ₀ − θ₁) / η for each parameter in `names`."""
     return {name: ((sent[name] - new[name]) / lr).clone() for name in names}
@@ -393,4 +420,4 @@ def _quiet() -> Iterator[None]:
 
 
 __all__ = ["MISSING", "FlowerRound", "Received", "SecAggPlusRound", "SecAggPlusSettings", "as_gradients",
-           "fedsgd_round", "flower", "flower_fedsgd_update", "secaggplus_round"]
+           "fedsgd_round", "flower", "flower_fedsgd_update", "flower_secaggplus_update", "secaggplus_round"]
