@@ -1,7 +1,7 @@
 """Flower (`flwr`) as a client (issue 45 prototype): one real Flower round in process gives leakbench's FedSGD update.
 
 The tests that run Flower skip, with one reason, where `flwr` is not importable (the default venv); each
-Flower round starts and stops a local Ray cluster (several seconds).
+Flower round starts and stops a local Ray cluster (about 10 s on two busy cores), so they are marked slow.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ def _bound(model: torch.nn.Module, gradients: dict[str, torch.Tensor], lr: float
     return 8 * EPS32 * (weights / lr + grads)
 
 
+@pytest.mark.slow  # a Flower round: a Ray cluster started and stopped (about 10 s)
 def test_a_flower_round_gives_the_fedsgd_gradient(victim: tuple[Any, Any], flower_update: Any) -> None:
     batch, model = victim
     reference = fedsgd_update(model, batch)
@@ -58,12 +59,14 @@ def test_a_flower_round_gives_the_fedsgd_gradient(victim: tuple[Any, Any], flowe
     assert max(float(g.abs().max()) for g in reference.gradients.values()) > 1e3 * gap  # a gradient, not zeros
 
 
+@pytest.mark.slow  # a Flower round: a Ray cluster started and stopped (about 10 s)
 def test_the_update_carries_the_weights_the_server_sent(victim: tuple[Any, Any], flower_update: Any) -> None:
     _, model = victim
     sent = dict(model.named_parameters())
     assert all(torch.equal(p, sent[k].detach()) for k, p in flower_update.model.named_parameters())
 
 
+@pytest.mark.slow  # a Flower round: a Ray cluster started and stopped (about 10 s)
 def test_the_server_records_the_new_weights_of_each_client_in_client_order(victim: tuple[Any, Any]) -> None:
     pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
     batch, model = victim
@@ -116,6 +119,7 @@ def test_bad_learning_rates_are_refused(victim: tuple[Any, Any], lr: float) -> N
         fl_flower.fedsgd_round(model, [(batch.images, batch.labels)], lr=lr)
 
 
+@pytest.mark.slow  # a Flower round: a Ray cluster started and stopped (about 10 s)
 def test_a_secaggplus_round_gives_the_secagg_mean_within_flowers_quantisation(victim: tuple[Any, Any]) -> None:
     pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
     from leakbench.datasets.base import split_batch
@@ -146,6 +150,7 @@ def _norm(arrays: dict[str, torch.Tensor]) -> float:
     return float(torch.sqrt(sum((v.double() ** 2).sum() for v in arrays.values())))
 
 
+@pytest.mark.slow  # a Flower round: a Ray cluster started and stopped (about 10 s)
 def test_fixedclipping_mod_clips_what_the_server_receives(victim: tuple[Any, Any]) -> None:
     pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
     from flwr.clientapp.mod import fixedclipping_mod
@@ -161,6 +166,7 @@ def test_fixedclipping_mod_clips_what_the_server_receives(victim: tuple[Any, Any
     assert max(float((gradients[k] - scaled[k]).abs().max()) for k in reference) <= _bound(model, reference, LR)
 
 
+@pytest.mark.slow  # a Flower round: a Ray cluster started and stopped (about 10 s)
 def test_localdp_mod_adds_gaussian_noise_of_flowers_sigma_to_the_weights(victim: tuple[Any, Any]) -> None:
     pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
     import math
