@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # annotations only: importing the datasets package loads ever
     from leakbench.datasets.base import Batch
     from leakbench.models.base import ImageVictim
 
-MISSING = "the flower client needs flwr (Flower 1.21 or later): pip install 'flwr>=1.21,<2'"
+MISSING = "the flower client needs flwr (Flower 1.21 or later): pip install 'leakbench[flower]'"
 """The one line a user gets when `flwr` cannot be imported."""
 
 NODE_WAIT_S = 120.0
