@@ -13,10 +13,14 @@ gradient in their place would be clipped and averaged as something it is not. Th
 then (θ₀ − θ₁) / η (`as_gradients`): the same float32 arithmetic as leakbench's `fedavg` with one epoch
 over the whole batch, and the FedSGD gradient up to its rounding (about ε·max|θ₀| / η per entry).
 
-Flower's Simulation Runtime has one backend, Ray: each call starts a local Ray cluster (a GCS, a raylet
-and one worker process per client actor, on this host) and shuts it down before returning. A process
-already connected to Ray (a leakbench `--executor ray` worker) is refused: Flower's `ray.shutdown()`
-would end that connection. Flower's telemetry is turned off (`FLWR_TELEMETRY_ENABLED=0`).
+Flower's Simulation Runtime has one backend, Ray (`runtime="ray"`, the default): each call starts a local
+Ray cluster (a GCS, a raylet and one worker process per client actor, on this host; about 10 s) and shuts
+it down before returning. A process already connected to Ray (a leakbench `--executor ray` worker) is
+refused: Flower's `ray.shutdown()` would end that connection. `runtime="inprocess"` runs the same
+Simulation Runtime (its LinkState, in-memory Grid, ServerApp thread, message loop, the ClientApp and its
+mods) with Ray's actor pool replaced by a backend that calls the ClientApp in this process (about 1 s); it
+swaps a private Flower attribute for the duration of the round (`_in_process_backend`), so a new flwr may
+break it where the Ray runtime still works. Flower's telemetry is turned off (`FLWR_TELEMETRY_ENABLED=0`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ if TYPE_CHECKING:  # annotations only: importing the datasets package loads ever
 
 MISSING = "the flower client needs flwr (Flower 1.21 or later): pip install 'leakbench[flower]'"
 """The one line a user gets when `flwr` cannot be imported."""
+
+RUNTIMES = ("ray", "inprocess")
+"""Where the simulated clients run: Flower's Ray backend, or this process (see the module's docstring)."""
 
 NODE_WAIT_S = 120.0
 """How long the server waits for the simulated SuperNodes to register before it gives up (seconds)."""
@@ -92,7 +99,7 @@ class FlowerRound:
 
 def fedsgd_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, lr: float,
                  threat: ThreatModel = ThreatModel(), mods: Sequence[Any] = (),
-                 config: Mapping[str, float] | None = None, seed: int = 0) -> FlowerRound:
+                 config: Mapping[str, float] | None = None, seed: int = 0, runtime: str = "ray") -> FlowerRound:
     """Run one Flower round in which client k does one full-batch SGD step of rate `lr` on
     `batches[k]` (images, labels) from `model`'s weights, in the threat model's BatchNorm mode, and
     return what the server received. `model` is not modified.
@@ -100,13 +107,14 @@ def fedsgd_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.T
     `mods`: Flower mods wrapping the client (`flwr.clientapp.mod`: `LocalDpMod(...)`, `fixedclipping_mod`),
     first outermost. `config`: a ConfigRecord sent beside the weights (`{"clipping_norm": C}` is what
     Flower's `DifferentialPrivacyClientSideFixedClipping` sends for `fixedclipping_mod`); None sends none.
-    `seed`: client k seeds NumPy's generator with seed + k after its step, so a mod's noise is reproducible."""
+    `seed`: client k seeds NumPy's generator with seed + k after its step, so a mod's noise is reproducible.
+    `runtime`: one of RUNTIMES."""
     if not batches:
         raise ConfigError("a Flower round needs at least one client batch")
     if not lr > 0:
         raise ConfigError(f"the Flower client's learning rate must be > 0, got {lr}")
     flwr = flower()
-    _refuse_running_ray()
+    _check_runtime(runtime)
     sent = {name: t.detach().clone() for name, t in model.state_dict().items()}
     template = copy.deepcopy(model).requires_grad_(True)
     data = [(images.detach().clone(), labels.detach().clone()) for images, labels in batches]
@@ -114,7 +122,7 @@ def fedsgd_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.T
     errors: list[str] = []
     client_app = _client_app(template, data, lr, threat.bn_mode == "train", mods, seed)
     server_app = _server_app(sent, len(data), replies, errors, config)
-    seconds = _simulate(server_app, client_app, len(data))
+    seconds = _simulate(server_app, client_app, len(data), runtime)
     if errors or len(replies) != len(data):
         raise RuntimeError(f"the Flower round returned {len(replies)} of {len(data)} replies"
                            + (f": {errors[0]}" if errors else ""))
@@ -155,25 +163,25 @@ class SecAggPlusRound:
 
 def secaggplus_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, lr: float,
                      settings: SecAggPlusSettings = SecAggPlusSettings(), seed: int = 0,
-                     threat: ThreatModel = ThreatModel()) -> SecAggPlusRound:
+                     threat: ThreatModel = ThreatModel(), runtime: str = "ray") -> SecAggPlusRound:
     """Run one Flower round under SecAgg+ (`secaggplus_mod` on each client, `SecAggPlusWorkflow` on the
     server, honest server, K = len(batches) clients): client k does one full-batch SGD step of rate `lr` on
     `batches[k]` and replies with its new weights; the server records the aggregate its strategy receives.
     `seed` seeds each client's NumPy generator (client k: seed + k), which Flower's stochastic rounding
-    draws from, so the aggregate is reproducible. `model` is not modified."""
+    draws from, so the aggregate is reproducible. `runtime`: one of RUNTIMES. `model` is not modified."""
     if len(batches) < 2:
         raise ConfigError(f"SecAgg+ needs at least 2 clients, got {len(batches)}")
     if not lr > 0:
         raise ConfigError(f"the Flower client's learning rate must be > 0, got {lr}")
     flwr = flower()
-    _refuse_running_ray()
+    _check_runtime(runtime)
     sent = {name: t.detach().clone() for name, t in model.state_dict().items()}
     template = copy.deepcopy(model).requires_grad_(True)
     data = [(images.detach().clone(), labels.detach().clone()) for images, labels in batches]
     record: dict[str, Any] = {}
     client_app = _legacy_client_app(template, list(sent), data, lr, threat.bn_mode == "train", seed)
     server_app = _secaggplus_server_app(sent, len(data), settings, record)
-    seconds = _simulate(server_app, client_app, len(data))
+    seconds = _simulate(server_app, client_app, len(data), runtime)
     if "aggregate" not in record:
         raise RuntimeError("the SecAgg+ round ended without an aggregate"
                            + (f" ({record['failures']} failures)" if record.get("failures") else ""))
@@ -184,7 +192,7 @@ def secaggplus_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, tor
 
 def flower_secaggplus_update(model: ImageVictim, batches: Sequence[Batch], threat: ThreatModel = ThreatModel(), *,
                              lr: float = 1.0, settings: SecAggPlusSettings | None = None,
-                             seed: int = 0) -> ClientUpdate:
+                             seed: int = 0, runtime: str = "ray") -> ClientUpdate:
     """The update a Flower server learns under SecAgg+ from K = len(batches) clients (`secaggplus_round`):
     the aggregate of their new weights turned back into a gradient, (θ₀ − θ̄) / η, cast to the model's
     dtype; with equal batches the mean of their FedSGD gradients up to Flower's quantisation, as leakbench's
@@ -192,7 +200,7 @@ def flower_secaggplus_update(model: ImageVictim, batches: Sequence[Batch], threa
     quantisation). `kind` is "flower-secaggplus"; `model` is not modified."""
     settings = settings or SecAggPlusSettings(max_weight=float(max(batch.size for batch in batches)))
     result = secaggplus_round(model, [(batch.images, batch.labels) for batch in batches], lr=lr,
-                              settings=settings, seed=seed, threat=threat)
+                              settings=settings, seed=seed, threat=threat, runtime=runtime)
     params = dict(model.named_parameters())
     gradients = {name: g.to(params[name].dtype)
                  for name, g in as_gradients(result.sent, result.aggregate, list(params), lr).items()}
@@ -215,11 +223,11 @@ def as_gradients(sent: Arrays, new: Arrays, names: Sequence[str], lr: float) -> 
 
 
 def flower_fedsgd_update(model: ImageVictim, batch: Batch, threat: ThreatModel = ThreatModel(), *,
-                         lr: float = 1.0) -> ClientUpdate:
+                         lr: float = 1.0, runtime: str = "ray") -> ClientUpdate:
     """The FedSGD update of `model` on `batch` as a Flower server receives it: one Flower round with one
     client (`fedsgd_round`), its new weights turned back into the gradient (`as_gradients`). The update's
     model is the one the server sent; `kind` is "flower-fedsgd". `model` is not modified."""
-    result = fedsgd_round(model, [(batch.images, batch.labels)], lr=lr, threat=threat)
+    result = fedsgd_round(model, [(batch.images, batch.labels)], lr=lr, threat=threat, runtime=runtime)
     names = [name for name, _ in model.named_parameters()]
     reply = result.received[0]
     buffers = ({name: t.clone() for name, t in reply.arrays.items() if name not in names}
@@ -366,18 +374,58 @@ def _secaggplus_server_app(sent: Arrays, clients: int, settings: SecAggPlusSetti
     return server_app
 
 
-def _simulate(server_app: Any, client_app: Any, clients: int) -> float:
+def _simulate(server_app: Any, client_app: Any, clients: int, runtime: str) -> float:
     """Run `server_app` against `clients` simulated SuperNodes of `client_app` (Flower's Simulation
-    Runtime, Ray backend, one CPU, Flower's log held to errors); the wall time in seconds. Ray's session
+    Runtime on `runtime`, one CPU, Flower's log held to errors); the wall time in seconds. Ray's session
     folder (logs, sockets: about 200 KB a round) goes in a temporary folder removed afterwards, not /tmp/ray."""
     start = time.perf_counter()
     with _quiet(), tempfile.TemporaryDirectory(prefix="lb-ray-", ignore_cleanup_errors=True) as ray_dir:
-        importlib.import_module("flwr.simulation").run_simulation(
-            server_app=server_app, client_app=client_app, num_supernodes=clients,
-            backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                            "init_args": {"num_cpus": 1, "include_dashboard": False, "log_to_driver": False,
-                                          "logging_level": logging.ERROR, "_temp_dir": ray_dir}})
+        ray_backend = importlib.import_module("flwr.server.superlink.fleet.vce.backend.raybackend")
+        shipped = ray_backend.RayBackend
+        if runtime == "inprocess":  # Flower's start_vce builds `raybackend.RayBackend` by name, at call time
+            vars(ray_backend)["RayBackend"] = _in_process_backend()
+        try:
+            importlib.import_module("flwr.simulation").run_simulation(
+                server_app=server_app, client_app=client_app, num_supernodes=clients,
+                backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                "init_args": {"num_cpus": 1, "include_dashboard": False, "log_to_driver": False,
+                                              "logging_level": logging.ERROR, "_temp_dir": ray_dir}})
+        finally:
+            vars(ray_backend)["RayBackend"] = shipped
     return time.perf_counter() - start
+
+
+def _in_process_backend() -> type:
+    """A Flower Simulation Runtime backend (`flwr...vce.backend.Backend`) with one worker that runs the
+    ClientApp in this process, in the runtime's worker thread: what Ray's actor pool does, without Ray.
+    A ClientApp's exception is reported as Flower's own backend reports it (`ClientAppException`)."""
+    base = importlib.import_module("flwr.server.superlink.fleet.vce.backend").Backend
+    app_exception = importlib.import_module("flwr.simulation.ray_transport.ray_actor").ClientAppException
+
+    class InProcessBackend(base):  # type: ignore[misc,valid-type]  # flwr is typed where installed, Any where not
+        def __init__(self, backend_config: Any) -> None:
+            self.app_fn: Any = None
+
+        def build(self, app_fn: Any) -> None:
+            self.app_fn = app_fn
+
+        @property
+        def num_workers(self) -> int:
+            return 1
+
+        def is_worker_idle(self) -> bool:
+            return True
+
+        def terminate(self) -> None:
+            pass
+
+        def process_message(self, message: Any, context: Any) -> tuple[Any, Any]:
+            try:
+                return self.app_fn()(message=message, context=context), context
+            except Exception as exc:
+                raise app_exception(str(exc)) from exc
+
+    return InProcessBackend
 
 
 def _wait_for_nodes(grid: Any, count: int, wait_s: float = NODE_WAIT_S) -> list[int]:
@@ -392,24 +440,28 @@ def _wait_for_nodes(grid: Any, count: int, wait_s: float = NODE_WAIT_S) -> list[
     return [int(n) for n in nodes[:count]]
 
 
-def _refuse_running_ray() -> None:
-    """One ConfigError line when this process is already connected to Ray (Flower would shut it down)."""
+def _check_runtime(runtime: str) -> None:
+    """One ConfigError line for an unknown runtime, when ray is missing (Flower's Simulation Runtime imports
+    it either way), or for the Ray runtime in a process already connected to Ray (Flower would shut it down)."""
+    if runtime not in RUNTIMES:
+        raise ConfigError(f"the Flower runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
     try:
         ray = importlib.import_module("ray")
     except ImportError:
-        raise ConfigError("Flower's Simulation Runtime needs ray: pip install ray") from None
-    if ray.is_initialized():
+        raise ConfigError("Flower's Simulation Runtime needs ray: pip install 'leakbench[flower]'") from None
+    if runtime == "ray" and ray.is_initialized():
         raise ConfigError("a Flower round cannot run in a process already connected to Ray (Flower shuts Ray "
                           "down when its round ends): run Flower cells without --executor ray")
 
 
-_QUIET_LOCK = threading.Lock()
+_ROUND_LOCK = threading.Lock()
+"""One Flower round at a time in a process: Flower's log level and (in process) its backend are swapped."""
 
 
 @contextmanager
 def _quiet() -> Iterator[None]:
     """Flower's own log (its INFO lines, its deprecation warning for `run_simulation`) held to errors."""
-    with _QUIET_LOCK:
+    with _ROUND_LOCK:
         log = logging.getLogger("flwr")
         level = log.level
         log.setLevel(logging.ERROR)
@@ -419,5 +471,5 @@ def _quiet() -> Iterator[None]:
             log.setLevel(level)
 
 
-__all__ = ["MISSING", "FlowerRound", "Received", "SecAggPlusRound", "SecAggPlusSettings", "as_gradients",
+__all__ = ["MISSING", "RUNTIMES", "FlowerRound", "Received", "SecAggPlusRound", "SecAggPlusSettings", "as_gradients",
            "fedsgd_round", "flower", "flower_fedsgd_update", "flower_secaggplus_update", "secaggplus_round"]
