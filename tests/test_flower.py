@@ -1,7 +1,8 @@
 """Flower (`flwr`) as a client (issue 45 prototype): one real Flower round in process gives leakbench's FedSGD update.
 
 The tests that run Flower skip, with one reason, where `flwr` is not importable (the default venv); each
-Flower round starts and stops a local Ray cluster (about 10 s on two busy cores), so they are marked slow.
+Flower round on Flower's Ray runtime starts and stops a local Ray cluster (about 10 s on two busy cores), one
+in process about 1-2 s: they are marked slow. The Ray runtime runs once (the parity fixture), the rest in process.
 """
 
 from __future__ import annotations
@@ -60,18 +61,29 @@ def test_a_flower_round_gives_the_fedsgd_gradient(victim: tuple[Any, Any], flowe
 
 
 @pytest.mark.slow  # a Flower round: a Ray cluster started and stopped (about 10 s)
+def test_the_in_process_runtime_receives_what_the_ray_runtime_receives(victim: tuple[Any, Any],
+                                                                       flower_update: Any) -> None:
+    batch, model = victim
+    backend = importlib.import_module("flwr.server.superlink.fleet.vce.backend.raybackend")
+    shipped = backend.RayBackend
+    update = fl_flower.flower_fedsgd_update(model, batch, lr=LR, runtime="inprocess")
+    assert backend.RayBackend is shipped  # Flower's backend put back
+    assert all(torch.equal(update.gradients[k], g) for k, g in flower_update.gradients.items())
+
+
+@pytest.mark.slow  # a Flower round: a Ray cluster started and stopped (about 10 s)
 def test_the_update_carries_the_weights_the_server_sent(victim: tuple[Any, Any], flower_update: Any) -> None:
     _, model = victim
     sent = dict(model.named_parameters())
     assert all(torch.equal(p, sent[k].detach()) for k, p in flower_update.model.named_parameters())
 
 
-@pytest.mark.slow  # a Flower round: a Ray cluster started and stopped (about 10 s)
+@pytest.mark.slow  # a Flower round in process (about 1-2 s)
 def test_the_server_records_the_new_weights_of_each_client_in_client_order(victim: tuple[Any, Any]) -> None:
     pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
     batch, model = victim
     halves = [(batch.images[:2], batch.labels[:2]), (batch.images[2:], batch.labels[2:])]
-    result = fl_flower.fedsgd_round(model, halves, lr=LR)
+    result = fl_flower.fedsgd_round(model, halves, lr=LR, runtime="inprocess")
     assert [r.client for r in result.received] == [0, 1] and [r.num_examples for r in result.received] == [2, 2]
     assert result.version.startswith("1.")
     for (images, labels), reply in zip(halves, result.received, strict=True):
@@ -110,6 +122,15 @@ def test_a_process_connected_to_ray_is_refused(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setattr(importlib.import_module("flwr.simulation"), "run_simulation", no_round)
     with pytest.raises(ConfigError, match="already connected to Ray"):
         fl_flower.fedsgd_round(model, [(batch.images, batch.labels)], lr=LR)
+    with pytest.raises(AssertionError, match="connected to Ray"):  # in process: no Ray to shut down, it runs
+        fl_flower.fedsgd_round(model, [(batch.images, batch.labels)], lr=LR, runtime="inprocess")
+
+
+def test_an_unknown_runtime_is_refused(victim: tuple[Any, Any]) -> None:
+    pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
+    batch, model = victim
+    with pytest.raises(ConfigError, match="runtime must be one of ray, inprocess"):
+        fl_flower.fedsgd_round(model, [(batch.images, batch.labels)], lr=LR, runtime="threads")
 
 
 @pytest.mark.parametrize("lr", [0.0, -1.0, float("nan")])
@@ -119,7 +140,7 @@ def test_bad_learning_rates_are_refused(victim: tuple[Any, Any], lr: float) -> N
         fl_flower.fedsgd_round(model, [(batch.images, batch.labels)], lr=lr)
 
 
-@pytest.mark.slow  # a Flower round: a Ray cluster started and stopped (about 10 s)
+@pytest.mark.slow  # a Flower round in process (about 1-2 s)
 def test_a_secaggplus_round_gives_the_secagg_mean_within_flowers_quantisation(victim: tuple[Any, Any]) -> None:
     pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
     from leakbench.datasets.base import split_batch
@@ -127,7 +148,8 @@ def test_a_secaggplus_round_gives_the_secagg_mean_within_flowers_quantisation(vi
 
     batch, model = victim
     parts = split_batch(batch, 2)
-    update = fl_flower.flower_secaggplus_update(model, parts, lr=LR)  # max_weight = b = 2: the finest steps
+    # max_weight = b = 2 (the default here): Flower's finest quantisation steps
+    update = fl_flower.flower_secaggplus_update(model, parts, lr=LR, runtime="inprocess")
     assert update.kind == "flower-secaggplus" and update.batch_size == 4
     reference = secagg_update(model, parts).gradients
     assert all(update.gradients[k].dtype == g.dtype for k, g in reference.items())
@@ -150,7 +172,7 @@ def _norm(arrays: dict[str, torch.Tensor]) -> float:
     return float(torch.sqrt(sum((v.double() ** 2).sum() for v in arrays.values())))
 
 
-@pytest.mark.slow  # a Flower round: a Ray cluster started and stopped (about 10 s)
+@pytest.mark.slow  # a Flower round in process (about 1-2 s)
 def test_fixedclipping_mod_clips_what_the_server_receives(victim: tuple[Any, Any]) -> None:
     pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
     from flwr.clientapp.mod import fixedclipping_mod
@@ -159,14 +181,14 @@ def test_fixedclipping_mod_clips_what_the_server_receives(victim: tuple[Any, Any
     reference = fedsgd_update(model, batch).gradients
     clip = 0.1 * LR * _norm(reference)  # the step θ₀ − θ₁ = η g clipped to a tenth of its norm
     result = fl_flower.fedsgd_round(model, [(batch.images, batch.labels)], lr=LR, mods=[fixedclipping_mod],
-                                    config={"clipping_norm": clip})
+                                    config={"clipping_norm": clip}, runtime="inprocess")
     gradients = fl_flower.as_gradients(result.sent, result.received[0].arrays, list(reference), LR)
     assert _norm(gradients) == pytest.approx(clip / LR, rel=1e-5)
     scaled = {k: g * clip / (LR * _norm(reference)) for k, g in reference.items()}
     assert max(float((gradients[k] - scaled[k]).abs().max()) for k in reference) <= _bound(model, reference, LR)
 
 
-@pytest.mark.slow  # a Flower round: a Ray cluster started and stopped (about 10 s)
+@pytest.mark.slow  # a Flower round in process (about 1-2 s)
 def test_localdp_mod_adds_gaussian_noise_of_flowers_sigma_to_the_weights(victim: tuple[Any, Any]) -> None:
     pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
     import math
@@ -177,7 +199,8 @@ def test_localdp_mod_adds_gaussian_noise_of_flowers_sigma_to_the_weights(victim:
     reference = fedsgd_update(model, batch).gradients
     clip, sensitivity, epsilon, delta = 0.1 * LR * _norm(reference), 0.01, 10.0, 1e-5
     mod = LocalDpMod(clipping_norm=clip, sensitivity=sensitivity, epsilon=epsilon, delta=delta)
-    result = fl_flower.fedsgd_round(model, [(batch.images, batch.labels)], lr=LR, mods=[mod], seed=3)
+    result = fl_flower.fedsgd_round(model, [(batch.images, batch.labels)], lr=LR, mods=[mod], seed=3,
+                                    runtime="inprocess")
     received = result.received[0].arrays
     clipped_step = {k: result.sent[k] - LR * g * clip / (LR * _norm(reference)) for k, g in reference.items()}
     noise = torch.cat([(received[k] - clipped_step[k]).flatten() for k in reference])

@@ -398,9 +398,16 @@ def _simulate(server_app: Any, client_app: Any, clients: int, runtime: str) -> f
 def _in_process_backend() -> type:
     """A Flower Simulation Runtime backend (`flwr...vce.backend.Backend`) with one worker that runs the
     ClientApp in this process, in the runtime's worker thread: what Ray's actor pool does, without Ray.
-    A ClientApp's exception is reported as Flower's own backend reports it (`ClientAppException`)."""
+    Each message, and each reply, goes through Flower's wire format (protobuf, `flwr.common.serde`) as it
+    would between processes: a ClientApp or mod that changes the message it was handed (`secaggplus_mod`
+    pops its stage from the ConfigRecord every client shares) changes its own copy only. A ClientApp's
+    exception is reported as Flower's own backend reports it (`ClientAppException`)."""
     base = importlib.import_module("flwr.server.superlink.fleet.vce.backend").Backend
     app_exception = importlib.import_module("flwr.simulation.ray_transport.ray_actor").ClientAppException
+    serde = importlib.import_module("flwr.common.serde")
+
+    def wire(message: Any) -> Any:
+        return serde.message_from_proto(serde.message_to_proto(message))
 
     class InProcessBackend(base):  # type: ignore[misc,valid-type]  # flwr is typed where installed, Any where not
         def __init__(self, backend_config: Any) -> None:
@@ -421,7 +428,7 @@ def _in_process_backend() -> type:
 
         def process_message(self, message: Any, context: Any) -> tuple[Any, Any]:
             try:
-                return self.app_fn()(message=message, context=context), context
+                return wire(self.app_fn()(message=wire(message), context=context)), context
             except Exception as exc:
                 raise app_exception(str(exc)) from exc
 
