@@ -5,13 +5,15 @@ A prototype for issue 45. `fedsgd_round` runs one round of Flower's Simulation R
 network: K virtual SuperNodes, client k holding the k-th private batch; the server sends the victim's
 weights θ₀ (its `state_dict`) to every client, each client does one full-batch SGD step
 θ₁ = θ₀ − η ∇L(θ₀) on its batch with leakbench's training loss (FedSGD) and returns θ₁, as a Flower client
-returns its new weights; the server records exactly the arrays it receives, and nothing else.
+returns its new weights (with its example count and partition id in a MetricRecord); the server records
+exactly what it receives.
 
 Why the client returns new weights and not the gradient: Flower's own defences read a client's reply as
 weights (`fixedclipping_mod` and `LocalDpMod` clip θ₁ − θ₀; FedAvg and SecAgg+ average weights), so a
 gradient in their place would be clipped and averaged as something it is not. The attack's gradient is
-then (θ₀ − θ₁) / η (`as_gradients`): the same float32 arithmetic as leakbench's `fedavg` with one epoch
-over the whole batch, and the FedSGD gradient up to its rounding (about ε·max|θ₀| / η per entry).
+then (θ₀ − θ₁) / η (`as_gradients`): the arithmetic of leakbench's `fedavg` with one epoch over the whole
+batch (which feeds the batch shuffled, so the two differ in the last bits), and the FedSGD gradient up to
+the rounding of θ₀ − η g (about ε·max|θ₀| / η per entry: a larger η gives a closer gradient).
 
 Flower's Simulation Runtime has one backend, Ray (`runtime="ray"`, the default): each call starts a local
 Ray cluster (a GCS, a raylet and one worker process per client actor, on this host; about 10 s) and shuts
@@ -48,7 +50,7 @@ if TYPE_CHECKING:  # annotations only: importing the datasets package loads ever
     from leakbench.datasets.base import Batch
     from leakbench.models.base import ImageVictim
 
-MISSING = "the flower client needs flwr (Flower 1.21 or later): pip install 'leakbench[flower]'"
+MISSING = "the flower client needs flwr (Flower 1.42 or later 1.x): pip install 'leakbench[flower]'"
 """The one line a user gets when `flwr` cannot be imported."""
 
 RUNTIMES = ("ray", "inprocess")
@@ -62,8 +64,8 @@ Arrays = dict[str, torch.Tensor]
 
 
 def flower() -> ModuleType:
-    """The `flwr` package, imported with Flower's telemetry off; one ConfigError line when it is missing
-    or older than the Message API (1.21)."""
+    """The `flwr` package, imported with Flower's telemetry off; one ConfigError line (MISSING) when it, or
+    a module this prototype uses (the 1.42 layout; older releases are untested), cannot be imported."""
     os.environ["FLWR_TELEMETRY_ENABLED"] = "0"  # read at import, in this process and the Ray workers
     try:
         flwr = importlib.import_module("flwr")
@@ -78,8 +80,9 @@ def flower() -> ModuleType:
 
 @dataclass(frozen=True)
 class Received:
-    """One reply the server received: the client's index (its partition, 0 … K−1, leakbench's client
-    order), the arrays it sent back (its new weights) and the example count it reported."""
+    """One reply the server received: the client's index (the partition id the client reports, 0 … K−1:
+    leakbench's client order; the server itself knows only Flower node ids), the arrays it sent back (its
+    new weights) and the example count it reported."""
 
     client: int
     arrays: Arrays
@@ -89,7 +92,7 @@ class Received:
 @dataclass(frozen=True)
 class FlowerRound:
     """One Flower round as the server saw it: the weights it sent, each reply it received (in client
-    order), the flwr version and the round's wall time (Ray start and stop included)."""
+    order), the flwr version and the round's wall time (on the Ray runtime, Ray's start and stop included)."""
 
     sent: Arrays
     received: tuple[Received, ...]
