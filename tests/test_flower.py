@@ -68,7 +68,11 @@ def test_the_in_process_runtime_receives_what_the_ray_runtime_receives(victim: t
     shipped = backend.RayBackend
     update = fl_flower.flower_fedsgd_update(model, batch, lr=LR, runtime="inprocess")
     assert backend.RayBackend is shipped  # Flower's backend put back
-    assert all(torch.equal(update.gradients[k], g) for k, g in flower_update.gradients.items())
+    # bit for bit where both sides compute with the same thread count (observed); a bound, not equality, since
+    # the Ray actor's thread count is Ray's choice
+    scale = max(float(g.abs().max()) for g in flower_update.gradients.values())
+    assert all(torch.allclose(update.gradients[k], g, rtol=0, atol=4 * EPS32 * scale)
+               for k, g in flower_update.gradients.items())
 
 
 @pytest.mark.slow  # a Flower round: a Ray cluster started and stopped (about 10 s)
