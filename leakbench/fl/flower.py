@@ -38,12 +38,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
 
 from leakbench.core.errors import ConfigError
+from leakbench.core.ranges import MAX_LR, Ranged, chosen, ranged
+from leakbench.fl.secagg import MAX_CLIENTS
+from leakbench.fl.transform import Client, UpdateTransform
 from leakbench.fl.update import ClientUpdate, ThreatModel
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
@@ -244,6 +247,75 @@ def flower_fedsgd_update(model: ImageVictim, batch: Batch, threat: ThreatModel =
         kind="flower-fedsgd",
         buffers=buffers,
     )
+
+
+@dataclass(frozen=True)
+class FlowerFedSGDConfig(Ranged):
+    """A Flower client's FedSGD step.
+
+    lr: the client's learning rate η; the attack's gradient is (θ₀ − θ₁)/η (a larger η rounds it less).
+    runtime: where Flower's Simulation Runtime runs the client: 'inprocess' (about 1 s) or 'ray' (about 10 s).
+    """
+
+    lr: float = ranged(1.0, 0, MAX_LR, low_open=True)
+    runtime: str = chosen("inprocess", *RUNTIMES)
+    owner: ClassVar[str] = "flower-fedsgd"
+
+
+@dataclass(frozen=True)
+class FlowerSecAggPlusConfig(Ranged):
+    """K Flower clients under SecAgg+ (`secaggplus_mod`, `SecAggPlusWorkflow`).
+
+    clients: K, the number of clients whose new weights the server learns only as their weighted mean.
+    lr: the clients' learning rate η.
+    max_weight: SecAggPlusWorkflow's max_weight; 0 means b, the finest quantisation (Flower's default is 1000).
+    runtime: 'inprocess' or 'ray', as for flower-fedsgd.
+    """
+
+    clients: int = ranged(2, 2, MAX_CLIENTS)
+    lr: float = ranged(1.0, 0, MAX_LR, low_open=True)
+    max_weight: float = ranged(0.0, 0, 1e9)
+    runtime: str = chosen("inprocess", *RUNTIMES)
+    owner: ClassVar[str] = "flower-secaggplus"
+
+
+class FlowerFedSGD(UpdateTransform):
+    """FedSGD through one real Flower round (flwr's Simulation Runtime): the server's received weights as a gradient."""
+
+    name = "flower-fedsgd"
+    Config = FlowerFedSGDConfig
+    config: FlowerFedSGDConfig
+    makes_update = True
+
+    def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:
+        return flower_fedsgd_update(client.model, client.batch, client.threat, lr=self.config.lr,
+                                    runtime=self.config.runtime)
+
+    def columns(self) -> dict[str, Any]:
+        return {**super().columns(), "flower_version": str(flower().__version__)}
+
+
+class FlowerSecAggPlus(UpdateTransform):
+    """Flower's SecAgg+ over K clients' FedSGD steps: the aggregate the server unmasked, as a gradient."""
+
+    name = "flower-secaggplus"
+    Config = FlowerSecAggPlusConfig
+    config: FlowerSecAggPlusConfig
+    makes_update = True
+
+    def clients(self) -> int:
+        return self.config.clients
+
+    def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:
+        from leakbench.datasets.base import split_batch
+
+        batches = split_batch(client.batch, self.config.clients)
+        settings = SecAggPlusSettings(max_weight=self.config.max_weight or float(batches[0].size))
+        return flower_secaggplus_update(client.model, batches, client.threat, lr=self.config.lr, settings=settings,
+                                        seed=client.seed, runtime=self.config.runtime)
+
+    def columns(self) -> dict[str, Any]:
+        return {**super().columns(), "flower_version": str(flower().__version__)}
 
 
 def _client_step(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, lr: float) -> None:
@@ -481,5 +553,6 @@ def _quiet() -> Iterator[None]:
             log.setLevel(level)
 
 
-__all__ = ["MISSING", "RUNTIMES", "FlowerRound", "Received", "SecAggPlusRound", "SecAggPlusSettings", "as_gradients",
+__all__ = ["MISSING", "RUNTIMES", "FlowerFedSGD", "FlowerFedSGDConfig", "FlowerRound", "FlowerSecAggPlus",
+           "FlowerSecAggPlusConfig", "Received", "SecAggPlusRound", "SecAggPlusSettings", "as_gradients",
            "fedsgd_round", "flower", "flower_fedsgd_update", "flower_secaggplus_update", "secaggplus_round"]
