@@ -41,6 +41,11 @@ def flower_update(victim: tuple[Any, Any]) -> Any:
     return update
 
 
+def _gap(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> float:
+    """The largest absolute difference between two sets of named tensors (over `want`'s names)."""
+    return max(float((got[k] - w).abs().max()) for k, w in want.items())
+
+
 def _bound(model: torch.nn.Module, gradients: dict[str, torch.Tensor], lr: float) -> float:
     """What float32 rounding allows between (θ₀ − θ₁)/η and the gradient: a few ε of max|θ₀|/η + max|g|."""
     weights = max(float(p.detach().abs().max()) for p in model.parameters())
@@ -212,3 +217,35 @@ def test_localdp_mod_adds_gaussian_noise_of_flowers_sigma_to_the_weights(victim:
     assert noise.numel() > 10_000
     assert float(noise.std()) == pytest.approx(sigma, rel=0.05)
     assert abs(float(noise.mean())) < 5 * sigma / math.sqrt(noise.numel())
+
+
+@pytest.mark.slow  # two Flower rounds in process (about 1-2 s each)
+def test_the_unregistered_transforms_make_the_updates_leakbench_makes(victim: tuple[Any, Any]) -> None:
+    pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
+    from leakbench.datasets.base import split_batch
+    from leakbench.fl.secagg import secagg_update
+    from leakbench.fl.transform import Client, client_update
+    from leakbench.fl.update import ThreatModel
+
+    batch, model = victim
+    client = Client(model=model, batch=batch, seed=0, threat=ThreatModel(labels_known=True))
+    fedsgd = client_update([fl_flower.FlowerFedSGD(fl_flower.FlowerFedSGDConfig(lr=LR))], client)
+    reference = fedsgd_update(model, batch).gradients
+    assert fedsgd.kind == "flower-fedsgd" and torch.equal(fedsgd.labels, batch.labels)
+    assert _gap(fedsgd.gradients, reference) <= _bound(model, reference, LR)
+    transform = fl_flower.FlowerSecAggPlus(fl_flower.FlowerSecAggPlusConfig(clients=2, lr=LR))
+    assert transform.clients() == 2 and transform.columns()["flower_version"].startswith("1.")
+    secagg = client_update([transform], client)
+    mean = secagg_update(model, split_batch(batch, 2)).gradients
+    step = 2 * 8.0 / 4194304  # max_weight 0: b, Flower's finest quantisation step (in weight units)
+    assert secagg.kind == "flower-secaggplus" and secagg.batch_size == 4
+    assert _gap(secagg.gradients, mean) <= step / LR + _bound(model, mean, LR)
+
+
+def test_the_transform_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="runtime must be one of"):
+        fl_flower.FlowerFedSGDConfig(runtime="threads")
+    with pytest.raises(ConfigError, match="clients must be an integer"):
+        fl_flower.FlowerSecAggPlusConfig(clients=1)
+    with pytest.raises(ConfigError, match="lr"):
+        fl_flower.FlowerFedSGDConfig(lr=0.0)
