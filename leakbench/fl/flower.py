@@ -117,13 +117,7 @@ def fedsgd_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.T
     `runtime`: one of RUNTIMES."""
     if not batches:
         raise ConfigError("a Flower round needs at least one client batch")
-    if not lr > 0:
-        raise ConfigError(f"the Flower client's learning rate must be > 0, got {lr}")
-    flwr = flower()
-    _check_runtime(runtime)
-    sent = {name: t.detach().clone() for name, t in model.state_dict().items()}
-    template = copy.deepcopy(model).requires_grad_(True)
-    data = [(images.detach().clone(), labels.detach().clone()) for images, labels in batches]
+    flwr, sent, template, data = _round_inputs(model, batches, lr, runtime)
     replies: list[Received] = []
     errors: list[str] = []
     client_app = _client_app(template, data, lr, threat.bn_mode == "train", mods, seed)
@@ -134,6 +128,20 @@ def fedsgd_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.T
                            + (f": {errors[0]}" if errors else ""))
     return FlowerRound(sent=sent, received=tuple(sorted(replies, key=lambda r: r.client)),
                        version=str(flwr.__version__), seconds=seconds)
+
+
+def _round_inputs(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], lr: float, runtime: str
+                  ) -> tuple[ModuleType, Arrays, nn.Module, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """What both rounds start from, checked: flwr, the weights the server sends (copies), the clients' model
+    template (a copy that takes gradients) and the clients' batches (copies)."""
+    if not lr > 0:
+        raise ConfigError(f"the Flower client's learning rate must be > 0, got {lr}")
+    flwr = flower()
+    _check_runtime(runtime)
+    sent = {name: t.detach().clone() for name, t in model.state_dict().items()}
+    template = copy.deepcopy(model).requires_grad_(True)
+    data = [(images.detach().clone(), labels.detach().clone()) for images, labels in batches]
+    return flwr, sent, template, data
 
 
 @dataclass(frozen=True)
@@ -177,13 +185,7 @@ def secaggplus_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, tor
     draws from, so the aggregate is reproducible. `runtime`: one of RUNTIMES. `model` is not modified."""
     if len(batches) < 2:
         raise ConfigError(f"SecAgg+ needs at least 2 clients, got {len(batches)}")
-    if not lr > 0:
-        raise ConfigError(f"the Flower client's learning rate must be > 0, got {lr}")
-    flwr = flower()
-    _check_runtime(runtime)
-    sent = {name: t.detach().clone() for name, t in model.state_dict().items()}
-    template = copy.deepcopy(model).requires_grad_(True)
-    data = [(images.detach().clone(), labels.detach().clone()) for images, labels in batches]
+    flwr, sent, template, data = _round_inputs(model, batches, lr, runtime)
     record: dict[str, Any] = {}
     client_app = _legacy_client_app(template, list(sent), data, lr, threat.bn_mode == "train", seed)
     server_app = _secaggplus_server_app(sent, len(data), settings, record)
