@@ -72,7 +72,7 @@ class PeelingConfig(Ranged):
     range_margin: a candidate whose image leaves [−margin, 1 + margin] in any pixel is dropped before
         certification (§VII: "candidates lying outside the data range").
     range_filter: False drops that filter (every finite candidate is certified), as the released code does: its
-        side-by-side twin (`benchmarks/peer_side_by_side.py --peeling-as-released`).
+        side-by-side twin (`benchmarks/peer_side_by_side.py --attacks peeling-as-released`).
     max_iters: at most this many iterations (the released code's safety cap on the cascade).
     max_seconds: time budget; past it the attack answers with the samples certified so far.
     """

@@ -149,7 +149,7 @@ def _pool(tasks: list[Task], on_done: Callable[[dict[str, Any]], None], jobs: in
             if restart == POOL_RESTARTS:
                 raise
             left = [task for i, task in enumerate(left) if i not in done]
-            print(f"leakbench: a pool worker died (killed from outside?): its {len(left)} unfinished cells run "
+            print(f"leakbench: a pool worker died (killed from outside?): the {len(left)} unfinished cells run "
                   "again in a fresh pool", file=sys.stderr, flush=True)
 
 
