@@ -152,3 +152,38 @@ def test_batch_found_by_the_last_chunk_is_still_verified() -> None:
     s = summary(budget)
     assert s["status"] == "ok" and s["exact_fraction"] == 1.0, s["reason"]
     assert s["attack_stats"]["draws"] == budget
+
+
+def test_the_guides_seconds_count_against_the_time_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`max_seconds` bounds guide and search together: a guide that spends the whole cap leaves the search no time,
+    and the cell fails on its budget with a reason that says where the time went (old code: the search got its own
+    full cap after the guide, so a slow guide doubled a cell's time)."""
+    import time
+
+    from leakbench.attacks.spear.guided_attack import GuidedSpearAttack
+
+    spec = CellSpec(attack="spear-guided", dataset="embedded", batch_size=8, seed=0)
+    _, _, update = prepare(spec)
+    attack = create_attack("spear-guided", max_seconds=0.5, max_draws=10**9)
+    real = GuidedSpearAttack.guide_features
+
+    def slow_guide(self: GuidedSpearAttack, update: object, seed: int) -> tuple[torch.Tensor | None, str]:
+        answer = real(self, update, seed)  # type: ignore[arg-type]
+        time.sleep(0.6)
+        return answer
+
+    monkeypatch.setattr(GuidedSpearAttack, "guide_features", slow_guide)
+    rec = attack.reconstruct(update, seed=0)
+    assert rec.status == "failed" and rec.failure == "budget", rec.reason
+    assert "spent before the search" in rec.reason
+    assert rec.stats["draws"] == 0 and rec.stats["guide_seconds"] >= 0.6
+
+
+def test_charge_before_takes_the_guides_seconds_from_the_cap() -> None:
+    from leakbench.attacks.spear.state import SearchSettings, charge_before
+
+    settings = SearchSettings(max_draws=10, max_seconds=900.0, chunk=1)
+    assert charge_before(settings, {}) is settings
+    charged = charge_before(settings, {"guide_seconds": 340.0})
+    assert charged.max_seconds == 900.0 and charged.search_seconds == 560.0
+    assert charge_before(settings, {"guide_seconds": 1200.0}).search_seconds == 0.0

@@ -34,7 +34,14 @@ from leakbench.attacks.spear.scheduler import ProposalSource, Scheduler, default
 from leakbench.attacks.spear.search import ColumnState, search_columns
 from leakbench.attacks.spear.solve import Solution
 from leakbench.attacks.spear.stall import MIN_ZERO_FRACTION, StallRule
-from leakbench.attacks.spear.state import FAILURE_STAT, SearchSettings, SearchState, stop_failure, stop_reason
+from leakbench.attacks.spear.state import (
+    FAILURE_STAT,
+    SearchSettings,
+    SearchState,
+    charge_before,
+    stop_failure,
+    stop_reason,
+)
 from leakbench.core.citation import Citation
 from leakbench.core.errors import ConfigError
 from leakbench.core.limits import MAX_DEPTH
@@ -212,7 +219,8 @@ class SpearSearch(Attack[BudgetT]):
         stats = {"mode": mode, **state.stats(), "neurons_used": problem.m, "noise_estimate": problem.noise,
                  "search_seconds": state.seconds, **extra_stats}
         if solution is None:
-            reason, stats[FAILURE_STAT] = stop_reason(state, settings, problem.b), stop_failure(state)
+            charged = charge_before(settings, extra_stats)  # the cap as the search ran under it
+            reason, stats[FAILURE_STAT] = stop_reason(state, charged, problem.b), stop_failure(state)
         else:
             stats["relu_violations"] = solution.violations
             if solution.ok:
@@ -295,7 +303,7 @@ class DeflatedSpear(SpearSearch[SpearConfigT]):
             propose, stats = self._column_sources(problem, update, seed, tol, settings)
             if propose is None:
                 return super()._find(problem, seed, update, tol, settings, gen)
-            columns, found = search_columns(problem, tol, settings, gen, propose)
+            columns, found = search_columns(problem, tol, charge_before(settings, stats), gen, propose)
             return columns, found, {**stats, **propose.stats()}, "sampling+lp+guide"
         state, solution, stats = self._deflated(problem, seed, update, tol, settings, gen)
         return state, solution, stats, "deflation+next-layer"
@@ -322,6 +330,7 @@ class DeflatedSpear(SpearSearch[SpearConfigT]):
         leading, stats = self._sources(problem, update, seed, tol, settings)
         span = find_batch_span(problem) if cfg.sampler != "zeros" else None
         scheduler = Scheduler([*leading, *default_sources(cfg.row_weight_power, span, cfg.sampler)])
+        settings = charge_before(settings, stats)  # the guide's seconds count against the search's time cap
         state, solution = search_samples(problem, tol, settings, gen, settings.tolerances.residual_tol, scheduler)
         return state, solution, {"two_sided_draws": 0, "two_sided_route": span is not None, **stats,
                                  **scheduler.stats()}

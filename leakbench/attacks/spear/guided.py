@@ -235,13 +235,14 @@ class PatternFits:
 
     def turn(self, search: Search, asked: int) -> bool:
         state = search.state
-        if self.rounds == 0 or self.next >= self.guide.margin.shape[0] or state.seconds >= search.settings.max_seconds:
+        done = self.next >= self.guide.margin.shape[0] or state.seconds >= search.settings.search_seconds
+        if self.rounds == 0 or done:
             return False
         if self.next > 0 and self.pause is not None and self.pause(search):
             return False
         begin, before, draws = time.perf_counter(), state.found, state.draws
         self.next = fit_guide_patterns(search.problem, self.guide, state, search.residual_tol, self.rounds,
-                                       search.settings.max_seconds, self.next, lambda: self.stops(search))
+                                       search.settings.search_seconds, self.next, lambda: self.stops(search))
         self.patterns += state.draws - draws
         self.found += state.found - before
         self.seconds += time.perf_counter() - begin

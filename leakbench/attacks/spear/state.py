@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from leakbench.attacks.spear.factors import LayerProblem
@@ -36,6 +36,14 @@ class SearchSettings:
     label: str = "spear"
     stall: StallRule | None = None
     """Stop early when the draws stop finding samples on an update that shows a defence (stall.py); None: off."""
+    spent: float = 0.0
+    """Seconds of `max_seconds` spent before the search began (spear-guided: its guide's, `charge_before`): the cap
+    bounds the guide and the search together."""
+
+    @property
+    def search_seconds(self) -> float:
+        """The seconds the search itself may take: `max_seconds` less what was `spent` before it (never below 0)."""
+        return max(self.max_seconds - self.spent, 0.0)
 
 
 @dataclass(kw_only=True)
@@ -115,9 +123,21 @@ def stop_reason(state: SearchState, settings: SearchSettings, b: int) -> str:
         return (f"nothing left to draw after {state.draws - state.undrawn} draws {found}: {state.undrawable} "
                 f"(the other {state.undrawn} draws of the budget were charged without drawing)")
     if state.time_capped:
-        return (f"time budget spent (the safety cap max_seconds = {settings.max_seconds:g}) after {state.draws} of "
-                f"{settings.max_draws} draws {found}")
+        before = f", {settings.spent:.0f} s of it spent before the search" if settings.spent > 0 else ""
+        return (f"time budget spent (the safety cap max_seconds = {settings.max_seconds:g}{before}) after "
+                f"{state.draws} of {settings.max_draws} draws {found}")
     return f"draw budget spent after {state.draws} draws {found}"
+
+
+SPENT_STAT = "guide_seconds"
+"""The key under which an attack's proposal sources report the seconds they spent before the search (spear-guided's
+guide); `charge_before` takes them from the search's time budget."""
+
+
+def charge_before(settings: SearchSettings, stats: dict[str, Any]) -> SearchSettings:
+    """`settings` with the seconds spent before the search (`stats[SPENT_STAT]`, if any) charged to its time cap."""
+    spent = float(stats.get(SPENT_STAT, 0.0))
+    return replace(settings, spent=settings.spent + spent) if spent > 0 else settings
 
 
 FAILURE_STAT = "failure"
@@ -142,7 +162,7 @@ def out_of_budget(state: SearchState, settings: SearchSettings) -> bool:
         return True
     if settings.stall is not None and stalled(state, settings.stall):
         return True
-    state.time_capped = state.seconds >= settings.max_seconds
+    state.time_capped = state.seconds >= settings.search_seconds
     return state.time_capped
 
 
@@ -169,5 +189,5 @@ def search_bar(problem: LayerProblem, settings: SearchSettings) -> AbstractConte
 
 def show_progress(bar: Tally, state: SearchState, settings: SearchSettings) -> None:
     """Samples found, draws, elapsed seconds and the budget left (the nearer of draws and time)."""
-    left = min(1 - state.draws / settings.max_draws, 1 - state.seconds / settings.max_seconds)
+    left = min(1 - state.draws / settings.max_draws, 1 - (state.seconds + settings.spent) / settings.max_seconds)
     bar.show(state.found, f"draws {state.draws:,}, {state.seconds:.0f} s, budget left {max(left, 0):.0%}")
