@@ -82,6 +82,12 @@ ENTRIES = (
     ("spear-frontier-04m-w2000", Paper("paper/spear-frontier-04m-w2000", ("frontier", "baselines", "spear-speed")),
      "guided SPEAR at b = 0.4·m: b = 800, FC-6 width 2000, 900 s per batch, seeds 0–2 "
      "(TinyImageNet; needs --data-root)"),
+    ("spear-frontier-edge-w1000", Paper("paper/spear-frontier-edge-w1000", ("frontier", "baselines", "spear-speed")),
+     "the frontier table at the physical limit: guided SPEAR at b = 450, 500, FC-6 width 1000, 900 s per batch "
+     "guide included, seeds 0–2 (TinyImageNet; needs --data-root)"),
+    ("spear-frontier-edge-w2000", Paper("paper/spear-frontier-edge-w2000", ("frontier", "baselines", "spear-speed")),
+     "the frontier table at the physical limit: guided SPEAR at b = 500, 600, 800, FC-6 width 2000, 900 s per "
+     "batch guide included, seeds 0–2 (TinyImageNet; needs --data-root)"),
     ("spear-dl", Paper("paper/spear-dl"), "spear-dl (dictionary-learning proposals) vs guided SPEAR, b = 25…200, "
                                     "FC-6 width 2000 (TinyImageNet; needs --data-root)"),
     ("spear-dl-seeds", Paper("paper/spear-dl-seeds", ("baselines",)),
