@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from cli_zygote import Zygote  # tests/ is on the path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 """The leakbench checkout (the folder holding `leakbench/`, `tests/`, `benchmarks/`)."""
@@ -93,10 +94,34 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def run_cli(args: Sequence[str], *, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`python -m leakbench ARGS` in a subprocess, run from `cwd` (so no stray output lands in the repo)."""
-    return subprocess.run([sys.executable, "-m", "leakbench", *map(str, args)], cwd=cwd, env=cli_env(),
-                          capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+ZYGOTE = None if os.environ.get("LEAKBENCH_TEST_FRESH_CLI") else Zygote()
+"""Forks a pre-imported interpreter per CLI call (tests/cli_zygote.py); None: a fresh interpreter per call."""
+
+
+def run_cli(args: Sequence[str], *, cwd: Path, fresh: bool = False) -> subprocess.CompletedProcess[str]:
+    """`python -m leakbench ARGS` in a process of its own, run from `cwd` (so no stray output lands in the repo):
+    forked from the CLI zygote, or with `fresh` (or LEAKBENCH_TEST_FRESH_CLI=1) a fresh interpreter."""
+    if ZYGOTE is None or fresh:
+        return subprocess.run([sys.executable, "-m", "leakbench", *map(str, args)], cwd=cwd, env=cli_env(),
+                              capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+    return ZYGOTE.run(list(map(str, args)), cwd=cwd, env=cli_env(), timeout=CLI_TIMEOUT_S)
+
+
+def fault_check_with_zygote(fault_check: Any) -> Any:
+    """benchmarks/fault_check.py's module with its `cli` (a CLI call that must be refused or finish: exit 124 on
+    time-out) forked from the CLI zygote; the runs a case interrupts or watches still start fresh interpreters."""
+    if ZYGOTE is None:
+        return fault_check
+    zygote = ZYGOTE
+
+    def cli(args: list[str], cwd: Path, timeout: float = fault_check.TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+        try:
+            return zygote.run(args, cwd=cwd, env=fault_check.run_env(), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(args, 124, "", f"timed out after {timeout:.0f} s")
+
+    fault_check.cli = cli
+    return fault_check
 
 
 def run_cli_many(jobs: dict[str, tuple[Sequence[str], Path]]) -> dict[str, subprocess.CompletedProcess[str]]:

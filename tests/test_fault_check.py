@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import load_benchmark
+from conftest import fault_check_with_zygote, load_benchmark
 
-fault_check = load_benchmark("fault_check")
+fault_check = fault_check_with_zygote(load_benchmark("fault_check"))
 
 # The cases run the real CLI in subprocesses (a module fixture runs them all first): `make test` only.
 pytestmark = pytest.mark.slow

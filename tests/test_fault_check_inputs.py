@@ -10,9 +10,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import load_benchmark
+from conftest import fault_check_with_zygote, load_benchmark
 
-fault_check = load_benchmark("fault_check")
+fault_check = fault_check_with_zygote(load_benchmark("fault_check"))
 
 # The cases run the real CLI in subprocesses (a module fixture runs them all first): `make test` only.
 pytestmark = pytest.mark.slow
