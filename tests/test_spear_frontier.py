@@ -157,12 +157,12 @@ def test_pattern_fits_pause_for_the_descent_once_found_samples_give_a_reference(
     """With a pause (the descent's starts left), the fits stop after the block that gives the reference
     (`Tolerances.outlier_min_found` found), pass while the pause holds, then fit only the guides still open; without
     one, a turn fits every guide."""
-    from types import SimpleNamespace
 
     from leakbench.attacks.spear.candidates import zero_tolerance
     from leakbench.attacks.spear.guided import PatternFits
     from leakbench.attacks.spear.samples import SampleState
     from leakbench.attacks.spear.scheduler import Search
+    from leakbench.attacks.spear.state import SearchSettings
     from leakbench.attacks.spear.tolerances import TOLERANCES
 
     problem, X = _problem(64, 256)
@@ -172,8 +172,8 @@ def test_pattern_fits_pause_for_the_descent_once_found_samples_give_a_reference(
 
     def search() -> Search:
         state = SampleState(samples=torch.empty(0, problem.b, dtype=torch.float64))
-        return Search(problem, zero_tolerance(problem, 1e-5, 10.0), SimpleNamespace(max_seconds=60.0),  # type: ignore[arg-type]
-                      gen, 1e-4, state)
+        settings = SearchSettings(max_draws=10**9, max_seconds=60.0, chunk=1)
+        return Search(problem, zero_tolerance(problem, 1e-5, 10.0), settings, gen, 1e-4, state)
 
     paused = {"on": True}
     source, s = PatternFits(make_guide(problem, noisy, 1.5), 10, pause=lambda _: paused["on"]), search()

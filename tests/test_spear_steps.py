@@ -54,11 +54,13 @@ def test_spear_paper_has_no_method_of_the_deflated_search() -> None:
 def test_tolerances_have_one_home() -> None:
     """No Config field shadows a tolerance, and every SearchSettings field is a budget knob, a
     spear-paper knob, the tolerances object, the next-layer weight check (leakbench's, set by the deflated
-    search's column fallback) or the stall rule (set from the update, stall.py): the last two never user knobs."""
+    search's column fallback), the stall rule (set from the update, stall.py) or the seconds spent before the search
+    (spear-guided's guide, `state.charge_before`): the last three never user knobs."""
     tolerance_names = {f.name for f in fields(Tolerances)}
     for name in ("spear", "spear-paper", "spear-guided", "spear-dl"):
         assert not tolerance_names & {f.name for f in fields(attack_class(name).Config)}, name
-    known = {f.name for f in fields(SpearPaperConfig)} | {"tolerances", "label", "next_weight_check", "stall"}
+    known = {f.name for f in fields(SpearPaperConfig)} | {"tolerances", "label", "next_weight_check", "stall",
+                                                       "spent"}
     assert {f.name for f in fields(SearchSettings)} <= known
 
 
