@@ -41,16 +41,27 @@ def serve(path: str) -> None:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(64)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel; their callers watch the socket
+    threading.Thread(target=reap_children, daemon=True).start()  # their callers watch the socket, not the status
     threading.Thread(target=end_with_parent, daemon=True).start()
     print("ready", flush=True)
     while True:
         conn, _ = server.accept()
         if os.fork() == 0:
             server.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             run_call(conn)  # ends the process
         conn.close()
+
+
+def reap_children() -> None:
+    """Wait for every finished child, so that none lingers as a zombie and their CPU time is counted in the
+    zygote's, and through it in the test process's (`benchmarks/suite_times.py` reads RUSAGE_CHILDREN)."""
+    import time
+
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            time.sleep(0.05)
 
 
 def end_with_parent() -> None:
@@ -153,6 +164,11 @@ class Zygote:
                                                Path(err).read_text(errors="replace"))
 
     def close(self) -> None:
-        if self._process is not None:
-            self._process.kill()
-            self._process.wait()
+        """End the zygote (it leaves when its stdin closes) and wait for it, so that its CPU time is counted."""
+        if self._process is not None and self._process.stdin is not None:
+            self._process.stdin.close()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
@@ -96,6 +97,8 @@ def cli_env() -> dict[str, str]:
 
 ZYGOTE = None if os.environ.get("LEAKBENCH_TEST_FRESH_CLI") else Zygote()
 """Forks a pre-imported interpreter per CLI call (tests/cli_zygote.py); None: a fresh interpreter per call."""
+if ZYGOTE is not None:
+    atexit.register(ZYGOTE.close)
 
 
 def run_cli(args: Sequence[str], *, cwd: Path, fresh: bool = False) -> subprocess.CompletedProcess[str]:
