@@ -9,7 +9,8 @@ file descriptors 0, 1 and 2 at /dev/null and two files, runs `leakbench` as `pyt
 atexit handlers run), so its exit status, stdout and stderr are what a fresh interpreter would give. What differs:
 modules imported by the zygote are already imported (a test of what the command line imports must start a fresh
 interpreter: `run_cli(..., fresh=True)`), and environment variables read only at import time by those modules are
-the zygote's (the zygote imports no plugin and reads no LEAKBENCH_* variable at import).
+the zygote's (the zygote imports no plugin and reads no LEAKBENCH_* variable at import). A call whose PYTHONPATH
+is not the zygote's starts a fresh interpreter: the import path is made at an interpreter's start.
 
 `LEAKBENCH_TEST_FRESH_CLI=1` makes every call a fresh interpreter again.
 """
@@ -123,6 +124,7 @@ class Zygote:
         self._process: subprocess.Popen[str] | None = None
         self._folder = tempfile.mkdtemp(prefix="leakbench-zygote-")
         self._path = os.path.join(self._folder, "socket")
+        self._pythonpath: str | None = None
 
     def _start(self, env: Mapping[str, str]) -> None:
         with self._lock:
@@ -130,6 +132,7 @@ class Zygote:
                 return
             here = str(Path(__file__).resolve().parent)
             code = f"import sys; sys.path.insert(0, {here!r}); import cli_zygote; cli_zygote.serve({self._path!r})"
+            self._pythonpath = env.get("PYTHONPATH")
             self._process = subprocess.Popen([sys.executable, "-c", code], env=dict(env), stdout=subprocess.PIPE,
                                              stdin=subprocess.PIPE, text=True)
             assert self._process.stdout is not None
@@ -141,6 +144,9 @@ class Zygote:
         """Like subprocess.run([python, -m, leakbench, *args], cwd=cwd, env=env, capture_output=True, text=True,
         timeout=timeout), through a forked child of the zygote."""
         self._start(env)
+        if env.get("PYTHONPATH") != self._pythonpath:  # sys.path is made at start-up: only a fresh interpreter has it
+            return subprocess.run([sys.executable, "-m", "leakbench", *args], cwd=cwd, env=dict(env),
+                                  capture_output=True, text=True, timeout=timeout)
         with tempfile.TemporaryDirectory(prefix="leakbench-cli-") as scratch:
             out, err = os.path.join(scratch, "stdout"), os.path.join(scratch, "stderr")
             for name in (out, err):
