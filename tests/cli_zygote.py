@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -178,3 +179,4 @@ class Zygote:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
+        shutil.rmtree(self._folder, ignore_errors=True)
