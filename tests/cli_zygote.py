@@ -67,8 +67,10 @@ def reap_children() -> None:
 
 
 def end_with_parent() -> None:
-    """End the zygote when the test process that started it ends (its end of our stdin closes)."""
-    sys.stdin.read()
+    """End the zygote when the test process that started it ends (its end of our stdin closes). It reads the
+    descriptor, not `sys.stdin`, so that no lock of a Python stream is held by this thread when the zygote forks."""
+    while os.read(0, 4096):
+        pass
     os._exit(0)
 
 
