@@ -119,6 +119,13 @@ def exit_code(code: object) -> int:
     return code & 0xFF if isinstance(code, int) else 1
 
 
+def fresh_run(args: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float
+              ) -> subprocess.CompletedProcess[str]:
+    """`python -m leakbench ARGS` in a fresh interpreter (what a zygote call stands for)."""
+    return subprocess.run([sys.executable, "-m", "leakbench", *args], cwd=cwd, env=dict(env), capture_output=True,
+                          text=True, timeout=timeout)
+
+
 class Zygote:
     """The test process's handle on its zygote: started on first use, one per process (pytest-xdist worker)."""
 
@@ -148,8 +155,7 @@ class Zygote:
         timeout=timeout), through a forked child of the zygote."""
         self._start(env)
         if env.get("PYTHONPATH") != self._pythonpath:  # sys.path is made at start-up: only a fresh interpreter has it
-            return subprocess.run([sys.executable, "-m", "leakbench", *args], cwd=cwd, env=dict(env),
-                                  capture_output=True, text=True, timeout=timeout)
+            return fresh_run(args, cwd=cwd, env=env, timeout=timeout)
         with tempfile.TemporaryDirectory(prefix="leakbench-cli-") as scratch:
             out, err = os.path.join(scratch, "stdout"), os.path.join(scratch, "stderr")
             for name in (out, err):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from cli_zygote import Zygote  # tests/ is on the path
+from cli_zygote import Zygote, fresh_run  # tests/ is on the path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 """The leakbench checkout (the folder holding `leakbench/`, `tests/`, `benchmarks/`)."""
@@ -104,10 +104,10 @@ if ZYGOTE is not None:
 def run_cli(args: Sequence[str], *, cwd: Path, fresh: bool = False) -> subprocess.CompletedProcess[str]:
     """`python -m leakbench ARGS` in a process of its own, run from `cwd` (so no stray output lands in the repo):
     forked from the CLI zygote, or with `fresh` (or LEAKBENCH_TEST_FRESH_CLI=1) a fresh interpreter."""
+    call = list(map(str, args))
     if ZYGOTE is None or fresh:
-        return subprocess.run([sys.executable, "-m", "leakbench", *map(str, args)], cwd=cwd, env=cli_env(),
-                              capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
-    return ZYGOTE.run(list(map(str, args)), cwd=cwd, env=cli_env(), timeout=CLI_TIMEOUT_S)
+        return fresh_run(call, cwd=cwd, env=cli_env(), timeout=CLI_TIMEOUT_S)
+    return ZYGOTE.run(call, cwd=cwd, env=cli_env(), timeout=CLI_TIMEOUT_S)
 
 
 def fault_check_with_zygote(fault_check: Any) -> Any:
