@@ -77,7 +77,7 @@ def frontier(args: argparse.Namespace) -> pd.DataFrame:
                                 hyperparameters={"max_seconds": args.max_seconds, "guide": args.guide})
                 batch, model, update = prepare(spec)
                 attack = create_attack("spear-guided", guide=args.guide)
-                features, _ = attack.guide_features(update, seed)
+                features, *_ = attack.guide_features(update, seed)
                 quality = (guide_quality(model, batch, features, TOLERANCES.pool_start)
                            if features is not None else {})
                 s = run_cell(spec).summary
@@ -97,8 +97,8 @@ class NoisyTruthGuide(GuidedSpearAttack):
 
     given: torch.Tensor
 
-    def guide_features(self, update, seed):
-        return self.given, ""
+    def guide_features(self, update, seed, max_seconds=0.0):
+        return self.given, "", {}
 
 
 def quality_sweep(args: argparse.Namespace) -> pd.DataFrame:

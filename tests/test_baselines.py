@@ -130,6 +130,28 @@ def test_cpa_reports_non_convergence_and_still_answers() -> None:
 
 
 @pytest.mark.slow
+def test_cpa_under_a_time_bound_answers_and_says_it_timed_out() -> None:
+    """leakbench's bound (max_seconds, attacks/ica.py): a bound spent by the whitening still answers images from the
+    first chunk of iterations, reported as timed out and not converged; a generous bound gives the unbounded answer."""
+    batch, _, update = _case(4, width=256, depth=2)
+    cut = create_attack("cpa", prefilter="derivative", max_seconds=1e-9, tol=1e-12).reconstruct(update, seed=0)
+    _check_images(cut, batch)
+    assert cut.stats["timed_out"] is True and cut.stats["converged"] is False and cut.stats["iterations"] == 5
+    free = create_attack("cpa", prefilter="derivative").reconstruct(update, seed=0)
+    loose = create_attack("cpa", prefilter="derivative", max_seconds=600.0, whiten_solver="eigh"
+                          ).reconstruct(update, seed=0)
+    assert "timed_out" not in loose.stats and loose.stats["iterations"] == free.stats["iterations"]
+    assert abs(_psnr(loose, batch) - _psnr(free, batch)) < 0.1
+
+
+def test_cpa_refuses_a_bad_bound_or_solver() -> None:
+    with pytest.raises(ConfigError, match="max_seconds"):
+        create_attack("cpa", max_seconds=-1.0)
+    with pytest.raises(ConfigError, match="whiten_solver"):
+        create_attack("cpa", whiten_solver="qr")
+
+
+@pytest.mark.slow
 def test_cpa_official_objective_runs() -> None:
     batch, _, update = _case(3, width=64, depth=2)
     recon = create_attack("cpa", method="official", iterations=20).reconstruct(update, seed=0)

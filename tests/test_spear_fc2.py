@@ -84,7 +84,7 @@ def test_guided_columns_found_on_a_hard_fc2_batch_are_true() -> None:
     settings = SearchSettings(max_draws=20_000, max_seconds=600, chunk=4096, last_column=True, lp_check=True,
                               next_weight_check=True)
     tol = zero_tolerance(problem, TOLERANCES.zero_tol, TOLERANCES.noise_factor)
-    features, _ = create_attack("spear-guided").guide_features(prepare(_spec(24, 200))[2], 0)
+    features, *_ = create_attack("spear-guided").guide_features(prepare(_spec(24, 200))[2], 0)
     assert features is not None
     state, _ = search_columns(problem, tol, settings, torch.Generator().manual_seed(0),
                               ColumnGuides(make_guide(problem, features, TOLERANCES.pool_start)))

@@ -167,8 +167,9 @@ def test_the_guides_seconds_count_against_the_time_cap(monkeypatch: pytest.Monke
     attack = create_attack("spear-guided", max_seconds=0.5, max_draws=10**9)
     real = GuidedSpearAttack.guide_features
 
-    def slow_guide(self: GuidedSpearAttack, update: object, seed: int) -> tuple[torch.Tensor | None, str]:
-        answer = real(self, update, seed)  # type: ignore[arg-type]
+    def slow_guide(self: GuidedSpearAttack, update: object, seed: int, max_seconds: float = 0.0
+                   ) -> tuple[torch.Tensor | None, str, dict[str, object]]:
+        answer = real(self, update, seed, max_seconds)  # type: ignore[arg-type]
         time.sleep(0.6)
         return answer
 
@@ -187,3 +188,24 @@ def test_charge_before_takes_the_guides_seconds_from_the_cap() -> None:
     charged = charge_before(settings, {"guide_seconds": 340.0})
     assert charged.max_seconds == 900.0 and charged.search_seconds == 560.0
     assert charge_before(settings, {"guide_seconds": 1200.0}).search_seconds == 0.0
+
+
+def test_the_guide_gets_its_share_of_the_cap_and_eigh_whitening() -> None:
+    """CPA's FastICA is bounded to guide_time_share of what is left of max_seconds (attacks/ica.py), whitened by
+    "eigh"; what a user sets in guide_options wins; other guides and unbounded calls are left as configured."""
+    from leakbench.attacks.spear.guided_attack import bounded_guide_options, guide_seconds
+    from leakbench.attacks.spear.state import SearchSettings
+
+    settings = SearchSettings(max_draws=10, max_seconds=900.0, chunk=1, spent=100.0)
+    assert guide_seconds(settings) == pytest.approx(settings.tolerances.guide_time_share * 800.0)
+    cfg = create_attack("spear-guided").config
+    options = bounded_guide_options(cfg, 450.0, 100)
+    assert options["max_seconds"] == 450.0 and options["whiten_solver"] == "eigh" and options["max_iter"] == 1000
+    work = settings.tolerances.guide_ica_work
+    assert bounded_guide_options(cfg, 450.0, 800)["max_iter"] == work // 800**2 < 1000  # its budget in work
+    assert "max_seconds" not in bounded_guide_options(cfg, 0.0, 100)
+    own = create_attack("spear-guided", guide_options={"max_seconds": 5.0, "whiten_solver": "svd", "max_iter": 7})
+    assert bounded_guide_options(own.config, 450.0, 800) | {"prefilter": None} == {
+        "max_seconds": 5.0, "whiten_solver": "svd", "max_iter": 7, "layer": 1, "prefilter": None}
+    official = create_attack("spear-guided", guide_options={"method": "official"}).config
+    assert "max_seconds" not in bounded_guide_options(official, 450.0, 100)

@@ -16,7 +16,8 @@ from leakbench.attacks.spear.guided import GuidePool, PatternFits, make_guide
 from leakbench.attacks.spear.guided_columns import ColumnGuides
 from leakbench.attacks.spear.residual import ResidualGuides
 from leakbench.attacks.spear.scheduler import ProposalSource
-from leakbench.attacks.spear.state import SearchSettings
+from leakbench.attacks.spear.state import SPENT_STAT, SearchSettings
+from leakbench.attacks.spear.tolerances import TOLERANCES, Tolerances
 from leakbench.core.errors import ConfigError
 from leakbench.fl.update import ClientUpdate
 
@@ -57,11 +58,9 @@ class GuidedSpearAttack(DeflatedSpear[GuidedSpearConfig]):
         unmatched (descent.GuideDescent), then the guide pools (the first guide, then residual guides), then row-space
         descent from random starts (descent.py: from 48 visible samples, once a sample is found)."""
         cfg = self.config
-        start = time.perf_counter()
-        features, reason = self.guide_features(update, seed)
-        seconds = time.perf_counter() - start
+        features, stats = self._guide(update, seed, settings)
         if features is None:
-            return [], {"guide": cfg.guide, "guide_seconds": seconds, "guide_failed": reason}
+            return [], stats
         t = settings.tolerances
         guide = make_guide(problem, features, t.pool_start)
         guides = ResidualGuides(problem, guide, tol, seed, t.pool_start, t.residual_after,
@@ -70,42 +69,57 @@ class GuidedSpearAttack(DeflatedSpear[GuidedSpearConfig]):
         descent = GuideDescent(guide)
         sources: list[ProposalSource] = [PatternFits(guide, rounds, pause=descent.has_starts), descent,
                                          GuidePool(guides, t.pool_growth, cfg.refine_first), RowSpaceDescent()]
-        return sources, {"guide": cfg.guide, "guide_seconds": seconds}
+        return sources, stats
 
     def _column_sources(self, problem: LayerProblem, update: ClientUpdate, seed: int, tol: torch.Tensor,
                         settings: SearchSettings) -> tuple[ColumnGuides | None, dict[str, Any]]:
         """The guide's proposals for the column search (guided_columns.ColumnGuides, leakbench's guided column search),
         where the next layer's gradient has rank below b (FC-2)."""
-        start = time.perf_counter()
-        features, reason = self.guide_features(update, seed)
-        seconds = time.perf_counter() - start
+        features, stats = self._guide(update, seed, settings)
         if features is None:
-            return None, {"guide": self.config.guide, "guide_seconds": seconds, "guide_failed": reason}
-        t = settings.tolerances
-        guide = make_guide(problem, features, t.pool_start)
+            return None, stats
+        guide = make_guide(problem, features, settings.tolerances.pool_start)
+        bound = guide_seconds(settings)
 
         def more(run: int) -> torch.Tensor | None:  # the guide from another seed, when the search stalls
-            return self.guide_features(update, seed + 1000 * (run + 1))[0]
+            return self.guide_features(update, seed + 1000 * (run + 1), bound)[0]
 
-        return ColumnGuides(guide, more=more), {"guide": self.config.guide, "guide_seconds": seconds}
+        return ColumnGuides(guide, more=more), stats
 
-    def guide_features(self, update: ClientUpdate, seed: int) -> tuple[torch.Tensor | None, str]:
-        """The guide's reconstruction of this layer's inputs (b, n), or None and why it failed.
+    def _guide(self, update: ClientUpdate, seed: int, settings: SearchSettings
+               ) -> tuple[torch.Tensor | None, dict[str, Any]]:
+        """The guide's features under its share of the time cap (`guide_seconds`), and the stats that record it: its
+        name and seconds (`state.SPENT_STAT`, charged to the search's cap), why it failed, and its own budget figures
+        (FastICA's iterations; `guide_timed_out` when its clock, not its iteration budget, stopped it — an answer
+        that then depends on the machine's speed)."""
+        start = time.perf_counter()
+        features, reason, own = self.guide_features(update, seed, guide_seconds(settings))
+        stats: dict[str, Any] = {"guide": self.config.guide, SPENT_STAT: time.perf_counter() - start}
+        stats.update({f"guide_{key}": own[key] for key in ("iterations", "timed_out") if key in own})
+        if features is None:
+            stats["guide_failed"] = reason
+        return features, stats
+
+    def guide_features(self, update: ClientUpdate, seed: int, max_seconds: float = 0.0
+                       ) -> tuple[torch.Tensor | None, str, dict[str, Any]]:
+        """The guide's reconstruction of this layer's inputs (b, n), or None and why it failed, and the guide's stats;
+        `max_seconds` > 0 bounds a guide that takes a bound (`bounded_guide_options`).
 
         Public so that a benchmark can measure the guide's quality, or substitute a controlled guide.
         """
         from leakbench.attacks.registry import create_attack
 
         cfg = self.config
-        rec: Reconstruction = create_attack(cfg.guide, **guide_options(cfg)).reconstruct(update, seed=seed)
+        options = bounded_guide_options(cfg, max_seconds, int(update.batch_size or 0))
+        rec: Reconstruction = create_attack(cfg.guide, **options).reconstruct(update, seed=seed)
         if rec.status != "ok":
-            return None, rec.reason
+            return None, rec.reason, rec.stats
         if rec.features is not None and rec.layer == cfg.layer:
-            return rec.features, ""
+            return rec.features, "", rec.stats
         if rec.images is None:
-            return None, f"guide {cfg.guide} answered neither images nor layer-{cfg.layer} features"
+            return None, f"guide {cfg.guide} answered neither images nor layer-{cfg.layer} features", rec.stats
         with torch.no_grad():
-            return update.model.layer_inputs(rec.images, cfg.layer).flatten(1), ""
+            return update.model.layer_inputs(rec.images, cfg.layer).flatten(1), "", rec.stats
 
 
 def guide_options(cfg: GuidedSpearConfig) -> dict[str, Any]:
@@ -117,6 +131,27 @@ def guide_options(cfg: GuidedSpearConfig) -> dict[str, Any]:
         options["layer"] = cfg.layer
     if cfg.guide == "cpa" and cfg.layer == 1 and options.get("method", "fastica") == "fastica":
         options.setdefault("prefilter", "derivative")  # the prefilter is FastICA's (CPAConfig refuses it otherwise)
+    return options
+
+
+def guide_seconds(settings: SearchSettings) -> float:
+    """The guide's share of the time cap (`guide_time_share` of what is left of `max_seconds`)."""
+    return settings.tolerances.guide_time_share * settings.search_seconds
+
+
+def bounded_guide_options(cfg: GuidedSpearConfig, max_seconds: float, b: int,
+                          tolerances: Tolerances = TOLERANCES) -> dict[str, Any]:
+    """`guide_options` with CPA's FastICA for a batch of b given its budget — at most `guide_ica_work` / b²
+    iterations, and `max_seconds` (> 0) on its clock — and whitened by "eigh" (3× faster than scikit-learn's default
+    "svd" at 24,192 × 2,000; attacks/ica.py), unless `guide_options` sets them."""
+    from leakbench.attacks.cpa import CPAConfig
+
+    options = guide_options(cfg)
+    if max_seconds > 0 and cfg.guide == "cpa" and options.get("method", "fastica") == "fastica":
+        most = tolerances.guide_ica_work // max(b, 1) ** 2
+        options.setdefault("max_iter", max(1, min(CPAConfig().max_iter, most)))
+        options.setdefault("max_seconds", max_seconds)
+        options.setdefault("whiten_solver", "eigh")
     return options
 
 

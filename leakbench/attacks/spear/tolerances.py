@@ -210,6 +210,14 @@ class Tolerances:
     """Each guide draws its rows among its pool_start × (rows needed) most confidently inactive neurons at first."""
     pool_growth: float = 1.25
     """A guide's pool grows by this factor after every turn in which it is not matched to a found sample."""
+    guide_ica_work: int = 160_000_000
+    """CPA's guide runs at most this many FastICA iterations × b² (at most its own max_iter, 1,000): its budget in
+    work, so that the guide, and the record, do not depend on the machine's speed. An iteration costs ∝ b²·pixels
+    (≈ 1.5 s at b = 800 on 64 × 64 × 3 images, one core): b ≤ 400 keeps 1,000 iterations, b = 500 gets 640 (it
+    converges in 161), b = 800 250 (≈ 380 s; measured: benchmarks/guide_budget.py) ..."""
+    guide_time_share: float = 0.5
+    """... and at most this share of `max_seconds` (a safety cap on its clock, attacks/ica.py; a guide it stops
+    records `guide_timed_out`); the search gets the rest (guided_attack.bounded_guide_options)."""
     guide_share_after: int = 2
     """After this many guided turns in a row without a sample, the guide pool shares its turns (guided.GuidePool)."""
     residual_after: int = 2
