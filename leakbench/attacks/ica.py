@@ -22,7 +22,7 @@ from scipy import linalg
 
 FIRST_CHUNK = 5
 """Iterations of the first chunk, which measures the seconds one iteration takes."""
-MAX_CHUNK = 100
+MAX_CHUNK = 50
 """The most iterations between two reads of the clock."""
 
 
