@@ -249,3 +249,80 @@ def test_the_transform_settings_are_checked() -> None:
         fl_flower.FlowerSecAggPlusConfig(clients=1)
     with pytest.raises(ConfigError, match="lr"):
         fl_flower.FlowerFedSGDConfig(lr=0.0)
+
+
+def _through(transform: Any, victim: tuple[Any, Any], seed: int = 0) -> Any:
+    """The update `transform` (a Flower level) makes of the victim's batch, as a cell's client makes it."""
+    from leakbench.fl.transform import Client, client_update
+    from leakbench.fl.update import ThreatModel
+
+    batch, model = victim
+    return client_update([transform], Client(model=model, batch=batch, seed=seed, threat=ThreatModel()))
+
+
+@pytest.mark.slow  # three Flower rounds in process (about 1-2 s each)
+def test_flowers_central_dp_received_is_the_clipped_update_and_released_adds_its_noise(
+        victim: tuple[Any, Any]) -> None:
+    """flower-dp-fixed: the server receives the client's update clipped to C (the same direction: Flower adds its
+    noise after receipt); the release is that plus N(0, (z·C/K)²) per weight from Flower's own strategy,
+    reproducible per seed."""
+    pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
+    batch, model = victim
+    reference = fedsgd_update(model, batch).gradients
+    clip, z = 0.1 * LR * _norm(reference), 0.5
+    config = fl_flower.FlowerDPFixedConfig(clipping_norm=clip, noise_multiplier=z, lr=LR)
+    received = _through(fl_flower.FlowerDPFixed(config), victim)
+    assert received.kind == "flower-dp-fixed"
+    assert _norm(received.gradients) == pytest.approx(clip / LR, rel=1e-5)
+    scaled = {k: g * clip / (LR * _norm(reference)) for k, g in reference.items()}
+    assert _gap(received.gradients, scaled) <= _bound(model, reference, LR)
+    release = fl_flower.FlowerDPFixed(fl_flower.FlowerDPFixedConfig(clipping_norm=clip, noise_multiplier=z, lr=LR,
+                                                                    view="released"))
+    first, again = _through(release, victim, seed=5), _through(release, victim, seed=5)
+    assert all(torch.equal(first.gradients[k], again.gradients[k]) for k in reference)  # same seed, same noise
+    noise = torch.cat([(first.gradients[k] - received.gradients[k]).flatten() for k in reference]) * LR
+    assert noise.numel() > 1000 and float(noise.std()) == pytest.approx(z * clip, rel=0.1)
+
+
+@pytest.mark.slow  # a Flower round in process (about 1-2 s)
+def test_flowers_local_dp_level_noises_the_reply(victim: tuple[Any, Any]) -> None:
+    pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
+    import math
+
+    batch, model = victim
+    reference = fedsgd_update(model, batch).gradients
+    config = fl_flower.FlowerLocalDPConfig(clipping_norm=1e6, sensitivity=0.01, epsilon=10.0, lr=LR)
+    update = _through(fl_flower.FlowerLocalDP(config), victim)
+    noise = torch.cat([(update.gradients[k] - reference[k]).flatten() for k in reference]) * LR
+    sigma = 0.01 * math.sqrt(2 * math.log(1.25 / 1e-5)) / 10.0
+    assert update.kind == "flower-localdp" and float(noise.std()) == pytest.approx(sigma, rel=0.1)
+
+
+def test_the_flower_levels_are_registered_and_refused_without_flwr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each Flower level is a registered client transform; where flwr is not installed its settings are refused
+    with the one MISSING line (so a suite naming one is refused when read, before any cell runs)."""
+    from leakbench.fl import TRANSFORMS
+
+    names = {"flower-fedsgd", "flower-secaggplus", "flower-dp-fixed", "flower-localdp"}
+    assert names <= set(TRANSFORMS.names())
+    assert all(TRANSFORMS.create(name).makes_update for name in names)
+    monkeypatch.setattr(fl_flower.importlib.util, "find_spec", lambda name, *a: None)
+    for config in (fl_flower.FlowerFedSGDConfig, fl_flower.FlowerDPFixedConfig, fl_flower.FlowerLocalDPConfig,
+                   fl_flower.FlowerSecAggPlusConfig):
+        with pytest.raises(ConfigError) as info:
+            config()
+        assert str(info.value) == fl_flower.MISSING
+
+
+@pytest.mark.slow  # a cell with a Flower round in process and SPEAR (a few seconds)
+def test_a_cell_attacks_what_the_flower_server_received() -> None:
+    """Through the harness: a suite-style level `flower-fedsgd` gives SPEAR the Flower server's update, and SPEAR
+    recovers the batch exactly."""
+    pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
+    from leakbench.fl.transform import DefenceSetting
+    from leakbench.harness.cell import run_cell
+
+    level = DefenceSetting("flower-fedsgd", fl_flower.FlowerFedSGDConfig())
+    summary = run_cell(CellSpec("spear", "embedded", 4, width=64, depth=3, defences=(level,))).summary
+    assert summary["status"] == "ok", summary.get("reason")
+    assert summary["client"].startswith("flower-fedsgd") and summary["exact_fraction"] == 1.0

@@ -7,6 +7,7 @@ when this package is imported.
 
 from leakbench.fl.dp import DPConfig, dp_update
 from leakbench.fl.fedavg import FedAvgConfig, fedavg_update
+from leakbench.fl.flower import FlowerFedSGDConfig  # registers the Flower clients (flwr is imported when one runs)
 from leakbench.fl.mixup import MixUpBatchConfig, MixUpConfig
 from leakbench.fl.noise import NoiseConfig
 from leakbench.fl.precode import PrecodeConfig
@@ -22,7 +23,8 @@ from leakbench.plugins import serve
 
 serve("defences", TRANSFORMS, _admit, "an UpdateTransform subclass")  # the shipped transforms are in
 
-__all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "MixUpBatchConfig", "MixUpConfig",
+__all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "FlowerFedSGDConfig", "MixUpBatchConfig",
+           "MixUpConfig",
            "NoiseConfig", "PrecodeConfig", "PruneConfig", "QSGDConfig", "QuantiseConfig", "SecAggConfig",
            "SoteriaConfig", "ThreatModel", "UpdateTransform", "client_update", "dp_update", "fedavg_update",
            "fedsgd_update", "register_transform"]

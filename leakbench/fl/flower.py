@@ -29,14 +29,15 @@ from __future__ import annotations
 
 import copy
 import importlib
+import importlib.util
 import logging
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -46,7 +47,7 @@ from torch import nn
 from leakbench.core.errors import ConfigError
 from leakbench.core.ranges import MAX_LR, Ranged, chosen, ranged
 from leakbench.fl.secagg import MAX_CLIENTS
-from leakbench.fl.transform import Client, UpdateTransform
+from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel
 
 if TYPE_CHECKING:  # annotations only: importing the datasets package loads every loader
@@ -90,6 +91,8 @@ class Received:
     client: int
     arrays: Arrays
     num_examples: int
+    message: Any = field(default=None, repr=False, compare=False)
+    """The reply as Flower delivered it (a `flwr.app.Message`): what a Flower strategy aggregates (`released`)."""
 
 
 @dataclass(frozen=True)
@@ -231,28 +234,66 @@ def as_gradients(sent: Arrays, new: Arrays, names: Sequence[str], lr: float) -> 
 
 
 def flower_fedsgd_update(model: ImageVictim, batch: Batch, threat: ThreatModel = ThreatModel(), *,
-                         lr: float = 1.0, runtime: str = "ray") -> ClientUpdate:
+                         lr: float = 1.0, runtime: str = "ray", mods: Sequence[Any] = (),
+                         config: Mapping[str, float] | None = None, seed: int = 0,
+                         release: Callable[[FlowerRound], Arrays] | None = None,
+                         kind: str = "flower-fedsgd") -> ClientUpdate:
     """The FedSGD update of `model` on `batch` as a Flower server receives it: one Flower round with one
-    client (`fedsgd_round`), its new weights turned back into the gradient (`as_gradients`). The update's
-    model is the one the server sent; `kind` is "flower-fedsgd". `model` is not modified."""
-    result = fedsgd_round(model, [(batch.images, batch.labels)], lr=lr, threat=threat, runtime=runtime)
+    client (`fedsgd_round`, the client behind `mods`, sent `config`), its new weights turned back into the
+    gradient (`as_gradients`). `release` None: the reply the server received; else the weights `release` makes
+    of the round (`released`: what Flower's DP strategy publishes). The update's model is the one the server
+    sent; `kind` names the transform. `model` is not modified."""
+    result = fedsgd_round(model, [(batch.images, batch.labels)], lr=lr, threat=threat, mods=mods, config=config,
+                          seed=seed, runtime=runtime)
     names = [name for name, _ in model.named_parameters()]
     reply = result.received[0]
-    buffers = ({name: t.clone() for name, t in reply.arrays.items() if name not in names}
+    arrays = reply.arrays if release is None else release(result)
+    buffers = ({name: t.clone() for name, t in arrays.items() if name not in names}
                if threat.bn_stats_shared else None)
     return ClientUpdate(
         model=copy.deepcopy(model).requires_grad_(False).eval(),
-        gradients=as_gradients(result.sent, reply.arrays, names, lr),
+        gradients=as_gradients(result.sent, arrays, names, lr),
         threat=threat,
         batch_size=reply.num_examples if threat.batch_size_known else None,
         labels=batch.labels.clone() if threat.labels_known else None,
-        kind="flower-fedsgd",
+        kind=kind,
         buffers=buffers,
     )
 
 
+def released(result: FlowerRound, noise_multiplier: float, clipping_norm: float, seed: int) -> Arrays:
+    """What Flower's `DifferentialPrivacyClientSideFixedClipping` (around Flower's FedAvg) makes of the round's
+    replies and publishes: their example-weighted mean plus Gaussian noise of standard deviation
+    noise_multiplier · clipping_norm / K, drawn from NumPy's global generator, seeded here with `seed`."""
+    import numpy as np
+
+    strategy = importlib.import_module("flwr.serverapp.strategy")
+    dp = strategy.DifferentialPrivacyClientSideFixedClipping(strategy.FedAvg(), noise_multiplier, clipping_norm,
+                                                             len(result.received))
+    np.random.seed(seed)
+    with _quiet():
+        arrays, _ = dp.aggregate_train(1, [reply.message for reply in result.received])
+    return {name: t.to(result.sent[name].dtype) for name, t in arrays.to_torch_state_dict().items()}
+
+
+def installed() -> None:
+    """Refuse (the one MISSING line) a Flower level where flwr is not installed, without importing it: a suite
+    that names one is refused when it is read, before any cell runs."""
+    if importlib.util.find_spec("flwr") is None:
+        raise ConfigError(MISSING)
+
+
 @dataclass(frozen=True)
-class FlowerFedSGDConfig(Ranged):
+class FlowerConfig(Ranged):
+    """What every Flower level's settings check: their ranges and choices, and that flwr is installed."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        installed()
+
+
+@dataclass(frozen=True)
+class FlowerFedSGDConfig(FlowerConfig):
     """A Flower client's FedSGD step.
 
     lr: the client's learning rate η; the attack's gradient is (θ₀ − θ₁)/η (a larger η rounds it less).
@@ -265,7 +306,7 @@ class FlowerFedSGDConfig(Ranged):
 
 
 @dataclass(frozen=True)
-class FlowerSecAggPlusConfig(Ranged):
+class FlowerSecAggPlusConfig(FlowerConfig):
     """K Flower clients under SecAgg+ (`secaggplus_mod`, `SecAggPlusWorkflow`).
 
     clients: K, the number of clients whose new weights the server learns only as their weighted mean.
@@ -291,7 +332,12 @@ class FlowerFedSGD(UpdateTransform):
 
     def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:
         return flower_fedsgd_update(client.model, client.batch, client.threat, lr=self.config.lr,
-                                    runtime=self.config.runtime)
+                                    runtime=self.config.runtime, seed=client.seed, kind=self.name,
+                                    **self.round_options(client))
+
+    def round_options(self, client: Client) -> dict[str, Any]:
+        """What this level adds to the Flower round (`flower_fedsgd_update`'s mods, config, release): nothing."""
+        return {}
 
     def columns(self) -> dict[str, Any]:
         return {**super().columns(), "flower_version": str(flower().__version__)}
@@ -318,6 +364,77 @@ class FlowerSecAggPlus(UpdateTransform):
 
     def columns(self) -> dict[str, Any]:
         return {**super().columns(), "flower_version": str(flower().__version__)}
+
+
+@dataclass(frozen=True)
+class FlowerDPFixedConfig(FlowerConfig):
+    """Flower's central DP with client-side fixed clipping: `fixedclipping_mod` on the client, Flower's
+    `DifferentialPrivacyClientSideFixedClipping` strategy on the server (which sends the clipping norm).
+
+    clipping_norm: C, the bound on the norm of the client's update θ₁ − θ₀ (weight units: η·‖g‖ for FedSGD).
+    noise_multiplier: z; the server adds N(0, (z·C/K)²) to each aggregated weight.
+    view: 'received' — the clipped reply the server receives (what an honest-but-curious server attacks: Flower
+        adds the noise after it has it); 'released' — the noised aggregate the strategy publishes.
+    lr, runtime: as flower-fedsgd's.
+    """
+
+    clipping_norm: float = ranged(1.0, 0, 1e9, low_open=True)
+    noise_multiplier: float = ranged(1.0, 0, 1e6)
+    view: str = chosen("received", "received", "released")
+    lr: float = ranged(1.0, 0, MAX_LR, low_open=True)
+    runtime: str = chosen("inprocess", *RUNTIMES)
+    owner: ClassVar[str] = "flower-dp-fixed"
+
+
+class FlowerDPFixed(FlowerFedSGD):
+    """Flower's central DP, client-side fixed clipping: the clipped reply the server receives, or the noised release."""
+
+    name = "flower-dp-fixed"
+    Config = FlowerDPFixedConfig  # type: ignore[assignment]
+    config: FlowerDPFixedConfig  # type: ignore[assignment]
+
+    def round_options(self, client: Client) -> dict[str, Any]:
+        mod = importlib.import_module("flwr.clientapp.mod").fixedclipping_mod
+        cfg = self.config
+        options: dict[str, Any] = {"mods": [mod], "config": {"clipping_norm": cfg.clipping_norm}}
+        if cfg.view == "released":
+            options["release"] = lambda result: released(result, cfg.noise_multiplier, cfg.clipping_norm, client.seed)
+        return options
+
+
+@dataclass(frozen=True)
+class FlowerLocalDPConfig(FlowerConfig):
+    """Flower's `LocalDpMod`: the client clips its update θ₁ − θ₀ to `clipping_norm` and adds Gaussian noise of
+    σ = sensitivity · √(2 ln(1.25/δ)) / ε to every weight before it replies.
+
+    lr, runtime: as flower-fedsgd's.
+    """
+
+    clipping_norm: float = ranged(1.0, 0, 1e9, low_open=True)
+    sensitivity: float = ranged(1.0, 0, 1e9, low_open=True)
+    epsilon: float = ranged(10.0, 0, 1e9, low_open=True)
+    delta: float = ranged(1e-5, 0, 1, low_open=True, high_open=True)
+    lr: float = ranged(1.0, 0, MAX_LR, low_open=True)
+    runtime: str = chosen("inprocess", *RUNTIMES)
+    owner: ClassVar[str] = "flower-localdp"
+
+
+class FlowerLocalDP(FlowerFedSGD):
+    """Flower's LocalDpMod: the client clips its update and adds Gaussian noise before it replies."""
+
+    name = "flower-localdp"
+    Config = FlowerLocalDPConfig  # type: ignore[assignment]
+    config: FlowerLocalDPConfig  # type: ignore[assignment]
+
+    def round_options(self, client: Client) -> dict[str, Any]:
+        cfg = self.config
+        mod = importlib.import_module("flwr.clientapp.mod").LocalDpMod(
+            clipping_norm=cfg.clipping_norm, sensitivity=cfg.sensitivity, epsilon=cfg.epsilon, delta=cfg.delta)
+        return {"mods": [mod]}
+
+
+for _transform in (FlowerFedSGD, FlowerSecAggPlus, FlowerDPFixed, FlowerLocalDP):
+    register_transform(_transform)
 
 
 def _client_step(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, lr: float) -> None:
@@ -382,7 +499,7 @@ def _server_app(sent: Arrays, clients: int, replies: list[Received], errors: lis
             metrics = reply.content["metrics"]
             replies.append(Received(client=int(metrics["partition-id"]),
                                     arrays=dict(reply.content["arrays"].to_torch_state_dict()),
-                                    num_examples=int(metrics["num-examples"])))
+                                    num_examples=int(metrics["num-examples"]), message=reply))
 
     server_app.main()(main)
     return server_app
@@ -555,6 +672,8 @@ def _quiet() -> Iterator[None]:
             log.setLevel(level)
 
 
-__all__ = ["MISSING", "RUNTIMES", "FlowerFedSGD", "FlowerFedSGDConfig", "FlowerRound", "FlowerSecAggPlus",
+__all__ = ["MISSING", "RUNTIMES", "FlowerDPFixed", "FlowerDPFixedConfig", "FlowerFedSGD", "FlowerFedSGDConfig",
+           "FlowerLocalDP", "FlowerLocalDPConfig", "FlowerRound", "FlowerSecAggPlus",
            "FlowerSecAggPlusConfig", "Received", "SecAggPlusRound", "SecAggPlusSettings", "as_gradients",
-           "fedsgd_round", "flower", "flower_fedsgd_update", "flower_secaggplus_update", "secaggplus_round"]
+           "fedsgd_round", "flower", "flower_fedsgd_update", "flower_secaggplus_update", "released",
+           "secaggplus_round"]
