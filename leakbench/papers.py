@@ -120,6 +120,10 @@ ENTRIES = (
     ("secagg", Paper("paper/secagg"),
      "secure aggregation over K = 1, 2, 4, 8 clients of b = 16 vs SPEAR and guided SPEAR (docs/notebook/defences.md; "
      "embedded, FC-6 width 400)"),
+    ("flower", Paper("paper/flower"),
+     "leakbench's FedSGD client vs a real Flower client, under leakbench's DP / secure aggregation and Flower's "
+     "central DP (received and released), LocalDpMod and SecAgg+, K = 4; spear, spear-guided, cpa, ig; CIFAR-10 b = 8 "
+     "(needs flwr and --data-root DIR/cifar10)"),
     ("defences", Paper("paper/defences", ("defences",)),
      "every attack (adaptive ones where they adapt) × every defence × 3 strengths × 3 seeds, CIFAR-10 b = 16, "
      "FC-6 width 200 at init and trained 1 epoch with the defence (docs/notebook/defences.md; needs --data-root "
