@@ -90,7 +90,9 @@ def cell_line(label: str, summary: Mapping[str, Any]) -> str:
     else:
         from leakbench.records.cell_state import cell_state
 
-        outcome = f"{cell_state(summary)}: {short_reason(summary.get('reason'))}"
+        state, reason = cell_state(summary), " ".join(str(summary.get("reason") or "").split())
+        reason = reason.removeprefix(f"{state}: ")  # "not applicable: not applicable: …" said once
+        outcome = f"{state}: {short_reason(reason)}"
     return f"{label}: {outcome}, {summary['seconds']:.2f} s"
 
 

@@ -44,6 +44,9 @@ def test_a_failed_cell_line_says_why_in_one_short_line() -> None:
     failed = cell_line("spear embedded b=8", {"status": "failed", "exact_fraction": 0.0, "seconds": 4.0,
                                               "reason": "draw budget spent after 300000 draws\nwith 0 of 8 found"})
     assert failed == "spear embedded b=8: failed: draw budget spent after 300000 draws with 0 of 8 found, 4.00 s"
+    refused = cell_line("spear b=8", {"status": "failed", "failure": "not-applicable", "exact_fraction": 0.0,
+                                      "seconds": 0.4, "reason": "not applicable: the gradient's noise is above"})
+    assert refused == "spear b=8: not applicable: the gradient's noise is above, 0.40 s"  # the state said once
     long = short_reason("x " * 200)
     assert len(long) == 90 and long.endswith("…") and "\n" not in long
     assert short_reason(None) == short_reason("  ") == "no reason given"
