@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from leakbench import __version__
+from leakbench.capture_cli import add_attack_update, cmd_attack_update
 from leakbench.cell.axes import add_flags
 from leakbench.core.errors import LeakbenchError, LeakbenchWarning
 from leakbench.harness.interrupts import stop_signals_as_interrupt
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--out", type=Path, help="write records, manifest and grid here")
     attack.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     _plugin_option(attack)
+    add_attack_update(sub)  # `attack-update CAPTURE`: an update captured from a Flower app (leakbench.capture_cli)
     run = sub.add_parser("run", help="run a suite (default: the shipped `default`), store records, write a report")
     run.add_argument("suite", nargs="?",
                      help="a shipped suite's name (`leakbench list suites`) or a path to a .toml file")
@@ -175,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         commands = {"attack": cmd_attack, "run": cmd_run, "report": cmd_report, "rescore": cmd_rescore,
                     "leaderboard": cmd_leaderboard, "reproduce": cmd_reproduce, "view": cmd_view, "list": cmd_list,
-                    "show": cmd_show}
+                    "show": cmd_show, "attack-update": cmd_attack_update}
         with warnings.catch_warnings(), stop_signals_as_interrupt():
             warnings.simplefilter("always", LeakbenchWarning)
             warnings.showwarning = _one_line_warnings(warnings.showwarning)
