@@ -178,7 +178,7 @@ def example_round(tmp_path_factory: pytest.TempPathFactory) -> Path:
     finally:
         sys.path.remove(str(EXAMPLE))
     root = tmp_path_factory.mktemp("flower") / "captures"
-    fl_flower._simulate(make_server_app(), make_client_app(root), NUM_CLIENTS, "inprocess")
+    fl_flower.simulate(make_server_app(), make_client_app(root), NUM_CLIENTS, "inprocess")
     return root
 
 

@@ -125,7 +125,7 @@ def fedsgd_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.T
     errors: list[str] = []
     client_app = _client_app(template, data, lr, threat.bn_mode == "train", mods, seed)
     server_app = _server_app(sent, len(data), replies, errors, config)
-    seconds = _simulate(server_app, client_app, len(data), runtime)
+    seconds = simulate(server_app, client_app, len(data), runtime)
     if errors or len(replies) != len(data):
         raise RuntimeError(f"the Flower round returned {len(replies)} of {len(data)} replies"
                            + (f": {errors[0]}" if errors else ""))
@@ -192,7 +192,7 @@ def secaggplus_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, tor
     record: dict[str, Any] = {}
     client_app = _legacy_client_app(template, list(sent), data, lr, threat.bn_mode == "train", seed)
     server_app = _secaggplus_server_app(sent, len(data), settings, record)
-    seconds = _simulate(server_app, client_app, len(data), runtime)
+    seconds = simulate(server_app, client_app, len(data), runtime)
     if "aggregate" not in record:
         raise RuntimeError("the SecAgg+ round ended without an aggregate"
                            + (f" ({record['failures']} failures)" if record.get("failures") else ""))
@@ -568,10 +568,11 @@ def _secaggplus_server_app(sent: Arrays, clients: int, settings: SecAggPlusSetti
     return server_app
 
 
-def _simulate(server_app: Any, client_app: Any, clients: int, runtime: str) -> float:
+def simulate(server_app: Any, client_app: Any, clients: int, runtime: str) -> float:
     """Run `server_app` against `clients` simulated SuperNodes of `client_app` (Flower's Simulation
     Runtime on `runtime`, one CPU, Flower's log held to errors); the wall time in seconds. Ray's session
-    folder (logs, sockets: about 200 KB a round) goes in a temporary folder removed afterwards, not /tmp/ray."""
+    folder (logs, sockets: about 200 KB a round) goes in a temporary folder removed afterwards, not /tmp/ray.
+    Public: a user's own ServerApp and ClientApp run through it too (the Flower example's test does)."""
     start = time.perf_counter()
     with _quiet(), tempfile.TemporaryDirectory(prefix="lb-ray-", ignore_cleanup_errors=True) as ray_dir:
         ray_backend = importlib.import_module("flwr.server.superlink.fleet.vce.backend.raybackend")
@@ -676,4 +677,4 @@ __all__ = ["MISSING", "RUNTIMES", "FlowerDPFixed", "FlowerDPFixedConfig", "Flowe
            "FlowerLocalDP", "FlowerLocalDPConfig", "FlowerRound", "FlowerSecAggPlus",
            "FlowerSecAggPlusConfig", "Received", "SecAggPlusRound", "SecAggPlusSettings", "as_gradients",
            "fedsgd_round", "flower", "flower_fedsgd_update", "flower_secaggplus_update", "released",
-           "secaggplus_round"]
+           "secaggplus_round", "simulate"]
