@@ -322,13 +322,26 @@ class FlowerSecAggPlusConfig(FlowerConfig):
     owner: ClassVar[str] = "flower-secaggplus"
 
 
-class FlowerFedSGD(UpdateTransform):
+class FlowerLevel(UpdateTransform):
+    """What every Flower level shares: it makes the update (a client transform), its label leaves out where its
+    clients ran (`runtime`: not what the server receives; the record's columns keep it), and its records carry
+    Flower's version."""
+
+    makes_update = True
+
+    def label(self) -> str:
+        return " ".join(part for part in super().label().split() if not part.startswith("runtime="))
+
+    def columns(self) -> dict[str, Any]:
+        return {**super().columns(), "flower_version": str(flower().__version__)}
+
+
+class FlowerFedSGD(FlowerLevel):
     """FedSGD through one real Flower round (flwr's Simulation Runtime): the server's received weights as a gradient."""
 
     name = "flower-fedsgd"
     Config = FlowerFedSGDConfig
     config: FlowerFedSGDConfig
-    makes_update = True
 
     def apply(self, update: ClientUpdate | None, client: Client) -> ClientUpdate:
         return flower_fedsgd_update(client.model, client.batch, client.threat, lr=self.config.lr,
@@ -339,17 +352,13 @@ class FlowerFedSGD(UpdateTransform):
         """What this level adds to the Flower round (`flower_fedsgd_update`'s mods, config, release): nothing."""
         return {}
 
-    def columns(self) -> dict[str, Any]:
-        return {**super().columns(), "flower_version": str(flower().__version__)}
 
-
-class FlowerSecAggPlus(UpdateTransform):
+class FlowerSecAggPlus(FlowerLevel):
     """Flower's SecAgg+ over K clients' FedSGD steps: the aggregate the server unmasked, as a gradient."""
 
     name = "flower-secaggplus"
     Config = FlowerSecAggPlusConfig
     config: FlowerSecAggPlusConfig
-    makes_update = True
 
     def clients(self) -> int:
         return self.config.clients
@@ -361,9 +370,6 @@ class FlowerSecAggPlus(UpdateTransform):
         settings = SecAggPlusSettings(max_weight=self.config.max_weight or float(batches[0].size))
         return flower_secaggplus_update(client.model, batches, client.threat, lr=self.config.lr, settings=settings,
                                         seed=client.seed, runtime=self.config.runtime)
-
-    def columns(self) -> dict[str, Any]:
-        return {**super().columns(), "flower_version": str(flower().__version__)}
 
 
 @dataclass(frozen=True)
