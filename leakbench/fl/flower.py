@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
+from leakbench.core.citation import Citation
 from leakbench.core.errors import ConfigError
 from leakbench.core.ranges import MAX_LR, Ranged, chosen, ranged
 from leakbench.fl.secagg import MAX_CLIENTS
@@ -322,12 +323,17 @@ class FlowerSecAggPlusConfig(FlowerConfig):
     owner: ClassVar[str] = "flower-secaggplus"
 
 
+FLOWER = Citation("Beutel et al., Flower, 2020", "https://arxiv.org/abs/2007.14390")
+"""The framework's paper: the Flower levels' link on the leaderboard (the DP and SecAgg+ levels cite their methods)."""
+
+
 class FlowerLevel(UpdateTransform):
     """What every Flower level shares: it makes the update (a client transform), its label leaves out where its
     clients ran (`runtime`: not what the server receives; the record's columns keep it), and its records carry
     Flower's version."""
 
     makes_update = True
+    paper = FLOWER
 
     def label(self) -> str:
         return " ".join(part for part in super().label().split() if not part.startswith("runtime="))
@@ -357,6 +363,7 @@ class FlowerSecAggPlus(FlowerLevel):
     """Flower's SecAgg+ over K clients' FedSGD steps: the aggregate the server unmasked, as a gradient."""
 
     name = "flower-secaggplus"
+    paper = Citation("Bell et al., CCS 2020 (SecAgg+)", "https://eprint.iacr.org/2020/704")
     Config = FlowerSecAggPlusConfig
     config: FlowerSecAggPlusConfig
 
@@ -396,6 +403,7 @@ class FlowerDPFixed(FlowerFedSGD):
     """Flower's central DP, client-side fixed clipping: the clipped reply the server receives, or the noised release."""
 
     name = "flower-dp-fixed"
+    paper = Citation("McMahan et al., ICLR 2018 (DP-FedAvg)", "https://arxiv.org/abs/1710.06963")
     Config = FlowerDPFixedConfig  # type: ignore[assignment]
     config: FlowerDPFixedConfig  # type: ignore[assignment]
 
