@@ -1,6 +1,9 @@
 """Flower (`flwr`) as a leakbench client: one real Flower round, in process, and what its server received.
 
-A prototype for issue 45. `fedsgd_round` runs one round of Flower's Simulation Runtime
+Issue 45. Four registered client transforms (levels of a suite's `defences`): `flower-fedsgd`, Flower's central DP
+with client-side clipping `flower-dp-fixed` (the reply the server receives, or the noised aggregate it releases),
+`flower-localdp` (`LocalDpMod`) and `flower-secaggplus` (SecAgg+); a capture mod for a user's own app is
+`leakbench.fl.capture`. `fedsgd_round` runs one round of Flower's Simulation Runtime
 (`flwr.simulation.run_simulation`, Message API: a `ServerApp` and a `ClientApp`) on this machine, with no
 network: K virtual SuperNodes, client k holding the k-th private batch; the server sends the victim's
 weights θ₀ (its `state_dict`) to every client, each client does one full-batch SGD step
