@@ -303,12 +303,12 @@ def test_the_flower_levels_are_registered_and_refused_without_flwr(monkeypatch: 
     with the one MISSING line (so a suite naming one is refused when read, before any cell runs)."""
     from leakbench.fl import TRANSFORMS
 
-    names = {"flower-fedsgd", "flower-secaggplus", "flower-dp-fixed", "flower-localdp"}
+    names = {"flower-fedsgd", "flower-secaggplus", "flower-dp-fixed", "flower-localdp", "flower-fedavg"}
     assert names <= set(TRANSFORMS.names())
     assert all(TRANSFORMS.create(name).makes_update for name in names)
     monkeypatch.setattr(fl_flower.importlib.util, "find_spec", lambda name, *a: None)
     for config in (fl_flower.FlowerFedSGDConfig, fl_flower.FlowerDPFixedConfig, fl_flower.FlowerLocalDPConfig,
-                   fl_flower.FlowerSecAggPlusConfig):
+                   fl_flower.FlowerSecAggPlusConfig, fl_flower.FlowerFedAvgConfig):
         with pytest.raises(ConfigError) as info:
             config()
         assert str(info.value) == fl_flower.MISSING
@@ -326,3 +326,20 @@ def test_a_cell_attacks_what_the_flower_server_received() -> None:
     summary = run_cell(CellSpec("spear", "embedded", 4, width=64, depth=3, defences=(level,))).summary
     assert summary["status"] == "ok", summary.get("reason")
     assert summary["client"] == "flower-fedsgd lr=1" and summary["exact_fraction"] == 1.0  # no runtime in the label
+
+
+@pytest.mark.slow  # a Flower round in process (about 1-2 s)
+def test_flower_fedavg_gives_leakbenchs_fedavg_update(victim: tuple[Any, Any]) -> None:
+    """flower-fedavg: the client runs leakbench's local training (E epochs of shuffled mini-batches from the cell's
+    seed) and replies with θ_K; (θ₀ − θ_K)/(η K) from what the server received is leakbench's `fedavg` update within
+    float32 rounding, and K steps of rate η make it differ from FedSGD's gradient."""
+    pytest.importorskip("flwr", reason="flwr (Flower) is not installed")
+    from leakbench.fl.fedavg import FedAvgConfig, fedavg_update
+
+    batch, model = victim
+    flower_update = _through(fl_flower.FlowerFedAvg(fl_flower.FlowerFedAvgConfig(epochs=2, minibatch=2, lr=LR)), victim,
+                             seed=4)
+    reference = fedavg_update(model, batch, FedAvgConfig(epochs=2, minibatch=2, lr=LR), seed=4).gradients
+    assert flower_update.kind == "flower-fedavg"
+    assert _gap(flower_update.gradients, reference) <= _bound(model, reference, LR * 4)
+    assert _gap(reference, fedsgd_update(model, batch).gradients) > 100 * _bound(model, reference, LR * 4)

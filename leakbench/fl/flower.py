@@ -31,6 +31,7 @@ break it where the Ray runtime still works. Flower's telemetry is turned off (`F
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import importlib.util
 import logging
@@ -49,7 +50,9 @@ from torch import nn
 
 from leakbench.core.citation import Citation
 from leakbench.core.errors import ConfigError
+from leakbench.core.limits import MAX_WIDTH
 from leakbench.core.ranges import MAX_LR, Ranged, chosen, ranged
+from leakbench.fl.fedavg import MAX_LOCAL_EPOCHS, FedAvgConfig, local_training
 from leakbench.fl.secagg import MAX_CLIENTS
 from leakbench.fl.transform import Client, UpdateTransform, register_transform
 from leakbench.fl.update import ClientUpdate, ThreatModel
@@ -69,6 +72,9 @@ NODE_WAIT_S = 120.0
 
 Arrays = dict[str, torch.Tensor]
 """Named tensors: a state dict as Flower's `ArrayRecord` carries it."""
+
+LocalTraining = Callable[[nn.Module, torch.Tensor, torch.Tensor], None]
+"""A client's local training: the model (in place) on its partition's images and labels."""
 
 
 def flower() -> ModuleType:
@@ -112,7 +118,8 @@ class FlowerRound:
 
 def fedsgd_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, lr: float,
                  threat: ThreatModel = ThreatModel(), mods: Sequence[Any] = (),
-                 config: Mapping[str, float] | None = None, seed: int = 0, runtime: str = "ray") -> FlowerRound:
+                 config: Mapping[str, float] | None = None, seed: int = 0, runtime: str = "ray",
+                 local: LocalTraining | None = None) -> FlowerRound:
     """Run one Flower round in which client k does one full-batch SGD step of rate `lr` on
     `batches[k]` (images, labels) from `model`'s weights, in the threat model's BatchNorm mode, and
     return what the server received. `model` is not modified.
@@ -121,13 +128,14 @@ def fedsgd_round(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.T
     first outermost. `config`: a ConfigRecord sent beside the weights (`{"clipping_norm": C}` is what
     Flower's `DifferentialPrivacyClientSideFixedClipping` sends for `fixedclipping_mod`); None sends none.
     `seed`: client k seeds NumPy's generator with seed + k after its step, so a mod's noise is reproducible.
-    `runtime`: one of RUNTIMES."""
+    `runtime`: one of RUNTIMES. `local`: the clients' training in place of the one SGD step (flower-fedavg's epochs)."""
     if not batches:
         raise ConfigError("a Flower round needs at least one client batch")
     flwr, sent, template, data = _round_inputs(model, batches, lr, runtime)
     replies: list[Received] = []
     errors: list[str] = []
-    client_app = _client_app(template, data, lr, threat.bn_mode == "train", mods, seed)
+    step = local or (lambda model, images, labels: _client_step(model, images, labels, lr))
+    client_app = _client_app(template, data, step, threat.bn_mode == "train", mods, seed)
     server_app = _server_app(sent, len(data), replies, errors, config)
     seconds = simulate(server_app, client_app, len(data), runtime)
     if errors or len(replies) != len(data):
@@ -241,14 +249,17 @@ def flower_fedsgd_update(model: ImageVictim, batch: Batch, threat: ThreatModel =
                          lr: float = 1.0, runtime: str = "ray", mods: Sequence[Any] = (),
                          config: Mapping[str, float] | None = None, seed: int = 0,
                          release: Callable[[FlowerRound], Arrays] | None = None,
-                         kind: str = "flower-fedsgd") -> ClientUpdate:
+                         kind: str = "flower-fedsgd", local: LocalTraining | None = None,
+                         steps: int = 1) -> ClientUpdate:
     """The FedSGD update of `model` on `batch` as a Flower server receives it: one Flower round with one
     client (`fedsgd_round`, the client behind `mods`, sent `config`), its new weights turned back into the
     gradient (`as_gradients`). `release` None: the reply the server received; else the weights `release` makes
-    of the round (`released`: what Flower's DP strategy publishes). The update's model is the one the server
-    sent; `kind` names the transform. `model` is not modified."""
+    of the round (`released`: what Flower's DP strategy publishes). `local`, `steps`: a client that trains
+    otherwise (flower-fedavg: K = `steps` SGD steps of rate `lr`) shares (θ₀ − θ_K) / (η K), as leakbench's
+    `fedavg` does. The update's model is the one the server sent; `kind` names the transform. `model` is not
+    modified."""
     result = fedsgd_round(model, [(batch.images, batch.labels)], lr=lr, threat=threat, mods=mods, config=config,
-                          seed=seed, runtime=runtime)
+                          seed=seed, runtime=runtime, local=local)
     names = [name for name, _ in model.named_parameters()]
     reply = result.received[0]
     arrays = reply.arrays if release is None else release(result)
@@ -256,7 +267,7 @@ def flower_fedsgd_update(model: ImageVictim, batch: Batch, threat: ThreatModel =
                if threat.bn_stats_shared else None)
     return ClientUpdate(
         model=copy.deepcopy(model).requires_grad_(False).eval(),
-        gradients=as_gradients(result.sent, arrays, names, lr),
+        gradients=as_gradients(result.sent, arrays, names, lr * steps),
         threat=threat,
         batch_size=reply.num_examples if threat.batch_size_known else None,
         labels=batch.labels.clone() if threat.labels_known else None,
@@ -450,7 +461,40 @@ class FlowerLocalDP(FlowerFedSGD):
         return {"mods": [mod]}
 
 
-for _transform in (FlowerFedSGD, FlowerSecAggPlus, FlowerDPFixed, FlowerLocalDP):
+@dataclass(frozen=True)
+class FlowerFedAvgConfig(FlowerConfig):
+    """A Flower client training as leakbench's `fedavg` client does (`fl.fedavg.local_training`: E epochs of
+    mini-batch SGD, shuffled from the cell's seed) and replying with its new weights θ_K.
+
+    epochs, minibatch (0: the whole batch), lr: as fedavg's. runtime: as flower-fedsgd's.
+    """
+
+    epochs: int = ranged(1, 1, MAX_LOCAL_EPOCHS)
+    minibatch: int = ranged(0, 0, MAX_WIDTH)
+    lr: float = ranged(0.1, 0, MAX_LR, low_open=True)
+    runtime: str = chosen("inprocess", *RUNTIMES)
+    owner: ClassVar[str] = "flower-fedavg"
+
+
+class FlowerFedAvg(FlowerFedSGD):
+    """FedAvg through one real Flower round: E local epochs on the client; (θ₀ − θ_K)/(η K) of what the server got."""
+
+    name = "flower-fedavg"
+    Config = FlowerFedAvgConfig  # type: ignore[assignment]
+    config: FlowerFedAvgConfig  # type: ignore[assignment]
+
+    def round_options(self, client: Client) -> dict[str, Any]:
+        cfg = self.config
+        local_cfg = FedAvgConfig(epochs=cfg.epochs, minibatch=cfg.minibatch, lr=cfg.lr)
+
+        def local(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> None:
+            batch = dataclasses.replace(client.batch, images=images, labels=labels)
+            local_training(model, batch, local_cfg, seed=client.seed)
+
+        return {"local": local, "steps": local_cfg.steps(client.batch.size)}
+
+
+for _transform in (FlowerFedSGD, FlowerSecAggPlus, FlowerDPFixed, FlowerLocalDP, FlowerFedAvg):
     register_transform(_transform)
 
 
@@ -467,10 +511,10 @@ def _client_step(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, l
             p.sub_(lr * g)
 
 
-def _client_app(template: nn.Module, data: list[tuple[torch.Tensor, torch.Tensor]], lr: float,
+def _client_app(template: nn.Module, data: list[tuple[torch.Tensor, torch.Tensor]], local: LocalTraining,
                 bn_train: bool, mods: Sequence[Any], seed: int) -> Any:
     """A Flower ClientApp (behind `mods`) whose `train` loads the weights it is sent into a copy of
-    `template`, takes one SGD step on its partition's batch, seeds NumPy's generator (seed + partition:
+    `template`, trains it on its partition's batch (`local`), seeds NumPy's generator (seed + partition:
     the mods draw their noise from it) and replies with its new weights and its example count."""
     app_module = importlib.import_module("flwr.app")
     client_app = importlib.import_module("flwr.clientapp").ClientApp(mods=list(mods))
@@ -482,7 +526,7 @@ def _client_app(template: nn.Module, data: list[tuple[torch.Tensor, torch.Tensor
         images, labels = data[partition]
         model = copy.deepcopy(template).train(bn_train)
         model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-        _client_step(model, images, labels, lr)
+        local(model, images, labels)
         np.random.seed(seed + partition)
         content = app_module.RecordDict({
             "arrays": app_module.ArrayRecord({k: v.detach() for k, v in model.state_dict().items()}),
@@ -690,7 +734,8 @@ def _quiet() -> Iterator[None]:
             log.setLevel(level)
 
 
-__all__ = ["MISSING", "RUNTIMES", "FlowerDPFixed", "FlowerDPFixedConfig", "FlowerFedSGD", "FlowerFedSGDConfig",
+__all__ = ["MISSING", "RUNTIMES", "FlowerDPFixed", "FlowerDPFixedConfig", "FlowerFedAvg", "FlowerFedAvgConfig",
+           "FlowerFedSGD", "FlowerFedSGDConfig",
            "FlowerLocalDP", "FlowerLocalDPConfig", "FlowerRound", "FlowerSecAggPlus",
            "FlowerSecAggPlusConfig", "Received", "SecAggPlusRound", "SecAggPlusSettings", "as_gradients",
            "fedsgd_round", "flower", "flower_fedsgd_update", "flower_secaggplus_update", "released",
