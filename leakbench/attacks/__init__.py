@@ -27,6 +27,7 @@ from leakbench.attacks import adaptive as _adaptive  # noqa: F401  (ig-masked, d
 from leakbench.attacks import cpa as _cpa  # noqa: F401
 from leakbench.attacks import dequant as _dequant  # noqa: F401  (ig-dequant, dlg-dequant)
 from leakbench.attacks import gradient_matching as _gradient_matching  # noqa: F401
+from leakbench.attacks import imprint as _imprint  # noqa: F401  (Robbing the Fed: a malicious server's)
 from leakbench.attacks import peeling as _peeling  # noqa: F401  (LT-code peeling, Shariati & Alambardar Meybodi)
 from leakbench.attacks import presets as _presets  # noqa: F401  (cpa-released, ig-breaching)
 from leakbench.attacks import spear as _spear  # noqa: F401  (registers on import)

@@ -6,21 +6,26 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from leakbench.attacks import Attack, attack_budget
+from leakbench.attacks import Attack, Reconstruction, attack_budget
+from leakbench.attacks.malicious import is_malicious
 from leakbench.cell.seeds import attack_seed
 from leakbench.cell.spec import CellSpec, cell_id, transforms
 from leakbench.core.citation import Citation
 from leakbench.core.errors import LeakbenchError
 from leakbench.datasets.loaders import data_locations
 from leakbench.harness.fingerprint import attack_origin, code_origin, provenance
+from leakbench.fl import ClientUpdate
 from leakbench.harness.isolation import IN_PROCESS, run_isolated, workers
+from leakbench.harness.sandbox import isolation_level
 from leakbench.harness.job import AttackJob, attack_cell, configure_attack, resolve_class, scoped_ref
 from leakbench.harness.scoring import CellResult, score_cell
-from leakbench.harness.victim import prepare
+from leakbench.harness import server
+from leakbench.harness.victim import prepare, victim
 from leakbench.metrics import LpipsScorer
 from leakbench.models import victim_label
 from leakbench.plugins import named_plugins
 from leakbench.progress import enabled as progress_enabled
+from leakbench.records.artifacts import AttackOutput
 from leakbench.records.labels import LABELS, labels_data
 from leakbench.records.trust import PLUGIN, SHIPPED
 
@@ -56,21 +61,40 @@ def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: st
     if isolate:
         workers().prestart()  # the worker starts up while the update is computed
     attack = build_attack(spec)  # the user's settings checked here: a ConfigError is theirs, one line
-    batch, model, update = prepare(spec)
     job = attack_job(spec)
-    if isolate:
-        attack.check_update(update)
-        hidden_paths = [*data_locations(Path(spec.data_root) if spec.data_root else None), *hidden]
-        output = run_isolated(job, update, hidden_paths, attack)
+    hidden_paths = [*data_locations(Path(spec.data_root) if spec.data_root else None), *hidden]
+    send = (lambda public: server.send(job, attack, public, hidden_paths, isolate=isolate)) \
+        if is_malicious(attack) else None
+    try:
+        batch, model, update = prepare(spec, send)
+    except server.ServerRefused as exc:  # no model the client could train: the cell failed, the run goes on
+        batch, model = victim(spec)
+        output = server_failed(str(exc), attack, isolation_level() if isolate else IN_PROCESS)
     else:
-        output = attack_cell(job, update)
-        output.isolation = IN_PROCESS
+        output = attack_update(job, update, attack, hidden_paths, isolate=isolate)
     result = score_cell(spec, output, batch, model, lpips=lpips, lpips_note=lpips_note)
     attack_class = resolve_class(job)
     result.provenance = provenance(attack_class, batch)
     result.summary.update(code_origins(spec, attack_class, evaluated=job.attack_ref is not None))
     result.summary[LABELS] = cell_labels(spec, attack_class)
     return with_budget(result)
+
+
+def attack_update(job: AttackJob, update: ClientUpdate, attack: Attack, hidden: list[Path], *,
+                  isolate: bool) -> AttackOutput:
+    """The attack's output on `update`: from a fresh sandboxed worker that hides `hidden`, or in process."""
+    if not isolate:
+        output = attack_cell(job, update)
+        output.isolation = IN_PROCESS
+        return output
+    attack.check_update(update)
+    return run_isolated(job, update, hidden, attack)
+
+
+def server_failed(reason: str, attack: Attack, isolation: str) -> AttackOutput:
+    """The failed output of a cell whose malicious server sent no model the client could train (an error)."""
+    failed = Reconstruction.failed(f"error: {reason}", failure="error")
+    return AttackOutput(failed, 0.0, attack.hyperparameters(), isolation=isolation)
 
 
 def cell_labels(spec: CellSpec, attack: type[Attack]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -292,6 +293,18 @@ class AttackWorker:
         output.seconds = seconds
         return output
 
+    def modify(self, job: Any, model: Any, hidden: list[Path], limit: float | None) -> Any:
+        """The `ServerModel` of the job's attack's modification of `model` (`harness.server`), checked against the
+        victim within hard limits. Raises ReplyRefused, OutOfTime, WorkerDied, or a LeakbenchError saying what the
+        worker reported."""
+        from leakbench.harness.server import read_server_model, value_bytes
+
+        header, npz, _ = self._exchange(("modify", job, model), hidden, limit,
+                                      lambda header: value_bytes(header, model))
+        if header["kind"] != "modified":
+            raise LeakbenchError(f"server worker: {header['message']}")
+        return read_server_model(header, npz, model)
+
     def describe(self, modules: list[str], entry_points: bool, hidden: list[Path]) -> dict[str, Any]:
         """The attack plugins (`leakbench.harness.job.described_plugins`), imported and described in the sandbox;
         a ConfigError (one line) when the worker could not describe them or its reply is refused."""
@@ -313,9 +326,10 @@ class AttackWorker:
         return found
 
     def _exchange(self, request: tuple[Any, ...], hidden: list[Path], limit: float | None,
-                  array_bytes: int) -> tuple[dict[str, Any], bytes, float]:
+                  array_bytes: int | Callable[[dict[str, Any]], int]) -> tuple[dict[str, Any], bytes, float]:
         """Send the sandbox policy and `request`; the worker's JSON header (`replies.read_header`: of a kind
-        expected for the request), its arrays (an "ok" reply's, at most `array_bytes`) and the seconds from
+        expected for the request), its arrays (an "ok" or "modified" reply's, at most `array_bytes`, or what it
+        says for that header) and the seconds from
         the request's sending to the reply. Ends the worker. The worker is killed when it has not answered
         after `limit` seconds (OutOfTime), or when its reply is refused (ReplyRefused)."""
         from leakbench.harness.replies import MAX_HEADER_BYTES, OutOfTime, ReplyRefused, read_header, receive
@@ -332,7 +346,8 @@ class AttackWorker:
             self._send.send_bytes(data)
             start = time.perf_counter()
             header = read_header(receive(self._recv, MAX_HEADER_BYTES, "the header"), request[0])
-            npz = receive(self._recv, array_bytes, "the arrays") if header["kind"] == "ok" else b""
+            bound = array_bytes(header) if callable(array_bytes) else array_bytes
+            npz = receive(self._recv, bound, "the arrays") if header["kind"] in ("ok", "modified") else b""
             seconds = time.perf_counter() - start
         except (ReplyRefused, SandboxFailed):
             self.stop(kill=True)
@@ -711,7 +726,7 @@ def _child(receive_fd: int, send_fd: int, output_fd: int, server: int) -> None:
 
 
 def _answer(send: Connection, receive: Connection, attack_cell: Any, attack_progress: Any) -> None:
-    """Answer the request that arrives on `receive` (run a cell, or describe the attack plugins); send
+    """Answer the request that arrives on `receive` (run a cell, modify a model, or describe the attack plugins); send
     the header (JSON) and arrays (.npz) on `send`."""
     from leakbench.core.errors import LeakbenchError
     from leakbench.harness.job import described_plugins
@@ -723,6 +738,10 @@ def _answer(send: Connection, receive: Connection, attack_cell: Any, attack_prog
     try:
         if request[0] == "describe":
             header = json.dumps({"kind": "describe", "found": described_plugins(request[1], request[2])})
+        elif request[0] == "modify":  # the server's half of a malicious-server cell (`harness.server`)
+            from leakbench.harness.server import encode_server_model, modify_cell
+
+            header, npz = encode_server_model(modify_cell(*request[1:]))
         else:
             job, update = request[1:]
             with attack_progress(sys.stderr if job.bars else None):

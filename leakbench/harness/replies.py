@@ -30,6 +30,7 @@ import os
 import re
 import struct
 import zipfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Literal
@@ -57,7 +58,9 @@ HEADERS: dict[str, dict[str, frozenset[str]]] = {
     "cell": {"ok": frozenset({"kind", "meta"}), "error": frozenset({"kind", "message"}),
              "config": frozenset({"kind", "message"})},
     "describe": {"describe": frozenset({"kind", "found"}), "error": frozenset({"kind", "message"}),
-                 "config": frozenset({"kind", "message"})}}
+                 "config": frozenset({"kind", "message"})},
+    "modify": {"modified": frozenset({"kind", "block"}), "error": frozenset({"kind", "message"}),
+               "config": frozenset({"kind", "message"})}}
 """Per request: the reply kinds the worker may answer with, and the exact keys of each."""
 
 TIME_LIMIT_ENV = "LEAKBENCH_TIME_LIMIT"
@@ -107,7 +110,7 @@ def json_depth(data: bytes) -> int:
 
 
 def read_header(data: bytes, request: str) -> dict[str, Any]:
-    """The worker's JSON header for a `request` ("cell" or "describe"): at most MAX_HEADER_BYTES and
+    """The worker's JSON header for a `request` ("cell", "describe" or "modify"): at most MAX_HEADER_BYTES and
     MAX_DEPTH deep, an object of a kind expected for the request with exactly that kind's keys, and
     a message (kinds error and config) that is text. ReplyRefused otherwise."""
     if len(data) > MAX_HEADER_BYTES:
@@ -167,39 +170,59 @@ def read_arrays(npz: bytes, bounds: ArrayBounds) -> dict[str, np.ndarray]:
     and the .npy header's metadata against `bounds` before it is allocated (ReplyRefused otherwise)."""
     if len(npz) > bounds.total_bytes():
         raise ReplyRefused(f"the arrays hold {len(npz):,} bytes, at most {bounds.total_bytes():,} for this cell")
-    _check_directory(npz)
+    return _read_members(npz, set(MEMBERS), lambda name: bounds.member_bytes(name),
+                         lambda name, shape: _check_shape(name, shape, bounds))
+
+
+def read_values(npz: bytes, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The arrays of a server model's reply (`harness.server`) by parameter name: members named after parameters
+    of `shapes` (at most one each), each float32 of exactly that parameter's shape, checked before it is allocated
+    (ReplyRefused otherwise)."""
+    members = {f"{name}.npy" for name in shapes}
+    return _read_members(npz, members, lambda member: MAX_NPY_HEADER + math.prod(shapes[member[:-4]]) * 4,
+                         lambda member, shape: _check_exact(member, shape, shapes[member[:-4]]))
+
+
+def _read_members(npz: bytes, members: set[str], max_bytes: Callable[[str], int],
+                  check: Callable[[str, Any], None]) -> dict[str, np.ndarray]:
+    """The members of `npz` by name without '.npy': only members among `members` (file names), each at most
+    `max_bytes(member)` bytes and of a shape `check(member, shape)` accepts."""
+    _check_directory(npz, len(members))
     try:
         with zipfile.ZipFile(io.BytesIO(npz)) as archive:
             infos = archive.infolist()
             names = [info.filename for info in infos]
-            if len(set(names)) != len(names) or not set(names) <= set(MEMBERS):
-                raise ReplyRefused(f"members {sorted(names)[:5]} (at most one each of {', '.join(MEMBERS)})")
-            return {info.filename[:-4]: _member(archive, info, bounds) for info in infos}
+            if len(set(names)) != len(names) or not set(names) <= members:
+                raise ReplyRefused(f"members {sorted(names)[:5]} (at most one each of {', '.join(sorted(members)[:8])})")
+            return {info.filename[:-4]: _member(archive, info, max_bytes(info.filename), check)
+                    for info in infos}
     except (zipfile.BadZipFile, EOFError, struct.error, NotImplementedError, RuntimeError) as exc:
         raise ReplyRefused(f"the arrays are not a plain .npz ({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
-def _check_directory(npz: bytes) -> None:
+def _check_directory(npz: bytes, members: int) -> None:
     """The zip's end record (the last 22 bytes: np.savez writes no comment and no zip64 record) lists at
-    most len(MEMBERS) entries in a central directory of at most len(MEMBERS) × ZIP_OVERHEAD bytes right
+    most `members` entries in a central directory of at most `members` × ZIP_OVERHEAD bytes right
     before it: checked before the zip module reads any entry."""
     end = npz[-22:]
     if len(end) != 22 or end[:4] != b"PK\x05\x06":
         raise ReplyRefused("the arrays are not a plain .npz (no end record where np.savez writes it)")
     disk, start_disk, here, entries, size, offset, comment = struct.unpack("<4xHHHHIIH", end)
-    if disk or start_disk or comment or here != entries or entries > len(MEMBERS) \
-            or size > len(MEMBERS) * ZIP_OVERHEAD or offset + size != len(npz) - 22:
+    if disk or start_disk or comment or here != entries or entries > members \
+            or size > members * ZIP_OVERHEAD or offset + size != len(npz) - 22:
         raise ReplyRefused(f"the arrays' zip directory lists {entries} entries in {size:,} bytes at {offset:,} "
-                           f"(at most {len(MEMBERS)}, one disk, no comment, right before its end record)")
+                           f"(at most {members}, one disk, no comment, right before its end record)")
 
 
-def _member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, bounds: ArrayBounds) -> np.ndarray:
-    """One member, read only once its zip entry and .npy header fit `bounds` and each other."""
+def _member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, max_bytes: int, check: Callable[[str, Any], None]) \
+        -> np.ndarray:
+    """One member, read only once its zip entry holds at most `max_bytes`, its .npy header is float32 of a shape
+    `check(name, shape)` accepts, and the two fit each other."""
     name = info.filename
     if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1 or info.compress_size != info.file_size:
         raise ReplyRefused(f"{name} is compressed or encrypted (np.savez stores arrays as they are)")
-    if info.file_size > bounds.member_bytes(name):
-        raise ReplyRefused(f"{name} holds {info.file_size:,} bytes, at most {bounds.member_bytes(name):,} here")
+    if info.file_size > max_bytes:
+        raise ReplyRefused(f"{name} holds {info.file_size:,} bytes, at most {max_bytes:,} here")
     with archive.open(info) as member:
         version = np.lib.format.read_magic(member)
         if version not in ((1, 0), (2, 0)):
@@ -210,7 +233,9 @@ def _member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, bounds: ArrayBounds
         except (ValueError, SyntaxError) as exc:
             raise ReplyRefused(f"{name} has a bad .npy header ({str(exc)[:200]})") from None
         data_start = member.tell()
-        _check_shape(name, shape, fortran, dtype, bounds)
+        if dtype != FLOAT32 or not isinstance(fortran, bool):
+            raise ReplyRefused(f"{name} of dtype {dtype}, fortran_order {str(fortran)[:20]}: float32 only")
+        check(name, shape)
         size = math.prod(shape) * FLOAT32.itemsize
         if data_start + size != info.file_size:
             raise ReplyRefused(f"{name}: its header claims {shape} ({size:,} bytes) but it holds "
@@ -223,12 +248,15 @@ def _member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, bounds: ArrayBounds
     return np.frombuffer(data, FLOAT32).reshape(shape, order=order).copy(order="C")  # writable, its own
 
 
-def _check_shape(name: str, shape: Any, fortran: Any, dtype: Any, bounds: ArrayBounds) -> None:
-    """Raise ReplyRefused unless a member's header is float32 (C or Fortran order) of its kind's shape within
-    `bounds`."""
+def _check_exact(name: str, shape: Any, expected: tuple[int, ...]) -> None:
+    """Raise ReplyRefused unless a member's shape is `expected` (a parameter's)."""
+    if shape != tuple(expected):
+        raise ReplyRefused(f"{name} of shape {str(shape)[:100]}: the parameter's is {tuple(expected)}")
+
+
+def _check_shape(name: str, shape: Any, bounds: ArrayBounds) -> None:
+    """Raise ReplyRefused unless a member's shape is its kind's within `bounds`."""
     dims = MEMBERS[name]
-    if dtype != FLOAT32 or not isinstance(fortran, bool):
-        raise ReplyRefused(f"{name} of dtype {dtype}, fortran_order {str(fortran)[:20]}: float32 only")
     if not (isinstance(shape, tuple) and len(shape) == dims and all(type(n) is int and n > 0 for n in shape)):
         raise ReplyRefused(f"{name} of shape {str(shape)[:100]}: {dims} positive dimensions")
     if shape[0] > bounds.rows:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -141,13 +142,16 @@ def noise_columns(spec: CellSpec, batch: Batch, model: ImageVictim) -> dict[str,
     return {"noise_snr": json.dumps(noise_snr(clean.gradients, spec.noise, spec.noise_scale))}
 
 
-def prepare(spec: CellSpec) -> tuple[Batch, ImageVictim, ClientUpdate]:
+def prepare(spec: CellSpec, send: Callable[[ImageVictim], ImageVictim] | None = None) \
+        -> tuple[Batch, ImageVictim, ClientUpdate]:
     """Load the batch, build the victim and compute the client's update (no attack yet): the cell's
     update transforms (`spec.transforms`: FedSGD, DP-SGD or FedAvg, then noise and defences) under
-    its threat model."""
+    its threat model. `send` (a malicious server's, `harness.server.send`) makes the model the client receives
+    from the public victim: the client trains that one; the victim returned is the public one."""
     try:
         batch, model = victim(spec)  # a trained victim's training runs its transforms too
-        return batch, model, client_update(transforms(spec), Client(model, batch, spec.seed, spec.threat))
+        received = send(model) if send is not None else model
+        return batch, model, client_update(transforms(spec), Client(received, batch, spec.seed, spec.threat))
     except DefenceError as exc:
         raise DefenceError(f"cell {cell_id(spec)} ({' '.join(cell_settings(spec))}): {exc}; the run stops here: "
                            "its finished cells are kept, and the same command resumes once the transform or "
