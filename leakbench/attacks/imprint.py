@@ -88,6 +88,12 @@ class Imprint(MaliciousAttack[ImprintConfig]):
             "block.2.weight": torch.full((d, cfg.bins), 1 / cfg.gain),
             "block.2.bias": bias2.float()})
 
+    def budget(self) -> str:
+        """The block's size, its query and the server's belief about the query (the attack has no search budget)."""
+        cfg = self.config
+        query = f"fourier mode {cfg.mode}" if cfg.linfunc == "fourier" else cfg.linfunc
+        return f"{cfg.bins:,} bins, {query}, μ {cfg.query_mean:g} σ {cfg.query_std:g}"
+
     def check_update(self, update: ClientUpdate) -> None:
         super().check_update(update)
         if "block.0.weight" not in update.gradients or "block.0.bias" not in update.gradients:

@@ -9,6 +9,7 @@ from leakbench.fl.dp import DPConfig, dp_update
 from leakbench.fl.fedavg import FedAvgConfig, fedavg_update
 from leakbench.fl.flower import FlowerFedSGDConfig  # registers the Flower clients (flwr is imported when one runs)
 from leakbench.fl.mixup import MixUpBatchConfig, MixUpConfig
+from leakbench.fl.model_check import CheckModelConfig  # registers check-model (issue 46)
 from leakbench.fl.noise import NoiseConfig
 from leakbench.fl.precode import PrecodeConfig
 from leakbench.fl.prune import PruneConfig
@@ -23,7 +24,7 @@ from leakbench.plugins import serve
 
 serve("defences", TRANSFORMS, _admit, "an UpdateTransform subclass")  # the shipped transforms are in
 
-__all__ = ["TRANSFORMS", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "FlowerFedSGDConfig", "MixUpBatchConfig",
+__all__ = ["TRANSFORMS", "CheckModelConfig", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "FlowerFedSGDConfig", "MixUpBatchConfig",
            "MixUpConfig",
            "NoiseConfig", "PrecodeConfig", "PruneConfig", "QSGDConfig", "QuantiseConfig", "SecAggConfig",
            "SoteriaConfig", "ThreatModel", "UpdateTransform", "client_update", "dp_update", "fedavg_update",

@@ -244,8 +244,12 @@ def applied(transform: UpdateTransform, update: ClientUpdate | None, client: Cli
     result that is not a ClientUpdate, or gradients (or shared buffers) holding NaN or ∞ raise one
     DefenceError line naming it and its module (a plugin's). Never the attack's failure: an attack
     handed a broken update would fail, and that failure would be scored as no leakage."""
+    from leakbench.fl.model_check import ClientRefused
+
     try:
         out = transform.apply(update, client)
+    except ClientRefused:  # the client declined to share (a defence's verdict, not its failure): the cell's outcome
+        raise
     except Exception as exc:  # noqa: BLE001 — trusted client-side code, but any failure of it is reported as its own
         raise DefenceError(f"{transform_role(transform)} raised {type(exc).__name__}: {exc}") from None
     if not isinstance(out, ClientUpdate):

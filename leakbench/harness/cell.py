@@ -15,6 +15,7 @@ from leakbench.core.errors import LeakbenchError
 from leakbench.datasets.loaders import data_locations
 from leakbench.harness.fingerprint import attack_origin, code_origin, provenance
 from leakbench.fl import ClientUpdate
+from leakbench.fl.model_check import ClientRefused
 from leakbench.harness.isolation import IN_PROCESS, run_isolated, workers
 from leakbench.harness.sandbox import isolation_level
 from leakbench.harness.job import AttackJob, attack_cell, configure_attack, resolve_class, scoped_ref
@@ -67,9 +68,9 @@ def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: st
         if is_malicious(attack) else None
     try:
         batch, model, update = prepare(spec, send)
-    except server.ServerRefused as exc:  # no model the client could train: the cell failed, the run goes on
+    except (server.ServerRefused, ClientRefused) as exc:  # no update to attack: the cell failed, the run goes on
         batch, model = victim(spec)
-        output = server_failed(str(exc), attack, isolation_level() if isolate else IN_PROCESS)
+        output = no_update(exc, attack, isolation_level() if isolate else IN_PROCESS)
     else:
         output = attack_update(job, update, attack, hidden_paths, isolate=isolate)
     result = score_cell(spec, output, batch, model, lpips=lpips, lpips_note=lpips_note)
@@ -91,9 +92,13 @@ def attack_update(job: AttackJob, update: ClientUpdate, attack: Attack, hidden: 
     return run_isolated(job, update, hidden, attack)
 
 
-def server_failed(reason: str, attack: Attack, isolation: str) -> AttackOutput:
-    """The failed output of a cell whose malicious server sent no model the client could train (an error)."""
-    failed = Reconstruction.failed(f"error: {reason}", failure="error")
+def no_update(exc: Exception, attack: Attack, isolation: str) -> AttackOutput:
+    """The failed output of a cell without an update to attack: its malicious server sent no model the client could
+    train (`ServerRefused`: an error), or the client refused the model it received (`ClientRefused`: not applicable,
+    the attack never ran)."""
+    refused = isinstance(exc, ClientRefused)
+    failed = Reconstruction.failed(str(exc) if refused else f"error: {exc}",
+                                   failure="not-applicable" if refused else "error")
     return AttackOutput(failed, 0.0, attack.hyperparameters(), isolation=isolation)
 
 
