@@ -38,7 +38,6 @@ from leakbench.attacks.base import Reconstruction, Requirements
 from leakbench.attacks.malicious import MaliciousAttack
 from leakbench.attacks.registry import register_attack
 from leakbench.core.citation import Citation
-from leakbench.core.errors import ConfigError
 from leakbench.core.ranges import Ranged, chosen, ranged
 from leakbench.fl.update import ClientUpdate
 from leakbench.models.base import ImageVictim
@@ -94,20 +93,18 @@ class Imprint(MaliciousAttack[ImprintConfig]):
         query = f"fourier mode {cfg.mode}" if cfg.linfunc == "fourier" else cfg.linfunc
         return f"{cfg.bins:,} bins, {query}, μ {cfg.query_mean:g} σ {cfg.query_std:g}"
 
-    def check_update(self, update: ClientUpdate) -> None:
-        super().check_update(update)
-        if "block.0.weight" not in update.gradients or "block.0.bias" not in update.gradients:
-            raise ConfigError("the update holds no imprint block's gradients (was the model the server's?)")
-
     def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
         assert update.batch_size is not None  # Requirements(batch_size=True), checked by the harness
+        if "block.0.weight" not in update.gradients or "block.0.bias" not in update.gradients:
+            return Reconstruction.failed("the update holds no imprint block's gradients (the model was not the "
+                                         "server's)", failure="not-applicable")
         weight, bias = bin_differences(update.gradients["block.0.weight"], update.gradients["block.0.bias"])
         hits = torch.nonzero(bias != 0).flatten()
         rows = weight[hits] / bias[hits, None]
         kept = reduce_hits(rows, weight[hits], bias[hits], update.batch_size, self.config.reduction)
         padded = max(0, update.batch_size - len(kept)) if self.config.padding else 0
         rows = torch.cat([kept, kept.new_zeros(padded, kept.shape[1])])
-        stats = {"hits": int(len(hits)), "kept": int(len(kept)), "padded": padded}
+        stats = {"hits": len(hits), "kept": len(kept), "padded": padded}
         if not len(rows):
             return Reconstruction.failed("no bin of the imprint block holds an image (every bias difference is 0)",
                                          failure="not-applicable", stats=stats)

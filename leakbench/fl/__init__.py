@@ -24,8 +24,8 @@ from leakbench.plugins import serve
 
 serve("defences", TRANSFORMS, _admit, "an UpdateTransform subclass")  # the shipped transforms are in
 
-__all__ = ["TRANSFORMS", "CheckModelConfig", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "FlowerFedSGDConfig", "MixUpBatchConfig",
-           "MixUpConfig",
+__all__ = ["TRANSFORMS", "CheckModelConfig", "Client", "ClientUpdate", "DPConfig", "FedAvgConfig", "FlowerFedSGDConfig",
+           "MixUpBatchConfig", "MixUpConfig",
            "NoiseConfig", "PrecodeConfig", "PruneConfig", "QSGDConfig", "QuantiseConfig", "SecAggConfig",
            "SoteriaConfig", "ThreatModel", "UpdateTransform", "client_update", "dp_update", "fedavg_update",
            "fedsgd_update", "register_transform"]

@@ -13,14 +13,14 @@ from leakbench.cell.spec import CellSpec, cell_id, transforms
 from leakbench.core.citation import Citation
 from leakbench.core.errors import LeakbenchError
 from leakbench.datasets.loaders import data_locations
-from leakbench.harness.fingerprint import attack_origin, code_origin, provenance
 from leakbench.fl import ClientUpdate
 from leakbench.fl.model_check import ClientRefused
-from leakbench.harness.isolation import IN_PROCESS, run_isolated, workers
-from leakbench.harness.sandbox import isolation_level
-from leakbench.harness.job import AttackJob, attack_cell, configure_attack, resolve_class, scoped_ref
-from leakbench.harness.scoring import CellResult, score_cell
 from leakbench.harness import server
+from leakbench.harness.fingerprint import attack_origin, code_origin, provenance
+from leakbench.harness.isolation import IN_PROCESS, run_isolated, workers
+from leakbench.harness.job import AttackJob, attack_cell, configure_attack, resolve_class, scoped_ref
+from leakbench.harness.sandbox import isolation_level
+from leakbench.harness.scoring import CellResult, score_cell
 from leakbench.harness.victim import prepare, victim
 from leakbench.metrics import LpipsScorer
 from leakbench.models import victim_label
@@ -89,7 +89,8 @@ def attack_update(job: AttackJob, update: ClientUpdate, attack: Attack, hidden: 
         output.isolation = IN_PROCESS
         return output
     attack.check_update(update)
-    return run_isolated(job, update, hidden, attack)
+    output: AttackOutput = run_isolated(job, update, hidden, attack)
+    return output
 
 
 def no_update(exc: Exception, attack: Attack, isolation: str) -> AttackOutput:

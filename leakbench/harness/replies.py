@@ -193,7 +193,8 @@ def _read_members(npz: bytes, members: set[str], max_bytes: Callable[[str], int]
             infos = archive.infolist()
             names = [info.filename for info in infos]
             if len(set(names)) != len(names) or not set(names) <= members:
-                raise ReplyRefused(f"members {sorted(names)[:5]} (at most one each of {', '.join(sorted(members)[:8])})")
+                allowed = ", ".join(sorted(members)[:8])
+                raise ReplyRefused(f"members {sorted(names)[:5]} (at most one each of {allowed})")
             return {info.filename[:-4]: _member(archive, info, max_bytes(info.filename), check)
                     for info in infos}
     except (zipfile.BadZipFile, EOFError, struct.error, NotImplementedError, RuntimeError) as exc:

@@ -183,10 +183,18 @@ def _threat_words(cells: pd.DataFrame) -> pd.Series:
     return (" · " + threat).where(threat != DEFAULT_THREAT, "")
 
 
+def _server_words(cells: pd.DataFrame) -> pd.Series:
+    """Per cell, ' · malicious server' for a cell of a malicious server's attack ('' for an honest one)."""
+    server = cells["server"].fillna("").astype(str) if "server" in cells else pd.Series("", cells.index)
+    return (" · " + server + " server").where(server != "", "")
+
+
 def _label_settings(cells: pd.DataFrame) -> list[tuple[str, pd.Series]]:
     """The settings a cell's `client` label names after its update (`with_model`), each named and as per-cell
-    words: its threat model (`_threat_words`), then the axes declared later (`cell.axes.level_words`)."""
-    return [("threat model", _threat_words(cells)), ("", level_words(with_defaults(cells)))]
+    words: its threat model (`_threat_words`), the server's (`_server_words`: malicious or nothing), then the axes
+    declared later (`cell.axes.level_words`)."""
+    return [("threat model", _threat_words(cells)), ("server", _server_words(cells)),
+            ("", level_words(with_defaults(cells)))]
 
 
 def _is_shared(words: pd.Series) -> bool:

@@ -14,6 +14,7 @@ order on disk or host); wall-clock seconds go to a separate file.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -112,8 +113,18 @@ def load_results(results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     all_cells = pd.concat(cells, ignore_index=True).drop_duplicates("cell_id", keep="first")
     all_records = pd.concat(records, ignore_index=True)
     kept = all_records.set_index(["suite", "cell_id"]).index.isin(all_cells.set_index(["suite", "cell_id"]).index)
-    all_cells = with_model(all_cells.reset_index(drop=True))
+    all_cells = all_cells.reset_index(drop=True)
+    malicious = malicious_cells(all_cells)  # each server's cells labelled apart: honest labels never change
+    all_cells = pd.concat([with_model(all_cells[~malicious]), with_model(all_cells[malicious])]).sort_index() \
+        if malicious.any() else with_model(all_cells)
     return all_records[kept].reset_index(drop=True), all_cells.assign(level=defence_levels(all_cells))
+
+
+def malicious_cells(cells: pd.DataFrame) -> pd.Series:
+    """Which cells ran under a malicious server (`server` column 'malicious'; cells of honest attacks have none)."""
+    from leakbench.attacks.malicious import MALICIOUS
+
+    return cells["server"].eq(MALICIOUS) if "server" in cells else pd.Series(False, index=cells.index)
 
 
 def _check_columns(run: Path, cells: pd.DataFrame, records: pd.DataFrame) -> None:
@@ -325,23 +336,26 @@ DEFENCES_INTRO = (
     "unreliable)'. " + RANK_NOTE)
 
 
+MALICIOUS_INTRO = (
+    "A malicious server modifies the model it sends (an imprint block, trap weights) and attacks the update the "
+    "client computed on it (docs/reference/threat-models.md). Its attacks are ranked here, apart from every "
+    "honest-server result above: a number here says what such a server learns, not what an honest one does.")
+
+
 def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None,
                          papers: Papers = NO_PAPERS, adaptations: Adaptations = NO_ADAPTATIONS) -> list[Section]:
     """The page's views: the defence ranking (when a run has defended cells), then the attack tables, both of
-    the cells that may be ranked (`trust.ranked`), then the cells that may not (a third-party defence with a
-    third-party attack)."""
+    the cells that may be ranked (`trust.ranked`) under an honest server; the same two views of the malicious
+    server's cells, apart (`malicious_cells`); then the cells that may not be ranked (a third-party defence with
+    a third-party attack)."""
     all_records, all_cells = records, cells
     papers = with_stored_papers(cells, papers)
     records, cells = ranked(records, cells)
-    sections = []
-    if len(cells):
-        keys = board_order(cells)
-        boards = leaderboard_boards(records, cells, reports, papers)
-        ranking = defence_ranking(records, cells, papers, adaptations)
-        if ranking:
-            sections.append(Section(
-                "Defences ranked", [DEFENCES_INTRO], ranking, "defences"))
-        sections.append(Section("Attacks per threat model", [], boards, "attacks", contents(boards, keys)))
+    malicious = malicious_cells(cells)
+    sections = _ranked_sections(records, cells[~malicious], reports, papers, adaptations)
+    if malicious.any():
+        sections += [_apart(section) for section in _ranked_sections(records, cells[malicious], reports, papers,
+                                                                     adaptations)]
     unranked = unranked_rows(all_records, all_cells)
     if unranked:
         sections.append(Section(UNRANKED_TITLE, [UNRANKED_NOTE], [
@@ -349,6 +363,32 @@ def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Pa
             "unranked"))
     sections.append(Section("How to read these tables", HOW_TO_READ, [], "how"))
     return sections
+
+
+def _ranked_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Path | None, papers: Papers,
+                     adaptations: Adaptations) -> list[Section]:
+    """The defence ranking (when there are defended cells) and the attack tables of `cells` (none for none)."""
+    if not len(cells):
+        return []
+    records = records[records["cell_id"].isin(set(cells["cell_id"]))]
+    sections = []
+    keys = board_order(cells)
+    boards = leaderboard_boards(records, cells, reports, papers)
+    ranking = defence_ranking(records, cells, papers, adaptations)
+    if ranking:
+        sections.append(Section("Defences ranked", [DEFENCES_INTRO], ranking, "defences"))
+    sections.append(Section("Attacks per threat model", [], boards, "attacks", contents(boards, keys)))
+    return sections
+
+
+def _apart(section: Section) -> Section:
+    """A view of the malicious server's cells: its title and intro say so, its anchors and links are its own."""
+    boards = [dataclasses.replace(board, anchor=f"malicious-{board.anchor}") for board in section.boards]
+    contents = [(label, [(text, f"#malicious-{link.removeprefix('#')}") for text, link in links])
+                for label, links in section.contents]
+    return dataclasses.replace(section, title=f"Malicious server: {section.title.lower()}",
+                               intro=[MALICIOUS_INTRO, *section.intro], boards=boards,
+                               anchor=f"malicious-{section.anchor}", contents=contents)
 
 
 def write_leaderboard(results: Path, reports: Path, papers: Papers = NO_PAPERS,

@@ -75,9 +75,10 @@ class ModifiedVictim(ImageVictim):
 
 
 def modified_victim(base: ImageVictim, server: ServerModel) -> ModifiedVictim:
-    """The victim a malicious server sends in place of `base`: the `ModifiedVictim` that `server` describes, its values loaded once each has been checked
-    against it: a block of 0 … MAX_BLOCK units within the parameter limit, every named parameter one of the
-    result's, of its shape, float32 and finite. One ConfigError line otherwise (nothing of `base` changes)."""
+    """The victim a malicious server sends in place of `base`: the `ModifiedVictim` that `server` describes, its
+    values loaded once each has been checked against it: a block of 0 … MAX_BLOCK units within the parameter
+    limit, every named parameter one of the result's, of its shape, float32 and finite. One ConfigError line
+    otherwise (nothing of `base` changes)."""
     block = server.block
     if type(block) is not int or not 0 <= block <= MAX_BLOCK:
         raise ConfigError(f"the server's imprint block must have 0 to {MAX_BLOCK:,} units, got {block!r:.40}")
