@@ -89,8 +89,8 @@ def attack_update(job: AttackJob, update: ClientUpdate, attack: Attack, hidden: 
         output.isolation = IN_PROCESS
         return output
     attack.check_update(update)
-    output: AttackOutput = run_isolated(job, update, hidden, attack)
-    return output
+    isolated: AttackOutput = run_isolated(job, update, hidden, attack)
+    return isolated
 
 
 def no_update(exc: Exception, attack: Attack, isolation: str) -> AttackOutput:
