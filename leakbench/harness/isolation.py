@@ -346,8 +346,10 @@ class AttackWorker:
             self._send.send_bytes(data)
             start = time.perf_counter()
             header = read_header(receive(self._recv, MAX_HEADER_BYTES, "the header"), request[0])
-            bound = array_bytes(header) if callable(array_bytes) else array_bytes
-            npz = receive(self._recv, bound, "the arrays") if header["kind"] in ("ok", "modified") else b""
+            npz = b""
+            if header["kind"] in ("ok", "modified"):
+                bound = array_bytes(header) if callable(array_bytes) else array_bytes
+                npz = receive(self._recv, bound, "the arrays")
             seconds = time.perf_counter() - start
         except (ReplyRefused, SandboxFailed):
             self.stop(kill=True)

@@ -391,6 +391,13 @@ def _apart(section: Section) -> Section:
                                anchor=f"malicious-{section.anchor}", contents=contents)
 
 
+def _counts(records: pd.DataFrame, cells: pd.DataFrame) -> str:
+    """'RUNS (n cells, m images, x % of them exact)' of `cells`."""
+    records = records[records["cell_id"].isin(set(cells["cell_id"]))]
+    return (f"{', '.join(sorted(cells['suite'].unique()))} ({len(cells)} cells, {len(records)} images, "
+            f"{fmt(100 * float(records['exact'].mean()), 1)} % of them exact)")
+
+
 def write_leaderboard(results: Path, reports: Path, papers: Papers = NO_PAPERS,
                       adaptations: Adaptations = NO_ADAPTATIONS) -> list[Path]:
     """Regenerate REPORTS/leaderboard.{md,html} (ranked, byte-identical for the same records and papers) and
@@ -399,12 +406,15 @@ def write_leaderboard(results: Path, reports: Path, papers: Papers = NO_PAPERS,
     defence from `adaptations` (`citation.registered_adaptations()` from the command line)."""
     check_leaderboard_target(reports)  # before reading anything: a user's leaderboard.md is never replaced
     records, cells = load_results(results)
-    intro = [f"Gradient-inversion attacks ranked per threat model, and defence levels ranked by their worst leakage "
+    malicious = malicious_cells(cells)
+    honest = cells[~malicious] if (~malicious).any() else cells
+    intro = ["Gradient-inversion attacks ranked per threat model, and defence levels ranked by their worst leakage "
              "against every attack (adaptive ones included) and their accuracy cost, from the stored records of "
-             f"{', '.join(sorted(cells['suite'].unique()))} "
-             f"({len(cells)} cells, {len(records)} images, {fmt(100 * float(records['exact'].mean()), 1)} % of them "
-             "exact). Names link to their papers; click a column header to sort; how to read: at the end.",
-             *shared_note(cells)]
+             f"{_counts(records, honest)}. Names link to their papers; click a column header to sort; how to read: "
+             "at the end.", *shared_note(honest)]
+    if malicious.any() and (~malicious).any():
+        intro.append(f"A malicious server's attacks, ranked apart (sections 'Malicious server'): "
+                     f"{_counts(records, cells[malicious])}.")
     sections = leaderboard_sections(records, cells, reports, papers, adaptations)
     files = {"leaderboard.md": markdown_page(TITLE, intro, sections),
              "leaderboard.html": html_page(TITLE, intro, sections, nav=True),
