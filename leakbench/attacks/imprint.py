@@ -34,7 +34,7 @@ from statistics import NormalDist
 
 import torch
 
-from leakbench.attacks.base import Reconstruction, Requirements
+from leakbench.attacks.base import AGGREGATES, Reconstruction, Requirements
 from leakbench.attacks.malicious import MaliciousAttack
 from leakbench.attacks.registry import register_attack
 from leakbench.core.citation import Citation
@@ -72,6 +72,7 @@ class Imprint(MaliciousAttack[ImprintConfig]):
     paper = Citation("Fowl et al., ICLR 2022", "https://openreview.net/forum?id=fyLvHzEssH")
     Config = ImprintConfig
     requires = Requirements(batch_size=True)
+    aware_of = AGGREGATES  # the K clients' mean is one sum over K·b images to the block: read as it is
 
     def modify(self, model: ImageVictim, *, seed: int) -> ServerModel:
         cfg = self.config

@@ -193,7 +193,7 @@ def _label_settings(cells: pd.DataFrame) -> list[tuple[str, pd.Series]]:
     """The settings a cell's `client` label names after its update (`with_model`), each named and as per-cell
     words: its threat model (`_threat_words`), the server's (`_server_words`: malicious or nothing), then the axes
     declared later (`cell.axes.level_words`)."""
-    return [("threat model", _threat_words(cells)), ("server", _server_words(cells)),
+    return [("threat model", _threat_words(cells)), ("", _server_words(cells)),
             ("", level_words(with_defaults(cells)))]
 
 
