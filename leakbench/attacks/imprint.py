@@ -52,7 +52,8 @@ class ImprintConfig(Ranged):
     """bins: k, the block's width. linfunc: the query (avg: mean of the normalised image; fourier: one DCT-II mode,
     `mode`; randn: a random direction). gain: the block's scale (its first layer × gain, its second ÷ gain).
     query_mean, query_std: where the server believes the query's values lie (breaching: 0, 1). reduction: which
-    hits to keep when there are more than the batch (weight: smallest |mean Δ∇W|; bias: smallest |Δ∇b|).
+    hits to keep when there are more than the batch (weight: smallest |mean Δ∇W|; bias: smallest |Δ∇b|: breaching's
+    rules; signal: largest |Δ∇b|, leakbench's, for a noised update where every bin is a hit).
     padding: pad a batch with fewer hits with blank (mean) images, as breaching does."""
 
     bins: int = ranged(64, 2, MAX_BLOCK)
@@ -61,7 +62,7 @@ class ImprintConfig(Ranged):
     gain: float = ranged(1.0, 0, 1e6, low_open=True)
     query_mean: float = ranged(0.0, -1e6, 1e6)
     query_std: float = ranged(1.0, 0, 1e6, low_open=True)
-    reduction: str = chosen("weight", "weight", "bias")
+    reduction: str = chosen("weight", "weight", "bias", "signal")
     padding: bool = True
 
 
@@ -154,8 +155,9 @@ def bin_differences(weight: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Ten
 
 def reduce_hits(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, n: int, rule: str) -> torch.Tensor:
     """At most `n` of the hits `rows` (breaching's `reduce_hits`): all when there are no more; else the n with the
-    smallest |mean Δ∇W| (`weight`) or |Δ∇b| (`bias`)."""
+    smallest |mean Δ∇W| (`weight`) or |Δ∇b| (`bias`), or the largest |Δ∇b| (`signal`: the bins that hold images
+    stand out of the noise)."""
     if len(rows) <= n:
         return rows
     score = weight.mean(dim=1).abs() if rule == "weight" else bias.abs()
-    return rows[torch.topk(score, n, largest=False).indices]
+    return rows[torch.topk(score, n, largest=rule == "signal").indices]
