@@ -31,5 +31,6 @@ from leakbench.attacks import imprint as _imprint  # noqa: F401  (Robbing the Fe
 from leakbench.attacks import peeling as _peeling  # noqa: F401  (LT-code peeling, Shariati & Alambardar Meybodi)
 from leakbench.attacks import presets as _presets  # noqa: F401  (cpa-released, ig-breaching)
 from leakbench.attacks import spear as _spear  # noqa: F401  (registers on import)
+from leakbench.attacks import trap as _trap  # noqa: F401  (trap weights, Boenisch et al.: a malicious server's)
 
 serve("attacks", ATTACKS, admit_attack, "an Attack subclass")  # the shipped attacks are in
