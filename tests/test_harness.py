@@ -281,16 +281,19 @@ def test_suite_hyperparameters_for_unlisted_attack_are_refused(tmp_path: Path) -
 
 
 def test_default_suite_runs_every_registered_attack() -> None:
-    """Every attack but the presets (published budgets, hours on a CPU) and the adaptive variants (made for
-    a defended update), whose base attacks it runs."""
+    """Every attack but the presets (published budgets, hours on a CPU), the adaptive variants (made for
+    a defended update), whose base attacks it runs, and a malicious server's attacks (another threat model:
+    suites of their own, paper/malicious*)."""
     from leakbench.attacks import ATTACKS, attack_class
     from leakbench.attacks.adaptive import ADAPTIVE, PLAIN
+    from leakbench.attacks.malicious import is_malicious
     from leakbench.attacks.presets import PRESETS
 
     adaptive = {name for name in ATTACKS.names() if attack_class(name).adapts_to}
+    malicious = {name for name in ATTACKS.names() if is_malicious(attack_class(name))}
     assert set(ADAPTIVE) <= adaptive
     attacks = {c.attack for c in load_suite(find_suite("default")).cells}
-    assert attacks == set(ATTACKS.names()) - {p.name for p in PRESETS} - adaptive
+    assert attacks == set(ATTACKS.names()) - {p.name for p in PRESETS} - adaptive - malicious
     assert {p.base.name for p in PRESETS} <= attacks
     assert set(PLAIN.values()) <= attacks
 

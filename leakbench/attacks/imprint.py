@@ -49,11 +49,16 @@ FIRST_EDGE = -10.0
 
 @dataclass(frozen=True)
 class ImprintConfig(Ranged):
-    """bins: k, the block's width. linfunc: the query (avg: mean of the normalised image; fourier: one DCT-II mode,
-    `mode`; randn: a random direction). gain: the block's scale (its first layer × gain, its second ÷ gain).
-    query_mean, query_std: where the server believes the query's values lie (breaching: 0, 1). reduction: which
-    hits to keep when there are more than the batch (weight: smallest |mean Δ∇W|; bias: smallest |Δ∇b|: breaching's
-    rules; signal: largest |Δ∇b|, leakbench's, for a noised update where every bin is a hit).
+    """The server's block and the attack's reading of it.
+
+    bins: k, the block's width.
+    linfunc: the query (avg: mean of the normalised image; fourier: one DCT-II mode, `mode`; randn: a random
+        direction).
+    mode: the DCT-II mode of the fourier query.
+    gain: the block's scale (its first layer × gain, its second ÷ gain).
+    query_mean / query_std: where the server believes the query's values lie (breaching: 0, 1).
+    reduction: which hits to keep when there are more than the batch (weight: smallest |mean Δ∇W|; bias:
+        smallest |Δ∇b|: breaching's rules; signal: largest |Δ∇b|, leakbench's, for a noised update where every bin is a hit).
     padding: pad a batch with fewer hits with blank (mean) images, as breaching does."""
 
     bins: int = ranged(64, 2, MAX_BLOCK)
@@ -161,3 +166,29 @@ def reduce_hits(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, n:
         return rows
     score = weight.mean(dim=1).abs() if rule == "weight" else bias.abs()
     return rows[torch.topk(score, n, largest=rule == "signal").indices]
+
+
+@dataclass(frozen=True)
+class ImprintAdaptiveConfig(ImprintConfig):
+    """Robbing the Fed's settings but a block amplified against additive noise (leakbench's adaptive form).
+
+    gain: 1e-8: the block's gradients grow as 1/gain (its second layer's weights are 1/gain), so the bins that
+        hold an image stand far out of additive noise of any std the defences ship (≤ 1e-2).
+    reduction: signal: keep the bins of the largest |Δ∇b| (under noise every bin is a hit).
+    """
+
+    gain: float = ranged(1e-8, 0, 1e6, low_open=True)
+    reduction: str = chosen("signal", "weight", "bias", "signal")
+
+
+@register_attack
+class ImprintAdaptive(Imprint):
+    """Robbing the Fed against a noised update: the server, knowing the client adds noise to what it shares, sends
+    the block amplified (gain 1e-8) and keeps the bins that stand out of the noise. Leakbench's adaptive form, not
+    Fowl et al.'s: the published attack (`imprint`, gain 1) is what the noise stops. Clipping (DP-SGD) bounds each
+    sample's gradient whatever the gain, so it adapts to `noise` only."""
+
+    name = "imprint-adaptive"
+    description = "Robbing the Fed's block amplified against additive noise (leakbench's adaptive form)"
+    Config = ImprintAdaptiveConfig
+    adapts_to = frozenset({"noise"})

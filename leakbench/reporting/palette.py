@@ -36,6 +36,9 @@ SHIPPED: dict[str, str] = {
     "ig-dequant": "#31a354",  # issue 43, dequant: gradient matching to a known quantiser's intervals
     "dlg-dequant": "#fb6a4a",
     "peeling": "#636363",  # issue 44: LT-code peeling (Shariati & Alambardar Meybodi 2026), a grey of its own
+    "imprint": "#7b3294",  # issue 46: a malicious server's attacks, purples and a gold apart from every honest one
+    "imprint-adaptive": "#c2a5cf",
+    "trap-weights": "#bf812d",
     "mean-image": "#7f7f7f",
 }
 """Fixed colours of the shipped attacks (and the example plugin's `mean-image`), hex RGB."""
