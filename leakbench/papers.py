@@ -125,12 +125,14 @@ ENTRIES = (
      "central DP (received and released), LocalDpMod and SecAgg+, K = 4; spear, spear-guided, cpa, ig; CIFAR-10 b = 8 "
      "(needs flwr and --data-root DIR/cifar10)"),
     ("malicious", Paper("paper/malicious"),
-     "a malicious server: Robbing the Fed's imprint block, 128 bins, against secure aggregation over K = 1, 10, 100 "
-     "clients of b = 8 (docs/notebook/malicious.md; CIFAR-10, needs --data-root DIR/cifar10)"),
+     "a malicious server: Robbing the Fed's imprint block (128 bins) and trap weights against secure aggregation over "
+     "K = 1, 10, 100 clients of b = 8 (docs/notebook/malicious.md; CIFAR-10, needs --data-root DIR/cifar10)"),
     ("malicious-512", Paper("paper/malicious-512"),
-     "the same with 512 bins (docs/notebook/malicious.md; CIFAR-10, needs --data-root DIR/cifar10)"),
+     "Robbing the Fed with 512 bins against secure aggregation, K = 1, 10, 100 (docs/notebook/malicious.md; CIFAR-10, "
+     "needs --data-root DIR/cifar10)"),
     ("malicious-defences", Paper("paper/malicious-defences"),
-     "Robbing the Fed (512 bins) under noise, DP-SGD, pruning, QSGD and a client that checks the model, b = 64 "
+     "Robbing the Fed (512 bins; its adaptive form against noise) and trap weights under noise, DP-SGD, pruning, QSGD "
+     "and a client that checks the model, b = 64 "
      "(docs/notebook/malicious.md; CIFAR-10, needs --data-root DIR/cifar10)"),
     ("defences", Paper("paper/defences", ("defences",)),
      "every attack (adaptive ones where they adapt) × every defence × 3 strengths × 3 seeds, CIFAR-10 b = 16, "
