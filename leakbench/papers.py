@@ -130,6 +130,9 @@ ENTRIES = (
     ("malicious-512", Paper("paper/malicious-512"),
      "Robbing the Fed with 512 bins against secure aggregation, K = 1, 10, 100 (docs/notebook/malicious.md; CIFAR-10, "
      "needs --data-root DIR/cifar10)"),
+    ("malicious-tinyimagenet", Paper("paper/malicious-tinyimagenet"),
+     "Robbing the Fed with 512 bins against secure aggregation, K = 1, 10, 100 clients of b = 8 (docs/notebook/"
+     "malicious.md; TinyImageNet, needs --data-root)"),
     ("malicious-defences", Paper("paper/malicious-defences"),
      "Robbing the Fed (512 bins; its adaptive form against noise) and trap weights under noise, DP-SGD, pruning, QSGD "
      "and a client that checks the model, b = 64 "

@@ -417,7 +417,7 @@ def test_paper_suites_parse() -> None:
                      "spear-trained-cifar10", "spear-frontier-04m-w400", "spear-frontier-04m-w1000",
                      "spear-frontier-04m-w2000", "spear-dl-seeds", "spear-frontier-w1000",
                      "spear-frontier-w2000", "spear-frontier-edge-w1000", "spear-frontier-edge-w2000", "flower",
-                     "malicious", "malicious-512", "malicious-defences"}
+                     "malicious", "malicious-512", "malicious-tinyimagenet", "malicious-defences"}
     noisy = load_suite(shipped_suite("paper/spear-dl-noise")).cells
     assert len(noisy) == 32 and sorted({c.noise for c in noisy}) == [0.0, 1e-5, 1e-4, 1e-3]
     dense = load_suite(shipped_suite("paper/spear-dl-density")).cells
