@@ -21,7 +21,7 @@ from leakbench import api
 from leakbench.api import scoped_attack
 from leakbench.attacks.imprint import Imprint, ImprintConfig, bin_differences
 from leakbench.attacks.malicious import is_malicious
-from leakbench.cell.spec import CellSpec, cell_columns
+from leakbench.cell.spec import CellSpec
 from leakbench.core.errors import ConfigError
 from leakbench.datasets.base import Batch
 from leakbench.fl.model_check import CheckModel, CheckModelConfig, ClientRefused
@@ -29,6 +29,7 @@ from leakbench.fl.transform import Client
 from leakbench.fl.update import fedsgd_update
 from leakbench.harness.cell import run_cell
 from leakbench.harness.replies import ReplyRefused
+from leakbench.harness.scoring import scored_columns
 from leakbench.harness.server import encode_server_model, read_server_model
 from leakbench.metrics.image import exact
 from leakbench.models import build_model
@@ -151,8 +152,8 @@ def test_a_client_that_checks_the_model_refuses_an_imprint_block_and_not_trap_we
 def test_only_a_malicious_servers_cells_record_a_server() -> None:
     honest = CellSpec(attack="spear", dataset="embedded", batch_size=2, width=32, depth=3)
     malicious = CellSpec(attack="imprint", dataset="embedded", batch_size=2, width=32, depth=3)
-    assert "server" not in cell_columns(honest)
-    assert cell_columns(malicious)["server"] == "malicious"
+    assert "server" not in scored_columns(honest)
+    assert scored_columns(malicious)["server"] == "malicious"
 
 
 # --------------------------------------------------------------------------- cells (attack workers: seconds each)

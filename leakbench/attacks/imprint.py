@@ -58,7 +58,8 @@ class ImprintConfig(Ranged):
     gain: the block's scale (its first layer × gain, its second ÷ gain).
     query_mean / query_std: where the server believes the query's values lie (breaching: 0, 1).
     reduction: which hits to keep when there are more than the batch (weight: smallest |mean Δ∇W|; bias:
-        smallest |Δ∇b|: breaching's rules; signal: largest |Δ∇b|, leakbench's, for a noised update where every bin is a hit).
+        smallest |Δ∇b|: breaching's rules; signal: largest |Δ∇b|, leakbench's, for a noised update where every
+        bin is a hit).
     padding: pad a batch with fewer hits with blank (mean) images, as breaching does."""
 
     bins: int = ranged(64, 2, MAX_BLOCK)

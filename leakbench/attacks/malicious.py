@@ -17,11 +17,9 @@ from abc import abstractmethod
 from typing import Any, ClassVar
 
 from leakbench.attacks.base import Attack, ConfigT
+from leakbench.core.server import HONEST, MALICIOUS, SERVER_COLUMN
 from leakbench.models.base import ImageVictim
 from leakbench.server.model import ServerModel
-
-HONEST, MALICIOUS = "honest", "malicious"
-"""The two server threat models (the `server` record column holds the second only: an honest cell has none)."""
 
 
 class MaliciousAttack(Attack[ConfigT]):
@@ -50,4 +48,4 @@ def server_columns(attack: str) -> dict[str, Any]:
         cls = attack_class(attack)
     except ConfigError:  # an attack evaluated unregistered (`api.evaluate`) or no longer installed: honest
         return {}
-    return {"server": MALICIOUS} if is_malicious(cls) else {}
+    return {SERVER_COLUMN: MALICIOUS} if is_malicious(cls) else {}

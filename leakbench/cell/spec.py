@@ -198,15 +198,13 @@ declared in `leakbench.cell.axes` after these: their default levels)."""
 def cell_columns(spec: CellSpec) -> dict[str, Any]:
     """The axes of a cell as record columns (numbers as numbers; no DP: σ, C, q, δ NaN, ε ∞; a
     `data_fingerprint` only for a fingerprinted dataset, so other records stay as they were); those of an axis
-    declared later (`cell.axes.record_columns`) only away from its default; `server` for a malicious server's attack
-    only (`attacks.malicious.server_columns`)."""
-    from leakbench.attacks.malicious import server_columns
-
+    declared later (`cell.axes.record_columns`) only away from its default. (A malicious server's cells add
+    `server`: `harness.scoring.scored_columns`.)"""
     return {"cell_id": cell_id(spec), "attack": spec.attack, "dataset": spec.dataset, "arch": spec.arch,
             "batch_size": spec.batch_size, "width": spec.width, "depth": spec.depth, "layer": spec.layer,
             "seed": spec.seed, **dp_columns(spec.dp, spec.batch_size), **fedavg_columns(spec.fedavg),
             "inversion_steps": spec.inversion.steps if spec.inversion else 0, **train_columns(spec),
-            **threat_columns(spec), **server_columns(spec.attack), **defence_columns(spec), **record_columns(spec),
+            **threat_columns(spec), **defence_columns(spec), **record_columns(spec),
             **({"data_fingerprint": spec.data_fingerprint} if spec.data_fingerprint else {})}
 
 

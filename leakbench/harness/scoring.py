@@ -13,6 +13,7 @@ import pandas as pd
 import torch
 
 from leakbench.attacks import Reconstruction
+from leakbench.attacks.malicious import server_columns
 from leakbench.cell.draw import draw_distractors
 from leakbench.cell.spec import CellSpec, cell_columns
 from leakbench.core.reconstruction import incomplete_reason
@@ -67,7 +68,7 @@ def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: ImageV
     if inverted:
         aligned = add_inversion(records, output.inverted, batch, lpips, gallery)
     records.insert(0, "dataset_index", list(batch.indices))
-    for key, value in reversed(list(cell_columns(spec).items())):
+    for key, value in reversed(list(scored_columns(spec).items())):
         records.insert(0, key, value)
     for key, value in {**victim_columns(model), **noise_columns(spec, batch, model)}.items():
         records[key] = value
@@ -81,6 +82,12 @@ def score_cell(spec: CellSpec, output: AttackOutput, batch: Batch, model: ImageV
     summary["images"] = images_of(batch.public)  # whether a third-party attack could carry them (records.trust)
     summary.update(victim_columns(model))
     return CellResult(spec, summary, records, batch.images, aligned, output)
+
+
+def scored_columns(spec: CellSpec) -> dict[str, Any]:
+    """The cell's columns in its records and summary: its axes (`cell.spec.cell_columns`), then `server` for a
+    malicious server's attack (`attacks.malicious.server_columns`; none for an honest one)."""
+    return {**cell_columns(spec), **server_columns(spec.attack)}
 
 
 def admitted(output: AttackOutput, b: int) -> AttackOutput:
@@ -177,7 +184,7 @@ def summarize(spec: CellSpec, recon: Reconstruction, records: pd.DataFrame, seco
               have_lpips: bool, lpips_note: str) -> dict[str, Any]:
     """The one-object summary printed by `leakbench attack --json`."""
     psnr, ssim, lp = (describe(_values(records, name)) for name in ("psnr", "ssim", "lpips"))
-    out: dict[str, Any] = dict(cell_columns(spec))
+    out: dict[str, Any] = dict(scored_columns(spec))
     out.update({
         "space": recon.space,
         "n_images": len(records),

@@ -18,6 +18,7 @@ import pandas as pd
 
 from leakbench.cell.axes import level_words, with_defaults
 from leakbench.core.reconstruction import ANSWERED
+from leakbench.core.server import SERVER_COLUMN
 from leakbench.metrics.score import recovered
 from leakbench.metrics.stats import describe
 from leakbench.records.cell_state import ANSWERED_STATES, answered_any, state_counts, states_text, with_states
@@ -185,7 +186,7 @@ def _threat_words(cells: pd.DataFrame) -> pd.Series:
 
 def _server_words(cells: pd.DataFrame) -> pd.Series:
     """Per cell, ' · malicious server' for a cell of a malicious server's attack ('' for an honest one)."""
-    server = cells["server"].fillna("").astype(str) if "server" in cells else pd.Series("", cells.index)
+    server = cells[SERVER_COLUMN].fillna("").astype(str) if SERVER_COLUMN in cells else pd.Series("", cells.index)
     return (" · " + server + " server").where(server != "", "")
 
 

@@ -24,6 +24,7 @@ import pandas as pd
 
 from leakbench.core.citation import Papers
 from leakbench.core.errors import ConfigError, LeakbenchError
+from leakbench.core.server import MALICIOUS, SERVER_COLUMN
 from leakbench.records.atomic import write_text_atomic
 from leakbench.records.labels import stored_papers
 from leakbench.records.runs import read_run
@@ -122,9 +123,7 @@ def load_results(results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def malicious_cells(cells: pd.DataFrame) -> pd.Series:
     """Which cells ran under a malicious server (`server` column 'malicious'; cells of honest attacks have none)."""
-    from leakbench.attacks.malicious import MALICIOUS
-
-    return cells["server"].eq(MALICIOUS) if "server" in cells else pd.Series(False, index=cells.index)
+    return cells[SERVER_COLUMN].eq(MALICIOUS) if SERVER_COLUMN in cells else pd.Series(False, index=cells.index)
 
 
 def _check_columns(run: Path, cells: pd.DataFrame, records: pd.DataFrame) -> None:
