@@ -50,18 +50,25 @@ class SecAggConfig(Ranged):
 
 
 def secagg_update(model: ImageVictim, batches: list[Batch], threat: ThreatModel = ThreatModel()) -> ClientUpdate:
-    """The mean of the FedSGD updates of `model` on each of `batches` (one per client); `model` is not modified."""
-    updates = [fedsgd_update(model, batch, threat) for batch in batches]
-    gradients = {name: torch.stack([u.gradients[name] for u in updates]).mean(0) for name in updates[0].gradients}
+    """The mean of the FedSGD updates of `model` on each of `batches` (one per client); `model` is not modified.
+    Only each client's gradients (and shared buffers) are kept, not its copy of the model: K = 100 clients of a
+    victim behind a wide imprint block (issue 46) would otherwise hold 100 models."""
+    first = fedsgd_update(model, batches[0], threat)
+    gradients, buffers = [first.gradients], [first.buffers]
+    for batch in batches[1:]:
+        update = fedsgd_update(model, batch, threat)
+        gradients.append(update.gradients)
+        buffers.append(update.buffers)
+    mean = {name: torch.stack([g[name] for g in gradients]).mean(0) for name in first.gradients}
     total = sum(batch.size for batch in batches)
     return ClientUpdate(
-        model=updates[0].model,
-        gradients=gradients,
+        model=first.model,
+        gradients=mean,
         threat=threat,
         batch_size=total if threat.batch_size_known else None,
         labels=torch.cat([batch.labels for batch in batches]) if threat.labels_known else None,
         kind="secagg",
-        buffers=_mean_buffers([u.buffers for u in updates]),
+        buffers=_mean_buffers(buffers),
     )
 
 
