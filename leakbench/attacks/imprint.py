@@ -99,7 +99,8 @@ class Imprint(MaliciousAttack[ImprintConfig]):
         """The block's size, its query and the server's belief about the query (the attack has no search budget)."""
         cfg = self.config
         query = f"fourier mode {cfg.mode}" if cfg.linfunc == "fourier" else cfg.linfunc
-        return f"{cfg.bins:,} bins, {query}, μ {cfg.query_mean:g} σ {cfg.query_std:g}"
+        gain = f", gain {cfg.gain:g}" if cfg.gain != 1 else ""
+        return f"{cfg.bins:,} bins, {query}, μ {cfg.query_mean:g} σ {cfg.query_std:g}{gain}"
 
     def reconstruct(self, update: ClientUpdate, *, seed: int) -> Reconstruction:
         assert update.batch_size is not None  # Requirements(batch_size=True), checked by the harness

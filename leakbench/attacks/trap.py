@@ -123,6 +123,10 @@ class TrapWeights(MaliciousAttack[TrapConfig]):
             layer_weight, layer_bias = trap, torch.zeros(weight.shape[0], dtype=torch.float64)
         return ServerModel(0, {f"base.{weight_name}": layer_weight.float(), f"base.{bias_name}": layer_bias.float()})
 
+    def budget(self) -> str:
+        """The trap's scale factor (the attack has no search budget)."""
+        return f"scale factor {self.config.scale_factor:g}"
+
     def check_update(self, update: ClientUpdate) -> None:
         super().check_update(update)
         weight, bias = update.model.layer_param_names(1)
