@@ -54,6 +54,9 @@ def run_cell(spec: CellSpec, *, lpips: LpipsScorer | None = None, lpips_note: st
     The attack's settings and its needs of the update are checked here, on the harness's side
     (`build_attack`, `check_update`: a ConfigError), so that whatever the worker answers is the
     cell's outcome only (a failed cell at worst), and never stops a run.
+    A malicious server's attack (`attacks.malicious`) first modifies the public model in a sandboxed worker of
+    its own (`harness.server.send`), and the client trains what it sent; a modification that fails, or a client
+    that refuses the model (`check-model`), is the cell's failure (`no_update`), never the run's.
     `lpips` must be a verified scorer (from `load_lpips`): LPIPS is never reported from a network
     that did not reproduce the published values. Without one, `lpips_note` says why LPIPS is missing.
     """
