@@ -26,6 +26,7 @@ __all__ = ["ATTACKS", "Attack", "Reconstruction", "Requirements", "attack_budget
 from leakbench.attacks import adaptive as _adaptive  # noqa: F401  (ig-masked, dlg-masked)
 from leakbench.attacks import cpa as _cpa  # noqa: F401
 from leakbench.attacks import dequant as _dequant  # noqa: F401  (ig-dequant, dlg-dequant)
+from leakbench.attacks import fishing as _fishing  # noqa: F401  (class fishing, Wen et al.: a malicious server's)
 from leakbench.attacks import gradient_matching as _gradient_matching  # noqa: F401
 from leakbench.attacks import imprint as _imprint  # noqa: F401  (Robbing the Fed: a malicious server's)
 from leakbench.attacks import peeling as _peeling  # noqa: F401  (LT-code peeling, Shariati & Alambardar Meybodi)
