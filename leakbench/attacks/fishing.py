@@ -37,7 +37,7 @@ Extraction (`reconstruct`), leakbench's rules:
 1. reads: every row of layer 1 with ∇b₁_i ≠ 0 (*active*), u_i = ∇W₁_i / ∇b₁_i in float64, denormalised to an image
    (`update.model.denormalize`); a read with a pixel outside [−`range_margin`, 1 + `range_margin`] is dropped;
 2. consensus: reads within `dedup_tol` (largest pixel difference) of one another are one candidate, its *support*
-   the number of rows that gave it (`trap.deduplicate`, in order of increasing |∇b₁|): one image alone in the
+   the number of rows that gave it (`row_reads.deduplicate`, in order of increasing |∇b₁|): one image alone in the
    target class is one candidate supported by every active row; a mixture is seldom repeated by another row;
 3. count: the number of target-class images, m = round(−b · ∇b_L,t) from the last layer's bias gradient (exact
    without a defence), clipped to [1, b]; the answer keeps up to m candidates of support ≥ `min_support`, largest
@@ -77,7 +77,7 @@ import torch
 from leakbench.attacks.base import AGGREGATES, Reconstruction, Requirements
 from leakbench.attacks.malicious import MaliciousAttack
 from leakbench.attacks.registry import register_attack
-from leakbench.attacks.trap import deduplicate
+from leakbench.attacks.row_reads import deduplicate, padded_answer, row_reads
 from leakbench.core.citation import Citation
 from leakbench.core.errors import ConfigError
 from leakbench.core.ranges import Ranged, chosen, ranged
@@ -158,14 +158,10 @@ class Fishing(MaliciousAttack[FishingConfig]):
         weight_name, bias_name = update.model.layer_param_names(1)
         last_bias = update.gradients[update.model.layer_param_names(update.model.depth)[1]].detach().double()
         count = -b * float(last_bias[cfg.target_class]) if cfg.target_class < len(last_bias) else 0.0
-        grad_w = update.gradients[weight_name].detach().double().flatten(1)
-        grad_b = update.gradients[bias_name].detach().double()
-        active = torch.nonzero(grad_b != 0).flatten()
-        images = update.model.denormalize(grad_w[active] / grad_b[active, None]).flatten(1)
-        inside = ((images >= -cfg.range_margin) & (images <= 1 + cfg.range_margin)).all(dim=1)
-        active, images = active[inside], images[inside]
+        reads = row_reads(update.model, update.gradients[weight_name], update.gradients[bias_name], cfg.range_margin)
+        images = reads.images
         spread = float((images - images.median(dim=0).values).abs().max()) if len(images) else 0.0
-        kept, support = deduplicate(images, grad_b[active].abs(), cfg.dedup_tol)
+        kept, support = deduplicate(images, reads.strength, cfg.dedup_tol)
         wanted = min(max(round(count), 1), b)
         order = [k for k in sorted(range(len(kept)), key=lambda k: (-support[k], k)) if support[k] >= cfg.min_support]
         chosen_rows = [kept[k] for k in order[:wanted]]
@@ -175,7 +171,7 @@ class Fishing(MaliciousAttack[FishingConfig]):
             chosen_rows = [len(images) - 1]
         padded = max(0, b - len(chosen_rows)) if cfg.padding else 0
         stats: dict[str, Any] = {
-            "target_count": round(count, 3) + 0.0, "active": len(grad_b.nonzero()), "in_range": len(active),
+            "target_count": round(count, 3) + 0.0, "active": reads.active, "in_range": len(reads.rows),
             "distinct": len(kept), "kept": len(chosen_rows), "padded": padded,
             "support": [support[k] for k in order[:wanted]], "spread": spread,
             "mixture": round(count) > 1 or spread > cfg.dedup_tol, "median": median}
@@ -187,6 +183,5 @@ class Fishing(MaliciousAttack[FishingConfig]):
         if len(chosen_rows) < b and not cfg.padding:
             return Reconstruction.failed(f"{len(chosen_rows)} images for a batch of {b} (padding off)",
                                          failure="not-applicable", stats=stats)
-        blank = update.model.denormalize(grad_w.new_zeros(padded, grad_w.shape[1]))
-        answer = torch.cat([images[chosen_rows].reshape(-1, *update.model.input_shape), blank])
-        return Reconstruction(status="ok", space="image", images=answer.clamp(0, 1).to(torch.float32), stats=stats)
+        answer = padded_answer(update.model, images[chosen_rows], b, cfg.padding)
+        return Reconstruction(status="ok", space="image", images=answer, stats=stats)

@@ -37,6 +37,7 @@ import torch
 from leakbench.attacks.base import AGGREGATES, Reconstruction, Requirements
 from leakbench.attacks.malicious import MaliciousAttack
 from leakbench.attacks.registry import register_attack
+from leakbench.attacks.row_reads import padded_answer
 from leakbench.core.citation import Citation
 from leakbench.core.ranges import Ranged, chosen, ranged
 from leakbench.fl.update import ClientUpdate
@@ -112,16 +113,16 @@ class Imprint(MaliciousAttack[ImprintConfig]):
         rows = weight[hits] / bias[hits, None]
         kept = reduce_hits(rows, weight[hits], bias[hits], update.batch_size, self.config.reduction)
         padded = max(0, update.batch_size - len(kept)) if self.config.padding else 0
-        rows = torch.cat([kept, kept.new_zeros(padded, kept.shape[1])])
         stats = {"hits": len(hits), "kept": len(kept), "padded": padded}
-        if not len(rows):
+        if not len(kept):
             return Reconstruction.failed("no bin of the imprint block holds an image (every bias difference is 0)",
                                          failure="not-applicable", stats=stats)
-        images = update.model.denormalize(rows.to(torch.float32)).clamp(0, 1)
-        if len(rows) < update.batch_size:  # without padding: fewer rows than the batch, none of them verified
-            return Reconstruction.failed(f"{len(rows)} hits for a batch of {update.batch_size} (padding off)",
+        if len(kept) + padded < update.batch_size:  # without padding: fewer rows than the batch, none verified
+            return Reconstruction.failed(f"{len(kept)} hits for a batch of {update.batch_size} (padding off)",
                                          failure="not-applicable", stats=stats)
-        return Reconstruction(status="ok", space="image", images=images, stats=stats)
+        images = update.model.denormalize(kept.to(torch.float32)).flatten(1)
+        answer = padded_answer(update.model, images, update.batch_size, self.config.padding)
+        return Reconstruction(status="ok", space="image", images=answer, stats=stats)
 
 
 def bin_edges(cfg: ImprintConfig) -> torch.Tensor:

@@ -68,6 +68,7 @@ import torch
 from leakbench.attacks.base import Reconstruction, Requirements
 from leakbench.attacks.malicious import MaliciousAttack
 from leakbench.attacks.registry import register_attack
+from leakbench.attacks.row_reads import deduplicate, padded_answer, row_reads
 from leakbench.core.citation import Citation
 from leakbench.core.errors import ConfigError
 from leakbench.core.ranges import Ranged, chosen, ranged
@@ -137,19 +138,14 @@ class TrapWeights(MaliciousAttack[TrapConfig]):
         assert update.batch_size is not None  # Requirements(batch_size=True), checked by the harness
         cfg, b = self.config, update.batch_size
         weight_name, bias_name = update.model.layer_param_names(1)
-        grad_w = update.gradients[weight_name].detach().double().flatten(1)
-        grad_b = update.gradients[bias_name].detach().double()
-        fired = torch.nonzero(grad_b != 0).flatten()
-        rows = grad_w[fired] / grad_b[fired, None]
-        images = update.model.denormalize(rows).flatten(1)
-        inside = ((images >= -cfg.range_margin) & (images <= 1 + cfg.range_margin)).all(dim=1)
-        fired, images = fired[inside], images[inside]
-        kept, support = deduplicate(images, grad_b[fired].abs(), cfg.dedup_tol)
+        reads = row_reads(update.model, update.gradients[weight_name], update.gradients[bias_name], cfg.range_margin)
+        fired, images = reads.rows, reads.images
+        kept, support = deduplicate(images, reads.strength, cfg.dedup_tol)
         distinct = len(kept)
         order = sorted(range(distinct), key=lambda k: (-support[k], k))  # `kept` comes by increasing |∇b|
         chosen_rows = [kept[k] for k in order[:b]]
         padded = max(0, b - len(chosen_rows)) if cfg.padding else 0
-        stats = {"fired": len(grad_b.nonzero()), "in_range": len(fired), "distinct": distinct,
+        stats = {"fired": reads.active, "in_range": len(fired), "distinct": distinct,
                  "multi": sum(1 for s in support if s > 1), "kept": len(chosen_rows), "padded": padded,
                  "rows": [int(fired[k]) for k in chosen_rows], "support": [support[k] for k in order[:b]]}
         if not chosen_rows:
@@ -158,10 +154,8 @@ class TrapWeights(MaliciousAttack[TrapConfig]):
         if len(chosen_rows) < b and not cfg.padding:
             return Reconstruction.failed(f"{len(chosen_rows)} distinct images for a batch of {b} (padding off)",
                                          failure="not-applicable", stats=stats)
-        blank = update.model.denormalize(grad_w.new_zeros(padded, grad_w.shape[1]))
-        answer = torch.cat([images[chosen_rows].reshape(-1, *update.model.input_shape), blank])
-        out = answer.clamp(0, 1).to(torch.float32)
-        return Reconstruction(status="ok", space="image", images=out, stats=stats)
+        answer = padded_answer(update.model, images[chosen_rows], b, cfg.padding)
+        return Reconstruction(status="ok", space="image", images=answer, stats=stats)
 
 
 def trap_rows(width: int, d: int, scale_factor: float, sigma: float, generator: torch.Generator) -> torch.Tensor:
@@ -176,25 +170,3 @@ def trap_rows(width: int, d: int, scale_factor: float, sigma: float, generator: 
         rows[i, order[:half]] = -magnitudes[i]
         rows[i, order[half:2 * half]] = scale_factor * magnitudes[i]
     return rows
-
-
-def deduplicate(images: torch.Tensor, strength: torch.Tensor, tol: float) -> tuple[list[int], list[int]]:
-    """Greedy deduplication of candidate `images` (n × d): taken in order of increasing `strength` (|∇b|; ties in
-    row order), a candidate within `tol` (largest absolute difference) of a kept one adds to that one's support,
-    else it is kept (the first such one when several are). The kept candidates' indices (in that order) and their
-    supports. Pairs farther apart than tol·√d in Euclidean distance are never within tol: only the others are
-    compared pixel by pixel."""
-    kept: list[int] = []
-    support: list[int] = []
-    if not len(images):
-        return kept, support
-    near = torch.cdist(images, images) <= tol * math.sqrt(images.shape[1])
-    for i in torch.sort(strength, stable=True).indices.tolist():
-        close = torch.nonzero(near[i, kept]).flatten().tolist() if kept else []
-        match = next((k for k in close if float((images[kept[k]] - images[i]).abs().max()) <= tol), None)
-        if match is None:
-            kept.append(i)
-            support.append(1)
-        else:
-            support[match] += 1
-    return kept, support
