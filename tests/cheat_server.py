@@ -6,6 +6,7 @@ test only: in the sandboxed worker the read is refused and the cell fails saying
 
 from __future__ import annotations
 
+import ctypes
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,20 @@ MARKER = 7.0
 @dataclass(frozen=True)
 class CheatServerConfig:
     data_root: str = ""
+    native: bool = False
+    """Read the file through libc's open/read (native code, past any Python audit hook) instead of Python's."""
+
+
+def native_read(path: Path) -> bytes:
+    """The file's first 4 KiB through libc, or a PermissionError with the errno libc gave."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.open(str(path).encode(), os.O_RDONLY)
+    if fd < 0:
+        raise PermissionError(f"native open refused (errno {ctypes.get_errno()})")
+    buffer = ctypes.create_string_buffer(4096)
+    n = libc.read(fd, buffer, 4096)
+    libc.close(fd)
+    return buffer.raw[:max(n, 0)]
 
 
 class CheatServer(MaliciousAttack[CheatServerConfig]):
@@ -32,7 +47,8 @@ class CheatServer(MaliciousAttack[CheatServerConfig]):
     Config = CheatServerConfig
 
     def modify(self, model: ImageVictim, *, seed: int) -> ServerModel:
-        data = Path(self.config.data_root, "a", "0.png").read_bytes()  # refused in the sandbox: the cell fails
+        path = Path(self.config.data_root, "a", "0.png")
+        data = native_read(path) if self.config.native else path.read_bytes()  # refused in the sandbox: the cell fails
         weight, bias = model.layer_param_names(1)
         params = dict(model.named_parameters())
         stolen = params[weight].detach().clone().flatten()

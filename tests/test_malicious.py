@@ -176,23 +176,27 @@ def image_root(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(root)
 
 
-def _cheat_spec(image_root: str) -> CellSpec:
+def _cheat_spec(image_root: str, native: bool) -> CellSpec:
     return CellSpec(attack="cheat-server", dataset="imagefolder", data_root=image_root, image_size=8, batch_size=2,
-                    width=16, depth=3, hyperparameters={"data_root": image_root})
+                    width=16, depth=3, hyperparameters={"data_root": image_root, "native": native})
 
 
 @pytest.mark.slow
-def test_a_modification_that_reads_the_data_root_is_refused_in_its_worker(cheat: None, image_root: str) -> None:
-    summary = run_cell(_cheat_spec(image_root)).summary
+@pytest.mark.parametrize("native", [False, True], ids=["python", "libc"])
+def test_a_modification_that_reads_the_data_root_is_refused_in_its_worker(cheat: None, image_root: str,
+                                                                          native: bool) -> None:
+    summary = run_cell(_cheat_spec(image_root, native)).summary
     assert summary["status"] == "failed" and summary["failure"] == "error"
     assert "server's model modification failed" in summary["reason"]
-    assert "may not reach" in summary["reason"] or "Permission" in summary["reason"], summary["reason"]
+    assert "may not reach" in summary["reason"] or "Permission" in summary["reason"] \
+        or "refused" in summary["reason"], summary["reason"]
 
 
 @pytest.mark.slow
-def test_the_same_modification_reads_it_in_process(cheat: None, image_root: str) -> None:
+@pytest.mark.parametrize("native", [False, True], ids=["python", "libc"])
+def test_the_same_modification_reads_it_in_process(cheat: None, image_root: str, native: bool) -> None:
     """The control: without the sandbox the cheat reads the file and plants its marker in the model sent."""
-    summary = run_cell(_cheat_spec(image_root), isolate=False).summary
+    summary = run_cell(_cheat_spec(image_root, native), isolate=False).summary
     assert summary["attack_stats"]["planted"] is True, summary["reason"]
     assert MARKER == 7.0
 
