@@ -128,17 +128,12 @@ class Imprint(MaliciousAttack[ImprintConfig]):
 def bin_edges(cfg: ImprintConfig) -> torch.Tensor:
     """The k increasing edges: FIRST_EDGE, then the quantiles i/k (i = 1 … k−1) of the query's distribution as the
     server believes it (normal; Laplace for `fourier`, breaching's `_get_bins`), scaled to `query_mean`, `query_std`."""
-    laplace = cfg.linfunc == "fourier"
-    standard = [FIRST_EDGE] + [laplace_quantile(i / cfg.bins) if laplace else NormalDist().inv_cdf(i / cfg.bins)
-                               for i in range(1, cfg.bins)]
-    return torch.tensor(standard, dtype=torch.float64) * cfg.query_std + cfg.query_mean
+    from scipy.stats import laplace  # scipy's quantiles, as breaching calls them (its import takes a while: lazy)
 
-
-def laplace_quantile(p: float) -> float:
-    """The p-quantile of the Laplace distribution of mean 0 and variance 1 (scale 1/√2: scipy's
-    `laplace(0, 1/sqrt(2)).ppf`, which breaching calls)."""
-    scale = 1 / math.sqrt(2)
-    return scale * math.log(2 * p) if p < 0.5 else -scale * math.log(2 - 2 * p)
+    mass = [i / cfg.bins for i in range(1, cfg.bins)]
+    quantiles = laplace(loc=0.0, scale=1 / math.sqrt(2)).ppf(mass).tolist() if cfg.linfunc == "fourier" \
+        else [NormalDist().inv_cdf(p) for p in mass]
+    return torch.tensor([FIRST_EDGE, *quantiles], dtype=torch.float64) * cfg.query_std + cfg.query_mean
 
 
 def linear_query(cfg: ImprintConfig, d: int, generator: torch.Generator) -> torch.Tensor:
