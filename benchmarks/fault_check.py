@@ -572,7 +572,8 @@ def _judge_resume(d: Path, reference: Path, proc: subprocess.CompletedProcess[st
     deleted = sum(1 for p in user_files if not p.is_file())
     run = d / "results" / reference.name
     if proc.returncode != 0 or "Traceback" in proc.stderr:
-        return Outcome(False, f"rerun exit {proc.returncode}: {proc.stderr.strip()[-300:]}", deleted=deleted)
+        shown = proc.stderr[proc.stderr.index("Traceback"):] if "Traceback" in proc.stderr else proc.stderr
+        return Outcome(False, f"rerun exit {proc.returncode}: {shown.strip()[-1500:]}", deleted=deleted)
     cells = pd.read_parquet(run / "cells.parquet")
     if len(cells) != cells["cell_id"].nunique():
         return Outcome(False, f"{len(cells) - cells['cell_id'].nunique()} duplicate cell rows", deleted=deleted)

@@ -237,6 +237,38 @@ def test_scratch_folders_of_ended_harnesses_are_swept_and_nothing_else(tmp_path:
     assert (kept / "inside").is_dir()
 
 
+def test_a_sweep_passes_over_folders_another_sweep_removed_first(tmp_path: Path, monkeypatch) -> None:
+    """A pool's workers start together and each sweeps the temp folder: a folder listed by one and removed by
+    the other before it is looked at must be passed over. It used to raise FileNotFoundError in the pool's
+    initializer: a traceback on stderr and a broken pool (issue 46's red CI, `interrupt_jobs_2`)."""
+    import contextlib
+
+    from leakbench.harness import isolation
+    from leakbench.harness.isolation import SCRATCH_PREFIX, sweep_scratch
+
+    dead = _dead_pid()
+    names = [f"{SCRATCH_PREFIX}{dead}-a1", f"{SCRATCH_PREFIX}{dead}-b2", f"{SCRATCH_PREFIX}{dead}-c3"]
+    for name in names:
+        (tmp_path / name).mkdir()
+    with os.scandir(tmp_path) as listing:
+        listed = list(listing)  # the first sweep's listing, taken before the other sweep ran
+    sweep_scratch(str(tmp_path))  # the other sweep removes everything first
+    monkeypatch.setattr(isolation.os, "scandir", lambda root: contextlib.nullcontext(iter(listed)))
+    assert sweep_scratch(str(tmp_path)) == 0
+
+
+@pytest.mark.parametrize(("owner", "kept"), [("\u00b2", True), ("\u0663", True), ("9" * 30, False)])
+def test_a_scratch_name_whose_owner_is_no_pid_does_not_stop_the_sweep(tmp_path: Path, owner: str, kept: bool) -> None:
+    """Names a user may have made: a Unicode digit (`str.isdigit` is true, `int` refuses "²") is an old-style name
+    (kept unless empty); a number no pid can be (`os.kill` overflows) names no running harness (removed)."""
+    from leakbench.harness.isolation import SCRATCH_PREFIX, sweep_scratch
+
+    folder = tmp_path / f"{SCRATCH_PREFIX}{owner}-x1"
+    (folder / "inside").mkdir(parents=True)
+    assert sweep_scratch(str(tmp_path)) == (0 if kept else 1)
+    assert folder.exists() == kept
+
+
 @pytest.mark.slow
 def test_a_killed_harness_leaves_a_scratch_folder_the_next_one_removes(tmp_path: Path) -> None:
     import signal

@@ -172,23 +172,29 @@ SCRATCH_PREFIX = "leakbench-attack-"
 def sweep_scratch(root: str | None = None) -> int:
     """Remove, from `root` (the temp folder), the attack scratch folders a killed harness left behind: those
     of a harness process that no longer runs (a folder named before harness pids were part of the name is
-    removed only when empty). Only this user's folders; the number removed."""
+    removed only when empty). Only this user's folders; the number removed. Several harnesses sweep at once
+    (a pool's workers start together): an entry another one removes first is passed over, never an error."""
     removed = 0
     with os.scandir(root or tempfile.gettempdir()) as entries:
         for entry in entries:
-            if not (entry.name.startswith(SCRATCH_PREFIX) and entry.is_dir(follow_symlinks=False)
-                    and entry.stat(follow_symlinks=False).st_uid == os.getuid()):
-                continue
-            owner, sep, _ = entry.name[len(SCRATCH_PREFIX):].partition("-")
-            if sep and owner.isdigit():
-                if not _running(int(owner)):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                    removed += not os.path.lexists(entry.path)
-            else:
-                with contextlib.suppress(OSError):
-                    os.rmdir(entry.path)
-                    removed += 1
+            if entry.name.startswith(SCRATCH_PREFIX):
+                with contextlib.suppress(OSError):  # gone already (another sweep), or unreadable: not ours
+                    removed += _sweep_one(entry)
     return removed
+
+
+def _sweep_one(entry: os.DirEntry[str]) -> bool:
+    """Remove the scratch folder `entry` when it is this user's and its harness has ended; whether it went."""
+    if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+        return False
+    owner, sep, _ = entry.name[len(SCRATCH_PREFIX):].partition("-")
+    if not sep or not owner.isascii() or not owner.isdigit():
+        os.rmdir(entry.path)  # an old-style name: only when empty (OSError otherwise)
+        return True
+    if _running(int(owner)):
+        return False
+    shutil.rmtree(entry.path, ignore_errors=True)
+    return not os.path.lexists(entry.path)
 
 
 def _running(pid: int) -> bool:
@@ -197,7 +203,7 @@ def _running(pid: int) -> bool:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # no such process; a number no pid can be
         return False
     except PermissionError:
         return True
