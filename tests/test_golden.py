@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from leakbench.harness.run import run_sweep
+from leakbench.metrics import MATCHING
 from leakbench.records.trust import TRUST_COLUMNS
 from leakbench.reporting.aggregate import PSNR_CAP
 
@@ -120,6 +121,8 @@ def test_records_are_those_made_before_the_refactor(name: str, tmp_path: Path) -
                        if i in ill_conditioned)
         ids = [i for i in ids if i not in skipped]
         a, b = _comparable(new, ids, new), _comparable(old, ids, new)
+        if "matching" in a:  # issue 46 made scoring exact-first: a new label, the same pairs here (matched_recon)
+            assert set(a.pop("matching")) == {MATCHING} and set(b.pop("matching")) == {"hungarian-mse"}
         if "hyperparameters" in a:  # issue 26 made SPEAR's fixed tolerances no knobs: every knob left keeps its value
             for now, before in zip(a.pop("hyperparameters"), b.pop("hyperparameters"), strict=True):
                 knobs, stored_knobs = json.loads(now), json.loads(before)

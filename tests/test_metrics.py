@@ -28,6 +28,7 @@ from leakbench.metrics import (
     lpips_metric,
     match_by_mse,
     mse,
+    pairwise_mse,
     psnr,
     score_features,
     score_images,
@@ -52,7 +53,55 @@ def _quantised(b: int = 4, c: int = 3, h: int = 8, w: int = 8, seed: int = 0) ->
 
 
 def test_matching_name() -> None:
-    assert MATCHING == "hungarian-mse"
+    assert MATCHING == "exact-first-hungarian-mse"
+
+
+def test_an_exact_row_goes_to_its_image_even_when_least_mse_gives_it_away() -> None:
+    """Issue 46: a padded answer (an exact row and a blank grey one) for a mid-grey image A and a bright one C. The
+    least total MSE gives A the grey row and C the exact one (0.01 + 0.09 < 0 + 0.16): no image exact. Exact-first
+    scoring pairs A with its exact row (one exact image) and C with the grey one."""
+    a, c = torch.full((1, 3, 4, 4), 0.6), torch.full((1, 3, 4, 4), 0.9)
+    truth, recon = torch.cat([a, c]), torch.cat([a, torch.full((1, 3, 4, 4), 0.5)])
+    assert match_by_mse(recon, truth).tolist() == [1, 0]
+    records = score_images(recon, truth)
+    assert records["matched_recon"].tolist() == [0, 1] and records["exact"].tolist() == [True, False]
+    features = score_features(recon.flatten(1), truth.flatten(1))
+    assert features["matched_recon"].tolist() == [0, 1] and features["exact"].tolist() == [True, False]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_exact_first_holds_the_most_exact_pairs_then_the_least_mse(seed: int) -> None:
+    """Against every pairing (brute force): no pairing holds more exact images, none holding as many has a smaller
+    total MSE (up to rounding), and where least MSE alone already holds that many, it is the answer unchanged."""
+    import itertools
+
+    g = torch.Generator().manual_seed(seed)
+    b, m = 4, int(torch.randint(3, 7, (1,), generator=g))
+    truth = torch.randint(0, 4, (b, 1, 2, 2), generator=g).double() / 3.0
+    recon = torch.cat([truth[torch.randint(0, b, (m // 2,), generator=g)],
+                       torch.rand(m - m // 2, 1, 2, 2, generator=g).double()])[torch.randperm(m, generator=g)]
+    records = score_images(recon, truth)
+    cost = pairwise_mse(recon, truth)
+    exact_pair = (cost <= (1 / 255) ** 2) & exact_matrix(recon, truth)
+
+    def key(perm: tuple[int, ...]) -> tuple[int, float]:
+        pairs = [(i, j) for i, j in enumerate(perm) if j >= 0]
+        return -sum(exact_pair[i, j] for i, j in pairs), sum(cost[i, j] for i, j in pairs)
+    k = min(b, m)
+    options = [tuple(dict(zip(rows, cols, strict=True)).get(i, -1) for i in range(b))
+               for rows in itertools.combinations(range(b), k) for cols in itertools.permutations(range(m), k)]
+    best = min(key(p) for p in options)
+    got = key(tuple(records["matched_recon"].tolist()))
+    assert got[0] == best[0] and got[1] <= best[1] + 1e-9
+    assert int(records["exact"].sum()) == -best[0]
+    plain = tuple(match_by_mse(recon, truth).tolist())
+    if key(plain)[0] == best[0]:
+        assert tuple(records["matched_recon"].tolist()) == plain
+
+
+def exact_matrix(recon: torch.Tensor, truth: torch.Tensor) -> np.ndarray:
+    """Whether each truth row (axis 0) and reconstruction (axis 1) are 8-bit equal."""
+    return np.array([[bool(exact(r[None], t[None])[0]) for r in recon] for t in truth])
 
 
 def test_matching_recovers_shuffle() -> None:

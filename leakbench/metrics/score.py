@@ -1,7 +1,8 @@
 """Score a reconstructed batch against its ground truth: one table row per item.
 
 Reconstructions are first paired with ground-truth items by
-:func:`leakbench.metrics.matching.match_by_mse`, unless a matching is given (e.g.
+:func:`leakbench.metrics.matching.match_exact_first` (as many exact pairs as possible, then
+the least total MSE), unless a matching is given (e.g.
 the one found on the recovered features of images inverted from them). A missing
 reconstruction (the attack failed and produced nothing, or produced fewer items
 than the batch: a partial answer holds only its verified samples) gives NaN
@@ -23,7 +24,7 @@ from leakbench.core.errors import LeakbenchError
 from leakbench.core.reconstruction import ANSWERED
 from leakbench.metrics.image import exact, mse, psnr, ssim
 from leakbench.metrics.lpips_metric import LpipsScorer
-from leakbench.metrics.matching import UNMATCHED, apply_matching, match_by_mse
+from leakbench.metrics.matching import UNMATCHED, apply_matching, match_exact_first
 from leakbench.metrics.reid import reidentify
 
 IMAGE_COLUMNS = ("image", "matched_recon", "mse", "psnr", "ssim", "lpips", "exact", "reid_rank")
@@ -69,6 +70,29 @@ def check_matching(perm: np.ndarray, b: int, m: int) -> np.ndarray:
     return perm
 
 
+EXACT_IMAGE_MSE = (1.0 / 255.0) ** 2 * (1.0 + 1e-9)
+"""No 8-bit exact image pair has a larger MSE: every pixel of both rounds to the same level, so the two differ by at
+most one level (1/255; the factor covers the pairwise formula's rounding)."""
+
+
+def _match_images(r: Tensor, t: Tensor) -> np.ndarray:
+    """The exact-first matching of clamped images `r` to truth `t` (`metrics.image.exact` decides exact)."""
+    def is_exact(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        return exact(r[torch.as_tensor(j)], t[torch.as_tensor(i)]).numpy()
+    return match_exact_first(r, t, is_exact, np.full(t.shape[0], EXACT_IMAGE_MSE))
+
+
+def _match_features(r: Tensor, t: Tensor, atol: float) -> np.ndarray:
+    """The exact-first matching of features `r` to truth `t`: exact is a largest error within `atol` of the
+    item's scale (max(1, max |t|)), so an exact pair's MSE is within the square of that."""
+    scale = t.abs().amax(dim=1).clamp_min(1.0) if t.shape[1] else torch.ones(t.shape[0], dtype=torch.float64)
+
+    def is_exact(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        rows = torch.as_tensor(i)
+        return ((r[torch.as_tensor(j)] - t[rows]).abs().amax(dim=1) <= atol * scale[rows]).numpy()
+    return match_exact_first(r, t, is_exact, ((atol * scale) ** 2 * (1.0 + 1e-9)).numpy())
+
+
 def _image_values(r: Tensor, t: Tensor, perm: np.ndarray, lpips: LpipsScorer | None) -> dict[str, np.ndarray]:
     """The image metrics of the pairs of ``perm``, scattered to ground-truth rows."""
     rows = perm != UNMATCHED
@@ -96,7 +120,7 @@ def score_images(recon: Tensor | None, truth: Tensor, *, lpips: LpipsScorer | No
             when the attack produced nothing.
         truth: ground truth ``(b, C, H, W)`` in [0, 1].
         lpips: a real LPIPS scorer, or ``None`` to leave the column NaN.
-        perm: a matching to score instead of matching by MSE: for each
+        perm: a matching to score instead of the exact-first one: for each
             ground-truth row the index of its reconstruction, ``UNMATCHED`` for
             none (e.g. the feature matching, for images inverted from features).
         distractors: other images of the truth's split, disjoint from it, to rank each reconstruction's
@@ -120,7 +144,7 @@ def score_images(recon: Tensor | None, truth: Tensor, *, lpips: LpipsScorer | No
         )
     r = recon.detach().cpu().clamp(0.0, 1.0)
     t = truth.detach().cpu()
-    perm = match_by_mse(r, t) if perm is None else check_matching(perm, b, r.shape[0])
+    perm = _match_images(r, t) if perm is None else check_matching(perm, b, r.shape[0])
     values = _image_values(r, t, perm, lpips)
     if distractors is not None:
         values["reid_rank"] = reidentify(aligned_to_truth(r, perm), t, distractors, lpips=lpips).ranks
@@ -174,7 +198,7 @@ def score_features(recon_feats: Tensor | None, truth_feats: Tensor, *, atol: flo
         )
     r = recon_feats.detach().to("cpu", torch.float64)
     t = truth_feats.detach().to("cpu", torch.float64)
-    perm = match_by_mse(r, t)
+    perm = _match_features(r, t, atol)
     rows = perm != UNMATCHED
     rr = r[torch.as_tensor(perm[rows])]
     tt = t[torch.as_tensor(np.flatnonzero(rows))]

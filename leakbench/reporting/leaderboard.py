@@ -25,6 +25,7 @@ import pandas as pd
 from leakbench.core.citation import Papers
 from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.core.server import MALICIOUS, SERVER_COLUMN
+from leakbench.metrics.matching import matching_words
 from leakbench.records.atomic import write_text_atomic
 from leakbench.records.labels import stored_papers
 from leakbench.records.runs import read_run
@@ -317,7 +318,7 @@ HOW_TO_READ = [
     "the shipped ones when their settings match; a cell stored by several runs counts once. Generated from "
     "stored records only: the same records give the same bytes (wall-clock seconds are in "
     "leaderboard-timing.md). An exact % links to its comparison grid where the run's report lies in the same "
-    "reports folder (`leakbench report RUN --reports` this folder). Matching: Hungarian on MSE.",
+    "reports folder (`leakbench report RUN --reports` this folder).",
     "Trust model (docs/reference/sandbox.md): attack code is untrusted and runs sandboxed; defence, dataset and "
     "victim code is trusted client-side code that runs beside the batch. A third-party attack (a plugin's, or "
     "a class evaluated through `api.evaluate`) is marked in the column 'attack code': verified when every one "
@@ -360,7 +361,8 @@ def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Pa
         sections.append(Section(UNRANKED_TITLE, [UNRANKED_NOTE], [
             Board("cells kept out of the rankings", UNRANKED_COLUMNS, unranked, anchor=anchor("unranked", "cells"))],
             "unranked"))
-    sections.append(Section("How to read these tables", HOW_TO_READ, [], "how"))
+    rules = all_cells["matching"].dropna().astype(str).tolist() if "matching" in all_cells else []
+    sections.append(Section("How to read these tables", [*HOW_TO_READ, matching_words(rules)], [], "how"))
     return sections
 
 
