@@ -125,8 +125,9 @@ ENTRIES = (
      "central DP (received and released), LocalDpMod and SecAgg+, K = 4; spear, spear-guided, cpa, ig; CIFAR-10 b = 8 "
      "(needs flwr and --data-root DIR/cifar10)"),
     ("malicious", Paper("paper/malicious"),
-     "a malicious server: Robbing the Fed's imprint block (128 bins) and trap weights against secure aggregation over "
-     "K = 1, 10, 100 clients of b = 8 (docs/notebook/malicious.md; CIFAR-10, needs --data-root DIR/cifar10)"),
+     "a malicious server: Robbing the Fed's imprint block (128 bins), trap weights and class fishing against secure "
+     "aggregation over K = 1, 10, 100 clients of b = 8 (docs/notebook/malicious.md; CIFAR-10, needs --data-root "
+     "DIR/cifar10)"),
     ("malicious-512", Paper("paper/malicious-512"),
      "Robbing the Fed with 512 bins against secure aggregation, K = 1, 10, 100 (docs/notebook/malicious.md; CIFAR-10, "
      "needs --data-root DIR/cifar10)"),

@@ -48,10 +48,10 @@ Extraction (`reconstruct`), leakbench's rules:
    feature fishing there); "none": a failed answer, not applicable;
 5. padding: the answer is padded to the batch size with blank rows (the mean image, 0 before denormalising) when
    `padding`, as imprint and breaching's `breach_padding`; no candidate kept: a failed answer, not applicable —
-   always so when the batch held no image of the target class (no row of layer 1 is active then). Scoring's
-   total-MSE matching can pair an exact row with another image and its own image with a blank row, when that
-   image is near the mean image (CIFAR-10, FC-6 w200, b = 8, seed 2: the one image of class 0 read exactly,
-   scored exact_fraction 0).
+   always so when the batch held no image of the target class (no row of layer 1 is active then). Scoring pairs
+   exact rows first (`metrics.matching.match_exact_first`), so a blank row never takes an exact read's image from
+   it (CIFAR-10, FC-6 w200, b = 8, seed 2: the one image of class 0 read exactly, which the least-MSE matching used
+   before issue 46's second session scored 0).
 `stats`: target_count (m before clipping: the server's count of target-class images), active (rows with ∇b₁ ≠ 0),
 in_range, distinct, kept, padded, support (each kept candidate's), spread (the largest pixel difference between an
 in-range read and the per-pixel median of the in-range reads: 0 up to rounding when one image is the update's only
