@@ -99,6 +99,17 @@ def test_exact_first_holds_the_most_exact_pairs_then_the_least_mse(seed: int) ->
         assert tuple(records["matched_recon"].tolist()) == plain
 
 
+def test_pages_name_the_rules_their_cells_were_scored_with() -> None:
+    """A report or leaderboard over cells scored before the exact-first rule says so, and how to score them alike."""
+    from leakbench.metrics.matching import matching_words
+
+    assert matching_words([MATCHING] * 3).startswith(f"Matching: {MATCHING} (")
+    assert matching_words([]) == matching_words([MATCHING])
+    mixed = matching_words([MATCHING, "hungarian-mse", MATCHING])
+    assert "2 rules" in mixed and f"{MATCHING} for 2" in mixed and "hungarian-mse for 1" in mixed
+    assert "leakbench rescore" in mixed
+
+
 def exact_matrix(recon: torch.Tensor, truth: torch.Tensor) -> np.ndarray:
     """Whether each truth row (axis 0) and reconstruction (axis 1) are 8-bit equal."""
     return np.array([[bool(exact(r[None], t[None])[0]) for r in recon] for t in truth])
