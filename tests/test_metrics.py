@@ -99,6 +99,17 @@ def test_exact_first_holds_the_most_exact_pairs_then_the_least_mse(seed: int) ->
         assert tuple(records["matched_recon"].tolist()) == plain
 
 
+def test_many_near_pairs_are_tested_in_blocks() -> None:
+    """Blank truth and a blank answer make every pair a candidate (b·m of them, more than one block): each is tested,
+    every truth image gets an exact row."""
+    from leakbench.metrics.matching import EXACT_BLOCK
+
+    b = 24
+    assert b * b > EXACT_BLOCK
+    truth, recon = torch.zeros(b, 3, 8, 8), torch.zeros(b, 3, 8, 8)
+    assert score_images(recon, truth)["exact"].all()
+
+
 def test_pages_name_the_rules_their_cells_were_scored_with() -> None:
     """A report or leaderboard over cells scored before the exact-first rule says so, and how to score them alike."""
     from leakbench.metrics.matching import matching_words

@@ -115,6 +115,10 @@ def match_by_mse(recon: Tensor, truth: Tensor) -> np.ndarray:
     return _assign(pairwise_mse(recon, truth))
 
 
+EXACT_BLOCK = 256
+"""Candidate pairs tested for exactness at a time."""
+
+
 def match_exact_first(recon: Tensor, truth: Tensor, is_exact: ExactTest, within: np.ndarray) -> np.ndarray:
     """Pair each ground-truth item with one reconstruction: as many exact pairs as possible, then the least total MSE.
 
@@ -132,7 +136,9 @@ def match_exact_first(recon: Tensor, truth: Tensor, is_exact: ExactTest, within:
     cost = pairwise_mse(recon, truth)
     perm = _assign(cost)
     rows, cols = np.nonzero(cost <= np.asarray(within, dtype=np.float64)[:, None])
-    keep = is_exact(rows, cols).astype(bool) if len(rows) else np.zeros(0, dtype=bool)
+    keep = np.zeros(len(rows), dtype=bool)
+    for start in range(0, len(rows), EXACT_BLOCK):  # bounded memory when many pairs are near (blank images)
+        keep[start:start + EXACT_BLOCK] = is_exact(rows[start:start + EXACT_BLOCK], cols[start:start + EXACT_BLOCK])
     rows, cols = rows[keep], cols[keep]
     if not len(rows):
         return perm
