@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
 import torch
 
 from leakbench.attacks import attack_class, create_attack
@@ -121,3 +122,34 @@ def test_no_candidate_is_a_not_applicable_failure() -> None:
     recon = attack.reconstruct(update.with_gradients(zeros, "zero"), seed=0)
     assert recon.status == "failed" and recon.failure == "not-applicable"
     assert recon.stats["fired"] == 0 and recon.stats["padded"] == 4
+
+
+def test_a_client_checking_weight_magnitudes_refuses_trap_weights_and_not_their_adaptive_form() -> None:
+    """`check-weights` (×10) refuses breaching's trap weights (σ = 0.5 folded with the victim's normalisation: far over
+    the public layer's scale) and passes the honest model; `trap-weights-adaptive` scales its traps under the public
+    model's largest weight and bias, and its answer still holds images the client's batch held, 8-bit exact."""
+    from leakbench.fl.model_check import CheckWeights, CheckWeightsConfig, ClientRefused
+    from leakbench.fl.transform import Client
+
+    b, model = 4, _victim(200)
+    batch = _batch(b, seed=1)
+    check = CheckWeights(CheckWeightsConfig())
+    honest = fedsgd_update(model, batch)
+    assert check.apply(honest, Client(model, batch, 0, honest.threat)) is honest
+    trapped = modified_victim(model, create_attack("trap-weights").modify(model, seed=0))
+    update = fedsgd_update(trapped, batch)
+    with pytest.raises(ClientRefused, match="over 10 × the agreed"):
+        check.apply(update, Client(trapped, batch, 0, update.threat))
+
+    adaptive = create_attack("trap-weights-adaptive")
+    sent = adaptive.modify(model, seed=0)
+    public = dict(model.named_parameters())
+    for name, value in sent.values.items():
+        assert float(value.abs().max()) <= float(public[name.removeprefix("base.")].detach().abs().max()) * (1 + 1e-6)
+    scaled = modified_victim(model, sent)
+    update = fedsgd_update(scaled, batch)
+    assert check.apply(update, Client(scaled, batch, 0, update.threat)) is update
+    recon = adaptive.reconstruct(update, seed=0)
+    assert recon.status == "ok" and recon.images is not None
+    hits = torch.stack([exact(recon.images, batch.images[j].expand(b, *SHAPE)) for j in range(b)], dim=1)
+    assert hits.any(), f"no image recovered exactly ({recon.stats})"

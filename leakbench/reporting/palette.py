@@ -39,6 +39,7 @@ SHIPPED: dict[str, str] = {
     "imprint": "#7b3294",  # issue 46: a malicious server's attacks, purples and a gold apart from every honest one
     "imprint-adaptive": "#c2a5cf",
     "trap-weights": "#bf812d",
+    "trap-weights-adaptive": "#dfc27d",  # the adaptive form: a lighter gold, as imprint-adaptive is a lighter purple
     "fishing": "#8e0152",  # issue 46 follow-up: class fishing (Wen et al.), a plum of the malicious boards
     "mean-image": "#7f7f7f",
 }

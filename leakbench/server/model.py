@@ -52,6 +52,8 @@ class ModifiedVictim(ImageVictim):
             for parameter in self.block.parameters():
                 nn.init.zeros_(parameter)
         self.base = base
+        self.agreed_max: dict[str, float] = {}
+        """The public victim's largest |value| per parameter (`agreed_max`), set by `modified_victim`."""
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.base(self._through_block(images))
@@ -100,5 +102,12 @@ def modified_victim(base: ImageVictim, server: ServerModel) -> ModifiedVictim:
             params[name].copy_(value.to(params[name].dtype))
     if hasattr(base, "victim_info"):
         victim.victim_info = base.victim_info
+    victim.agreed_max = agreed_max(base)
     return victim.eval()
+
+
+def agreed_max(base: ImageVictim) -> dict[str, float]:
+    """The public victim's largest |value| per parameter, under the names its `ModifiedVictim` gives them (`base.…`):
+    what a client that checks weight magnitudes (`fl.model_check.CheckWeights`) compares the received model with."""
+    return {f"base.{name}": float(p.detach().abs().max()) if p.numel() else 0.0 for name, p in base.named_parameters()}
 
