@@ -135,8 +135,8 @@ ENTRIES = (
      "Robbing the Fed with 512 bins against secure aggregation, K = 1, 10, 100 clients of b = 8 (docs/notebook/"
      "malicious.md; TinyImageNet, needs --data-root)"),
     ("malicious-defences", Paper("paper/malicious-defences"),
-     "Robbing the Fed (512 bins; its adaptive form against noise) and trap weights under noise, DP-SGD, pruning, QSGD "
-     "and a client that checks the model, b = 64 "
+     "Robbing the Fed (512 bins; its adaptive form against noise), trap weights (and theirs against check-weights) and "
+     "class fishing under noise, DP-SGD, pruning, QSGD and clients that check the model, b = 64 "
      "(docs/notebook/malicious.md; CIFAR-10, needs --data-root DIR/cifar10)"),
     ("defences", Paper("paper/defences", ("defences",)),
      "every attack (adaptive ones where they adapt) × every defence × 3 strengths × 3 seeds, CIFAR-10 b = 16, "
