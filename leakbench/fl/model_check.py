@@ -8,8 +8,8 @@ agreed architecture is the public victim's; a malicious server's model (`server.
 al.) keep it and pass — the check is on the architecture, not on the weights' values. `check-weights` checks both:
 the agreed architecture, and each parameter's largest |value| at most `max_ratio` times the agreed model's (the
 public victim's; in a federation, the last round's), which trap weights at breaching's defaults and fishing's bias
-multiplier exceed; `trap-weights-adaptive` scales its traps under the agreed magnitudes, which changes nothing it
-reads. A refused cell is stored as failed, kind "not-applicable", saying the client refused (the attack had no
+multiplier exceed; `trap-weights-adaptive` scales its traps under the agreed magnitudes, which changes no neuron's
+firing. A refused cell is stored as failed, kind "not-applicable", saying the client refused (the attack had no
 update), never as an attack that ran and found nothing.
 """
 
