@@ -98,12 +98,11 @@ class CheckWeights(UpdateTransform):
         for name, parameter in client.model.named_parameters():
             if name not in agreed:
                 continue  # the agreed model itself (an honest server's): nothing to compare
-            bound = self.config.max_ratio * (agreed[name] or largest)
+            reference = agreed[name] or largest
             got = float(parameter.detach().abs().max()) if parameter.numel() else 0.0
-            if got > bound:
+            if got > self.config.max_ratio * reference:
                 raise ClientRefused(f"the client refused the server's model: {name.removeprefix('base.')} reaches "
-                                    f"|{got:.3g}|, over {self.config.max_ratio:g} × the agreed model's "
-                                    f"{agreed[name] or largest:.3g}")
+                                    f"|{got:.3g}|, over {self.config.max_ratio:g} × the agreed model's {reference:.3g}")
         return update
 
     def label(self) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import pandas as pd
 import torch
 from scipy.optimize import linear_sum_assignment
 from scipy.sparse import csr_matrix
@@ -45,6 +46,11 @@ def matching_words(rules: list[str]) -> str:
     each = "; ".join(f"{rule} for {n} ({RULES.get(rule, 'unknown rule')})" for rule, n in counts.items())
     return f"Matching: the cells were scored under {len(counts)} rules: {each}; `leakbench rescore RUN` scores them " \
            "alike."
+
+
+def matching_line(cells: pd.DataFrame) -> str:
+    """`matching_words` for the cells of a run or page (their `matching` column; none: today's rule)."""
+    return matching_words(cells["matching"].dropna().astype(str).tolist() if "matching" in cells else [])
 
 
 ExactTest = Callable[[np.ndarray, np.ndarray], np.ndarray]

@@ -82,10 +82,15 @@ def _match_images(r: Tensor, t: Tensor) -> np.ndarray:
     return match_exact_first(r, t, is_exact, np.full(t.shape[0], EXACT_IMAGE_MSE))
 
 
+def _feature_scale(t: Tensor) -> Tensor:
+    """Each feature item's scale for exactness: max(1, max |t|) (1 for an item of no features)."""
+    return t.abs().amax(dim=1).clamp_min(1.0) if t.shape[1] else torch.ones(t.shape[0], dtype=torch.float64)
+
+
 def _match_features(r: Tensor, t: Tensor, atol: float) -> np.ndarray:
     """The exact-first matching of features `r` to truth `t`: exact is a largest error within `atol` of the
     item's scale (max(1, max |t|)), so an exact pair's MSE is within the square of that."""
-    scale = t.abs().amax(dim=1).clamp_min(1.0) if t.shape[1] else torch.ones(t.shape[0], dtype=torch.float64)
+    scale = _feature_scale(t)
 
     def is_exact(i: np.ndarray, j: np.ndarray) -> np.ndarray:
         rows = torch.as_tensor(i)
@@ -209,7 +214,7 @@ def score_features(recon_feats: Tensor | None, truth_feats: Tensor, *, atol: flo
     rel = torch.where(err == 0, torch.zeros_like(rel), rel)  # 0/0 -> 0
     max_abs = diff.abs().amax(dim=1) if diff.shape[1] else torch.zeros(diff.shape[0], dtype=torch.float64)
     # amax ignores nothing: NaN propagates, so a NaN item is never exact.
-    scale = tt.abs().amax(dim=1).clamp_min(1.0) if tt.shape[1] else torch.ones(tt.shape[0], dtype=torch.float64)
+    scale = _feature_scale(tt)
     is_exact = max_abs <= atol * scale
     values = {
         "rel_error": _scatter(perm, rel, np.nan),

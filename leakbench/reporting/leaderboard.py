@@ -25,7 +25,7 @@ import pandas as pd
 from leakbench.core.citation import Papers
 from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.core.server import MALICIOUS, SERVER_COLUMN
-from leakbench.metrics.matching import matching_words
+from leakbench.metrics.matching import matching_line
 from leakbench.records.atomic import write_text_atomic
 from leakbench.records.labels import stored_papers
 from leakbench.records.runs import read_run
@@ -361,8 +361,7 @@ def leaderboard_sections(records: pd.DataFrame, cells: pd.DataFrame, reports: Pa
         sections.append(Section(UNRANKED_TITLE, [UNRANKED_NOTE], [
             Board("cells kept out of the rankings", UNRANKED_COLUMNS, unranked, anchor=anchor("unranked", "cells"))],
             "unranked"))
-    rules = all_cells["matching"].dropna().astype(str).tolist() if "matching" in all_cells else []
-    sections.append(Section("How to read these tables", [*HOW_TO_READ, matching_words(rules)], [], "how"))
+    sections.append(Section("How to read these tables", [*HOW_TO_READ, matching_line(all_cells)], [], "how"))
     return sections
 
 

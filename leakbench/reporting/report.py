@@ -29,7 +29,7 @@ from leakbench.cell.axes import baselines, report_labels, with_defaults
 from leakbench.core.errors import LeakbenchError, LeakbenchWarning
 from leakbench.fl.dp import LEVEL_PREFIXES
 from leakbench.metrics.lpips_fetch import FETCH_COMMAND
-from leakbench.metrics.matching import matching_words
+from leakbench.metrics.matching import matching_line
 from leakbench.records.cell_state import state_text
 from leakbench.records.folders import remove_leftovers, replace_folder, temp_folder
 from leakbench.records.runs import read_run, read_run_manifest
@@ -384,16 +384,11 @@ def _intro(manifest: dict[str, Any], cells: pd.DataFrame) -> list[str]:
             + f"; {failed} (shown in every table, counted in n and failures"
             + (f"; incomplete: {INCOMPLETE_NOTE}" if incomplete_cells(cells["status"]) else "")
             + f"). {_revisions(manifest)}",
-            f"{_matching(cells)} PSNR peak 1, on images in [0, 1]; mean ± std over finite values; past "
+            f"{matching_line(cells)} PSNR peak 1, on images in [0, 1]; mean ± std over finite values; past "
             f"{PSNR_CAP:.0f} dB (a float-exact "
             f"image is 140 dB to ∞) shown as '≥ {PSNR_CAP:.0f}', and as 'exact' where every image is exact. "
             "Exact = every pixel rounds to the same 8-bit value (feature space: max error ≤ 1e-4 of scale). "
             "Failed images count as not exact and carry no PSNR/SSIM.", _lpips_line(cells)]
-
-
-def _matching(cells: pd.DataFrame) -> str:
-    """The matching rule(s) the cells were scored with, from their records (`metrics.matching.matching_words`)."""
-    return matching_words(cells["matching"].dropna().astype(str).tolist() if "matching" in cells else [])
 
 
 def _suite_line(manifest: dict[str, Any]) -> list[str]:
